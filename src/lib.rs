@@ -1,0 +1,20 @@
+//! rewindfs: a FUSE filesystem that records every change made inside a
+//! workspace, lets anyone browse past checkpoints, and rewinds the tree.
+//!
+//! Layout (one module per concept):
+//! - [`sys`]: the only place with `unsafe` (file handles, signals).
+//! - [`workspace`]: the live tree: object table, backing-tree operations.
+//! - [`store`]: the content-addressed chunk store.
+//! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
+//! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
+//! - [`cli`]: one file per subcommand.
+
+pub mod cli;
+pub mod daemon;
+pub mod error;
+pub mod fs;
+pub mod store;
+pub mod sys;
+pub mod workspace;
+
+pub use error::{Error, Result};
