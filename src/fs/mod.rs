@@ -1,1 +1,606 @@
-//! See lib.rs for the module map.
+//! The FUSE adapter: the only module that names `fuser` types. Each method
+//! converts the request into our types, calls the live tree, and converts
+//! the answer back; errors become errnos in `errno()`.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, BackingId, CopyFileRangeFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use log::{debug, info, warn};
+
+use crate::error::Errno;
+use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, SetAttr, SetTime, XattrReply};
+
+/// Largest read/write request the kernel sends (FUSE's max_pages is raised
+/// to match): 1 MiB, the kernel's default ceiling.
+const MAX_REQUEST: u32 = 1 << 20;
+
+/// How file data reaches the backing files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Passthrough {
+    /// The kernel reads and writes the backing file directly (FUSE
+    /// passthrough): native data speed. Needs CAP_SYS_ADMIN.
+    All,
+    /// Every read and write goes through the daemon.
+    Off,
+}
+
+/// Options for the FUSE session.
+#[derive(Clone, Debug)]
+pub struct FsOptions {
+    /// How long the kernel may cache entries and attributes. The daemon is
+    /// the only writer, so this can be long.
+    pub cache_timeout: Duration,
+    pub passthrough: Passthrough,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions { cache_timeout: Duration::from_secs(3600), passthrough: Passthrough::All }
+    }
+}
+
+/// Backing ids shared by all opens of one inode (the kernel requires one
+/// backing file per inode at a time).
+#[derive(Default)]
+struct BackingIds {
+    by_ino: HashMap<Ino, Weak<BackingId>>,
+    by_fh: HashMap<Fh, Arc<BackingId>>,
+}
+
+/// The live workspace as a FUSE filesystem.
+pub struct LiveFs {
+    tree: Arc<LiveTree>,
+    options: FsOptions,
+    passthrough: AtomicBool,
+    backing: Mutex<BackingIds>,
+}
+
+impl LiveFs {
+    pub fn new(tree: Arc<LiveTree>, options: FsOptions) -> LiveFs {
+        let passthrough = options.passthrough == Passthrough::All;
+        LiveFs { tree, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
+    }
+
+    fn ttl(&self) -> Duration {
+        self.options.cache_timeout
+    }
+
+    fn backing(&self) -> std::sync::MutexGuard<'_, BackingIds> {
+        self.backing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the kernel is reading and writing backing files directly.
+    pub fn passthrough_active(&self) -> bool {
+        self.passthrough.load(Ordering::Relaxed)
+    }
+
+    /// Finds or creates the backing id for `ino`, remembering it for `fh`.
+    fn backing_for(&self, ino: Ino, fh: Fh, open: impl FnOnce() -> io::Result<BackingId>) -> Option<Arc<BackingId>> {
+        if !self.passthrough_active() {
+            return None;
+        }
+        let mut ids = self.backing();
+        let id = match ids.by_ino.get(&ino).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => match open() {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    ids.by_ino.insert(ino, Arc::downgrade(&id));
+                    id
+                }
+                Err(e) => {
+                    warn!("FUSE passthrough is unavailable ({e}); file data will go through the daemon");
+                    self.passthrough.store(false, Ordering::Relaxed);
+                    return None;
+                }
+            },
+        };
+        ids.by_fh.insert(fh, id.clone());
+        Some(id)
+    }
+
+    fn release_backing(&self, fh: Fh, ino: Ino) {
+        let mut ids = self.backing();
+        ids.by_fh.remove(&fh);
+        if ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 0) {
+            ids.by_ino.remove(&ino);
+        }
+    }
+}
+
+fn errno(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.0)
+}
+
+fn ino(i: INodeNo) -> Ino {
+    Ino(i.0)
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDevice => FileType::CharDevice,
+        Kind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino.0),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.ctime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> Option<SetTime> {
+    t.map(|t| match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(t),
+    })
+}
+
+impl Filesystem for LiveFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_REQUEST) {
+            let _ = config.set_max_write(max);
+        }
+        let _ = config.set_max_readahead(MAX_REQUEST);
+        let wanted = [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_MAX_PAGES,
+        ];
+        for flag in wanted {
+            if config.add_capabilities(flag).is_err() {
+                debug!("the kernel does not offer {flag:?}");
+            }
+        }
+        if self.passthrough_active() {
+            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
+            if !ok {
+                warn!("the kernel does not offer FUSE passthrough; file data will go through the daemon");
+                self.passthrough.store(false, Ordering::Relaxed);
+            }
+        }
+        info!(
+            "FUSE session started: passthrough {}, cache timeout {:?}",
+            if self.passthrough_active() { "on" } else { "off" },
+            self.options.cache_timeout
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.tree.lookup(ino(parent), name) {
+            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {
+        self.tree.forget(ino(i), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.tree.getattr(ino(i), fh.map(|f| Fh(f.0))) {
+            Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
+        match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0))) {
+            Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        match self.tree.readlink(ino(i)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        match self.tree.mknod(ino(parent), name, mode & !umask, rdev, caller(req)) {
+            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        match self.tree.mkdir(ino(parent), name, mode & !umask, caller(req)) {
+            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.tree.unlink(ino(parent), name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.tree.rmdir(ino(parent), name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        match self.tree.symlink(ino(parent), link_name, target.as_os_str(), caller(req)) {
+            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn link(&self, _req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        match self.tree.link(ino(i), ino(newparent), newname) {
+            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let (fh, file) = match self.tree.open(ino(i), flags.0) {
+            Ok(x) => x,
+            Err(e) => return reply.error(errno(e)),
+        };
+        match self.backing_for(ino(i), fh, || reply.open_backing(&file.file)) {
+            Some(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
+            None => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (attr, fh, file) = match self.tree.create(ino(parent), name, mode & !umask, flags, caller(req)) {
+            Ok(x) => x,
+            Err(e) => return reply.error(errno(e)),
+        };
+        let ttl = self.ttl();
+        match self.backing_for(attr.ino, fh, || reply.open_backing(&file.file)) {
+            Some(id) => reply.created_passthrough(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), FopenFlags::empty(), &id),
+            None => reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.tree.read(Fh(fh.0), offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.tree.write(Fh(fh.0), offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        i: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.tree.release(Fh(fh.0));
+        self.release_backing(Fh(fh.0), ino(i));
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        match self.tree.fsync(Fh(fh.0), datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.tree.opendir(ino(i)) {
+            Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let entries = match self.tree.readdir(Fh(fh.0)) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(e)),
+        };
+        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(entry.ino.0), (i + 1) as u64, file_type(entry.kind), &entry.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let entries = match self.tree.readdir(Fh(fh.0)) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(e)),
+        };
+        let ttl = self.ttl();
+        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+            let dots = entry.name == "." || entry.name == "..";
+            // The kernel takes a lookup reference for every entry but "." and "..".
+            let attr = if dots {
+                self.tree.getattr(if entry.name == "." { ino(dir) } else { entry.ino }, None).ok()
+            } else {
+                match self.tree.lookup(ino(dir), &entry.name) {
+                    Ok(a) => Some(a),
+                    // Removed since opendir: leave it out.
+                    Err(_) => continue,
+                }
+            };
+            let attr = attr.map(|a| file_attr(&a)).unwrap_or_else(|| file_attr(&placeholder(entry.ino, entry.kind)));
+            let full = reply.add(attr.ino, (i + 1) as u64, &entry.name, &ttl, &attr, Generation(0));
+            if full {
+                // Not sent: give back the lookup we took for it.
+                if !dots {
+                    self.tree.forget(Ino(attr.ino.0), 1);
+                }
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.tree.releasedir(Fh(fh.0));
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, i: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.tree.fsyncdir(ino(i)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.tree.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        match self.tree.setxattr(ino(i), name, value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.tree.getxattr(ino(i), name, size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.tree.listxattr(ino(i), size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.tree.removexattr(ino(i), name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permissions are checked by the kernel (default_permissions).
+        reply.ok();
+    }
+
+    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        match self.tree.fallocate(Fh(fh.0), offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        match self.tree.lseek(Fh(fh.0), offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self.tree.copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+/// Attributes for a "." or ".." entry that could not be stat'ed: the kernel
+/// only uses their inode number and type.
+fn placeholder(i: Ino, kind: Kind) -> Attr {
+    Attr {
+        ino: i,
+        kind,
+        perm: 0o755,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 0,
+        blocks: 0,
+        blksize: 4096,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+    }
+}
+
+/// A notifier through which the daemon tells the kernel to drop cached
+/// entries (used by rewinds).
+pub type Notifier = fuser::Notifier;
+
+/// Mount options for a live workspace mount.
+pub fn mount_config(fsname: &str, threads: usize) -> fuser::Config {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(fsname.to_string()),
+        fuser::MountOption::Subtype("rewindfs".to_string()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::Dev,
+        fuser::MountOption::Suid,
+    ];
+    config.acl = fuser::SessionACL::All;
+    config.n_threads = Some(threads);
+    config.clone_fd = true;
+    config
+}
+
+/// A mounted session, ready to run.
+pub struct MountedSession {
+    session: fuser::Session<LiveFs>,
+}
+
+impl MountedSession {
+    /// Mounts `fs` at `mountpoint`.
+    pub fn mount(fs: LiveFs, mountpoint: &Path, fsname: &str, threads: usize) -> io::Result<MountedSession> {
+        let session = fuser::Session::new(fs, mountpoint, &mount_config(fsname, threads))?;
+        Ok(MountedSession { session })
+    }
+
+    pub fn notifier(&self) -> Notifier {
+        self.session.notifier()
+    }
+
+    /// Serves requests until the filesystem is unmounted.
+    pub fn run(self) -> io::Result<()> {
+        self.session.run()
+    }
+}

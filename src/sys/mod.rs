@@ -1,1 +1,250 @@
-//! See lib.rs for the module map.
+//! The only module with `unsafe`: thin, safe wrappers over the few Linux
+//! calls that `rustix` does not cover (file handles, xattrs by descriptor
+//! path, process-wide signal handling). Each `unsafe` block says why it is
+//! sound.
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+/// Largest file handle the kernel hands out (MAX_HANDLE_SZ in the kernel).
+const MAX_HANDLE_SZ: usize = 128;
+
+/// An opaque, persistent kernel file handle (`name_to_handle_at`): names an
+/// inode on its filesystem without holding a descriptor, survives renames
+/// and remounts, and (on ext4) changes when the inode number is reused, so
+/// it is how we recognise "the same file" cheaply.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct FileHandle {
+    handle_type: i32,
+    bytes: Box<[u8]>,
+}
+
+impl FileHandle {
+    /// Serialised form: 4 bytes little-endian handle type, then the bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + self.bytes.len());
+        out.extend_from_slice(&self.handle_type.to_le_bytes());
+        out.extend_from_slice(&self.bytes);
+        out
+    }
+
+    /// Inverse of [`FileHandle::to_bytes`]; `None` when malformed.
+    pub fn from_bytes(raw: &[u8]) -> Option<FileHandle> {
+        if raw.len() < 4 || raw.len() - 4 > MAX_HANDLE_SZ {
+            return None;
+        }
+        let handle_type = i32::from_le_bytes(raw[..4].try_into().ok()?);
+        Some(FileHandle { handle_type, bytes: raw[4..].into() })
+    }
+}
+
+#[repr(C)]
+struct RawHandle {
+    handle_bytes: libc::c_uint,
+    handle_type: libc::c_int,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+fn cstring(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// The handle of `name` in `dir` (or of `dir` itself when `name` is empty),
+/// never following a final symlink.
+pub fn name_to_handle_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<FileHandle> {
+    let cname = cstring(name)?;
+    let mut raw = RawHandle { handle_bytes: MAX_HANDLE_SZ as libc::c_uint, handle_type: 0, f_handle: [0; MAX_HANDLE_SZ] };
+    let mut mount_id: libc::c_int = 0;
+    let flags = if name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
+    // SAFETY: `raw` is a properly sized `struct file_handle` with
+    // handle_bytes set to the capacity of f_handle; `cname` is a valid
+    // NUL-terminated string; `mount_id` is a valid out pointer.
+    let rc = unsafe {
+        libc::name_to_handle_at(
+            dir.as_raw_fd(),
+            cname.as_ptr(),
+            (&mut raw as *mut RawHandle).cast(),
+            &mut mount_id,
+            flags,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = (raw.handle_bytes as usize).min(MAX_HANDLE_SZ);
+    Ok(FileHandle { handle_type: raw.handle_type, bytes: raw.f_handle[..len].into() })
+}
+
+/// Opens the inode a handle names. `mount_fd` is any descriptor on the same
+/// filesystem. Needs CAP_DAC_READ_SEARCH.
+pub fn open_by_handle_at(mount_fd: BorrowedFd<'_>, handle: &FileHandle, flags: i32) -> io::Result<OwnedFd> {
+    let mut raw = RawHandle {
+        handle_bytes: handle.bytes.len() as libc::c_uint,
+        handle_type: handle.handle_type,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    raw.f_handle[..handle.bytes.len()].copy_from_slice(&handle.bytes);
+    // SAFETY: `raw` is a valid `struct file_handle` whose handle_bytes does
+    // not exceed the f_handle array; the kernel only reads it.
+    let fd = unsafe {
+        libc::open_by_handle_at(mount_fd.as_raw_fd(), (&mut raw as *mut RawHandle).cast(), flags | libc::O_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `/proc/self/fd/N`: lets path-only calls (xattrs, chmod, truncate) act on
+/// the inode an `O_PATH` descriptor refers to, without resolving any name.
+pub fn proc_fd_path(fd: BorrowedFd<'_>) -> CString {
+    // A decimal number never contains NUL.
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
+}
+
+fn xattr_result(rc: isize) -> io::Result<usize> {
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+}
+
+/// `getxattr` on the inode behind `fd`; with an empty `buf`, returns the size.
+pub fn getxattr(fd: BorrowedFd<'_>, name: &OsStr, buf: &mut [u8]) -> io::Result<usize> {
+    let path = proc_fd_path(fd);
+    let cname = cstring(name)?;
+    // SAFETY: path and name are valid C strings; buf is valid for buf.len() bytes
+    // (a zero length with a dangling pointer is the documented size query).
+    let rc = unsafe { libc::getxattr(path.as_ptr(), cname.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    xattr_result(rc)
+}
+
+/// `listxattr` on the inode behind `fd`; with an empty `buf`, returns the size.
+pub fn listxattr(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    let path = proc_fd_path(fd);
+    // SAFETY: as for getxattr.
+    let rc = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    xattr_result(rc)
+}
+
+/// `setxattr` on the inode behind `fd`.
+pub fn setxattr(fd: BorrowedFd<'_>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+    let path = proc_fd_path(fd);
+    let cname = cstring(name)?;
+    // SAFETY: valid C strings; value is valid for value.len() bytes.
+    let rc = unsafe { libc::setxattr(path.as_ptr(), cname.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// `removexattr` on the inode behind `fd`.
+pub fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    let path = proc_fd_path(fd);
+    let cname = cstring(name)?;
+    // SAFETY: valid C strings.
+    let rc = unsafe { libc::removexattr(path.as_ptr(), cname.as_ptr()) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// `lseek` with SEEK_DATA / SEEK_HOLE support on an open file.
+pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> io::Result<i64> {
+    // SAFETY: plain syscall on a descriptor we borrow.
+    let rc = unsafe { libc::lseek(fd.as_raw_fd(), offset, whence) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+}
+
+/// `copy_file_range` between two open files; returns bytes copied.
+pub fn copy_file_range(src: BorrowedFd<'_>, src_off: u64, dst: BorrowedFd<'_>, dst_off: u64, len: usize) -> io::Result<usize> {
+    let mut so = src_off as i64;
+    let mut doff = dst_off as i64;
+    // SAFETY: offsets are valid out pointers; descriptors are borrowed.
+    let rc = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut so, dst.as_raw_fd(), &mut doff, len, 0) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+}
+
+/// Sets the process umask to 0 so the modes the kernel hands the daemon
+/// (already masked by the caller's umask) land on disk exactly.
+pub fn clear_umask() {
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0) };
+}
+
+/// Sends `signal` to `pid`; `Ok(false)` when the process does not exist.
+pub fn kill(pid: i32, signal: i32) -> io::Result<bool> {
+    // SAFETY: plain syscall.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) { Ok(false) } else { Err(err) }
+}
+
+/// Whether a process with that pid is alive (zombies count as dead).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // Field 3 (after the parenthesised command name) is the state.
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Unmounts `target` (as root: umount2; lazily with MNT_DETACH).
+pub fn umount(target: &std::path::Path, lazy: bool) -> io::Result<()> {
+    let c = cstring(target.as_os_str())?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: valid C string.
+    let rc = unsafe { libc::umount2(c.as_ptr(), flags) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// The effective uid of this process.
+pub fn geteuid() -> u32 {
+    // SAFETY: cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP set a flag instead of killing the
+/// process, and returns that flag's reader. Used by `run` (which must
+/// unmount after its child exits) and by the daemon (which must unmount
+/// cleanly).
+pub mod signals {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn record(sig: libc::c_int) {
+        LAST_SIGNAL.store(sig, Ordering::SeqCst);
+    }
+
+    /// Installs the handler for SIGINT, SIGTERM and SIGHUP.
+    pub fn install() {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: `record` is async-signal-safe (a single atomic store);
+            // the sigaction struct is zeroed then filled in.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = record as *const () as usize;
+                libc::sigemptyset(&mut action.sa_mask);
+                action.sa_flags = 0;
+                libc::sigaction(sig, &action, std::ptr::null_mut());
+            }
+        }
+    }
+
+    /// The last signal received since the last call, if any.
+    pub fn take() -> Option<i32> {
+        match LAST_SIGNAL.swap(0, Ordering::SeqCst) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+}
+
+/// Creates a new session so a daemon survives its parent's terminal.
+pub fn setsid() {
+    // SAFETY: plain syscall; failure (already a group leader) is harmless.
+    unsafe { libc::setsid() };
+}

@@ -1,1 +1,8 @@
-//! See lib.rs for the module map.
+//! The live workspace: the backing directory as the mount presents it.
+
+pub mod attr;
+pub mod live;
+pub mod objects;
+
+pub use attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
+pub use live::{DirEntry, Fh, FsStats, LiveTree, OpenFile, XattrReply};

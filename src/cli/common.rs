@@ -1,0 +1,238 @@
+//! What several subcommands share: checking paths, choosing the store,
+//! starting a daemon, and finding the mount a command acts on.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cli::MountOpts;
+use crate::daemon::registry::{self, MountInfo};
+use crate::daemon::{self, MountSpec, MountState};
+use crate::error::{Error, Result};
+use crate::fs::Passthrough;
+
+/// Set in the environment of a daemon started by `mount`: it reports
+/// readiness on stdout instead of logging there.
+pub const DAEMON_ENV: &str = "REWINDFS_DAEMON";
+
+/// Makes a path absolute and canonical without entering the last
+/// component (which may be a dead mount answering ENOTCONN).
+pub fn absolute_no_follow(path: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(path).map_err(|e| Error::io(format!("bad path {}", path.display()), e))?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = parent
+                .canonicalize()
+                .map_err(|e| Error::path(parent, format!("cannot resolve: {e}")))?;
+            Ok(parent.join(name))
+        }
+        _ => Ok(abs),
+    }
+}
+
+/// The default store of a workspace: `$REWINDFS_HOME/stores/<name>-<hash>`.
+pub fn default_store(workspace: &Path) -> PathBuf {
+    let home = std::env::var_os("REWINDFS_HOME").map(PathBuf::from).unwrap_or_else(|| {
+        let base = std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+            .unwrap_or_else(|| PathBuf::from("/var/lib"));
+        base.join("rewindfs")
+    });
+    let name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
+    let hash = blake3::hash(workspace.as_os_str().as_encoded_bytes()).to_hex();
+    home.join("stores").join(format!("{name}-{}", &hash[..12]))
+}
+
+fn check_fuse_available() -> Result<()> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(Error::Usage(
+            "/dev/fuse is missing: load the fuse module (`modprobe fuse`), or give the container the device (`--device /dev/fuse`)".into(),
+        ));
+    }
+    if crate::sys::geteuid() != 0 && which("fusermount3").is_none() {
+        return Err(Error::Usage("fusermount3 is missing: install fuse3 (`apt-get install fuse3`)".into()));
+    }
+    Ok(())
+}
+
+/// Finds an executable in PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+fn is_within(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir)
+}
+
+/// Checks everything that can be checked before starting a daemon, and
+/// turns the arguments into a spec. Problems are usage errors (exit 2).
+pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) -> Result<MountSpec> {
+    check_fuse_available()?;
+    let ws_abs = std::path::absolute(workspace).map_err(|e| Error::io("bad workspace path", e))?;
+    if !ws_abs.exists() {
+        return Err(Error::path(&ws_abs, "workspace does not exist (create it first: `mkdir -p` it)"));
+    }
+    let ws = ws_abs.canonicalize().map_err(|e| Error::path(&ws_abs, format!("cannot resolve workspace: {e}")))?;
+    if !ws.is_dir() {
+        return Err(Error::path(&ws, "workspace is not a directory"));
+    }
+    for mp in daemon::rewindfs_mountpoints() {
+        if mp == ws {
+            return Err(already_mounted(&ws));
+        }
+        if is_within(&ws, &mp) {
+            return Err(Error::path(&ws, format!("workspace is inside the rewindfs mount {}; choose its backing directory", mp.display())));
+        }
+    }
+    let mp = match mountpoint {
+        None => ws.clone(),
+        Some(m) => {
+            let abs = absolute_no_follow(m)?;
+            if let MountState::Live(_) | MountState::Dead(_) = daemon::mount_state(&abs) {
+                return Err(already_mounted(&abs));
+            }
+            let mp = abs.canonicalize().map_err(|_| {
+                Error::path(&abs, "mountpoint does not exist (create an empty directory there first)")
+            })?;
+            if !mp.is_dir() {
+                return Err(Error::path(&mp, "mountpoint is not a directory"));
+            }
+            let empty = std::fs::read_dir(&mp).map(|mut d| d.next().is_none()).unwrap_or(false);
+            if mp != ws && !empty {
+                return Err(Error::path(&mp, "mountpoint is not an empty directory (omit it to mount the workspace in place)"));
+            }
+            if mp != ws && (is_within(&mp, &ws) || is_within(&ws, &mp)) {
+                return Err(Error::path(&mp, "mountpoint must not be inside the workspace, nor contain it"));
+            }
+            mp
+        }
+    };
+    for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
+        if info.workspace == ws {
+            return Err(Error::Usage(format!(
+                "workspace {} is already mounted on {} (daemon pid {}); unmount it first",
+                ws.display(),
+                info.mountpoint.display(),
+                info.pid
+            )));
+        }
+    }
+    let store_arg = opts.store.clone().unwrap_or_else(|| default_store(&ws));
+    let store_abs = std::path::absolute(&store_arg).map_err(|e| Error::io("bad store path", e))?;
+    std::fs::create_dir_all(&store_abs).map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
+    let store = store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
+    if is_within(&store, &ws) || is_within(&store, &mp) {
+        return Err(Error::path(
+            &store,
+            "the store must be outside the workspace (the agent must not be able to write history)",
+        ));
+    }
+    for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
+        if info.store == store {
+            return Err(Error::Usage(format!(
+                "store {} is already in use by the mount on {} (daemon pid {})",
+                store.display(),
+                info.mountpoint.display(),
+                info.pid
+            )));
+        }
+    }
+    Ok(MountSpec {
+        workspace: ws,
+        mountpoint: mp,
+        store,
+        passthrough: if opts.passthrough == "off" { Passthrough::Off } else { Passthrough::All },
+        cache_timeout: Duration::from_secs(opts.cache_timeout),
+        threads: opts.threads.max(1),
+    })
+}
+
+fn already_mounted(path: &Path) -> Error {
+    match daemon::mount_state(path) {
+        MountState::Dead(_) => Error::Usage(format!(
+            "{} is a dead rewindfs mount (its daemon is gone); run `rewindfs unmount {}` first",
+            path.display(),
+            path.display()
+        )),
+        MountState::Live(info) | MountState::Starting(info) => Error::Usage(format!(
+            "{} is already mounted by rewindfs (daemon pid {}); unmount it first",
+            path.display(),
+            info.pid
+        )),
+        MountState::NotMounted => Error::Usage(format!("{} is already a mountpoint", path.display())),
+    }
+}
+
+/// Starts a background daemon for `spec` and waits until its mount is
+/// ready. The daemon logs to `daemon.log` in the store.
+pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs executable", e))?;
+    let log_path = spec.store.join("daemon.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| Error::io(format!("cannot open daemon log {}", log_path.display()), e))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(&spec.workspace)
+        .arg(&spec.mountpoint)
+        .arg("--store")
+        .arg(&spec.store)
+        .arg("--passthrough")
+        .arg(if spec.passthrough == Passthrough::Off { "off" } else { "all" })
+        .arg("--cache-timeout")
+        .arg(spec.cache_timeout.as_secs().to_string())
+        .arg("--threads")
+        .arg(spec.threads.to_string())
+        .arg("--foreground")
+        .env(DAEMON_ENV, "1")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log));
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "rewindfs=info");
+    }
+    let mut child = cmd.spawn().map_err(|e| Error::io("cannot start the rewindfs daemon", e))?;
+    let stdout = child.stdout.take().ok_or_else(|| Error::Daemon("daemon has no stdout".into()))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_default();
+    if let Some(rest) = line.strip_prefix("ready") {
+        let _ = rest;
+        return registry::read(&spec.mountpoint)
+            .ok_or_else(|| Error::Daemon("the daemon started but did not publish its mount".into()));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    match line.strip_prefix("error: ") {
+        Some(msg) if msg.trim().len() > 0 => Err(Error::Usage(msg.trim().to_string())),
+        _ => Err(Error::Daemon(format!("the daemon failed to start; see {}", log_path.display()))),
+    }
+}
+
+/// The mount a command acts on: `-C MOUNT`, else the one containing the
+/// current directory.
+pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
+    let live: Vec<MountInfo> = registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect();
+    let target = match explicit {
+        Some(p) => absolute_no_follow(p)?,
+        None => std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?,
+    };
+    live.into_iter()
+        .filter(|i| target.starts_with(&i.mountpoint) || target.starts_with(&i.workspace))
+        .max_by_key(|i| i.mountpoint.as_os_str().len())
+        .ok_or_else(|| match explicit {
+            Some(p) => Error::Usage(format!("{} is not inside a rewindfs mount", p.display())),
+            None => Error::Usage("the current directory is not inside a rewindfs mount (use -C <MOUNT>)".into()),
+        })
+}

@@ -1,0 +1,45 @@
+//! `rewindfs mount`: start a daemon serving a workspace.
+
+use std::io::Write;
+
+use crate::cli::common::{self, DAEMON_ENV};
+use crate::cli::MountArgs;
+use crate::daemon;
+use crate::error::Result;
+
+pub fn run(args: MountArgs) -> Result<()> {
+    let spec = common::prepare(&args.workspace, args.mountpoint.as_deref(), &args.opts)?;
+    if !args.foreground {
+        let info = common::spawn_daemon(&spec)?;
+        let place = if info.in_place { "in place".to_string() } else { format!("on {}", info.mountpoint.display()) };
+        println!(
+            "mounted {} {place} (store {}, daemon pid {})",
+            info.workspace.display(),
+            info.store.display(),
+            info.pid
+        );
+        return Ok(());
+    }
+    let as_daemon = std::env::var_os(DAEMON_ENV).is_some();
+    if as_daemon {
+        crate::sys::setsid();
+    }
+    daemon::serve(spec, |ready| {
+        // A daemon started by `mount` reports on stdout (a pipe its parent
+        // reads); in the foreground, the user reads stderr.
+        match (ready, as_daemon) {
+            (Ok(_), true) => {
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "ready");
+                let _ = out.flush();
+            }
+            (Err(e), true) => {
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "error: {e}");
+                let _ = out.flush();
+            }
+            (Ok(info), false) => eprintln!("rewindfs: serving {} on {} (Ctrl-C to unmount)", info.workspace.display(), info.mountpoint.display()),
+            (Err(_), false) => {}
+        }
+    })
+}

@@ -1,0 +1,113 @@
+//! `rewindfs run`: mount in place, run a command inside, unmount after.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use log::warn;
+
+use crate::cli::common;
+use crate::cli::unmount;
+use crate::cli::RunArgs;
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// A short demonstration run when no workspace is given.
+const DEMO_SCRIPT: &str = r#"set -e
+echo "== inside $(pwd), mounted by rewindfs"
+ls -la
+echo "== an agent edits, builds, deletes:"
+echo 'print("hello from the agent")' > hello.py
+mkdir -p build && for i in 1 2 3; do echo "object $i" > build/obj$i.o; done
+sed -i 's/world/rewindfs/' README.txt
+rm -f old-notes.txt
+ls -la . build
+echo "== status:"
+rewindfs status
+"#;
+
+fn demo_workspace() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("rewindfs-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    std::fs::write(dir.join("README.txt"), "hello world\n").map_err(|e| Error::io("cannot write demo file", e))?;
+    std::fs::write(dir.join("old-notes.txt"), "to be deleted\n").map_err(|e| Error::io("cannot write demo file", e))?;
+    Ok(dir)
+}
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    let (workspace, command) = match args.workspace {
+        Some(ws) => {
+            let cmd = if args.command.is_empty() {
+                vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
+            } else {
+                args.command
+            };
+            (ws, cmd)
+        }
+        None => {
+            let ws = demo_workspace()?;
+            eprintln!("rewindfs: no workspace given; running a demo on scratch workspace {}", ws.display());
+            let cmd = if args.command.is_empty() { vec!["sh".into(), "-c".into(), DEMO_SCRIPT.into()] } else { args.command };
+            (ws, cmd)
+        }
+    };
+    let spec = common::prepare(&workspace, None, &args.opts)?;
+    let info = common::spawn_daemon(&spec)?;
+    eprintln!("rewindfs: mounted {} in place (daemon pid {})", info.workspace.display(), info.pid);
+
+    // From here on, whatever happens, unmount before returning.
+    sys::signals::install();
+    let status = run_child(&command, &info.mountpoint);
+    let unmounted = unmount_when_idle(&info.mountpoint);
+    let code = status?;
+    unmounted?;
+    eprintln!("rewindfs: unmounted {}", info.mountpoint.display());
+    Ok(code)
+}
+
+fn run_child(command: &[String], cwd: &std::path::Path) -> Result<i32> {
+    let (program, rest) = command.split_first().ok_or_else(|| Error::Usage("no command given".into()))?;
+    let mut child = Command::new(program)
+        .args(rest)
+        .current_dir(cwd)
+        .spawn()
+        .map_err(|e| Error::io(format!("cannot run {program}"), e))?;
+    loop {
+        if let Some(sig) = sys::signals::take() {
+            // Ctrl-C already reached the child through the terminal's
+            // process group; forward the others.
+            if sig != libc::SIGINT {
+                let _ = sys::kill(child.id() as i32, sig);
+            }
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                use std::os::unix::process::ExitStatusExt;
+                return Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(Error::io("cannot wait for the command", e)),
+        }
+    }
+}
+
+/// Unmounts; when processes started by the command still use the mount,
+/// waits a little, then detaches lazily so the workspace is freed as soon
+/// as they exit.
+fn unmount_when_idle(mp: &std::path::Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match unmount::unmount(mp, false) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() < deadline => {
+                log::debug!("unmount of {} not possible yet: {e}", mp.display());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => {
+                warn!("{e}; detaching {} lazily", mp.display());
+                eprintln!("rewindfs: {} is still in use; detaching it lazily (it goes away when those processes exit)", mp.display());
+                return unmount::unmount(mp, true);
+            }
+        }
+    }
+}

@@ -1,0 +1,563 @@
+//! The live tree: every filesystem operation on the workspace, in our own
+//! types, without FUSE. The FUSE adapter (`crate::fs`) converts requests
+//! into calls here; tests call it directly.
+//!
+//! The daemon never resolves a path through a symlink: every object is
+//! reached by its kernel file handle, and every name is a single component
+//! resolved with `*at()` calls relative to its parent directory.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+
+use crate::error::Errno;
+use crate::sys::{self, FileHandle};
+use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
+use crate::workspace::objects::ObjectTable;
+
+type Res<T> = std::result::Result<T, Errno>;
+
+/// How many directory descriptors to keep open for fast `*at()` calls.
+/// Bounded: the process shares a hard limit of 20,000 descriptors.
+const DIR_CACHE_CAPACITY: usize = 512;
+
+/// A file opened by a client.
+#[derive(Debug)]
+pub struct OpenFile {
+    pub ino: Ino,
+    pub file: File,
+    pub writable: bool,
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub name: OsString,
+    pub ino: Ino,
+    pub kind: Kind,
+}
+
+/// Identifies an open file or directory (FUSE's `fh`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Fh(pub u64);
+
+/// The result of a lookup-like call: attributes of a named object.
+pub type Entry = Attr;
+
+/// Filesystem statistics (as `statfs`).
+#[derive(Clone, Copy, Debug)]
+pub struct FsStats {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// The live workspace tree.
+#[derive(Debug)]
+pub struct LiveTree {
+    /// The backing directory, opened before any mount so that an in-place
+    /// mount does not hide it from us.
+    root: OwnedFd,
+    objects: ObjectTable,
+    dir_cache: Mutex<HashMap<Ino, Arc<OwnedFd>>>,
+    files: Mutex<HashMap<Fh, Arc<OpenFile>>>,
+    dirs: Mutex<HashMap<Fh, Arc<Vec<DirEntry>>>>,
+    next_fh: AtomicU64,
+}
+
+fn check_name(name: &OsStr) -> Res<()> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    if b.len() > 255 {
+        return Err(Errno(libc::ENAMETOOLONG));
+    }
+    Ok(())
+}
+
+fn ts(t: Option<SetTime>) -> Timespec {
+    match t {
+        None => Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT },
+        Some(SetTime::Now) => Timespec { tv_sec: 0, tv_nsec: UTIME_NOW },
+        Some(SetTime::At(t)) => match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ },
+            Err(e) => {
+                let d = e.duration();
+                let (mut s, mut n) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+                if n < 0 {
+                    s -= 1;
+                    n += 1_000_000_000;
+                }
+                Timespec { tv_sec: s, tv_nsec: n as _ }
+            }
+        },
+    }
+}
+
+/// Open flags a client may pass through to the backing file. Creation and
+/// truncation are done by explicit calls; O_DIRECT would need aligned
+/// buffers the daemon does not use.
+fn backing_open_flags(flags: i32) -> OFlags {
+    let strip = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC | libc::O_DIRECT;
+    OFlags::from_bits_retain(((flags & !strip) | libc::O_CLOEXEC) as u32)
+}
+
+impl LiveTree {
+    /// Opens the workspace at `path` (a directory).
+    pub fn new(path: &Path) -> crate::Result<LiveTree> {
+        // Not O_PATH: open_by_handle_at refuses an O_PATH descriptor as its mount_fd.
+        let root = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| crate::Error::io(format!("cannot open workspace {}", path.display()), e.into()))?;
+        let handle = sys::name_to_handle_at(root.as_fd(), OsStr::new("")).map_err(|e| {
+            crate::Error::io(
+                format!("cannot get a file handle for {} (the filesystem must support NFS-style file handles)", path.display()),
+                e,
+            )
+        })?;
+        // Opening by handle needs CAP_DAC_READ_SEARCH: check now, not at the first lookup.
+        sys::open_by_handle_at(root.as_fd(), &handle, libc::O_PATH).map_err(|e| {
+            crate::Error::io("cannot open files by handle (rewindfs must run as root or with CAP_DAC_READ_SEARCH)", e)
+        })?;
+        Ok(LiveTree {
+            root,
+            objects: ObjectTable::new(handle),
+            dir_cache: Mutex::new(HashMap::new()),
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        })
+    }
+
+    /// A descriptor on the backing filesystem (for statfs, syncfs).
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// Number of objects in the object table.
+    pub fn object_count(&self) -> usize {
+        self.objects.len()
+    }
+
+    fn new_fh(&self) -> Fh {
+        Fh(self.next_fh.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// An `O_PATH` descriptor for the object.
+    fn open_path(&self, ino: Ino) -> Res<OwnedFd> {
+        let (handle, _) = self.objects.get(ino).ok_or(Errno::ESTALE)?;
+        self.open_handle(&handle, libc::O_PATH)
+    }
+
+    fn open_handle(&self, handle: &FileHandle, flags: i32) -> Res<OwnedFd> {
+        sys::open_by_handle_at(self.root.as_fd(), handle, flags).map_err(|e| {
+            // An inode that no longer exists answers ESTALE; to a client it is gone.
+            if e.raw_os_error() == Some(libc::ESTALE) { Errno::ENOENT } else { Errno::from(e) }
+        })
+    }
+
+    /// A (cached) `O_PATH` descriptor for a directory.
+    fn dir(&self, ino: Ino) -> Res<Arc<OwnedFd>> {
+        if ino == Ino::ROOT {
+            // The root descriptor lives as long as the tree.
+            return Ok(Arc::new(self.root.try_clone().map_err(Errno::from)?));
+        }
+        if let Some(fd) = self.dir_cache.lock().unwrap_or_else(|p| p.into_inner()).get(&ino) {
+            return Ok(fd.clone());
+        }
+        let (handle, kind) = self.objects.get(ino).ok_or(Errno::ESTALE)?;
+        if kind != Kind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let fd = Arc::new(self.open_handle(&handle, libc::O_PATH | libc::O_DIRECTORY)?);
+        let mut cache = self.dir_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= DIR_CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(ino, fd.clone());
+        Ok(fd)
+    }
+
+    /// Stats `name` in `dir` and registers it. Counts a kernel lookup.
+    fn entry_at(&self, dir: BorrowedFd<'_>, name: &OsStr, count_lookup: bool) -> Res<Attr> {
+        let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        let handle = sys::name_to_handle_at(dir, name)?;
+        let kind = Kind::from_mode(st.st_mode);
+        let ino = self.objects.intern(handle, st.st_ino, kind, count_lookup);
+        Ok(Attr::from_stat(ino, &st))
+    }
+
+    /// The inode number of an existing name, without counting a lookup.
+    fn peek(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<(Ino, Attr)> {
+        let attr = self.entry_at(dir, name, false)?;
+        Ok((attr.ino, attr))
+    }
+
+    pub fn lookup(&self, parent: Ino, name: &OsStr) -> Res<Entry> {
+        if name.as_bytes().len() > 255 {
+            return Err(Errno(libc::ENAMETOOLONG));
+        }
+        let dir = self.dir(parent)?;
+        self.entry_at(dir.as_fd(), name, true)
+    }
+
+    pub fn forget(&self, ino: Ino, n: u64) {
+        self.objects.forget(ino, n);
+    }
+
+    pub fn getattr(&self, ino: Ino, fh: Option<Fh>) -> Res<Attr> {
+        if let Some(file) = fh.and_then(|fh| self.file(fh).ok()) {
+            let st = rustix::fs::fstat(&file.file)?;
+            return Ok(Attr::from_stat(ino, &st));
+        }
+        let fd = if ino == Ino::ROOT { self.root.try_clone().map_err(Errno::from)? } else { self.open_path(ino)? };
+        let st = rustix::fs::fstat(&fd)?;
+        Ok(Attr::from_stat(ino, &st))
+    }
+
+    pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>) -> Res<Attr> {
+        let fd = if ino == Ino::ROOT { self.root.try_clone().map_err(Errno::from)? } else { self.open_path(ino)? };
+        let proc_path = sys::proc_fd_path(fd.as_fd());
+        // Owner first: chown clears setuid/setgid, a mode set in the same
+        // call must win.
+        if set.uid.is_some() || set.gid.is_some() {
+            rustix::fs::chownat(
+                &fd,
+                "",
+                set.uid.map(rustix::fs::Uid::from_raw),
+                set.gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH,
+            )?;
+        }
+        if let Some(mode) = set.mode {
+            rustix::fs::chmodat(rustix::fs::CWD, proc_path.as_c_str(), Mode::from_raw_mode(mode & 0o7777), AtFlags::empty())?;
+        }
+        if let Some(size) = set.size {
+            match fh.and_then(|fh| self.file(fh).ok()).filter(|f| f.writable) {
+                Some(file) => file.file.set_len(size).map_err(Errno::from)?,
+                None => {
+                    let f = rustix::fs::open(proc_path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+                    rustix::fs::ftruncate(&f, size)?;
+                }
+            }
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let times = Timestamps { last_access: ts(set.atime), last_modification: ts(set.mtime) };
+            rustix::fs::utimensat(rustix::fs::CWD, proc_path.as_c_str(), &times, AtFlags::empty())?;
+        }
+        let st = rustix::fs::fstat(&fd)?;
+        Ok(Attr::from_stat(ino, &st))
+    }
+
+    pub fn readlink(&self, ino: Ino) -> Res<Vec<u8>> {
+        let fd = self.open_path(ino)?;
+        let target = rustix::fs::readlinkat(&fd, "", Vec::new())?;
+        Ok(target.into_bytes())
+    }
+
+    /// Gives a newly created object to the caller, as ext4 would have:
+    /// owner = caller, group = caller's unless the parent is setgid.
+    fn give_to_caller(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller, mode: Option<u32>) -> Res<()> {
+        if caller.uid == 0 && caller.gid == 0 {
+            return Ok(());
+        }
+        let parent = rustix::fs::fstat(dir)?;
+        let gid = if parent.st_mode & libc::S_ISGID != 0 { None } else { Some(rustix::fs::Gid::from_raw(caller.gid)) };
+        rustix::fs::chownat(dir, name, Some(rustix::fs::Uid::from_raw(caller.uid)), gid, AtFlags::SYMLINK_NOFOLLOW)?;
+        // chown cleared setuid/setgid: put back what was asked for.
+        if let Some(mode) = mode.filter(|m| m & 0o6000 != 0) {
+            let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+            let path = sys::proc_fd_path(fd.as_fd());
+            rustix::fs::chmodat(rustix::fs::CWD, path.as_c_str(), Mode::from_raw_mode(mode & 0o7777), AtFlags::empty())?;
+        }
+        Ok(())
+    }
+
+    pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, rdev: u32, caller: Caller) -> Res<Entry> {
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        let kind = rustix::fs::FileType::from_raw_mode(mode);
+        rustix::fs::mknodat(dir.as_fd(), name, kind, Mode::from_raw_mode(mode & 0o7777), rdev as u64)?;
+        self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+        self.entry_at(dir.as_fd(), name, true)
+    }
+
+    pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
+        self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+        self.entry_at(dir.as_fd(), name, true)
+    }
+
+    pub fn symlink(&self, parent: Ino, name: &OsStr, target: &OsStr, caller: Caller) -> Res<Entry> {
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        rustix::fs::symlinkat(target, dir.as_fd(), name)?;
+        self.give_to_caller(dir.as_fd(), name, caller, None)?;
+        self.entry_at(dir.as_fd(), name, true)
+    }
+
+    pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Res<Entry> {
+        check_name(new_name)?;
+        let src = self.open_path(ino)?;
+        let dir = self.dir(new_parent)?;
+        rustix::fs::linkat(&src, "", dir.as_fd(), new_name, AtFlags::EMPTY_PATH)?;
+        self.entry_at(dir.as_fd(), new_name, true)
+    }
+
+    /// Marks `victim` unlinked if removing one name removed its last one.
+    fn note_removed(&self, victim: Attr) {
+        if victim.kind == Kind::Dir || victim.nlink <= 1 {
+            self.objects.mark_unlinked(victim.ino);
+            self.dir_cache.lock().unwrap_or_else(|p| p.into_inner()).remove(&victim.ino);
+        }
+    }
+
+    pub fn unlink(&self, parent: Ino, name: &OsStr) -> Res<()> {
+        let dir = self.dir(parent)?;
+        let (_, victim) = self.peek(dir.as_fd(), name)?;
+        rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())?;
+        self.note_removed(victim);
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: Ino, name: &OsStr) -> Res<()> {
+        let dir = self.dir(parent)?;
+        let (_, victim) = self.peek(dir.as_fd(), name)?;
+        rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::REMOVEDIR)?;
+        self.note_removed(victim);
+        Ok(())
+    }
+
+    pub fn rename(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32) -> Res<()> {
+        check_name(new_name)?;
+        let from = self.dir(parent)?;
+        let to = self.dir(new_parent)?;
+        let flags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
+        let replaced = if flags.contains(RenameFlags::EXCHANGE) || flags.contains(RenameFlags::NOREPLACE) {
+            None
+        } else {
+            self.peek(to.as_fd(), new_name).ok().map(|(_, a)| a)
+        };
+        rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, flags)?;
+        if let Some(victim) = replaced {
+            // Renaming a name onto a hard link of itself changes nothing.
+            if let Ok((ino, _)) = self.peek(to.as_fd(), new_name) {
+                if ino != victim.ino {
+                    self.note_removed(victim);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn register_open(&self, ino: Ino, file: File, writable: bool) -> (Fh, Arc<OpenFile>) {
+        let fh = self.new_fh();
+        let open = Arc::new(OpenFile { ino, file, writable });
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, open.clone());
+        (fh, open)
+    }
+
+    pub fn open(&self, ino: Ino, flags: i32) -> Res<(Fh, Arc<OpenFile>)> {
+        let (handle, kind) = self.objects.get(ino).ok_or(Errno::ESTALE)?;
+        if kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno(libc::EISDIR));
+        }
+        let fd = self.open_handle(&handle, backing_open_flags(flags).bits() as i32)?;
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        Ok(self.register_open(ino, File::from(fd), writable))
+    }
+
+    pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<(Entry, Fh, Arc<OpenFile>)> {
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        let oflags = backing_open_flags(flags) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
+        let fd = rustix::fs::openat(dir.as_fd(), name, oflags, Mode::from_raw_mode(mode & 0o7777))?;
+        self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+        let st = rustix::fs::fstat(&fd)?;
+        let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))?;
+        let ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), true);
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let (fh, open) = self.register_open(ino, File::from(fd), writable);
+        Ok((Attr::from_stat(ino, &st), fh, open))
+    }
+
+    pub fn file(&self, fh: Fh) -> Res<Arc<OpenFile>> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).get(&fh).cloned().ok_or(Errno::EBADF)
+    }
+
+    pub fn read(&self, fh: Fh, offset: u64, size: u32) -> Res<Vec<u8>> {
+        let file = self.file(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            match file.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Res<u32> {
+        let file = self.file(fh)?;
+        file.file.write_all_at(data, offset).map_err(Errno::from)?;
+        Ok(data.len() as u32)
+    }
+
+    pub fn release(&self, fh: Fh) {
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh);
+    }
+
+    pub fn fsync(&self, fh: Fh, datasync: bool) -> Res<()> {
+        let file = self.file(fh)?;
+        if datasync { file.file.sync_data() } else { file.file.sync_all() }.map_err(Errno::from)
+    }
+
+    pub fn fallocate(&self, fh: Fh, offset: u64, length: u64, mode: i32) -> Res<()> {
+        let file = self.file(fh)?;
+        let flags = rustix::fs::FallocateFlags::from_bits(mode as u32).ok_or(Errno(libc::EOPNOTSUPP))?;
+        rustix::fs::fallocate(&file.file, flags, offset, length)?;
+        Ok(())
+    }
+
+    pub fn lseek(&self, fh: Fh, offset: i64, whence: i32) -> Res<i64> {
+        let file = self.file(fh)?;
+        Ok(sys::lseek(file.file.as_fd(), offset, whence)?)
+    }
+
+    pub fn copy_file_range(&self, fh_in: Fh, off_in: u64, fh_out: Fh, off_out: u64, len: u64) -> Res<u32> {
+        let src = self.file(fh_in)?;
+        let dst = self.file(fh_out)?;
+        let len = len.min(u32::MAX as u64 & !0xfff) as usize;
+        Ok(sys::copy_file_range(src.file.as_fd(), off_in, dst.file.as_fd(), off_out, len)? as u32)
+    }
+
+    /// Reads the whole directory now, so that offsets stay valid while
+    /// entries are added and removed (POSIX leaves that unspecified; a
+    /// snapshot is the simplest correct answer).
+    pub fn opendir(&self, ino: Ino) -> Res<Fh> {
+        let dir = self.dir(ino)?;
+        let parent = if ino == Ino::ROOT {
+            Ino::ROOT
+        } else {
+            rustix::fs::statat(dir.as_fd(), "..", AtFlags::empty()).map(|st| Ino(st.st_ino)).unwrap_or(ino)
+        };
+        let fd = rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let mut listing = rustix::fs::Dir::new(fd)?;
+        let mut entries = vec![
+            DirEntry { name: ".".into(), ino, kind: Kind::Dir },
+            DirEntry { name: "..".into(), ino: parent, kind: Kind::Dir },
+        ];
+        while let Some(entry) = listing.read() {
+            let entry = entry?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let kind = Kind::from_dirent(entry.file_type()).unwrap_or(Kind::File);
+            entries.push(DirEntry { name: name.to_os_string(), ino: Ino(entry.ino()), kind });
+        }
+        let fh = self.new_fh();
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, Arc::new(entries));
+        Ok(fh)
+    }
+
+    /// Entries from `offset` on (offset = index of the next entry).
+    pub fn readdir(&self, fh: Fh) -> Res<Arc<Vec<DirEntry>>> {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh).cloned().ok_or(Errno::EBADF)
+    }
+
+    pub fn releasedir(&self, fh: Fh) {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh);
+    }
+
+    pub fn fsyncdir(&self, ino: Ino) -> Res<()> {
+        let dir = self.dir(ino)?;
+        let fd = rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        rustix::fs::fsync(&fd)?;
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> Res<FsStats> {
+        let s = rustix::fs::fstatvfs(&self.root)?;
+        Ok(FsStats {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+        })
+    }
+
+    fn xattr_fd(&self, ino: Ino) -> Res<OwnedFd> {
+        if ino == Ino::ROOT { self.root.try_clone().map_err(Errno::from) } else { self.open_path(ino) }
+    }
+
+    /// With `size == 0`, answers the size of the value; otherwise the value
+    /// (ERANGE when it does not fit in `size`).
+    pub fn getxattr(&self, ino: Ino, name: &OsStr, size: u32) -> Res<XattrReply> {
+        let fd = self.xattr_fd(ino)?;
+        if size == 0 {
+            return Ok(XattrReply::Size(sys::getxattr(fd.as_fd(), name, &mut [])? as u32));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = sys::getxattr(fd.as_fd(), name, &mut buf)?;
+        buf.truncate(n);
+        Ok(XattrReply::Data(buf))
+    }
+
+    pub fn listxattr(&self, ino: Ino, size: u32) -> Res<XattrReply> {
+        let fd = self.xattr_fd(ino)?;
+        if size == 0 {
+            return Ok(XattrReply::Size(sys::listxattr(fd.as_fd(), &mut [])? as u32));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = sys::listxattr(fd.as_fd(), &mut buf)?;
+        buf.truncate(n);
+        Ok(XattrReply::Data(buf))
+    }
+
+    pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Res<()> {
+        let fd = self.xattr_fd(ino)?;
+        Ok(sys::setxattr(fd.as_fd(), name, value, flags)?)
+    }
+
+    pub fn removexattr(&self, ino: Ino, name: &OsStr) -> Res<()> {
+        let fd = self.xattr_fd(ino)?;
+        Ok(sys::removexattr(fd.as_fd(), name)?)
+    }
+
+    /// Flushes everything written to the backing filesystem.
+    pub fn syncfs(&self) -> Res<()> {
+        rustix::fs::syncfs(&self.root)?;
+        Ok(())
+    }
+}
+
+/// Answer to an xattr query: the size needed, or the bytes.
+#[derive(Debug)]
+pub enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
