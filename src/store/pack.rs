@@ -339,6 +339,11 @@ struct Writer {
 
 /// Chunks appended to pack files under `dir/packs`, indexed in
 /// `dir/chunks.sqlite`. Safe to share between threads.
+///
+/// Open descriptors stay bounded whatever the store's size, because the
+/// daemon shares a hard limit of open files: the lock file, the pack being
+/// appended to, at most `max_open_packs` packs for reading, and two SQLite
+/// connections (database, WAL and shared-memory file each).
 #[derive(Debug)]
 pub struct PackStore {
     dir: PathBuf,

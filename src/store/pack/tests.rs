@@ -312,3 +312,58 @@ fn newer_schema_is_refused() {
     let err = PackStore::open(dir.path()).expect_err("newer schema must be refused");
     assert!(err.to_string().contains("newer"), "{err}");
 }
+
+#[test]
+fn empty_newest_pack_from_a_crash_is_reused() {
+    let (dir, store, chunks, _) = ten_chunks();
+    drop(store);
+    // Crash right after creating the next pack, before its header.
+    let empty = dir.path().join("packs").join(pack_file_name(2));
+    File::create(&empty).expect("create empty pack");
+    let store = PackStore::open(dir.path()).expect("reopen");
+    let id = store.put(b"goes into pack 2").expect("put");
+    assert_eq!(location(&store, &id).pack, 2);
+    assert_eq!(std::fs::metadata(&empty).expect("stat").len(), PACK_HEADER_LEN + RECORD_HEADER_LEN + 16);
+    assert_all_readable(&store, &chunks);
+}
+
+/// Environment variable naming the store directory for the child of
+/// `puts_survive_kill_9`.
+const CRASH_DIR_VAR: &str = "REWINDFS_STORE_CRASH_DIR";
+const CRASH_CHUNKS: u64 = 50;
+
+/// Run only as a child process by `puts_survive_kill_9`: stores chunks,
+/// says so, and waits to be killed.
+#[test]
+#[ignore = "helper process for puts_survive_kill_9"]
+fn crash_child() {
+    let dir = std::env::var_os(CRASH_DIR_VAR).expect("run by puts_survive_kill_9");
+    let store = PackStore::open_with(Path::new(&dir), small_packs()).expect("open");
+    put_chunks(&store, 7, CRASH_CHUNKS);
+    println!("CHUNKS STORED");
+    std::thread::sleep(std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn puts_survive_kill_9() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "store::pack::tests::crash_child", "--ignored", "--nocapture"])
+        .env(CRASH_DIR_VAR, dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("child stdout");
+    let stored = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("CHUNKS STORED"));
+    child.kill().expect("SIGKILL child");
+    child.wait().expect("reap child");
+    assert!(stored, "child did not report storing its chunks");
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("open after kill -9");
+    let expected: Vec<Vec<u8>> = (0..CRASH_CHUNKS).map(|i| pseudo_random(7000 + i, 10_000)).collect();
+    for data in &expected {
+        assert_eq!(&store.get(&ChunkId::of(data)).expect("get after kill -9"), data);
+    }
+    assert_eq!(store.stats().expect("stats").chunks, CRASH_CHUNKS);
+}
