@@ -150,7 +150,10 @@ impl StoreError {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             StoreError::Io { source, .. } => source.raw_os_error(),
-            StoreError::Sqlite { source: rusqlite::Error::SqliteFailure(e, _), .. } => match e.code {
+            StoreError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(e, _),
+                ..
+            } => match e.code {
                 rusqlite::ErrorCode::DiskFull => Some(libc::ENOSPC),
                 rusqlite::ErrorCode::SystemIoFailure => Some(libc::EIO),
                 _ => None,
@@ -160,15 +163,24 @@ impl StoreError {
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> StoreError {
-        StoreError::Io { context: context.into(), source }
+        StoreError::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     pub(crate) fn sqlite(context: impl Into<String>, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite { context: context.into(), source }
+        StoreError::Sqlite {
+            context: context.into(),
+            source,
+        }
     }
 
     pub(crate) fn corrupt(chunk: ChunkId, detail: impl Into<String>) -> StoreError {
-        StoreError::Corrupt { chunk, detail: detail.into() }
+        StoreError::Corrupt {
+            chunk,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -237,7 +249,10 @@ pub(crate) fn verified(id: &ChunkId, data: Vec<u8>) -> Result<Vec<u8>, StoreErro
     if actual == *id {
         Ok(data)
     } else {
-        Err(StoreError::corrupt(*id, format!("content hashes to {actual}")))
+        Err(StoreError::corrupt(
+            *id,
+            format!("content hashes to {actual}"),
+        ))
     }
 }
 
@@ -249,7 +264,9 @@ pub(crate) fn verify_by_get(store: &dyn ChunkStore) -> Result<VerifyReport, Stor
         report.checked += 1;
         match store.get(&id) {
             Ok(_) => {}
-            Err(StoreError::Corrupt { detail, .. }) => report.corrupt.push(CorruptChunk { id, detail }),
+            Err(StoreError::Corrupt { detail, .. }) => {
+                report.corrupt.push(CorruptChunk { id, detail })
+            }
             Err(StoreError::Missing { .. }) => report.corrupt.push(CorruptChunk {
                 id,
                 detail: "listed but not readable".to_string(),
@@ -270,14 +287,25 @@ mod tests {
         let hex = id.to_string();
         assert_eq!(hex, blake3::hash(b"hello").to_hex().as_str());
         assert_eq!(hex.parse::<ChunkId>().expect("parse own hex"), id);
-        assert_eq!(hex.to_uppercase().parse::<ChunkId>().expect("parse upper hex"), id);
+        assert_eq!(
+            hex.to_uppercase()
+                .parse::<ChunkId>()
+                .expect("parse upper hex"),
+            id
+        );
     }
 
     #[test]
     fn chunk_id_rejects_bad_hex_and_lengths() {
-        assert!(matches!("abc".parse::<ChunkId>(), Err(StoreError::InvalidId { .. })));
+        assert!(matches!(
+            "abc".parse::<ChunkId>(),
+            Err(StoreError::InvalidId { .. })
+        ));
         let bad = "g".repeat(64);
-        assert!(matches!(bad.parse::<ChunkId>(), Err(StoreError::InvalidId { .. })));
+        assert!(matches!(
+            bad.parse::<ChunkId>(),
+            Err(StoreError::InvalidId { .. })
+        ));
         // A multi-byte character must not panic on a char boundary.
         let mut multi = "é".to_string();
         multi.push_str(&"0".repeat(62));
