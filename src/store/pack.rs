@@ -850,27 +850,15 @@ impl Writer {
         self.current.as_mut().ok_or(StoreError::Poisoned)
     }
 
-    /// Appends one record and indexes it. Any failure poisons the writer:
-    /// the pack may now end in a torn record that only reopening removes.
-    fn append(
-        &mut self,
-        dir: &Path,
-        limit: u64,
-        header: &RecordHeader,
-        payload: &[u8],
-    ) -> Result<(), StoreError> {
-        let result = self.try_append(dir, limit, header, payload);
-        if let Err(e) = &result {
-            log::error!(
-                "Appending chunk {} failed, refusing further writes until reopened: {e}",
-                header.id
-            );
-            self.poisoned = true;
-        }
-        result
+    /// Marks the writer unusable after a failed append: the pack may now
+    /// end in a torn record that only reopening removes.
+    fn poison(&mut self, id: &ChunkId, error: &StoreError) {
+        log::error!("Appending chunk {id} failed, refusing further writes until reopened: {error}");
+        self.poisoned = true;
     }
 
-    fn try_append(
+    /// Appends one record and indexes it; the caller poisons on failure.
+    fn append(
         &mut self,
         dir: &Path,
         limit: u64,
@@ -933,12 +921,11 @@ impl ChunkStore for PackStore {
         if lookup(&writer.conn, &id)?.is_some() {
             return Ok(id);
         }
-        writer.append(
-            &self.packs.dir,
-            self.options.pack_size_limit,
-            &header,
-            &payload,
-        )?;
+        let limit = self.options.pack_size_limit;
+        if let Err(e) = writer.append(&self.packs.dir, limit, &header, &payload) {
+            writer.poison(&id, &e);
+            return Err(e);
+        }
         Ok(id)
     }
 
