@@ -223,7 +223,7 @@ impl Filesystem for LiveFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         i: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -240,7 +240,7 @@ impl Filesystem for LiveFs {
         reply: ReplyAttr,
     ) {
         let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
-        match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0))) {
+        match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0)), caller(req)) {
             Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -267,15 +267,15 @@ impl Filesystem for LiveFs {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.unlink(ino(parent), name) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.tree.unlink(ino(parent), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.rmdir(ino(parent), name) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.tree.rmdir(ino(parent), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
@@ -290,7 +290,7 @@ impl Filesystem for LiveFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -298,21 +298,21 @@ impl Filesystem for LiveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits()) {
+        match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits(), caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn link(&self, _req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        match self.tree.link(ino(i), ino(newparent), newname) {
+    fn link(&self, req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        match self.tree.link(ino(i), ino(newparent), newname, caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let (fh, file) = match self.tree.open(ino(i), flags.0) {
+    fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let (fh, file) = match self.tree.open(ino(i), flags.0, caller(req)) {
             Ok(x) => x,
             Err(e) => return reply.error(errno(e)),
         };
@@ -474,8 +474,8 @@ impl Filesystem for LiveFs {
         }
     }
 
-    fn setxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        match self.tree.setxattr(ino(i), name, value, flags) {
+    fn setxattr(&self, req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        match self.tree.setxattr(ino(i), name, value, flags, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
@@ -497,8 +497,8 @@ impl Filesystem for LiveFs {
         }
     }
 
-    fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.removexattr(ino(i), name) {
+    fn removexattr(&self, req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.tree.removexattr(ino(i), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
