@@ -60,8 +60,9 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             report(Ok(&info));
             info!("serving {} on {} (store {})", spec.workspace.display(), spec.mountpoint.display(), spec.store.display());
             let result = session.run();
-            if let Err(e) = journal.sync() {
-                warn!("could not make the journal durable at unmount: {e}");
+            match journal.sync().and_then(|_| journal.mark_clean_unmount()) {
+                Ok(()) => {}
+                Err(e) => warn!("could not make the journal durable at unmount: {e}"),
             }
             registry::withdraw(&spec.mountpoint);
             info!("unmounted {}; daemon exits", spec.mountpoint.display());
@@ -86,6 +87,11 @@ fn start(spec: &MountSpec) -> Result<Started> {
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
     let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?);
+    if let Some(since) = journal.outside_since_ns() {
+        // Before mounting, nothing else changes the tree under us.
+        let changed = tree.scan_changed_since(since).map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
+        journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
+    }
     let fs = LiveFs::new(tree.clone(), FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough });
     let fsname = format!("rewindfs:{}", spec.workspace.display());
     let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads)

@@ -685,3 +685,43 @@ pub enum XattrReply {
     Size(u32),
     Data(Vec<u8>),
 }
+
+impl LiveTree {
+    /// Handles of every object whose ctime is after `since_ns` (a changed
+    /// directory means names were added or removed in it). Walks the whole
+    /// tree without following symlinks; used once at mount.
+    pub fn scan_changed_since(&self, since_ns: i64) -> Res<Vec<(Vec<u8>, u8)>> {
+        let mut out = Vec::new();
+        let root = rustix::fs::fstat(&self.root)?;
+        if crate::journal::ns(root.st_ctime, root.st_ctime_nsec as i64) > since_ns {
+            out.push((sys::name_to_handle_at(self.root.as_fd(), OsStr::new(""))?.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir)));
+        }
+        // Directories to visit, by handle: holding a descriptor for each
+        // pending directory could exhaust the descriptor limit.
+        let mut stack = vec![sys::name_to_handle_at(self.root.as_fd(), OsStr::new(""))?];
+        while let Some(handle) = stack.pop() {
+            let Ok(dir) = self.open_handle(&handle, libc::O_PATH | libc::O_DIRECTORY) else { continue };
+            let listing_fd = rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            let mut listing = rustix::fs::Dir::new(listing_fd)?;
+            while let Some(entry) = listing.read() {
+                let entry = entry?;
+                let name = OsStr::from_bytes(entry.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns {
+                    if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name) {
+                        out.push((h.to_bytes(), crate::workspace::capture::kind_code(Kind::from_mode(st.st_mode))));
+                    }
+                }
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    if let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name) {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
