@@ -4,6 +4,7 @@ mod common;
 mod history;
 mod mount;
 mod run;
+mod show;
 mod status;
 mod turn;
 mod unmount;
@@ -62,6 +63,23 @@ pub enum Command {
     Diff(DiffArgs),
     /// List the checkpoints whose turns changed PATH.
     History(HistoryArgs),
+    /// Mount the tree as it was at CHECKPOINT, read-only, at MOUNTPOINT.
+    ///
+    /// The view does not move while the agent keeps writing; every write
+    /// fails with EROFS. Nothing is copied. `rewindfs unmount MOUNTPOINT`
+    /// removes it. The same views are under `.rewindfs/checkpoints/<N>/` and
+    /// `.rewindfs/messages/<id>/` in the live mount.
+    Show(ShowArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// An empty directory to mount the view on.
+    pub mountpoint: PathBuf,
 }
 
 /// Selects the mount and output format.
@@ -206,6 +224,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Log(a) => history::log(a).map(|_| 0),
         Command::Diff(a) => history::diff(a),
         Command::History(a) => history::history(a).map(|_| 0),
+        Command::Show(a) => show::run(a).map(|_| 0),
     };
     match result {
         Ok(code) => code,

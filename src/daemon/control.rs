@@ -27,6 +27,8 @@ pub enum Request {
     Diff { from: String, to: Option<String>, paths: Vec<std::path::PathBuf>, patch: bool },
     /// The turns that changed a path (relative to the mount root).
     History { path: std::path::PathBuf },
+    /// Mount a read-only view of a checkpoint at `mountpoint`.
+    Show { checkpoint: String, mountpoint: std::path::PathBuf },
 }
 
 /// A daemon's answer.

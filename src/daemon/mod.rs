@@ -56,10 +56,14 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
         }
     };
     match start(&spec) {
-        Ok((session, info, _locks, journal)) => {
+        Ok((session, info, _locks, journal, ctx)) => {
             report(Ok(&info));
             info!("serving {} on {} (store {})", spec.workspace.display(), spec.mountpoint.display(), spec.store.display());
             let result = session.run();
+            for view in ctx.views.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+                // Views read the live tree: they end with it.
+                let _ = sys::umount(&view, true);
+            }
             match journal.sync().and_then(|_| journal.mark_clean_unmount()) {
                 Ok(()) => {}
                 Err(e) => warn!("could not make the journal durable at unmount: {e}"),
@@ -75,7 +79,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
     }
 }
 
-type Started = (MountedSession, MountInfo, Vec<registry::Lock>, Arc<Journal>);
+type Started = (MountedSession, MountInfo, Vec<registry::Lock>, Arc<Journal>, Arc<Ctx>);
 
 fn start(spec: &MountSpec) -> Result<Started> {
     sys::clear_umask();
@@ -113,7 +117,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     };
     registry::publish(&info)?;
 
-    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false) });
+    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false), views: std::sync::Mutex::new(Vec::new()) });
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
@@ -121,9 +125,9 @@ fn start(spec: &MountSpec) -> Result<Started> {
         .map_err(|e| Error::io("cannot start the control thread", e))?;
     spawn_signal_watcher(spec.mountpoint.clone());
     if let Some(quiet) = spec.auto_turn {
-        spawn_auto_turn(ctx, quiet);
+        spawn_auto_turn(ctx.clone(), quiet);
     }
-    Ok((session, info, vec![store_lock, ws_lock], journal))
+    Ok((session, info, vec![store_lock, ws_lock], journal, ctx))
 }
 
 /// What the control handlers work with.
@@ -134,7 +138,12 @@ struct Ctx {
     /// Set by the first explicit `turn`: a harness announces turns, so
     /// quiet-period checkpoints stop.
     harness_seen: AtomicBool,
+    /// Mountpoints of views served by this daemon.
+    views: std::sync::Mutex<Vec<PathBuf>>,
 }
+
+/// The fsname prefix of view mounts (`rewindfs show`).
+pub const VIEW_FSNAME_PREFIX: &str = "rewindfs-view:";
 
 fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, String> {
     let tree = ctx.tree.clone();
@@ -206,6 +215,31 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             match crate::report::diff(&va, &vb, &paths, patch) {
                 Ok(changes) => json(&serde_json::json!({ "from": a, "to": b, "changes": changes })),
                 Err(e) => Response::err(format!("cannot compute the diff: {e}")),
+            }
+        }
+        Request::Show { checkpoint, mountpoint } => {
+            let n = match journal.resolve(&checkpoint) {
+                Ok(c) => c.0,
+                Err(e) => return Response::err(e.to_string()),
+            };
+            let browser = match crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n) {
+                Ok(b) => Arc::new(b),
+                Err(e) => return Response::err(format!("cannot open checkpoint {n}: {e}")),
+            };
+            let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", info.workspace.display());
+            match crate::fs::view::ViewSession::mount(browser, &mountpoint, &fsname) {
+                Ok(session) => {
+                    let mp = mountpoint.clone();
+                    let _ = std::thread::Builder::new().name("view".into()).spawn(move || {
+                        if let Err(e) = session.run() {
+                            warn!("view of checkpoint {n} on {} ended: {e}", mp.display());
+                        }
+                    });
+                    info!("showing checkpoint {n} on {}", mountpoint.display());
+                    ctx.views.lock().unwrap_or_else(|p| p.into_inner()).push(mountpoint.clone());
+                    json(&serde_json::json!({ "checkpoint": n, "mountpoint": mountpoint }))
+                }
+                Err(e) => Response::err(format!("cannot mount the view on {}: {e}", mountpoint.display())),
             }
         }
         Request::History { path } => match crate::report::history(tree, journal, &path) {
@@ -326,6 +360,19 @@ fn unescape_mountinfo(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Mountpoints of view mounts (`rewindfs show`).
+pub fn view_mountpoints() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let source = right.split_whitespace().nth(1)?;
+            let mp = left.split_whitespace().nth(4)?;
+            source.starts_with(VIEW_FSNAME_PREFIX).then(|| PathBuf::from(unescape_mountinfo(mp)))
+        })
+        .collect()
 }
 
 /// Whether `path` is currently a rewindfs mountpoint.

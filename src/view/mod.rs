@@ -3,6 +3,8 @@
 //! checkpoint. Nothing is copied: a view resolves each lookup on demand,
 //! so opening one costs the same whatever the size of the tree.
 
+pub mod browse;
+
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
