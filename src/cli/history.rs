@@ -105,3 +105,27 @@ pub fn history(args: HistoryArgs) -> Result<()> {
     }
     Ok(())
 }
+
+pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
+    let data = common::ask(&info, &Request::Restore { checkpoint: args.checkpoint, paths, dry_run: args.dry_run })?;
+    if args.target.json {
+        return common::print_json(&data);
+    }
+    let changes = data["changes"].as_array().cloned().unwrap_or_default();
+    for c in &changes {
+        println!("{:<10} {}", c["action"].as_str().unwrap_or("?"), c["path"].as_str().unwrap_or("?"));
+    }
+    if args.dry_run {
+        println!("{} changes would be made (dry run; nothing changed)", changes.len());
+    } else {
+        println!(
+            "{} changes made from checkpoint {}; undo with `rewindfs restore {} -- <paths>`",
+            changes.len(),
+            data["checkpoint"],
+            data["undo_checkpoint"]
+        );
+    }
+    Ok(())
+}

@@ -117,7 +117,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     };
     registry::publish(&info)?;
 
-    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false), views: std::sync::Mutex::new(Vec::new()) });
+    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false), views: std::sync::Mutex::new(Vec::new()), invalidator: session.invalidator() });
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
@@ -140,6 +140,7 @@ struct Ctx {
     harness_seen: AtomicBool,
     /// Mountpoints of views served by this daemon.
     views: std::sync::Mutex<Vec<PathBuf>>,
+    invalidator: crate::fs::Invalidator,
 }
 
 /// The fsname prefix of view mounts (`rewindfs show`).
@@ -216,6 +217,44 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 Ok(changes) => json(&serde_json::json!({ "from": a, "to": b, "changes": changes })),
                 Err(e) => Response::err(format!("cannot compute the diff: {e}")),
             }
+        }
+        Request::Restore { checkpoint, paths, dry_run } => {
+            let k = match journal.resolve(&checkpoint) {
+                Ok(c) => c.0,
+                Err(e) => return Response::err(e.to_string()),
+            };
+            let what = if paths.is_empty() { "everything".to_string() } else { paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") };
+            let before = if dry_run {
+                None
+            } else {
+                let label = TurnInfo { label: Some(format!("before restoring {what} from checkpoint {k}")), ..Default::default() };
+                match seal(ctx, &label, Reason::Turn) {
+                    Ok(n) => Some(n),
+                    Err(e) => return Response::err(e),
+                }
+            };
+            let result = crate::restore::restore(tree, journal, k, &paths, dry_run);
+            let (changes, touched) = match result {
+                Ok(x) => x,
+                Err(e) => return Response::err(format!("restore failed part-way (undo with `rewindfs restore {}`): {e}", before.unwrap_or(k))),
+            };
+            for (dir, name) in &touched.entries {
+                ctx.invalidator.entry(*dir, name);
+            }
+            for ino in &touched.inodes {
+                ctx.invalidator.inode(*ino);
+            }
+            let after = match before {
+                Some(_) => {
+                    let label = TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
+                    match seal(ctx, &label, Reason::Turn) {
+                        Ok(n) => Some(n),
+                        Err(e) => return Response::err(e),
+                    }
+                }
+                None => None,
+            };
+            json(&serde_json::json!({ "checkpoint": k, "dry_run": dry_run, "undo_checkpoint": before, "result_checkpoint": after, "changes": changes }))
         }
         Request::Show { checkpoint, mountpoint } => {
             let n = match journal.resolve(&checkpoint) {

@@ -651,9 +651,26 @@ fn placeholder(i: Ino, kind: Kind) -> Attr {
     }
 }
 
-/// A notifier through which the daemon tells the kernel to drop cached
-/// entries (used by rewinds).
-pub type Notifier = fuser::Notifier;
+/// Tells the kernel to drop cached names and attributes after the daemon
+/// changed the tree itself (restore, rewind).
+#[derive(Clone)]
+pub struct Invalidator(fuser::Notifier);
+
+impl Invalidator {
+    /// Forget the cached lookup of `name` in `parent`.
+    pub fn entry(&self, parent: Ino, name: &OsStr) {
+        if let Err(e) = self.0.inval_entry(INodeNo(parent.0), name) {
+            debug!("cannot invalidate entry {name:?} in {parent:?}: {e}");
+        }
+    }
+
+    /// Forget the cached attributes and pages of `ino`.
+    pub fn inode(&self, ino: Ino) {
+        if let Err(e) = self.0.inval_inode(INodeNo(ino.0), 0, 0) {
+            debug!("cannot invalidate inode {ino:?}: {e}");
+        }
+    }
+}
 
 /// Mount options for a live workspace mount.
 pub fn mount_config(fsname: &str, threads: usize) -> fuser::Config {
@@ -683,8 +700,8 @@ impl MountedSession {
         Ok(MountedSession { session })
     }
 
-    pub fn notifier(&self) -> Notifier {
-        self.session.notifier()
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator(self.session.notifier())
     }
 
     /// Serves requests until the filesystem is unmounted.
