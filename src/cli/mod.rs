@@ -77,6 +77,23 @@ pub enum Command {
     /// outside the workspace, whatever symlinks the live tree or the
     /// checkpoint contain.
     Restore(RestoreArgs),
+    /// Make the whole workspace what it was at CHECKPOINT.
+    ///
+    /// First seals the current state as a safety checkpoint (printed):
+    /// `rewindfs rewind <safety>` undoes the rewind. New turns then grow a
+    /// new branch from CHECKPOINT; the abandoned branch stays browsable.
+    Rewind(RewindArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RewindArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// Change nothing; show what would be restored, deleted and recreated.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug)]
@@ -134,6 +151,10 @@ pub struct TurnArgs {
 pub struct LogArgs {
     #[command(flatten)]
     pub target: Target,
+    /// Draw the history graph: `*` current, `o` on the current path,
+    /// `x` on abandoned branches.
+    #[arg(long)]
+    pub graph: bool,
 }
 
 #[derive(Args, Debug)]
@@ -247,6 +268,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::History(a) => history::history(a).map(|_| 0),
         Command::Show(a) => show::run(a).map(|_| 0),
         Command::Restore(a) => history::restore(a).map(|_| 0),
+        Command::Rewind(a) => history::rewind(a).map(|_| 0),
     };
     match result {
         Ok(code) => code,
