@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,25 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Respo
     serde_json::from_str(&answer).map_err(|e| Error::Daemon(format!("malformed answer from the daemon: {e}")))
 }
 
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+struct InFlight;
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits (up to `limit`) until every request being handled has been
+/// answered: an unmount request must get its answer before the daemon exits.
+pub fn drain(limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while IN_FLIGHT.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Serves requests on `listener` with `handle` until the process ends.
 /// Each connection is handled on its own thread so a slow request (an
 /// unmount waiting for files to close) does not block `status`.
@@ -85,7 +105,9 @@ where
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let handle = handle.clone();
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
         std::thread::spawn(move || {
+            let _done = InFlight;
             let mut reader = BufReader::new(&stream);
             let mut line = String::new();
             if reader.read_line(&mut line).is_err() {

@@ -64,10 +64,22 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
                 // Views read the live tree: they end with it.
                 let _ = sys::umount(&view, true);
             }
+            // The workspace on disk must be the rewound tree once unmounted.
+            loop {
+                match ctx.tree.settle_one() {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        warn!("cannot finish writing rewound files ({e}); the next mount resumes");
+                        break;
+                    }
+                }
+            }
             match journal.sync().and_then(|_| journal.mark_clean_unmount()) {
                 Ok(()) => {}
                 Err(e) => warn!("could not make the journal durable at unmount: {e}"),
             }
+            control::drain(Duration::from_secs(5));
             registry::withdraw(&spec.mountpoint);
             info!("unmounted {}; daemon exits", spec.mountpoint.display());
             result.map_err(|e| Error::io("the FUSE session failed", e))
@@ -90,7 +102,13 @@ fn start(spec: &MountSpec) -> Result<Started> {
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
-    let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?);
+    let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?.with_attic(&spec.store.join("attic"))?);
+    match tree.load_pending() {
+        Ok(0) => {}
+        Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
+        Err(e) => return Err(Error::Daemon(format!("cannot read pending files: {e}"))),
+    }
+    spawn_settler(tree.clone());
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
         let changed = tree.scan_changed_since(since).map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
@@ -352,7 +370,12 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
         Ok(n) => n,
         Err(e) => return Response::err(e),
     };
-    let (changes, touched) = match crate::restore::restore(tree, journal, k, &[], false) {
+    let result = if crate::rewind::instant_available(tree) {
+        crate::rewind::rewind(tree, journal, k)
+    } else {
+        crate::restore::restore(tree, journal, k, &[], false)
+    };
+    let (changes, touched) = match result {
         Ok(x) => x,
         Err(e) => {
             drop(world);
@@ -379,6 +402,22 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
         })),
         Err(e) => Response::err(e),
     }
+}
+
+/// Writes the bytes of rewound files in the background.
+fn spawn_settler(tree: Arc<LiveTree>) {
+    let _ = std::thread::Builder::new().name("settler".into()).spawn(move || {
+        loop {
+            match tree.settle_one() {
+                Ok(true) => {}
+                Ok(false) => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => {
+                    warn!("settler: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+    });
 }
 
 /// SIGTERM, SIGINT or SIGHUP unmount the filesystem (lazily if it is in

@@ -189,6 +189,15 @@ impl Journal {
         Ok(id)
     }
 
+    /// Points `id` at a new backing inode.
+    pub fn rebind_object(&self, id: ObjectId, handle: &[u8]) -> JournalResult<()> {
+        let mut inner = self.lock();
+        inner.meta.set_object_handle(id, handle)?;
+        inner.ids.retain(|_, v| *v != id);
+        inner.ids.insert(handle.to_vec(), id);
+        Ok(())
+    }
+
     /// The id of a handle if it was ever recorded (no insert).
     pub fn known_object_id(&self, handle: &[u8]) -> JournalResult<Option<ObjectId>> {
         let mut inner = self.lock();

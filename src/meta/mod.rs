@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -227,6 +227,21 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("migrate to schema version 2")?;
+    }
+    if version < 3 {
+        // Files a rewind put in place whose bytes are still in the chunk
+        // store: the settler writes them into the backing file.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE pending(
+                 handle BLOB PRIMARY KEY,
+                 content_hash BLOB NOT NULL,
+                 chunks BLOB NOT NULL,
+                 mtime_ns INTEGER NOT NULL);
+             PRAGMA user_version = 3;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 3")?;
     }
     Ok(())
 }
@@ -527,6 +542,51 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list turns of entry")
     }
 
+    /// Every (dir, name) with a record in a turn >= `from`.
+    pub fn entry_keys_since(&self, from: i64) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT dir, name FROM entry_pre WHERE turn >= ?1").ctx("prepare")?;
+        let rows = stmt.query_map([from], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list changed entries")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed entries")
+    }
+
+    /// Every object with a record in a turn >= `from`.
+    pub fn objects_since(&self, from: i64) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT object FROM object_pre WHERE turn >= ?1").ctx("prepare")?;
+        let rows = stmt.query_map([from], |r| Ok(ObjectId(r.get(0)?))).ctx("list changed objects")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed objects")
+    }
+
+    /// Points an object id at a new backing inode (a rewind recreated it).
+    pub fn set_object_handle(&self, id: ObjectId, handle: &[u8]) -> MetaResult<()> {
+        self.conn
+            .execute("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
+            .ctx("release handle")?;
+        self.conn.execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0]).ctx("rebind object")?;
+        Ok(())
+    }
+
+    pub fn add_pending(&self, handle: &[u8], hash: &[u8], chunks: &[u8], mtime_ns: i64) -> MetaResult<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, mtime_ns) VALUES (?1, ?2, ?3, ?4)",
+                params![handle, hash, chunks, mtime_ns],
+            )
+            .ctx("record pending content")?;
+        Ok(())
+    }
+
+    pub fn remove_pending(&self, handle: &[u8]) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM pending WHERE handle = ?1", [handle]).ctx("clear pending content")?;
+        Ok(())
+    }
+
+    /// Every file still waiting for its content: (handle, hash, chunks, mtime).
+    pub fn all_pending(&self) -> MetaResult<Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)>> {
+        let mut stmt = self.conn.prepare("SELECT handle, content_hash, chunks, mtime_ns FROM pending").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).ctx("list pending content")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
+    }
+
     /// Sets the label of a checkpoint.
     pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
         self.conn.execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint]).ctx("label checkpoint")?;
@@ -675,7 +735,7 @@ mod tests {
         let p = dir.path().join("m.sqlite");
         {
             let m = Meta::open(&p).unwrap();
-            m.conn.execute_batch("DROP TABLE tainted; PRAGMA user_version = 1").unwrap();
+            m.conn.execute_batch("DROP TABLE tainted; DROP TABLE pending; PRAGMA user_version = 1").unwrap();
         }
         let m = Meta::open(&p).unwrap();
         let a = m.intern_object(b"a", 1).unwrap();

@@ -27,6 +27,12 @@ pub enum RestoreError {
     Live { path: String, errno: Errno },
     #[error("{0}: not a path inside the workspace")]
     BadPath(String),
+    #[error(transparent)]
+    Meta(#[from] crate::meta::MetaError),
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// One change a restore makes (or would make, with --dry-run).
