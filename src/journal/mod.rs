@@ -198,6 +198,14 @@ impl Journal {
         Ok(())
     }
 
+    /// Records that a directory was just created (in the current turn).
+    pub fn note_born(&self, handle: &[u8], kind: u8) -> JournalResult<()> {
+        let id = self.object_id(handle, kind)?;
+        let inner = self.lock();
+        inner.meta.set_born(id, inner.turn)?;
+        Ok(())
+    }
+
     /// The id of a handle if it was ever recorded (no insert).
     pub fn known_object_id(&self, handle: &[u8]) -> JournalResult<Option<ObjectId>> {
         let mut inner = self.lock();

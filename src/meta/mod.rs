@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -243,6 +243,17 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 3")?;
     }
+    if version < 4 {
+        // The turn a directory was created in: a rewind to an earlier
+        // checkpoint moves it aside whole instead of visiting its entries.
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE objects ADD COLUMN born_turn INTEGER;
+             PRAGMA user_version = 4;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 4")?;
+    }
     Ok(())
 }
 
@@ -331,6 +342,27 @@ impl Meta {
             .execute(params![handle, kind])
             .ctx("record object")?;
         Ok(ObjectId(self.conn.last_insert_rowid()))
+    }
+
+    /// Notes that an object was created in `turn`.
+    pub fn set_born(&self, id: ObjectId, turn: i64) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("UPDATE objects SET born_turn = ?1 WHERE id = ?2 AND born_turn IS NULL")
+            .ctx("prepare")?
+            .execute(params![turn, id.0])
+            .ctx("record creation turn")?;
+        Ok(())
+    }
+
+    /// The turn an object was created in, if recorded.
+    pub fn born_turn(&self, id: ObjectId) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT born_turn FROM objects WHERE id = ?1")
+            .ctx("prepare")?
+            .query_row([id.0], |r| r.get::<_, Option<i64>>(0))
+            .optional()
+            .map(Option::flatten)
+            .ctx("read creation turn")
     }
 
     /// The handle of an object (None once forgotten).

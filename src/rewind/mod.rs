@@ -73,6 +73,16 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
     let keys = journal.with_meta(|m| m.entry_keys_since(checkpoint))?;
     let objects = journal.with_meta(|m| m.objects_since(checkpoint))?;
 
+    // Directories created since the checkpoint leave whole with their
+    // parent's entry: their own entries need no visit.
+    let mut born_after: HashSet<ObjectId> = HashSet::new();
+    for dir in keys.iter().map(|(d, _)| *d).collect::<BTreeSet<_>>() {
+        if journal.with_meta(|m| m.born_turn(dir))?.is_some_and(|t| t >= checkpoint) {
+            born_after.insert(dir);
+        }
+    }
+    let keys: Vec<(ObjectId, Vec<u8>)> = keys.into_iter().filter(|(d, _)| !born_after.contains(d)).collect();
+
     // 1. Move aside whatever is not where it was.
     let mut placements: Vec<(ObjectId, Vec<u8>, ObjectId)> = Vec::new();
     for (dir, name) in &keys {
@@ -228,8 +238,15 @@ impl Rewinder<'_> {
             self.in_attic.remove(&target);
             self.out.push(Planned { path: self.display(name), action: Action::Recreate });
         } else if let Some(fd) = self.object_fd(target) {
-            // Alive under another name: a hard link it had then.
-            rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?;
+            match self.locate_in_attic(fd.as_fd())? {
+                // Inside a directory that was moved aside whole.
+                Some((from, from_name)) => {
+                    rustix::fs::renameat_with(&from, from_name.as_os_str(), dir, os, RenameFlags::NOREPLACE)
+                        .map_err(from_rustix("put back from the attic"))?;
+                }
+                // Alive under another name in the tree: a hard link it had then.
+                None => rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?,
+            }
             self.out.push(Planned { path: self.display(name), action: Action::Recreate });
         } else {
             self.recreate(dir, name, target)?;
@@ -337,16 +354,29 @@ impl Rewinder<'_> {
         self.restore_attrs(id, fd)
     }
 
-    /// Where a live file is, as (directory, name), found from the
-    /// kernel's path of the descriptor and checked against its handle.
+    /// Where a live object is inside the attic, if it is there.
+    fn locate_in_attic(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+        match self.tree.attic_fd() {
+            Some(attic) => self.locate_under(fd, attic),
+            None => Ok(None),
+        }
+    }
+
+    /// Where a live file is in the tree, as (directory, name).
     fn location(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+        self.locate_under(fd, self.tree.root_fd())
+    }
+
+    /// Where the object behind `fd` is below directory `base`, found from
+    /// the kernel's path of the descriptor and checked against its handle.
+    fn locate_under(&self, fd: BorrowedFd<'_>, base: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
         let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))) else { return Ok(None) };
-        let root = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.tree.root_fd())))
-            .map_err(|e| err("root path".into(), e.into()))?;
+        let root = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&base)))
+            .map_err(|e| err("base path".into(), e.into()))?;
         let Ok(rel) = path.strip_prefix(&root) else { return Ok(None) };
         let comps: Vec<&OsStr> = rel.iter().collect();
         let Some((last, parents)) = comps.split_last() else { return Ok(None) };
-        let mut dir = rustix::fs::openat(self.tree.root_fd(), ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        let mut dir = rustix::fs::openat(base, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(from_rustix("open root"))?;
         for c in parents {
             match rustix::fs::openat(&dir, *c, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {

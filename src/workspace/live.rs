@@ -436,9 +436,17 @@ impl LiveTree {
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
         check_name(name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
+        let rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+        if let Some(r) = &rec {
+            // Lets a rewind to an earlier checkpoint move the whole new
+            // directory aside in one step.
+            let handle = sys::name_to_handle_at(dir.as_fd(), name)?;
+            r.journal
+                .note_born(&handle.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir))
+                .map_err(|e| Errno(e.errno()))?;
+        }
         self.entry_at(dir.as_fd(), name, true)
     }
 
