@@ -1,0 +1,338 @@
+//! Real programs and syscalls on a mounted workspace: each test checks a
+//! result that a broken filesystem would get wrong.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+
+use common::{MountFixture, sh};
+
+#[test]
+fn editor_atomic_save_replaces_inode() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os
+open('doc.txt', 'w').write('version 1\n')
+old = os.stat('doc.txt').st_ino
+fd = open('.doc.txt.swp', 'w'); fd.write('version 2\n'); fd.flush(); os.fsync(fd.fileno()); fd.close()
+os.rename('.doc.txt.swp', 'doc.txt')
+assert open('doc.txt').read() == 'version 2\n'
+assert os.stat('doc.txt').st_ino != old
+assert sorted(os.listdir('.')) == ['doc.txt'], os.listdir('.')
+"#);
+    assert_eq!(std::fs::read_to_string(fx.ws.join("doc.txt")).unwrap(), "version 2\n");
+}
+
+#[test]
+fn git_workflow() {
+    let fx = MountFixture::new();
+    let out = fx.sh(
+        r#"
+export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t HOME=/nonexistent
+git init -q -b main .
+for i in $(seq 1 50); do mkdir -p src/m$((i % 5)); echo "line $i" > src/m$((i % 5))/f$i.txt; done
+git add -A && git commit -qm one
+git checkout -qb feature
+echo changed > src/m1/f1.txt && rm src/m2/f2.txt && git commit -qam two
+git checkout -q main
+test "$(cat src/m1/f1.txt)" = "line 1"
+test -f src/m2/f2.txt
+git checkout -q feature
+test "$(cat src/m1/f1.txt)" = changed
+git gc -q --aggressive
+git fsck --strict
+git status --porcelain
+git log --oneline | wc -l
+"#,
+    );
+    assert_eq!(out.trim(), "2", "git status not clean or wrong history: {out}");
+}
+
+#[test]
+fn cp_a_tar_rsync_roundtrip() {
+    let fx = MountFixture::new();
+    let src = fx.dir.path().join("src");
+    sh(
+        fx.dir.path(),
+        r#"
+mkdir -p src/a/b/c src/empty
+for i in $(seq 1 40); do head -c $((i * 997)) /dev/urandom > src/a/f$i; done
+echo hi > src/a/b/c/deep; ln -s ../a/b/c/deep src/link; ln src/a/f1 src/hard1
+chmod 640 src/a/f2; chmod 1777 src/empty; touch -d '2001-02-03 04:05:06' src/a/f3
+"#,
+    );
+    let srcs = src.to_str().unwrap();
+    fx.sh(&format!(
+        r#"
+cp -a {srcs} cp && diff -r --no-dereference {srcs} cp
+mkdir tarx && tar -C {srcs} -cf - . | tar -C tarx -xpf - && diff -r --no-dereference {srcs} tarx
+tar -C cp -cf ../tarball.tar . && mkdir untar && tar -C untar -xpf ../tarball.tar && diff -r --no-dereference {srcs} untar
+rsync -aH {srcs}/ rs/ && diff -r --no-dereference {srcs} rs
+rsync -aHc --delete {srcs}/ rs/
+test "$(stat -c %a cp/a/f2)" = 640 && test "$(stat -c %a rs/empty)" = 1777
+test "$(stat -c %Y cp/a/f3)" = "$(stat -c %Y {srcs}/a/f3)"
+test "$(stat -c %i rs/a/f1)" = "$(stat -c %i rs/hard1)" && test "$(stat -c %h rs/a/f1)" = 2
+test "$(readlink cp/link)" = ../a/b/c/deep
+"#
+    ));
+    let m = std::fs::metadata(fx.ws.join("rs/a/f5")).unwrap();
+    assert_eq!(m.len(), 5 * 997);
+}
+
+#[test]
+fn sqlite_rollback_journal_and_wal() {
+    let fx = MountFixture::new();
+    for mode in ["DELETE", "WAL"] {
+        let out = fx.sh(&format!(
+            r#"
+db=test-{mode}.db
+sqlite3 $db "PRAGMA journal_mode={mode}; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);" >/dev/null
+{{ echo 'BEGIN;'; for i in $(seq 1 1000); do echo "INSERT INTO t(v) VALUES('row $i $(printf %0100d $i)');"; done; echo 'COMMIT;'; }} | sqlite3 $db
+sqlite3 $db "DELETE FROM t WHERE id % 3 = 0; VACUUM;" 
+sqlite3 $db "PRAGMA integrity_check; SELECT count(*) FROM t; PRAGMA journal_mode;"
+"#
+        ));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines, vec!["ok", "667", &mode.to_lowercase()], "sqlite {mode}: {out}");
+    }
+}
+
+#[test]
+fn rm_rf_five_thousand_files_and_mv_dir() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os
+for d in range(50):
+    os.makedirs(f'big/d{d}/sub')
+    for f in range(100):
+        open(f'big/d{d}/sub/f{f}' if f % 2 else f'big/d{d}/f{f}', 'w').write(str(f))
+"#);
+    let out = fx.sh("find big -type f | wc -l; mv big moved; test ! -e big; cat moved/d7/sub/f9; echo; find moved -type f | wc -l; rm -rf moved; ls -A | wc -l");
+    assert_eq!(out.split_whitespace().collect::<Vec<_>>(), vec!["5000", "9", "5000", "0"]);
+    assert_eq!(std::fs::read_dir(&fx.ws).unwrap().count(), 0, "backing dir not empty after rm -rf");
+}
+
+#[test]
+fn hard_links_and_symlinks() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os
+open('a', 'w').write('data')
+os.link('a', 'b'); os.mkdir('d'); os.link('a', 'd/c')
+sa, sb, sc = os.stat('a'), os.stat('b'), os.stat('d/c')
+assert sa.st_ino == sb.st_ino == sc.st_ino and sa.st_nlink == 3, (sa, sb, sc)
+os.unlink('a')
+assert os.stat('b').st_nlink == 2 and open('d/c').read() == 'data'
+os.symlink('nowhere', 'dangling')
+assert os.readlink('dangling') == 'nowhere' and os.path.lexists('dangling') and not os.path.exists('dangling')
+os.symlink('/etc/hostname', 'outside')
+st = os.lstat('outside')
+import stat
+assert stat.S_ISLNK(st.st_mode) and os.readlink('outside') == '/etc/hostname'
+assert st.st_size == len('/etc/hostname')
+os.symlink('../b', 'd/up')
+assert open('d/up').read() == 'data'
+try:
+    os.open('dangling', os.O_RDONLY | os.O_NOFOLLOW); assert False
+except OSError as e:
+    assert e.errno in (40,), e
+"#);
+    assert_eq!(std::fs::read_link(fx.ws.join("outside")).unwrap().to_str(), Some("/etc/hostname"));
+    assert_eq!(std::fs::metadata(fx.ws.join("b")).unwrap().nlink(), 2);
+}
+
+#[test]
+fn attributes_chmod_chown_touch_truncate_fallocate_xattr() {
+    let fx = MountFixture::new();
+    let out = fx.sh(
+        r#"
+echo hello > f
+chmod 4751 f; stat -c %a f
+chown 1234:5678 f; stat -c %u:%g f
+chmod 2755 f; chown 1234:5678 f; stat -c %a f
+touch -m -d '2000-01-02 03:04:05.123456789 UTC' f; stat -c %Y.%y f | cut -c1-39
+touch -a -d '1999-12-31 00:00:00 UTC' f; stat -c %X f
+truncate -s 10000 f; stat -c %s f
+truncate -s 3 f; cat f; echo
+fallocate -l 1M g; stat -c %s g; test $(stat -c %b g) -ge 2048 && echo allocated
+setfattr -n user.color -v blue f; getfattr --only-values -n user.color f; echo
+setfattr -x user.color f; getfattr -d f | grep -c user || true
+mkdir d; setfattr -n user.dir -v yes d; getfattr --only-values -n user.dir d; echo
+"#,
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "4751",
+            "1234:5678",
+            "755", // chown by root clears setgid on a group-executable file
+            "946782245.2000-01-02 03:04:05.123456789",
+            "946598400",
+            "10000",
+            "hel",
+            "1048576",
+            "allocated",
+            "blue",
+            "0",
+            "yes"
+        ],
+        "{out}"
+    );
+    let m = std::fs::metadata(fx.ws.join("f")).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.len(), m.mode() & 0o7777), (1234, 5678, 3, 0o755));
+}
+
+#[test]
+fn open_flags_append_excl_trunc() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os, errno
+a = os.open('log', os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+b = os.open('log', os.O_WRONLY | os.O_APPEND)
+for i in range(200):
+    os.write(a, b'A' * 7); os.write(b, b'B' * 5)
+os.close(a); os.close(b)
+data = open('log', 'rb').read()
+assert len(data) == 200 * 12 and data.count(b'A') == 1400 and data.count(b'B') == 1000, len(data)
+fd = os.open('x', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600); os.close(fd)
+try:
+    os.open('x', os.O_WRONLY | os.O_CREAT | os.O_EXCL); assert False, 'second O_EXCL create succeeded'
+except FileExistsError:
+    pass
+open('t', 'w').write('0123456789')
+fd = os.open('t', os.O_WRONLY | os.O_TRUNC); os.write(fd, b'ab'); os.close(fd)
+assert open('t', 'rb').read() == b'ab'
+assert os.stat('x').st_mode & 0o777 == 0o600
+"#);
+    assert_eq!(std::fs::read(fx.ws.join("t")).unwrap(), b"ab");
+}
+
+#[test]
+fn shared_writable_mmap() {
+    let mut fx = MountFixture::new();
+    fx.py(r#"
+import mmap, os
+with open('m', 'wb') as f: f.write(b'\0' * 65536)
+with open('m', 'r+b') as f:
+    mm = mmap.mmap(f.fileno(), 65536, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    mm[0:5] = b'hello'; mm[40000:40005] = b'world'
+    mm.flush(); mm.close()
+with open('m', 'rb') as g:
+    d = g.read()
+assert d[0:5] == b'hello' and d[40000:40005] == b'world' and len(d) == 65536
+"#);
+    fx.unmount();
+    let d = std::fs::read(fx.ws.join("m")).unwrap();
+    assert_eq!(&d[0..5], b"hello");
+    assert_eq!(&d[40000..40005], b"world");
+}
+
+#[test]
+fn rename_noreplace_and_exchange() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import ctypes, os, errno
+libc = ctypes.CDLL(None, use_errno=True)
+AT = -100
+def renameat2(a, b, flags):
+    r = libc.renameat2(AT, a.encode(), AT, b.encode(), flags)
+    return 0 if r == 0 else ctypes.get_errno()
+open('a', 'w').write('A'); open('b', 'w').write('B'); os.mkdir('d'); open('d/x', 'w').write('X')
+assert renameat2('a', 'b', 1) == errno.EEXIST
+assert open('a').read() == 'A' and open('b').read() == 'B'
+assert renameat2('a', 'c', 1) == 0 and not os.path.exists('a') and open('c').read() == 'A'
+assert renameat2('c', 'b', 2) == 0 and open('c').read() == 'B' and open('b').read() == 'A'
+assert renameat2('b', 'd', 2) == 0 and open('d').read() == 'A' and open('b/x').read() == 'X'
+assert renameat2('nope', 'c', 2) == errno.ENOENT
+"#);
+    assert_eq!(std::fs::read_to_string(fx.ws.join("b/x")).unwrap(), "X");
+    assert_eq!(std::fs::read_to_string(fx.ws.join("d")).unwrap(), "A");
+}
+
+#[test]
+fn unlinked_file_stays_readable_through_open_fd() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os
+open('gone', 'w').write('still here')
+fd = os.open('gone', os.O_RDWR)
+os.unlink('gone')
+assert 'gone' not in os.listdir('.')
+assert os.pread(fd, 100, 0) == b'still here'
+os.pwrite(fd, b'STILL', 0)
+assert os.pread(fd, 100, 0) == b'STILL here'
+assert os.fstat(fd).st_nlink == 0
+os.close(fd)
+assert not os.path.exists('gone')
+"#);
+}
+
+#[test]
+fn statfs_reports_backing_numbers() {
+    let fx = MountFixture::new();
+    let out = fx.sh("df -P --block-size=1 . | tail -1 | awk '{print $2, $4}'; stat -f -c '%S %l' .");
+    let nums: Vec<u64> = out.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert!(nums[0] > 0 && nums[1] > 0, "df on the mount: {out}");
+    assert!(nums[1] <= nums[0]);
+    assert_eq!(nums[3], 255, "name length: {out}");
+}
+
+#[test]
+fn inode_numbers_stable_across_cache_drops() {
+    let fx = MountFixture::new();
+    fx.sh("mkdir -p a/b && echo x > a/b/f && echo y > g && ln g h");
+    let stat_all = || fx.sh("stat -c '%n %i' a a/b a/b/f g h");
+    let first = stat_all();
+    assert_eq!(first, stat_all());
+    std::fs::write("/proc/sys/vm/drop_caches", "2").expect("drop caches");
+    assert_eq!(first, stat_all(), "inode numbers changed after dropping caches");
+    let inos: Vec<&str> = first.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    assert_eq!(inos[3], inos[4], "hard links must share an inode number");
+    let mut uniq = inos[..4].to_vec();
+    uniq.dedup();
+    assert_eq!(uniq.len(), 4);
+}
+
+#[test]
+fn errno_parity() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os, errno
+os.makedirs('d/e'); open('f', 'w').close()
+def err(fn, *a):
+    try:
+        fn(*a)
+    except OSError as e:
+        return e.errno
+    return 0
+assert err(os.rmdir, 'd') == errno.ENOTEMPTY
+assert err(os.unlink, 'd') == errno.EISDIR
+assert err(os.mkdir, 'd') == errno.EEXIST
+assert err(os.mkdir, 'f') == errno.EEXIST
+assert err(os.open, 'missing', os.O_RDONLY) == errno.ENOENT
+assert err(os.rmdir, 'f') == errno.ENOTDIR
+assert err(os.open, 'f/x', os.O_RDONLY) == errno.ENOTDIR
+assert err(os.rename, 'd', 'd/e/inside') == errno.EINVAL
+assert err(os.rename, 'f', 'd') == errno.EISDIR
+assert err(os.rename, 'd', 'f') == errno.ENOTDIR
+assert err(os.link, 'd', 'dl') == errno.EPERM
+assert err(os.open, 'd', os.O_WRONLY) == errno.EISDIR
+assert err(os.open, 'x' * 256, os.O_CREAT | os.O_WRONLY) == errno.ENAMETOOLONG
+assert err(os.symlink, 'x', 'f') == errno.EEXIST
+"#);
+}
+
+#[test]
+fn in_place_mount_basic_io_without_passthrough() {
+    let mut fx = MountFixture::with_args(true, &["--passthrough", "off"]);
+    fx.py(r#"
+import os
+open('big', 'wb').write(os.urandom(3 << 20))
+d = open('big', 'rb').read()
+open('copy', 'wb').write(d)
+assert open('copy', 'rb').read() == d
+"#);
+    fx.unmount();
+    assert_eq!(std::fs::read(fx.ws.join("big")).unwrap(), std::fs::read(fx.ws.join("copy")).unwrap());
+}
