@@ -53,6 +53,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             report(Ok(&info));
             info!("serving {} on {} (store {})", spec.workspace.display(), spec.mountpoint.display(), spec.store.display());
             let result = session.run();
+            control::drain(Duration::from_secs(5));
             registry::withdraw(&spec.mountpoint);
             info!("unmounted {}; daemon exits", spec.mountpoint.display());
             result.map_err(|e| Error::io("the FUSE session failed", e))
