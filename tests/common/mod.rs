@@ -260,13 +260,19 @@ impl MountFixture {
         live_mounts().retain(|p| p != &self.mountpoint);
     }
 
-    /// The daemon's pid, from `status --json`.
-    pub fn daemon_pid(&self) -> i32 {
+    /// This mount's entry in `status -C MOUNT --json`.
+    pub fn status_json(&self) -> serde_json::Value {
         let mp = self.mountpoint.to_str().expect("utf-8 path").to_string();
         let out = check(self.rewindfs(&["status", "-C", &mp, "--json"]), "rewindfs status");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json prints JSON");
         let entry = if v.is_array() { v[0].clone() } else { v };
-        entry["pid"].as_i64().expect("status has a pid") as i32
+        assert!(entry.is_object(), "status --json has no entry for {mp}: {}", stdout(&out));
+        entry
+    }
+
+    /// The daemon's pid, from `status --json`.
+    pub fn daemon_pid(&self) -> i32 {
+        self.status_json()["pid"].as_i64().expect("status has a pid") as i32
     }
 
     /// Runs a shell script in the mount.
