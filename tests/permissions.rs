@@ -10,6 +10,11 @@ use common::{CHILD_TIMEOUT, MountFixture, check, run_with_timeout, stderr, test_
 
 /// Runs a python3 program in the mount as `uid:gid` (no supplementary groups).
 fn py_as(fx: &MountFixture, uid: u32, gid: u32, code: &str) -> Output {
+    py_as_in(fx.path(), uid, gid, code)
+}
+
+/// Runs a python3 program in `dir` as `uid:gid` (no supplementary groups).
+fn py_as_in(dir: &std::path::Path, uid: u32, gid: u32, code: &str) -> Output {
     let mut cmd = Command::new("setpriv");
     cmd.arg(format!("--reuid={uid}"))
         .arg(format!("--regid={gid}"))
@@ -17,7 +22,7 @@ fn py_as(fx: &MountFixture, uid: u32, gid: u32, code: &str) -> Output {
         // The system python: a per-user install (pyenv under /root) is not
         // reachable by other users.
         .args(["/usr/bin/python3", "-c", code])
-        .current_dir(fx.path());
+        .current_dir(dir);
     run_with_timeout(&mut cmd, CHILD_TIMEOUT)
 }
 
@@ -143,4 +148,46 @@ assert (st.st_uid, st.st_gid) == ({uid}, {gid}), st
     assert_py_as(&fx, 1234, 1234, "assert open('open/by1234').read() == '1234'");
     let m = std::fs::metadata(fx.ws.join("open/by2345")).unwrap();
     assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (2345, 100, 0o600));
+}
+
+/// The same script as the unprivileged user in a plain directory and in
+/// the mount: setuid/setgid bits must come out the same (the kernel strips
+/// them for users without CAP_FSETID; the daemon runs as root and has it).
+#[test]
+fn special_bits_match_plain_directory() {
+    let (uid, gid) = test_user();
+    let fx = MountFixture::new();
+    let setup = "mkdir -m 2777 shared && chgrp 4242 shared && mkdir -m 777 open && \
+                 printf data > suid && chmod 4777 suid && printf data > sgid && chgrp 4242 sgid && chmod 2777 sgid && \
+                 printf data > suid2 && chmod 6777 suid2 && printf data > suid3 && chmod 4777 suid3";
+    let plain = fx.dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    common::sh(&plain, setup);
+    fx.sh(setup);
+    let script = r#"
+import os
+os.umask(0o022)
+for d in ('shared', 'open'):
+    for name, mode in (('f2755', 0o2755), ('f4755', 0o4755), ('f6777', 0o6777)):
+        os.close(os.open(f'{d}/{name}', os.O_WRONLY | os.O_CREAT, mode))
+    os.mkdir(f'{d}/d2755', 0o2755); os.mkdir(f'{d}/d3777', 0o3777)
+with open('suid', 'a') as f: f.write('more')
+fd = os.open('suid2', os.O_WRONLY); os.pwrite(fd, b'x', 0); os.close(fd)
+os.truncate('suid3', 1)
+with open('sgid', 'a') as f: f.write('more')
+for root, dirs, files in sorted(os.walk('.')):
+    for n in sorted(dirs + files):
+        p = os.path.join(root, n); st = os.lstat(p)
+        print(p, oct(st.st_mode), st.st_uid, st.st_gid, st.st_size)
+"#;
+    let expected = check(py_as_in(&plain, uid, gid, script), "script as user in plain dir");
+    let actual = check(py_as(&fx, uid, gid, script), "script as user in the mount");
+    let (e, a) = (common::stdout(&expected), common::stdout(&actual));
+    let diff: Vec<String> = e
+        .lines()
+        .zip(a.lines())
+        .filter(|(x, y)| x != y)
+        .map(|(x, y)| format!("plain: {x}\nmount: {y}"))
+        .collect();
+    assert!(diff.is_empty() && e.lines().count() == a.lines().count(), "mode bits differ:\n{}", diff.join("\n"));
 }

@@ -336,3 +336,124 @@ assert open('copy', 'rb').read() == d
     fx.unmount();
     assert_eq!(std::fs::read(fx.ws.join("big")).unwrap(), std::fs::read(fx.ws.join("copy")).unwrap());
 }
+
+#[test]
+fn many_files_keep_daemon_descriptors_bounded() {
+    let fx = MountFixture::new();
+    let pid = fx.daemon_pid();
+    let out = fx.py(r#"
+import os
+n = 0
+for d in range(25):
+    os.mkdir(f'd{d}')
+    for f in range(1000):
+        with open(f'd{d}/f{f}', 'w') as fh: fh.write('x')
+        n += 1
+total = 0
+for root, dirs, files in os.walk('.'):
+    for f in files:
+        total += os.stat(os.path.join(root, f)).st_size
+print(n, total)
+"#);
+    assert_eq!(out.trim(), "25000 25000");
+    // A second walk after the first has filled the kernel's caches.
+    assert_eq!(fx.sh("find . -type f | wc -l").trim(), "25000");
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    assert!(fds < 2000, "daemon holds {fds} descriptors with 25,000 files known: unbounded?");
+}
+
+#[test]
+fn large_directory_listing_is_exact() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os
+names = {('n%05d_' % i) + 'x' * (i % 200) for i in range(4000)}
+os.mkdir('big')
+for n in names: open('big/' + n, 'w').close()
+listed = os.listdir('big')
+assert len(listed) == len(set(listed)) == 4000, len(listed)
+assert set(listed) == names
+with os.scandir('big') as it:
+    assert sum(1 for e in it if e.is_file(follow_symlinks=False)) == 4000
+# Removing while iterating must neither skip nor repeat survivors.
+seen = []
+with os.scandir('big') as it:
+    for i, e in enumerate(it):
+        seen.append(e.name)
+        if i == 100:
+            for n in sorted(names)[:50]: os.unlink('big/' + n)
+assert len(seen) == len(set(seen)), 'duplicate entries while deleting'
+assert len(os.listdir('big')) == 3950
+"#);
+}
+
+#[test]
+fn fifo_socket_and_exec() {
+    let fx = MountFixture::new();
+    let out = fx.sh(
+        r#"
+mkfifo pipe
+( echo through-the-fifo > pipe & ) ; read line < pipe; echo "$line"
+python3 -c "
+import socket, os
+s = socket.socket(socket.AF_UNIX); s.bind('sock'); s.listen(1)
+c = socket.socket(socket.AF_UNIX); c.connect('sock'); a, _ = s.accept(); c.send(b'via-socket'); print(a.recv(100).decode())
+import stat; assert stat.S_ISSOCK(os.lstat('sock').st_mode)
+"
+printf '#include <stdio.h>\nint main(){puts(\"compiled-here\");return 3;}\n' > prog.c
+gcc -o prog prog.c
+set +e; ./prog; echo "status $?"; set -e
+cp /bin/true mytrue && ./mytrue && echo exec-ok
+"#,
+    );
+    assert_eq!(out.lines().collect::<Vec<_>>(), vec!["through-the-fifo", "via-socket", "compiled-here", "status 3", "exec-ok"]);
+}
+
+#[test]
+fn sparse_direct_io_seek_hole_copy_file_range() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os, mmap
+fd = os.open('sparse', os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(fd, b'end', 5 << 30)
+assert os.fstat(fd).st_size == (5 << 30) + 3
+assert os.fstat(fd).st_blocks < 1000, 'sparse file got allocated'
+assert os.lseek(fd, 0, os.SEEK_DATA) >= 4 << 30
+assert os.lseek(fd, 0, os.SEEK_HOLE) == 0
+assert os.pread(fd, 3, 5 << 30) == b'end' and os.pread(fd, 4, 1 << 30) == b'\0' * 4
+os.close(fd)
+buf = mmap.mmap(-1, 1 << 16); buf.write(b'D' * (1 << 16))
+fd = os.open('direct', os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+assert os.pwritev(fd, [buf], 0) == 1 << 16
+os.close(fd)
+assert open('direct', 'rb').read() == b'D' * (1 << 16)
+src = os.open('direct', os.O_RDONLY); dst = os.open('copy', os.O_WRONLY | os.O_CREAT, 0o644)
+n = 0
+while n < 1 << 16:
+    k = os.copy_file_range(src, dst, (1 << 16) - n, n, n)
+    assert k > 0
+    n += k
+os.close(src); os.close(dst)
+assert open('copy', 'rb').read() == b'D' * (1 << 16)
+"#);
+    assert_eq!(std::fs::metadata(fx.ws.join("sparse")).unwrap().len(), (5 << 30) + 3);
+}
+
+#[test]
+fn rename_over_open_file_keeps_old_content_for_reader() {
+    let fx = MountFixture::new();
+    fx.py(r#"
+import os
+open('cfg', 'w').write('old')
+r = os.open('cfg', os.O_RDONLY)
+open('cfg.new', 'w').write('new contents')
+os.rename('cfg.new', 'cfg')
+assert os.pread(r, 100, 0) == b'old'
+assert open('cfg').read() == 'new contents'
+os.close(r)
+w = os.open('cfg', os.O_WRONLY)
+os.unlink('cfg')
+os.write(w, b'ghost'); os.fsync(w); os.close(w)
+assert not os.path.exists('cfg')
+"#);
+}
