@@ -21,7 +21,7 @@ fn py_as_in(dir: &std::path::Path, uid: u32, gid: u32, code: &str) -> Output {
         .arg("--clear-groups")
         // The system python: a per-user install (pyenv under /root) is not
         // reachable by other users.
-        .args(["/usr/bin/python3", "-c", code])
+        .args(["/usr/bin/python3", "-c", &common::py_program(code)])
         .current_dir(dir);
     run_with_timeout(&mut cmd, CHILD_TIMEOUT)
 }
@@ -67,12 +67,6 @@ fn user_is_refused_what_it_may_not_do() {
         gid,
         r#"
 import os, errno
-def err(fn, *a):
-    try:
-        fn(*a)
-    except OSError as e:
-        return e.errno
-    return 0
 assert open('rootfile').read() == 'secret\n'
 assert err(os.open, 'rootfile', os.O_WRONLY) == errno.EACCES
 assert err(os.open, 'rootfile', os.O_WRONLY | os.O_TRUNC) == errno.EACCES

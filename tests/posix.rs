@@ -300,12 +300,6 @@ fn errno_parity() {
     fx.py(r#"
 import os, errno
 os.makedirs('d/e'); open('f', 'w').close()
-def err(fn, *a):
-    try:
-        fn(*a)
-    except OSError as e:
-        return e.errno
-    return 0
 assert err(os.rmdir, 'd') == errno.ENOTEMPTY
 assert err(os.unlink, 'd') == errno.EISDIR
 assert err(os.mkdir, 'd') == errno.EEXIST

@@ -138,9 +138,26 @@ pub fn sh(dir: &Path, script: &str) -> String {
     stdout(&check(out, &format!("bash script in {}:\n{script}\n", dir.display())))
 }
 
-/// Runs a python3 program in `dir`, asserting success; returns stdout.
+/// Put before every python3 test program: common imports, and `err(fn,
+/// *args)`, which returns the errno of the call (0 when it succeeds).
+pub const PY_PRELUDE: &str = "import os, errno, stat
+def err(fn, *a):
+    try:
+        fn(*a)
+    except OSError as e:
+        return e.errno
+    return 0
+";
+
+/// A python3 program with the prelude.
+pub fn py_program(code: &str) -> String {
+    format!("{PY_PRELUDE}{code}")
+}
+
+/// Runs a python3 program (with the prelude) in `dir`, asserting success;
+/// returns stdout.
 pub fn py(dir: &Path, code: &str) -> String {
-    let out = run_with_timeout(Command::new("python3").arg("-c").arg(code).current_dir(dir), CHILD_TIMEOUT);
+    let out = run_with_timeout(Command::new("python3").arg("-c").arg(py_program(code)).current_dir(dir), CHILD_TIMEOUT);
     stdout(&check(out, &format!("python3 in {}:\n{code}\n", dir.display())))
 }
 
