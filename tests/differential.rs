@@ -248,30 +248,24 @@ fn assert_same_tree(seed: u64, what: &str, expected: &Path, actual: &Path) {
     assert_eq!(eg, ag, "seed {seed}: {what}: hard-link structure differs");
 }
 
-fn run_sequence(fx: &mut MountFixture, seed: u64) {
-    eprintln!("differential seed {seed} (rerun with REWINDFS_DIFF_SEED={seed})");
-    let plain = fx.dir.path().join("plain");
-    std::fs::create_dir(&plain).unwrap();
-    let mnt = fx.path().to_path_buf();
+/// Applies OPS random operations from `seed` under `plain_t` and `mnt_t`,
+/// comparing every result; returns how many failed (identically).
+fn run_ops(plain_t: &Path, mnt_t: &Path, seed: u64) -> usize {
     let mut rng = Rng(seed | 1);
-    // Operations run in `t/`, so that a symlink to ".." stays inside each root.
-    let (plain_t, mnt_t) = (plain.join("t"), mnt.join("t"));
-    std::fs::create_dir(&plain_t).unwrap();
-    std::fs::create_dir(&mnt_t).unwrap();
     let mut log = Vec::new();
     for i in 0..OPS {
         let op = random_op(&mut rng);
-        let expected = apply(&plain_t, &op);
-        let actual = apply(&mnt_t, &op);
+        let expected = apply(plain_t, &op);
+        let actual = apply(mnt_t, &op);
         log.push(format!("{i}: {op:?} -> {expected:?}"));
         if expected != actual {
             let tail = log[log.len().saturating_sub(15)..].join("\n");
             panic!(
-                "seed {seed}: op {i} {op:?}: plain directory gave {expected:?}, mount gave {actual:?}\nlast ops:\n{tail}"
+                "seed {seed}: op {i} {op:?} in {}: plain directory gave {expected:?}, mount gave {actual:?}\nlast ops:\n{tail}",
+                mnt_t.display()
             );
         }
     }
-    let errors = log.iter().filter(|l| l.contains("Err(")).count();
     if std::env::var_os("REWINDFS_DIFF_VERBOSE").is_some() {
         let mut hist: BTreeMap<String, usize> = BTreeMap::new();
         for l in log.iter().filter(|l| l.contains("Err(")) {
@@ -281,7 +275,31 @@ fn run_sequence(fx: &mut MountFixture, seed: u64) {
         }
         eprintln!("{hist:#?}");
     }
-    eprintln!("{OPS} ops, {errors} failed identically on both sides");
+    log.iter().filter(|l| l.contains("Err(")).count()
+}
+
+/// Runs `workers` sequences at once (seeds `seed`, `seed + 1`, ...), each in
+/// its own subdirectory `t<k>/` (so that a symlink to ".." stays inside
+/// each root), then compares the trees: mounted, after dropping kernel
+/// caches, the backing dir after unmount, and mounted again.
+fn run_sequence(fx: &mut MountFixture, seed: u64, workers: u64) {
+    eprintln!("differential seed {seed} (rerun with REWINDFS_DIFF_SEED={seed})");
+    let plain = fx.dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let mnt = fx.path().to_path_buf();
+    let errors: usize = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|k| {
+                let (plain_t, mnt_t) = (plain.join(format!("t{k}")), mnt.join(format!("t{k}")));
+                std::fs::create_dir(&plain_t).unwrap();
+                std::fs::create_dir(&mnt_t).unwrap();
+                scope.spawn(move || run_ops(&plain_t, &mnt_t, seed.wrapping_add(k)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).sum()
+    });
+    let errors = errors / workers as usize;
+    eprintln!("{OPS} ops per worker, {errors} failed identically on both sides (mean)");
     assert!(errors < OPS * 7 / 10, "seed {seed}: too few operations succeeded ({errors} of {OPS} failed) to test anything");
     let entries = snapshot(&plain).0.len();
     eprintln!("final tree: {entries} entries");
@@ -292,6 +310,9 @@ fn run_sequence(fx: &mut MountFixture, seed: u64) {
     assert_same_tree(seed, "mounted tree after drop_caches", &plain, &mnt);
     fx.unmount();
     assert_same_tree(seed, "backing dir after unmount", &plain, &fx.ws);
+    let in_place = fx.mountpoint == fx.ws;
+    fx.mount(in_place, &[]);
+    assert_same_tree(seed, "mounted again", &plain, fx.path());
 }
 
 fn seed(default: u64) -> u64 {
@@ -303,17 +324,26 @@ fn random_ops_match_plain_directory() {
     let mut fx = MountFixture::new();
     // A fresh seed per run widens coverage; it is printed for replay.
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-    run_sequence(&mut fx, seed(t));
+    run_sequence(&mut fx, seed(t), 1);
 }
 
 #[test]
 fn random_ops_match_plain_directory_fixed_seed_no_passthrough() {
     let mut fx = MountFixture::with_args(false, &["--passthrough", "off"]);
-    run_sequence(&mut fx, seed(0x5eed_0001));
+    run_sequence(&mut fx, seed(0x5eed_0001), 1);
 }
 
 #[test]
 fn random_ops_match_plain_directory_in_place() {
     let mut fx = MountFixture::in_place();
-    run_sequence(&mut fx, seed(0x5eed_0002));
+    run_sequence(&mut fx, seed(0x5eed_0002), 1);
+}
+
+/// Four sequences at once, each in its own subtree: concurrent requests
+/// must not disturb each other.
+#[test]
+fn concurrent_random_ops_match_plain_directory() {
+    let mut fx = MountFixture::new();
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    run_sequence(&mut fx, seed(t), 4);
 }
