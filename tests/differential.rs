@@ -279,8 +279,7 @@ fn run_ops(plain_t: &Path, mnt_t: &Path, seed: u64) -> usize {
 }
 
 /// Runs `workers` sequences at once (seeds `seed`, `seed + 1`, ...), each in
-/// its own subdirectory `t<k>/` (so that a symlink to ".." stays inside
-/// each root), then compares the trees: mounted, after dropping kernel
+/// its own subdirectory, then compares the trees: mounted, after dropping kernel
 /// caches, the backing dir after unmount, and mounted again.
 fn run_sequence(fx: &mut MountFixture, seed: u64, workers: u64) {
     eprintln!("differential seed {seed} (rerun with REWINDFS_DIFF_SEED={seed})");
@@ -290,9 +289,11 @@ fn run_sequence(fx: &mut MountFixture, seed: u64, workers: u64) {
     let errors: usize = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|k| {
-                let (plain_t, mnt_t) = (plain.join(format!("t{k}")), mnt.join(format!("t{k}")));
-                std::fs::create_dir(&plain_t).unwrap();
-                std::fs::create_dir(&mnt_t).unwrap();
+                // `w<k>/t/`: a symlink to ".." (or "../f1") from `t/` stays
+                // inside this worker's own `w<k>/`.
+                let (plain_t, mnt_t) = (plain.join(format!("w{k}/t")), mnt.join(format!("w{k}/t")));
+                std::fs::create_dir_all(&plain_t).unwrap();
+                std::fs::create_dir_all(&mnt_t).unwrap();
                 scope.spawn(move || run_ops(&plain_t, &mnt_t, seed.wrapping_add(k)))
             })
             .collect();
