@@ -169,3 +169,66 @@ fn unmount_of_something_not_mounted_fails_cleanly() {
     assert!(!out.status.success(), "unmount of a plain directory succeeded");
     assert!(stderr(&out).starts_with("rewindfs: "), "{}", stderr(&out));
 }
+
+/// The fixture itself: a panicking test still unmounts.
+#[test]
+fn fixture_unmounts_when_a_test_panics() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let result = std::thread::spawn(move || {
+        let fx = MountFixture::new();
+        tx.send(fx.mnt.clone()).unwrap();
+        panic!("deliberate panic inside a mounted test");
+    })
+    .join();
+    assert!(result.is_err());
+    let mnt = rx.recv().unwrap();
+    assert!(!is_mounted(&mnt), "{} is still mounted after the test panicked", mnt.display());
+}
+
+/// The fixture itself: a stuck child fails the test instead of hanging it.
+#[test]
+#[should_panic(expected = "timed out")]
+fn stuck_child_fails_the_test() {
+    common::run_with_timeout(std::process::Command::new("sleep").arg("100"), Duration::from_secs(1));
+}
+
+#[test]
+fn unmount_of_a_busy_mount_is_refused_then_lazy_works() {
+    let mut fx = MountFixture::new();
+    std::fs::write(fx.mnt.join("held"), "x").unwrap();
+    let held = std::fs::File::open(fx.mnt.join("held")).unwrap();
+    let out = fx.rewindfs(&["unmount", s(&fx.mnt)]);
+    assert!(!out.status.success(), "unmount of a busy mount succeeded");
+    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    assert!(is_mounted(&fx.mnt), "a refused unmount must leave the mount working");
+    std::fs::write(fx.mnt.join("after"), "still works").unwrap();
+    let pid = fx.daemon_pid();
+    let out = fx.rewindfs(&["unmount", "--lazy", s(&fx.mnt)]);
+    assert!(out.status.success(), "lazy unmount: {}", stderr(&out));
+    fx.forget_mount();
+    assert!(!is_mounted(&fx.mnt));
+    // The open file still works until closed; then the daemon exits.
+    let mut buf = String::new();
+    std::io::Read::read_to_string(&mut &held, &mut buf).unwrap();
+    assert_eq!(buf, "x");
+    drop(held);
+    wait_until("the daemon exited after the last file closed", || !process_alive(pid));
+    assert_eq!(std::fs::read_to_string(fx.ws.join("after")).unwrap(), "still works");
+}
+
+#[test]
+fn run_detaches_lazily_when_a_background_process_holds_the_mount() {
+    let fx = MountFixture::unmounted();
+    let pidfile = fx.dir.path().join("bgpid");
+    let script = format!("echo data > held; sleep 300 < held > /dev/null 2>&1 & echo $! > {}; exit 5", s(&pidfile));
+    let out = fx.rewindfs(&["run", s(&fx.ws), "--store", s(&fx.store), "--", "sh", "-c", &script]);
+    let bg: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let alive = process_alive(bg);
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(bg, libc::SIGKILL) };
+    assert!(alive, "the background process should still have been running");
+    assert_eq!(out.status.code(), Some(5), "run must exit with the command's status; stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("lazily"), "run should say it detached lazily: {}", stderr(&out));
+    wait_until("the lazily detached mount is gone", || !is_mounted(&fx.ws));
+    assert_eq!(std::fs::read_to_string(fx.ws.join("held")).unwrap(), "data\n");
+}
