@@ -154,10 +154,6 @@ fn special_bits_match_plain_directory() {
     let setup = "mkdir -m 2777 shared && chgrp 4242 shared && mkdir -m 777 open && \
                  printf data > suid && chmod 4777 suid && printf data > sgid && chgrp 4242 sgid && chmod 2777 sgid && \
                  printf data > suid2 && chmod 6777 suid2 && printf data > suid3 && chmod 4777 suid3";
-    let plain = fx.dir.path().join("plain");
-    std::fs::create_dir(&plain).unwrap();
-    common::sh(&plain, setup);
-    fx.sh(setup);
     let script = r#"
 import os
 os.umask(0o022)
@@ -174,14 +170,5 @@ for root, dirs, files in sorted(os.walk('.')):
         p = os.path.join(root, n); st = os.lstat(p)
         print(p, oct(st.st_mode), st.st_uid, st.st_gid, st.st_size)
 "#;
-    let expected = check(py_as_in(&plain, uid, gid, script), "script as user in plain dir");
-    let actual = check(py_as(&fx, uid, gid, script), "script as user in the mount");
-    let (e, a) = (common::stdout(&expected), common::stdout(&actual));
-    let diff: Vec<String> = e
-        .lines()
-        .zip(a.lines())
-        .filter(|(x, y)| x != y)
-        .map(|(x, y)| format!("plain: {x}\nmount: {y}"))
-        .collect();
-    assert!(diff.is_empty() && e.lines().count() == a.lines().count(), "mode bits differ:\n{}", diff.join("\n"));
+    fx.assert_parity(setup, |dir| common::stdout(&check(py_as_in(dir, uid, gid, script), "script as the test user")));
 }

@@ -26,6 +26,8 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_rewindfs")
 }
 
+static PARITY_DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Mountpoints currently mounted by fixtures of this process, for the watchdog.
 static LIVE_MOUNTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
@@ -290,6 +292,35 @@ impl MountFixture {
     /// The daemon's pid, from `status --json`.
     pub fn daemon_pid(&self) -> i32 {
         self.status_json()["pid"].as_i64().expect("status has a pid") as i32
+    }
+
+    /// A fresh plain directory beside the mount (same filesystem as the
+    /// backing dir), set up by `setup` exactly as the mount is.
+    pub fn plain_twin(&self, name: &str, setup: &str) -> PathBuf {
+        let plain = self.dir.path().join(name);
+        std::fs::create_dir(&plain).expect("cannot create plain twin");
+        sh(&plain, setup);
+        self.sh(setup);
+        plain
+    }
+
+    /// Runs `program` in a plain directory and in the mount (both set up
+    /// with `setup`), and asserts that they print the same lines.
+    pub fn assert_parity(&self, setup: &str, program: impl Fn(&Path) -> String) {
+        let n = PARITY_DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let plain = self.plain_twin(&format!("plain-{n}"), setup);
+        let (expected, actual) = (program(&plain), program(self.path()));
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .filter(|(x, y)| x != y)
+            .map(|(x, y)| format!("plain: {x}\nmount: {y}"))
+            .collect();
+        assert!(
+            diff.is_empty() && expected.lines().count() == actual.lines().count(),
+            "the mount differs from a plain directory:\n{}\nplain output:\n{expected}\nmount output:\n{actual}",
+            diff.join("\n")
+        );
     }
 
     /// Runs a shell script in the mount.
