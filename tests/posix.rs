@@ -506,3 +506,28 @@ fn o_tmpfile_is_refused_cleanly() {
     let out = fx.py("print(err(os.open, '.', os.O_TMPFILE | os.O_RDWR, 0o600) == errno.EOPNOTSUPP)\nprint(os.listdir('.'))");
     assert_eq!(out, "True\n[]\n");
 }
+
+/// Operations on a symlink that points outside the workspace act on the
+/// link, never on what it points to.
+#[test]
+fn symlinks_to_outside_are_never_followed_by_link_operations() {
+    let fx = MountFixture::new();
+    let outside = fx.dir.path().join("outside");
+    sh(fx.dir.path(), "mkdir -p outside/dir && echo precious > outside/file && echo inner > outside/dir/x && touch -d 2001-01-01 outside/file");
+    let before = std::fs::metadata(outside.join("file")).unwrap();
+    let o = outside.to_str().unwrap();
+    fx.sh(&format!(
+        r#"
+ln -s {o}/file fl; ln -s {o}/dir dl
+touch -h -d 2010-10-10 fl; chown -h 1234:1234 fl
+test "$(stat -c %u fl)" = 1234 && test "$(stat -c %Y fl)" = "$(date -d 2010-10-10 +%s)"
+test "$(cat dl/x)" = inner
+mv fl fl2 && mv dl dl2 && rm fl2 && rm -rf dl2
+cp -a {o}/dir copied && rm -rf copied
+"#
+    ));
+    let after = std::fs::metadata(outside.join("file")).unwrap();
+    assert_eq!((after.uid(), after.mtime()), (before.uid(), before.mtime()), "the target outside was modified");
+    assert_eq!(std::fs::read_to_string(outside.join("dir/x")).unwrap(), "inner\n");
+    assert_eq!(std::fs::read_dir(&fx.ws).unwrap().count(), 0);
+}

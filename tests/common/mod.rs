@@ -215,9 +215,10 @@ impl MountFixture {
         MountFixture { dir, ws, mnt, store, run, mountpoint, mounted: false }
     }
 
-    /// `ws` mounted on `mnt`.
+    /// `ws` mounted on `mnt` (in place when REWINDFS_TEST_IN_PLACE=1, to put
+    /// a whole test file through an in-place mount).
     pub fn new() -> MountFixture {
-        Self::with_args(false, &[])
+        Self::with_args(std::env::var_os("REWINDFS_TEST_IN_PLACE").is_some_and(|v| v == "1"), &[])
     }
 
     /// `ws` mounted in place.
@@ -241,6 +242,13 @@ impl MountFixture {
         }
         let store = self.store.to_str().expect("utf-8 path").to_string();
         args.extend(["--store", &store]);
+        // Arguments for every mount of a run that asks for none itself,
+        // e.g. "--passthrough off" to put the suite through the daemon's
+        // data path.
+        let from_env = std::env::var("REWINDFS_TEST_MOUNT_ARGS").unwrap_or_default();
+        if extra.is_empty() {
+            args.extend(from_env.split_whitespace());
+        }
         args.extend(extra);
         check(self.rewindfs(&args), "rewindfs mount");
         self.mounted = true;
