@@ -9,6 +9,7 @@
 //! - [`journal`]: turns, checkpoints, recording pre-images.
 //! - [`view`]: the tree at a checkpoint, resolved on demand.
 //! - [`report`]: log statistics, diffs, path history.
+//! - [`restore`]: putting paths back as they were at a checkpoint.
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
@@ -20,6 +21,7 @@ pub mod fs;
 pub mod journal;
 pub mod meta;
 pub mod report;
+pub mod restore;
 pub mod store;
 pub mod sys;
 pub mod view;

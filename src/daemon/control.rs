@@ -28,6 +28,12 @@ pub enum Request {
     Diff { from: String, to: Option<String>, paths: Vec<std::path::PathBuf>, patch: bool },
     /// The turns that changed a path (relative to the mount root).
     History { path: std::path::PathBuf },
+    /// Put paths (relative to the root; empty = everything) back as they
+    /// were at a checkpoint, as a new turn.
+    Restore { checkpoint: String, paths: Vec<std::path::PathBuf>, dry_run: bool },
+    /// Make the whole live tree the tree of a checkpoint, after sealing a
+    /// safety checkpoint.
+    Rewind { checkpoint: String, dry_run: bool },
     /// Mount a read-only view of a checkpoint at `mountpoint`.
     Show { checkpoint: String, mountpoint: std::path::PathBuf },
 }

@@ -265,13 +265,19 @@ impl Journal {
     /// has begun: it records the files open for writing, whose next writes
     /// the daemon may not see.
     pub fn seal(&self, info: &TurnInfo, reason: Reason, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
+        self.seal_on(info, reason, None, recapture)
+    }
+
+    /// Like `seal`, but the new checkpoint's parent in the history graph is
+    /// `parent` (a rewind starts a branch from the checkpoint rewound to).
+    pub fn seal_on(&self, info: &TurnInfo, reason: Reason, parent: Option<i64>, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let store_bytes = self.store.stats()?.stored_bytes as i64;
         self.store.sync()?;
         let next = {
             let mut inner = self.lock();
             let next = inner.turn + 1;
-            let parent = inner.turn;
+            let parent = parent.unwrap_or(inner.turn);
             inner.meta.transaction(|m| {
                 m.insert_checkpoint(&Checkpoint {
                     checkpoint: next,

@@ -74,6 +74,8 @@ pub enum Reason {
     Turn,
     /// A quiet period (`--auto-turn`).
     Auto,
+    /// The tree right after a rewind; its parent is the checkpoint rewound to.
+    Rewind,
 }
 
 impl Reason {
@@ -82,12 +84,14 @@ impl Reason {
             Reason::Mount => "mount",
             Reason::Turn => "turn",
             Reason::Auto => "auto",
+            Reason::Rewind => "rewind",
         }
     }
     fn parse(s: &str) -> Reason {
         match s {
             "mount" => Reason::Mount,
             "auto" => Reason::Auto,
+            "rewind" => Reason::Rewind,
             _ => Reason::Turn,
         }
     }

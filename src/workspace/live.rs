@@ -253,6 +253,30 @@ impl LiveTree {
         Ok((attr.ino, attr))
     }
 
+    /// The attributes of `name` in `parent`, if it exists, without the
+    /// kernel taking a reference (for the daemon's own walks).
+    pub fn child(&self, parent: Ino, name: &OsStr) -> Res<Option<Attr>> {
+        let dir = self.dir(parent)?;
+        match self.peek(dir.as_fd(), name) {
+            Ok((_, a)) => Ok(Some(a)),
+            Err(e) if e == Errno::ENOENT => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The names in a directory (without "." and "..").
+    pub fn names(&self, dir: Ino) -> Res<Vec<OsString>> {
+        let fh = self.opendir(dir)?;
+        let entries = self.readdir(fh);
+        self.releasedir(fh);
+        Ok(entries?.iter().skip(2).map(|e| e.name.clone()).collect())
+    }
+
+    /// The persistent identity of a live object, if it was ever recorded.
+    pub fn handle_of(&self, ino: Ino) -> Option<FileHandle> {
+        self.objects.get(ino).map(|(h, _)| h)
+    }
+
     pub fn lookup(&self, parent: Ino, name: &OsStr) -> Res<Entry> {
         if name.as_bytes().len() > 255 {
             return Err(Errno(libc::ENAMETOOLONG));
