@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -75,21 +75,15 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Respo
     serde_json::from_str(&answer).map_err(|e| Error::Daemon(format!("malformed answer from the daemon: {e}")))
 }
 
+/// Requests being handled whose answer is not written yet.
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
-struct InFlight;
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Waits (up to `limit`) until every request being handled has been
-/// answered: an unmount request must get its answer before the daemon exits.
+/// Waits (at most `limit`) until every request being handled has been
+/// answered. The daemon calls it before exiting: an unmount request ends
+/// the FUSE session, and exiting at once would drop the unmount's answer.
 pub fn drain(limit: Duration) {
-    let deadline = std::time::Instant::now() + limit;
-    while IN_FLIGHT.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+    let deadline = Instant::now() + limit;
+    while IN_FLIGHT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -105,14 +99,13 @@ where
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let handle = handle.clone();
-        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
         std::thread::spawn(move || {
-            let _done = InFlight;
             let mut reader = BufReader::new(&stream);
             let mut line = String::new();
             if reader.read_line(&mut line).is_err() {
                 return;
             }
+            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
             let response = match serde_json::from_str::<Request>(&line) {
                 Ok(req) => handle(req),
                 Err(e) => Response::err(format!("malformed request: {e}")),
@@ -121,6 +114,7 @@ where
                 out.push(b'\n');
                 let _ = (&stream).write_all(&out);
             }
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }

@@ -79,6 +79,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
                 Ok(()) => {}
                 Err(e) => warn!("could not make the journal durable at unmount: {e}"),
             }
+            // Answer the unmount request before exiting.
             control::drain(Duration::from_secs(5));
             registry::withdraw(&spec.mountpoint);
             info!("unmounted {}; daemon exits", spec.mountpoint.display());

@@ -767,7 +767,7 @@ mod tests {
         let p = dir.path().join("m.sqlite");
         {
             let m = Meta::open(&p).unwrap();
-            m.conn.execute_batch("DROP TABLE tainted; DROP TABLE pending; PRAGMA user_version = 1").unwrap();
+            m.conn.execute_batch("DROP TABLE tainted; DROP TABLE pending; ALTER TABLE objects DROP COLUMN born_turn; PRAGMA user_version = 1").unwrap();
         }
         let m = Meta::open(&p).unwrap();
         let a = m.intern_object(b"a", 1).unwrap();
