@@ -122,6 +122,13 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     }
     let store_arg = opts.store.clone().unwrap_or_else(|| default_store(&ws));
     let store_abs = std::path::absolute(&store_arg).map_err(|e| Error::io("bad store path", e))?;
+    // Checked before anything is created: a refused store leaves no trace.
+    let store_parent = store_abs.ancestors().find(|a| a.exists()).and_then(|a| a.canonicalize().ok());
+    if let Some(existing) = store_parent {
+        if is_within(&existing, &ws) || is_within(&existing, &mp) {
+            return Err(Error::path(&store_abs, "the store must be outside the workspace (the agent must not be able to write history)"));
+        }
+    }
     std::fs::create_dir_all(&store_abs).map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
     let store = store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
     if is_within(&store, &ws) || is_within(&store, &mp) {

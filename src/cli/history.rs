@@ -80,6 +80,8 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
             } else {
                 println!(" {path} | +{a} -{r} ({kind})");
             }
+        } else if kind == "unknown" {
+            println!("{path}: changed outside rewindfs between mounts; its state at one side is unknown");
         } else if c["binary"].as_bool() == Some(true) {
             println!("Binary file {path} {kind}");
         } else if let Some(p) = c["patch"].as_str() {

@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::error::Result;
 
 /// rewindfs: every change to a workspace recorded, any past state browsable,
-/// the whole tree rewound in milliseconds.
+/// the whole tree rewound at the cost of what changed, not of its size.
 ///
 /// A workspace is an ordinary directory. While it is mounted, every process
 /// that works inside it goes through rewindfs; unmount it and it is an
@@ -35,7 +35,7 @@ pub enum Command {
     /// Without MOUNTPOINT the workspace is mounted over itself: the daemon
     /// keeps a descriptor of the real directory, so every process using the
     /// path goes through the mount. Returns once the mount is ready; the
-    /// daemon keeps running in the background (its log is DAEMON.log in the
+    /// daemon keeps running in the background (its log is daemon.log in the
     /// store) unless --foreground.
     Mount(MountArgs),
     /// Flush everything and unmount; the directory is ordinary again.
@@ -168,7 +168,7 @@ pub struct DiffArgs {
     /// One line per file with added/removed line counts instead of patches.
     #[arg(long)]
     pub stat: bool,
-    /// Restrict to these paths (relative to the mount root or absolute).
+    /// Restrict to these paths (relative to the current directory, inside the mount).
     #[arg(last = true)]
     pub paths: Vec<PathBuf>,
 }

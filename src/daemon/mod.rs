@@ -94,7 +94,15 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
 
 type Started = (MountedSession, MountInfo, Vec<registry::Lock>, Arc<Journal>, Arc<Ctx>);
 
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("cannot set permissions of {}", path.display()), e))
+}
+
 fn start(spec: &MountSpec) -> Result<Started> {
+    // The store is private to the daemon's owner, whatever its creator's umask.
+    set_mode(&spec.store, 0o700)?;
     sys::clear_umask();
     let store_lock = registry::lock(&spec.store.join("lock"), &format!("store {}", spec.store.display()))?;
     let ws_lock = registry::lock(
@@ -125,6 +133,9 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let _ = std::fs::remove_file(&entry.socket);
     let listener = UnixListener::bind(&entry.socket)
         .map_err(|e| Error::io(format!("cannot create control socket {}", entry.socket.display()), e))?;
+    // Only the owner may change history or rewind: an agent running as
+    // another user cannot reach the socket.
+    set_mode(&entry.socket, 0o600)?;
     let info = MountInfo {
         mountpoint: spec.mountpoint.clone(),
         workspace: spec.workspace.clone(),

@@ -365,6 +365,22 @@ impl Meta {
             .ctx("read creation turn")
     }
 
+    /// Records an object under a given id (ids are handed out by the
+    /// journal); repeating it changes nothing.
+    pub fn insert_object(&self, id: ObjectId, handle: &[u8], kind: u8) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO objects(id, handle, kind) VALUES (?1, ?2, ?3)")
+            .ctx("prepare")?
+            .execute(params![id.0, handle, kind])
+            .ctx("record object")?;
+        Ok(())
+    }
+
+    /// The largest object id in use.
+    pub fn max_object_id(&self) -> MetaResult<i64> {
+        self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")
+    }
+
     /// The handle of an object (None once forgotten).
     pub fn object_handle(&self, id: ObjectId) -> MetaResult<Option<Vec<u8>>> {
         self.conn

@@ -23,11 +23,6 @@ fn refused(e: JournalError) -> Errno {
     Errno(e.errno())
 }
 
-/// The command name of a process, for "which programs made the changes".
-pub fn program_of(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
-}
-
 /// A compact code for each kind, stored in the database.
 pub fn kind_code(kind: Kind) -> u8 {
     match kind {
@@ -82,7 +77,7 @@ impl LiveTree {
     /// first change to that name in this turn.
     pub(crate) fn capture_entry(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
         let dir_id = self.object_id_of_fd(journal, dir, Kind::Dir)?;
-        let program = program_of(caller.pid);
+        let program = journal.program(caller.pid);
         if journal.needs_entry(dir_id, name.as_bytes()) {
             let target = match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
                 Ok(fd) => {
@@ -104,7 +99,7 @@ impl LiveTree {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd)?;
                 let id = self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?;
-                self.capture_fd(journal, fd.as_fd(), id, content, program_of(caller.pid).as_deref())?;
+                self.capture_fd(journal, fd.as_fd(), id, content, journal.program(caller.pid).as_deref())?;
                 Ok(Some(id))
             }
             Err(rustix::io::Errno::NOENT) => Ok(None),
@@ -118,7 +113,7 @@ impl LiveTree {
         let fd = self.open_path_fd(ino)?;
         let st = rustix::fs::fstat(&fd)?;
         let id = self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?;
-        self.capture_fd(journal, fd.as_fd(), id, content, program_of(caller.pid).as_deref())
+        self.capture_fd(journal, fd.as_fd(), id, content, journal.program(caller.pid).as_deref())
     }
 
     /// Records an object's attributes, xattrs, symlink target and (for

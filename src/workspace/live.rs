@@ -347,6 +347,16 @@ impl LiveTree {
     }
 
     pub fn getattr(&self, ino: Ino, fh: Option<Fh>) -> Res<Attr> {
+        let mut attr = self.getattr_backing(ino, fh)?;
+        // A removed file kept in the attic has a link there; to its readers
+        // it has none, as on ext4.
+        if attr.kind != Kind::Dir && self.attic.is_some() && self.objects.is_unlinked(ino) {
+            attr.nlink = 0;
+        }
+        Ok(attr)
+    }
+
+    fn getattr_backing(&self, ino: Ino, fh: Option<Fh>) -> Res<Attr> {
         if let Some(file) = fh.and_then(|fh| self.file(fh).ok()) {
             let st = rustix::fs::fstat(&file.file)?;
             return Ok(Attr::from_stat(ino, &st));
@@ -697,11 +707,9 @@ impl LiveTree {
     /// snapshot is the simplest correct answer).
     pub fn opendir(&self, ino: Ino) -> Res<Fh> {
         let dir = self.dir(ino)?;
-        let parent = if ino == Ino::ROOT {
-            Ino::ROOT
-        } else {
-            rustix::fs::statat(dir.as_fd(), "..", AtFlags::empty()).map(|st| Ino(st.st_ino)).unwrap_or(ino)
-        };
+        // Never resolve "..": from a top-level directory of an in-place
+        // mount it would land on the mount itself and call the daemon back.
+        let parent = ino;
         let fd = rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
         let mut listing = rustix::fs::Dir::new(fd)?;
         let mut entries = vec![
