@@ -224,13 +224,17 @@ impl Journal {
         Ok(crate::store::store_content(&*self.store, reader)?)
     }
 
-    /// Records the object's state before this turn's first change.
-    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>) -> JournalResult<()> {
+    /// Records the object's state before this turn's first change. With
+    /// `cacheable`, its content is remembered for its (ctime, size), so a
+    /// later capture at the same (ctime, size) need not read the file.
+    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>, cacheable: bool) -> JournalResult<()> {
         let mut inner = self.lock();
         let turn = inner.turn;
         inner.meta.record_object(turn, object, state, program)?;
         if let Some((hash, chunks)) = &state.content {
-            inner.meta.set_known_content(object, state.ctime_ns, state.size, hash, chunks)?;
+            if cacheable {
+                inner.meta.set_known_content(object, state.ctime_ns, state.size, hash, chunks)?;
+            }
             inner.content_done.insert(object);
         }
         inner.meta_done.insert(object);
