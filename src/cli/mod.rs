@@ -4,6 +4,7 @@ mod common;
 mod history;
 mod mount;
 mod run;
+mod show;
 mod status;
 mod turn;
 mod unmount;
@@ -62,6 +63,61 @@ pub enum Command {
     Diff(DiffArgs),
     /// List the checkpoints whose turns changed PATH.
     History(HistoryArgs),
+    /// Mount the tree as it was at CHECKPOINT, read-only, at MOUNTPOINT.
+    ///
+    /// The view does not move while the agent keeps writing; every write
+    /// fails with EROFS. Nothing is copied. `rewindfs unmount MOUNTPOINT`
+    /// removes it. The same views are under `.rewindfs/checkpoints/<N>/` and
+    /// `.rewindfs/messages/<id>/` in the live mount.
+    Show(ShowArgs),
+    /// Put files or directories back as they were at CHECKPOINT.
+    ///
+    /// Runs as a turn of its own between two checkpoints, so it can be
+    /// undone by restoring the first of them (printed). Never writes
+    /// outside the workspace, whatever symlinks the live tree or the
+    /// checkpoint contain.
+    Restore(RestoreArgs),
+    /// Make the whole workspace what it was at CHECKPOINT.
+    ///
+    /// First seals the current state as a safety checkpoint (printed):
+    /// `rewindfs rewind <safety>` undoes the rewind. New turns then grow a
+    /// new branch from CHECKPOINT; the abandoned branch stays browsable.
+    Rewind(RewindArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RewindArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// Change nothing; show what would be restored, deleted and recreated.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// Only list what would change.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Paths to restore (relative to the current directory, inside the mount).
+    #[arg(last = true, required = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// An empty directory to mount the view on.
+    pub mountpoint: PathBuf,
 }
 
 /// Selects the mount and output format.
@@ -95,6 +151,10 @@ pub struct TurnArgs {
 pub struct LogArgs {
     #[command(flatten)]
     pub target: Target,
+    /// Draw the history graph: `*` current, `o` on the current path,
+    /// `x` on abandoned branches.
+    #[arg(long)]
+    pub graph: bool,
 }
 
 #[derive(Args, Debug)]
@@ -206,6 +266,9 @@ pub fn run(cli: Cli) -> i32 {
         Command::Log(a) => history::log(a).map(|_| 0),
         Command::Diff(a) => history::diff(a),
         Command::History(a) => history::history(a).map(|_| 0),
+        Command::Show(a) => show::run(a).map(|_| 0),
+        Command::Restore(a) => history::restore(a).map(|_| 0),
+        Command::Rewind(a) => history::rewind(a).map(|_| 0),
     };
     match result {
         Ok(code) => code,

@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,14 @@ pub enum Request {
     Diff { from: String, to: Option<String>, paths: Vec<std::path::PathBuf>, patch: bool },
     /// The turns that changed a path (relative to the mount root).
     History { path: std::path::PathBuf },
+    /// Put paths (relative to the root; empty = everything) back as they
+    /// were at a checkpoint, as a new turn.
+    Restore { checkpoint: String, paths: Vec<std::path::PathBuf>, dry_run: bool },
+    /// Make the whole live tree the tree of a checkpoint, after sealing a
+    /// safety checkpoint.
+    Rewind { checkpoint: String, dry_run: bool },
+    /// Mount a read-only view of a checkpoint at `mountpoint`.
+    Show { checkpoint: String, mountpoint: std::path::PathBuf },
 }
 
 /// A daemon's answer.
@@ -66,6 +75,25 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Respo
     serde_json::from_str(&answer).map_err(|e| Error::Daemon(format!("malformed answer from the daemon: {e}")))
 }
 
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+struct InFlight;
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits (up to `limit`) until every request being handled has been
+/// answered: an unmount request must get its answer before the daemon exits.
+pub fn drain(limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while IN_FLIGHT.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Serves requests on `listener` with `handle` until the process ends.
 /// Each connection is handled on its own thread so a slow request (an
 /// unmount waiting for files to close) does not block `status`.
@@ -77,7 +105,9 @@ where
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let handle = handle.clone();
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
         std::thread::spawn(move || {
+            let _done = InFlight;
             let mut reader = BufReader::new(&stream);
             let mut line = String::new();
             if reader.read_line(&mut line).is_err() {

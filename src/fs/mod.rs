@@ -18,8 +18,15 @@ use fuser::{
 };
 use log::{debug, info, warn};
 
+pub mod view;
+
 use crate::error::Errno;
+use crate::view::browse::{Browser, HIDDEN_DIR};
 use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, SetAttr, SetTime, XattrReply};
+
+/// Inode numbers of `.rewindfs/` and the views under it start here, far
+/// above any backing inode number.
+const HIDDEN_INO_BASE: u64 = 1 << 62;
 
 /// Largest read/write request the kernel sends (FUSE's max_pages is raised
 /// to match): 1 MiB, the kernel's default ceiling.
@@ -61,15 +68,28 @@ struct BackingIds {
 /// The live workspace as a FUSE filesystem.
 pub struct LiveFs {
     tree: Arc<LiveTree>,
+    /// Held shared by every request, exclusively by a rewind: a process
+    /// sees the whole old tree or the whole new one.
+    world: Arc<std::sync::RwLock<()>>,
+    /// Serves `.rewindfs/` (checkpoint views) when recording.
+    browser: Option<Arc<Browser>>,
     options: FsOptions,
     passthrough: AtomicBool,
     backing: Mutex<BackingIds>,
 }
 
 impl LiveFs {
-    pub fn new(tree: Arc<LiveTree>, options: FsOptions) -> LiveFs {
+    pub fn new(tree: Arc<LiveTree>, options: FsOptions, world: Arc<std::sync::RwLock<()>>) -> LiveFs {
         let passthrough = options.passthrough == Passthrough::All;
-        LiveFs { tree, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
+        let browser = tree
+            .journal()
+            .map(|j| Arc::new(Browser::hidden(tree.clone(), j.clone(), HIDDEN_INO_BASE)));
+        LiveFs { tree, world, browser, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
+    }
+
+    /// The browser, when `ino` is under `.rewindfs/`.
+    fn hidden(&self, ino: INodeNo) -> Option<&Browser> {
+        self.browser.as_deref().filter(|b| ino.0 >= HIDDEN_INO_BASE && b.owns(Ino(ino.0)))
     }
 
     fn ttl(&self) -> Duration {
@@ -204,7 +224,16 @@ impl Filesystem for LiveFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(parent) {
+            return view::lookup(b, ino(parent), name, reply);
+        }
         match self.tree.lookup(ino(parent), name) {
+            // A real `.rewindfs` in the workspace wins: user data is never hidden.
+            Err(e) if e == Errno::ENOENT && parent == INodeNo::ROOT && name == HIDDEN_DIR && self.browser.is_some() => {
+                let b = self.browser.as_deref().expect("checked above");
+                view::getattr_entry(b, reply)
+            }
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -215,6 +244,10 @@ impl Filesystem for LiveFs {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(i) {
+            return view::getattr(b, ino(i), reply);
+        }
         match self.tree.getattr(ino(i), fh.map(|f| Fh(f.0))) {
             Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -239,6 +272,10 @@ impl Filesystem for LiveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(i).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
         match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0)), caller(req)) {
             Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
@@ -247,6 +284,10 @@ impl Filesystem for LiveFs {
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(i) {
+            return view::readlink(b, ino(i), reply);
+        }
         match self.tree.readlink(ino(i)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -254,6 +295,10 @@ impl Filesystem for LiveFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.mknod(ino(parent), name, mode & !umask, rdev, caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -261,6 +306,10 @@ impl Filesystem for LiveFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.mkdir(ino(parent), name, mode & !umask, caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -268,6 +317,10 @@ impl Filesystem for LiveFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.unlink(ino(parent), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -275,6 +328,10 @@ impl Filesystem for LiveFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.rmdir(ino(parent), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -282,6 +339,10 @@ impl Filesystem for LiveFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.symlink(ino(parent), link_name, target.as_os_str(), caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -298,6 +359,10 @@ impl Filesystem for LiveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(parent).is_some() || self.hidden(newparent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits(), caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -305,6 +370,10 @@ impl Filesystem for LiveFs {
     }
 
     fn link(&self, req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(newparent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.link(ino(i), ino(newparent), newname, caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -312,6 +381,10 @@ impl Filesystem for LiveFs {
     }
 
     fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(i) {
+            return view::open(b, ino(i), flags.0, reply);
+        }
         let (fh, file) = match self.tree.open(ino(i), flags.0, caller(req)) {
             Ok(x) => x,
             Err(e) => return reply.error(errno(e)),
@@ -332,6 +405,10 @@ impl Filesystem for LiveFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         let (attr, fh, file) = match self.tree.create(ino(parent), name, mode & !umask, flags, caller(req)) {
             Ok(x) => x,
             Err(e) => return reply.error(errno(e)),
@@ -354,6 +431,10 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(_ino) {
+            return view::read(b, ino(_ino), offset, size, reply);
+        }
         match self.tree.read(Fh(fh.0), offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(e)),
@@ -372,6 +453,7 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.write(Fh(fh.0), offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -379,6 +461,7 @@ impl Filesystem for LiveFs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         reply.ok();
     }
 
@@ -392,12 +475,14 @@ impl Filesystem for LiveFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         self.tree.release(Fh(fh.0));
         self.release_backing(Fh(fh.0), ino(i));
         reply.ok();
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.fsync(Fh(fh.0), datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -405,6 +490,10 @@ impl Filesystem for LiveFs {
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(i).is_some() {
+            return reply.opened(FileHandle(0), FopenFlags::empty());
+        }
         match self.tree.opendir(ino(i)) {
             Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR),
             Err(e) => reply.error(errno(e)),
@@ -412,6 +501,10 @@ impl Filesystem for LiveFs {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(_ino) {
+            return view::readdir(b, ino(_ino), offset, reply);
+        }
         let entries = match self.tree.readdir(Fh(fh.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
@@ -425,6 +518,10 @@ impl Filesystem for LiveFs {
     }
 
     fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(dir) {
+            return view::readdirplus(b, ino(dir), offset, reply);
+        }
         let entries = match self.tree.readdir(Fh(fh.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
@@ -456,11 +553,16 @@ impl Filesystem for LiveFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(_ino).is_some() {
+            return reply.ok();
+        }
         self.tree.releasedir(Fh(fh.0));
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, i: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.fsyncdir(ino(i)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -468,6 +570,7 @@ impl Filesystem for LiveFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(errno(e)),
@@ -475,6 +578,10 @@ impl Filesystem for LiveFs {
     }
 
     fn setxattr(&self, req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(i).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.setxattr(ino(i), name, value, flags, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -482,6 +589,10 @@ impl Filesystem for LiveFs {
     }
 
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(i) {
+            return view::getxattr(b, ino(i), name, size, reply);
+        }
         match self.tree.getxattr(ino(i), name, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -490,6 +601,10 @@ impl Filesystem for LiveFs {
     }
 
     fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = self.hidden(i) {
+            return view::listxattr(b, ino(i), size, reply);
+        }
         match self.tree.listxattr(ino(i), size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -498,6 +613,10 @@ impl Filesystem for LiveFs {
     }
 
     fn removexattr(&self, req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
+        if self.hidden(i).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.removexattr(ino(i), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -505,11 +624,13 @@ impl Filesystem for LiveFs {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         // Permissions are checked by the kernel (default_permissions).
         reply.ok();
     }
 
     fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.fallocate(Fh(fh.0), offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -517,6 +638,7 @@ impl Filesystem for LiveFs {
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.lseek(Fh(fh.0), offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),
@@ -536,6 +658,7 @@ impl Filesystem for LiveFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -563,9 +686,26 @@ fn placeholder(i: Ino, kind: Kind) -> Attr {
     }
 }
 
-/// A notifier through which the daemon tells the kernel to drop cached
-/// entries (used by rewinds).
-pub type Notifier = fuser::Notifier;
+/// Tells the kernel to drop cached names and attributes after the daemon
+/// changed the tree itself (restore, rewind).
+#[derive(Clone)]
+pub struct Invalidator(fuser::Notifier);
+
+impl Invalidator {
+    /// Forget the cached lookup of `name` in `parent`.
+    pub fn entry(&self, parent: Ino, name: &OsStr) {
+        if let Err(e) = self.0.inval_entry(INodeNo(parent.0), name) {
+            debug!("cannot invalidate entry {name:?} in {parent:?}: {e}");
+        }
+    }
+
+    /// Forget the cached attributes and pages of `ino`.
+    pub fn inode(&self, ino: Ino) {
+        if let Err(e) = self.0.inval_inode(INodeNo(ino.0), 0, 0) {
+            debug!("cannot invalidate inode {ino:?}: {e}");
+        }
+    }
+}
 
 /// Mount options for a live workspace mount.
 pub fn mount_config(fsname: &str, threads: usize) -> fuser::Config {
@@ -595,8 +735,8 @@ impl MountedSession {
         Ok(MountedSession { session })
     }
 
-    pub fn notifier(&self) -> Notifier {
-        self.session.notifier()
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator(self.session.notifier())
     }
 
     /// Serves requests until the filesystem is unmounted.

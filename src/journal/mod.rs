@@ -68,6 +68,11 @@ struct Inner {
     changes: u64,
     last_change: Option<Instant>,
     turn_started: Instant,
+    /// Changes made outside the mount after this time (ns) are not in the
+    /// journal; `None` on the first mount.
+    outside_since_ns: Option<i64>,
+    /// The daemon of the previous mount did not unmount cleanly.
+    unclean: bool,
 }
 
 /// The journal of one store.
@@ -97,6 +102,13 @@ impl Journal {
             None => 0,
             Some(n) => n + 1,
         };
+        let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
+        let last_created_ns = meta.checkpoints()?.last().map(|c| c.created_at.saturating_mul(1_000_000));
+        let outside_since_ns = clean.or(last_created_ns);
+        let unclean = last.is_some() && clean.is_none();
+        if unclean {
+            log::warn!("the previous daemon did not unmount cleanly; checking for changes made since checkpoint {}", last.unwrap_or(0));
+        }
         meta.transaction(|m| {
             m.insert_checkpoint(&Checkpoint {
                 checkpoint: turn,
@@ -108,7 +120,8 @@ impl Journal {
                 created_at: now_ms(),
                 store_bytes_at_start: store_bytes,
             })?;
-            m.set_state("current_turn", &turn.to_string())
+            m.set_state("current_turn", &turn.to_string())?;
+            m.set_state("clean_unmount_ns", "")
         })?;
         info!("journal opened: checkpoint {turn} records the state at mount");
         Ok(Journal {
@@ -122,6 +135,8 @@ impl Journal {
                 changes: 0,
                 last_change: None,
                 turn_started: Instant::now(),
+                outside_since_ns,
+                unclean,
             }),
             store,
             gate: RwLock::new(()),
@@ -172,6 +187,15 @@ impl Journal {
         let id = inner.meta.intern_object(handle, kind)?;
         inner.ids.insert(handle.to_vec(), id);
         Ok(id)
+    }
+
+    /// Points `id` at a new backing inode.
+    pub fn rebind_object(&self, id: ObjectId, handle: &[u8]) -> JournalResult<()> {
+        let mut inner = self.lock();
+        inner.meta.set_object_handle(id, handle)?;
+        inner.ids.retain(|_, v| *v != id);
+        inner.ids.insert(handle.to_vec(), id);
+        Ok(())
     }
 
     /// The id of a handle if it was ever recorded (no insert).
@@ -254,13 +278,19 @@ impl Journal {
     /// has begun: it records the files open for writing, whose next writes
     /// the daemon may not see.
     pub fn seal(&self, info: &TurnInfo, reason: Reason, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
+        self.seal_on(info, reason, None, recapture)
+    }
+
+    /// Like `seal`, but the new checkpoint's parent in the history graph is
+    /// `parent` (a rewind starts a branch from the checkpoint rewound to).
+    pub fn seal_on(&self, info: &TurnInfo, reason: Reason, parent: Option<i64>, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let store_bytes = self.store.stats()?.stored_bytes as i64;
         self.store.sync()?;
         let next = {
             let mut inner = self.lock();
             let next = inner.turn + 1;
-            let parent = inner.turn;
+            let parent = parent.unwrap_or(inner.turn);
             inner.meta.transaction(|m| {
                 m.insert_checkpoint(&Checkpoint {
                     checkpoint: next,
@@ -287,6 +317,53 @@ impl Journal {
         recapture();
         info!("sealed checkpoint {next} ({:?}, message {:?})", reason, info.message_id);
         Ok(CheckpointId(next))
+    }
+
+    /// Since when (ns since the epoch) changes to the backing tree were not
+    /// seen by a daemon, if this is not the first mount.
+    pub fn outside_since_ns(&self) -> Option<i64> {
+        self.lock().outside_since_ns
+    }
+
+    /// Records objects changed outside the mount (found by a scan at
+    /// mount): views of earlier checkpoints must not show their live state.
+    /// Returns how many objects were affected.
+    pub fn record_outside_changes(&self, handles: &[(Vec<u8>, u8)]) -> JournalResult<usize> {
+        let inner = self.lock();
+        let turn = inner.turn;
+        let unclean = inner.unclean;
+        let mut n = 0;
+        inner.meta.transaction(|m| {
+            for (h, kind) in handles {
+                // Objects never recorded are shown live by every view, so
+                // they need an id to carry the mark too.
+                let id = m.intern_object(h, *kind)?;
+                // After a crash, objects recorded in the last turn changed
+                // through the mount; their pre-images are in the journal.
+                if unclean && m.object_turn_at(id, turn - 1)?.is_some() {
+                    continue;
+                }
+                m.taint(id, turn)?;
+                n += 1;
+            }
+            if n > 0 {
+                m.set_label(turn, &format!("{n} objects changed outside rewindfs"))?;
+            }
+            Ok(())
+        })?;
+        if n > 0 {
+            log::warn!("{n} objects were changed outside the mount; checkpoints before {turn} will report them as unknown");
+        }
+        Ok(n)
+    }
+
+    /// Notes a clean unmount: the next mount only looks for changes made
+    /// after now.
+    pub fn mark_clean_unmount(&self) -> JournalResult<()> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        let inner = self.lock();
+        inner.meta.set_state("clean_unmount_ns", &now.to_string())?;
+        Ok(())
     }
 
     /// Makes everything recorded so far durable (used at unmount).

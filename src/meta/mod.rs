@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -74,6 +74,8 @@ pub enum Reason {
     Turn,
     /// A quiet period (`--auto-turn`).
     Auto,
+    /// The tree right after a rewind; its parent is the checkpoint rewound to.
+    Rewind,
 }
 
 impl Reason {
@@ -82,12 +84,14 @@ impl Reason {
             Reason::Mount => "mount",
             Reason::Turn => "turn",
             Reason::Auto => "auto",
+            Reason::Rewind => "rewind",
         }
     }
     fn parse(s: &str) -> Reason {
         match s {
             "mount" => Reason::Mount,
             "auto" => Reason::Auto,
+            "rewind" => Reason::Rewind,
             _ => Reason::Turn,
         }
     }
@@ -209,6 +213,35 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("create schema version 1")?;
+    }
+    if version < 2 {
+        // Objects changed outside the mount between two mounts: before
+        // `turn`, their live state is not what earlier checkpoints had.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE tainted(
+                 object INTEGER NOT NULL,
+                 turn INTEGER NOT NULL,
+                 PRIMARY KEY(object, turn)) WITHOUT ROWID;
+             PRAGMA user_version = 2;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 2")?;
+    }
+    if version < 3 {
+        // Files a rewind put in place whose bytes are still in the chunk
+        // store: the settler writes them into the backing file.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE pending(
+                 handle BLOB PRIMARY KEY,
+                 content_hash BLOB NOT NULL,
+                 chunks BLOB NOT NULL,
+                 mtime_ns INTEGER NOT NULL);
+             PRAGMA user_version = 3;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 3")?;
     }
     Ok(())
 }
@@ -509,6 +542,95 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list turns of entry")
     }
 
+    /// Every (dir, name) with a record in a turn >= `from`.
+    pub fn entry_keys_since(&self, from: i64) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT dir, name FROM entry_pre WHERE turn >= ?1").ctx("prepare")?;
+        let rows = stmt.query_map([from], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list changed entries")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed entries")
+    }
+
+    /// Every object with a record in a turn >= `from`.
+    pub fn objects_since(&self, from: i64) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT object FROM object_pre WHERE turn >= ?1").ctx("prepare")?;
+        let rows = stmt.query_map([from], |r| Ok(ObjectId(r.get(0)?))).ctx("list changed objects")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed objects")
+    }
+
+    /// Points an object id at a new backing inode (a rewind recreated it).
+    pub fn set_object_handle(&self, id: ObjectId, handle: &[u8]) -> MetaResult<()> {
+        self.conn
+            .execute("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
+            .ctx("release handle")?;
+        self.conn.execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0]).ctx("rebind object")?;
+        Ok(())
+    }
+
+    pub fn add_pending(&self, handle: &[u8], hash: &[u8], chunks: &[u8], mtime_ns: i64) -> MetaResult<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, mtime_ns) VALUES (?1, ?2, ?3, ?4)",
+                params![handle, hash, chunks, mtime_ns],
+            )
+            .ctx("record pending content")?;
+        Ok(())
+    }
+
+    pub fn remove_pending(&self, handle: &[u8]) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM pending WHERE handle = ?1", [handle]).ctx("clear pending content")?;
+        Ok(())
+    }
+
+    /// Every file still waiting for its content: (handle, hash, chunks, mtime).
+    pub fn all_pending(&self) -> MetaResult<Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)>> {
+        let mut stmt = self.conn.prepare("SELECT handle, content_hash, chunks, mtime_ns FROM pending").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).ctx("list pending content")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
+    }
+
+    /// Sets the label of a checkpoint.
+    pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
+        self.conn.execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint]).ctx("label checkpoint")?;
+        Ok(())
+    }
+
+    /// Marks an object as changed outside the mount before checkpoint `turn`.
+    pub fn taint(&self, object: ObjectId, turn: i64) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO tainted(object, turn) VALUES (?1, ?2)")
+            .ctx("prepare")?
+            .execute(params![object.0, turn])
+            .ctx("record an outside change")?;
+        Ok(())
+    }
+
+    /// The earliest checkpoint after `from` before which `object` was
+    /// changed outside the mount.
+    pub fn taint_after(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT MIN(turn) FROM tainted WHERE object = ?1 AND turn > ?2")
+            .ctx("prepare")?
+            .query_row(params![object.0, from], |r| r.get(0))
+            .ctx("read outside changes")
+    }
+
+    /// The turn of the earliest entry record for (dir, name) at or after `from`.
+    pub fn entry_turn_at(&self, dir: ObjectId, name: &[u8], from: i64) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT MIN(turn) FROM entry_pre WHERE dir = ?1 AND name = ?2 AND turn >= ?3")
+            .ctx("prepare")?
+            .query_row(params![dir.0, name, from], |r| r.get(0))
+            .ctx("read entry pre-image")
+    }
+
+    /// The turn of the earliest object record at or after `from`.
+    pub fn object_turn_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT MIN(turn) FROM object_pre WHERE object = ?1 AND turn >= ?2")
+            .ctx("prepare")?
+            .query_row(params![object.0, from], |r| r.get(0))
+            .ctx("read object pre-image")
+    }
+
     /// Runs `f` in one transaction.
     pub fn transaction<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
         self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
@@ -605,6 +727,21 @@ mod tests {
         assert_eq!(m.get_state("k").unwrap().as_deref(), Some("v"));
         let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn version_one_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            m.conn.execute_batch("DROP TABLE tainted; DROP TABLE pending; PRAGMA user_version = 1").unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let a = m.intern_object(b"a", 1).unwrap();
+        m.taint(a, 4).unwrap();
+        assert_eq!(m.taint_after(a, 2).unwrap(), Some(4));
+        assert_eq!(m.taint_after(a, 4).unwrap(), None);
     }
 
     #[test]

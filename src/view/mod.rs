@@ -3,6 +3,8 @@
 //! checkpoint. Nothing is copied: a view resolves each lookup on demand,
 //! so opening one costs the same whatever the size of the tree.
 
+pub mod browse;
+
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
@@ -30,6 +32,8 @@ pub enum ViewError {
     Journal(#[from] crate::journal::JournalError),
     #[error("object {0:?} has no recorded content and is gone from the workspace")]
     Lost(ObjectId),
+    #[error("object {0:?} was changed outside rewindfs before checkpoint {1}; its state at this checkpoint is unknown")]
+    ChangedOutside(ObjectId, i64),
 }
 
 impl From<crate::error::Errno> for ViewError {
@@ -149,9 +153,26 @@ impl<'a> TreeView<'a> {
         (st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_nlink > 0).then_some(fd)
     }
 
+    /// Fails when the live state of `id` cannot stand for its state at
+    /// this checkpoint: it was changed outside the mount before checkpoint
+    /// t, and no record between here and t says what it was.
+    fn check_outside(&self, id: ObjectId, recorded_turn: Option<i64>) -> ViewResult<()> {
+        if self.from == i64::MAX {
+            return Ok(());
+        }
+        if let Some(t) = self.journal.with_meta(|m| m.taint_after(id, self.from))? {
+            if recorded_turn.is_none_or(|r| r >= t) {
+                return Err(ViewError::ChangedOutside(id, t));
+            }
+        }
+        Ok(())
+    }
+
     /// What `name` refers to in directory `dir`.
     pub fn lookup(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
         if let Some(id) = dir.id {
+            let turn = self.journal.with_meta(|m| m.entry_turn_at(id, name.as_bytes(), self.from))?;
+            self.check_outside(id, turn)?;
             if let Some(recorded) = self.journal.with_meta(|m| m.entry_at(id, name.as_bytes(), self.from))? {
                 return match recorded {
                     Some(target) => Ok(Some(self.node_of_id(target)?)),
@@ -169,6 +190,9 @@ impl<'a> TreeView<'a> {
 
     /// The entries of directory `dir`, sorted by name.
     pub fn list(&self, dir: &Node) -> ViewResult<Vec<(OsString, Node)>> {
+        if let Some(id) = dir.id {
+            self.check_outside(id, None)?;
+        }
         let mut entries: std::collections::BTreeMap<Vec<u8>, Node> = std::collections::BTreeMap::new();
         if let Some(fd) = self.live_dir(dir) {
             let dirfd = rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
@@ -222,6 +246,8 @@ impl<'a> TreeView<'a> {
     /// The object's attributes and where its content comes from.
     pub fn state(&self, node: &Node) -> ViewResult<NodeState> {
         if let Some(id) = node.id {
+            let turn = self.journal.with_meta(|m| m.object_turn_at(id, self.from))?;
+            self.check_outside(id, turn)?;
             if let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))? {
                 let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
                 let (content, hash) = match content {
@@ -282,6 +308,10 @@ impl<'a> TreeView<'a> {
     pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
         match &state.content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
+            Content::Live(h) if self.tree.pending_content(h).is_some() => {
+                let c = self.tree.pending_content(h).ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
+                Ok(read_content_at(self.journal.store(), &c, offset, buf)?)
+            }
             Content::Live(h) => {
                 use std::os::unix::fs::FileExt;
                 let fd = self.tree.open_handle(h, libc::O_RDONLY)?;

@@ -102,15 +102,16 @@ impl LiveTree {
     }
 
     /// Records the state of the object `name` in `dir` (with its content
-    /// when `content`), if it exists.
-    pub(crate) fn capture_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, content: bool, caller: Caller) -> Res<()> {
+    /// when `content`), if it exists; returns its id.
+    pub(crate) fn capture_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, content: bool, caller: Caller) -> Res<Option<ObjectId>> {
         match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd)?;
                 let id = self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?;
-                self.capture_fd(journal, fd.as_fd(), id, content, program_of(caller.pid).as_deref())
+                self.capture_fd(journal, fd.as_fd(), id, content, program_of(caller.pid).as_deref())?;
+                Ok(Some(id))
             }
-            Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
@@ -145,7 +146,14 @@ impl LiveTree {
         let kind = Kind::from_mode(st.st_mode);
         let ctime_ns = ns(st.st_ctime, st.st_ctime_nsec as i64);
         let target = if kind == Kind::Symlink { Some(rustix::fs::readlinkat(fd, "", Vec::new())?.into_bytes()) } else { None };
-        let content = if content && kind == Kind::File {
+        let pending = if content && kind == Kind::File {
+            sys::name_to_handle_at(fd, OsStr::new("")).ok().and_then(|h| self.pending_content(&h))
+        } else {
+            None
+        };
+        let content = if let Some(p) = pending {
+            Some((p.hash.as_bytes().to_vec(), p.encode_chunks()))
+        } else if content && kind == Kind::File {
             let size = st.st_size as u64;
             let known = if trust_known { journal.known_content(id, ctime_ns, size).map_err(refused)? } else { None };
             match known {
