@@ -334,13 +334,16 @@ impl Journal {
         let unclean = inner.unclean;
         let mut n = 0;
         inner.meta.transaction(|m| {
+            // Renamed objects have entry records (their old name) but no
+            // object record of their own: they changed through the mount too.
+            let renamed = if unclean { m.entry_targets_in_turn(turn - 1)? } else { Default::default() };
             for (h, kind) in handles {
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
                 let id = m.intern_object(h, *kind)?;
                 // After a crash, objects recorded in the last turn changed
                 // through the mount; their pre-images are in the journal.
-                if unclean && m.object_turn_at(id, turn - 1)?.is_some() {
+                if unclean && (renamed.contains(&id) || m.object_turn_at(id, turn - 1)?.is_some()) {
                     continue;
                 }
                 m.taint(id, turn)?;
