@@ -259,17 +259,24 @@ pub fn ask(info: &MountInfo, request: &crate::daemon::control::Request) -> Resul
 
 /// A path given on the command line, relative to the mount root.
 pub fn path_in_mount(info: &MountInfo, path: &Path) -> Result<PathBuf> {
-    let abs = std::path::absolute(path).map_err(|e| Error::io(format!("bad path {}", path.display()), e))?;
-    let normal: PathBuf = abs.components().fold(PathBuf::new(), |mut acc, c| {
-        match c {
-            std::path::Component::ParentDir => {
-                acc.pop();
+    let normalize = |abs: &Path| -> PathBuf {
+        abs.components().fold(PathBuf::new(), |mut acc, c| {
+            match c {
+                std::path::Component::ParentDir => {
+                    acc.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => acc.push(other),
             }
-            std::path::Component::CurDir => {}
-            other => acc.push(other),
-        }
-        acc
-    });
+            acc
+        })
+    };
+    let abs = std::path::absolute(path).map_err(|e| Error::io(format!("bad path {}", path.display()), e))?;
+    // A relative path is taken from the current directory when that is
+    // inside the mount, otherwise from the mount root (as `-C` suggests).
+    let inside = |p: &Path| [&info.mountpoint, &info.workspace].iter().any(|r| p.starts_with(r));
+    let abs = if path.is_relative() && !inside(&normalize(&abs)) { info.mountpoint.join(path) } else { abs };
+    let normal = normalize(&abs);
     for root in [&info.mountpoint, &info.workspace] {
         if let Ok(rel) = normal.strip_prefix(root) {
             return Ok(rel.to_path_buf());

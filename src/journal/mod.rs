@@ -353,13 +353,17 @@ impl Journal {
         Ok(crate::store::store_content(&*self.store, reader)?)
     }
 
-    /// Records the object's state before this turn's first change.
-    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>) -> JournalResult<()> {
+    /// Records the object's state before this turn's first change. With
+    /// `cacheable`, its content is remembered for its (ctime, size), so a
+    /// later capture at the same (ctime, size) need not read the file.
+    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>, cacheable: bool) -> JournalResult<()> {
         let mut inner = self.lock();
         let turn = inner.turn;
         inner.append(LogRecord::ObjectPre { turn, object: object.0, state: state.into(), program: program.map(str::to_string) })?;
         if let Some((hash, chunks)) = &state.content {
-            inner.append(LogRecord::Known { object: object.0, ctime_ns: state.ctime_ns, size: state.size, hash: hash.clone(), chunks: chunks.clone() })?;
+            if cacheable {
+                inner.append(LogRecord::Known { object: object.0, ctime_ns: state.ctime_ns, size: state.size, hash: hash.clone(), chunks: chunks.clone() })?;
+            }
             inner.content_done.insert(object);
         }
         inner.meta_done.insert(object);
@@ -438,13 +442,16 @@ impl Journal {
         let unclean = inner.unclean;
         let mut n = 0;
         inner.meta.transaction(|m| {
+            // Renamed objects have entry records (their old name) but no
+            // object record of their own: they changed through the mount too.
+            let renamed = if unclean { m.entry_targets_in_turn(turn - 1)? } else { Default::default() };
             for (h, kind) in handles {
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
                 let id = m.intern_object(h, *kind)?;
                 // After a crash, objects recorded in the last turn changed
                 // through the mount; their pre-images are in the journal.
-                if unclean && m.object_turn_at(id, turn - 1)?.is_some() {
+                if unclean && (renamed.contains(&id) || m.object_turn_at(id, turn - 1)?.is_some()) {
                     continue;
                 }
                 m.taint(id, turn)?;

@@ -679,6 +679,14 @@ impl Meta {
             .ctx("read object pre-image")
     }
 
+    /// Objects that some name referred to at the start of `turn`, among
+    /// the names recorded in that turn (renamed, replaced or removed).
+    pub fn entry_targets_in_turn(&self, turn: i64) -> MetaResult<std::collections::HashSet<ObjectId>> {
+        let mut stmt = self.conn.prepare_cached("SELECT target FROM entry_pre WHERE turn = ?1 AND target IS NOT NULL").ctx("prepare")?;
+        let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
+        rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
+    }
+
     /// Runs `f` in one transaction.
     pub fn transaction<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
         self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;

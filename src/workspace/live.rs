@@ -222,6 +222,11 @@ impl LiveTree {
         }
     }
 
+    /// Whether a client holds the file open for writing (or mapped).
+    pub(crate) fn is_open_for_write(&self, ino: Ino) -> bool {
+        self.writers.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&ino)
+    }
+
     fn add_writer(&self, ino: Ino) {
         *self.writers.lock().unwrap_or_else(|p| p.into_inner()).entry(ino).or_insert(0) += 1;
     }
