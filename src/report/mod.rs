@@ -285,6 +285,10 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
         s.lines_added += f.lines_added;
         s.lines_removed += f.lines_removed;
     };
+    let pre_targets: HashSet<ObjectId> = entries.iter().filter_map(|e| e.target).collect();
+    // Directories added, removed or replaced: their files are counted after
+    // every file-level record, so none is counted twice.
+    let mut dir_changes: Vec<(Option<Node>, Option<Node>)> = Vec::new();
     for e in &entries {
         if let Some(p) = &e.program {
             *s.programs.entry(p.clone()).or_default() += 1;
@@ -301,6 +305,12 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
         let sa = before.as_ref().map(|n| pre.state(n)).transpose().ok().flatten();
         let sb = after.as_ref().map(|n| post.state(n)).transpose().ok().flatten();
         let (fa, fb) = (sa.as_ref().filter(|x| !x.is_dir()), sb.as_ref().filter(|x| !x.is_dir()));
+        let dir_a = sa.as_ref().is_some_and(|x| x.is_dir());
+        let dir_b = sb.as_ref().is_some_and(|x| x.is_dir());
+        let same_object = before.as_ref().and_then(|n| n.id).is_some() && before.as_ref().map(|n| n.id) == after.as_ref().map(|n| n.id);
+        if (dir_a || dir_b) && !same_object {
+            dir_changes.push((before.clone().filter(|_| dir_a), after.clone().filter(|_| dir_b)));
+        }
         let path = Path::new(name);
         let kind = match (fa, fb) {
             (None, Some(_)) => ChangeKind::Added,
@@ -326,6 +336,10 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
         if seen.contains(id) {
             continue;
         }
+        // Created and removed within the turn: neither side has it.
+        if !pre_targets.contains(id) && pre.live_tree().in_attic(*id) {
+            continue;
+        }
         let handle = journal.with_meta(|m| m.object_handle(*id))?.and_then(|h| crate::sys::FileHandle::from_bytes(&h));
         let node = Node { id: Some(*id), handle };
         let (Ok(sa), Ok(sb)) = (pre.state(&node), post.state(&node)) else { continue };
@@ -334,6 +348,49 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
         }
         let fc = change(Path::new(""), ChangeKind::Modified, pre, Some(&sa), post, Some(&sb), false)?;
         count(&fc, s);
+    }
+    for (gone, new) in dir_changes {
+        if let Some(d) = gone {
+            count_subtree(pre, &d, &mut seen, ChangeKind::Deleted, s)?;
+        }
+        if let Some(d) = new {
+            count_subtree(post, &d, &mut seen, ChangeKind::Added, s)?;
+        }
+    }
+    Ok(())
+}
+
+/// Counts the files under a directory that appeared or disappeared whole
+/// (a directory rename is one record, but its files moved).
+fn count_subtree(view: &TreeView<'_>, dir: &Node, seen: &mut HashSet<ObjectId>, kind: ChangeKind, s: &mut TurnSummary) -> ViewResult<()> {
+    for (name, child) in view.list(dir)? {
+        let Ok(state) = view.state(&child) else { continue };
+        if state.is_dir() {
+            count_subtree(view, &child, seen, kind.clone(), s)?;
+            continue;
+        }
+        if let Some(id) = child.id {
+            if !seen.insert(id) {
+                continue;
+            }
+        }
+        let lines = if state.is_file() && state.size <= MAX_DIFF_BYTES {
+            let data = view.read_all(&state)?;
+            if is_binary(&data) { 0 } else { data.iter().filter(|b| **b == b'\n').count() as u64 + u64::from(!data.is_empty() && data.last() != Some(&b'\n')) }
+        } else {
+            0
+        };
+        let _ = name;
+        match kind {
+            ChangeKind::Added => {
+                s.files_added += 1;
+                s.lines_added += lines;
+            }
+            _ => {
+                s.files_deleted += 1;
+                s.lines_removed += lines;
+            }
+        }
     }
     Ok(())
 }

@@ -120,6 +120,11 @@ impl<'a> TreeView<'a> {
         TreeView { tree, journal, from: i64::MAX }
     }
 
+    /// The live tree behind the view.
+    pub fn live_tree(&self) -> &LiveTree {
+        self.tree
+    }
+
     pub fn checkpoint(&self) -> Option<i64> {
         (self.from != i64::MAX).then_some(self.from)
     }

@@ -185,6 +185,11 @@ impl LiveTree {
         Ok(self)
     }
 
+    /// Whether an object was moved to the attic (removed from the tree).
+    pub fn in_attic(&self, id: crate::meta::ObjectId) -> bool {
+        self.attic_fd().is_some_and(|a| rustix::fs::statat(a, id.0.to_string(), AtFlags::SYMLINK_NOFOLLOW).is_ok())
+    }
+
     /// The attic directory, if removed files are moved there.
     pub(crate) fn attic_fd(&self) -> Option<BorrowedFd<'_>> {
         self.attic.as_ref().map(|f| f.as_fd())
