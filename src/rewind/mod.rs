@@ -334,11 +334,18 @@ impl Rewinder<'_> {
         let state = self.view.state(&node)?;
         let content_changed = state.is_file() && matches!(state.content, Content::Stored(_));
         if content_changed {
-            if let Some((dir, name)) = self.location(fd)? {
-                return self.replace_content(dir.as_fd(), &name, id, &node, &state);
+            // A file with several names keeps its inode, so that all of
+            // them (and the hard link between them) come back together;
+            // swapping in a new inode would fix only the one name found.
+            let nlink = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?.st_nlink;
+            if nlink == 1 {
+                if let Some((dir, name)) = self.location(fd)? {
+                    return self.replace_content(dir.as_fd(), &name, id, &node, &state);
+                }
             }
-            // Linked elsewhere (e.g. only through a name in the attic):
-            // keep its current bytes in the store, then refill it in place.
+            // Linked elsewhere (several names, or only through a name in
+            // the attic): keep its current bytes in the store, then refill
+            // it in place.
             log::info!("object {} has no single place in the tree; rewriting it in place", id.0);
             let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
             self.tree.capture_ino(self.journal, ino, true, self.caller).map_err(|e| err("record".into(), e))?;
