@@ -411,6 +411,11 @@ impl Rewinder<'_> {
         let fd = rustix::fs::openat(dir, temp.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
             .map_err(from_rustix("create"))?;
         rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
+        // The new inode carries the file's xattrs as they were (step 3
+        // does not visit it again).
+        for (n, v) in &state.xattrs {
+            sys::setxattr(fd.as_fd(), OsStr::from_bytes(n), v, 0).map_err(|e| err(format!("{}: xattr", self.display(&bytes)), e.into()))?;
+        }
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         let old_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
         let old_handle = sys::name_to_handle_at(old_fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;

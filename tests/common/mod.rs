@@ -423,10 +423,12 @@ pub fn assert_same_tree(expected: &Path, actual: &Path, what: &str) {
         .collect();
     assert!(
         diffs.is_empty() && e.lines().count() == a.lines().count(),
-        "{what}: {} is not an exact copy of {}:\n{}\nexpected manifest:\n{e}\nactual manifest:\n{a}",
+        "{what}: {} is not an exact copy of {} ({} vs {} objects):\n{}",
         actual.display(),
         expected.display(),
-        diffs.join("\n")
+        e.lines().count(),
+        a.lines().count(),
+        if diffs.is_empty() { format!("expected manifest:\n{e}\nactual manifest:\n{a}") } else { diffs.join("\n") }
     );
 }
 
