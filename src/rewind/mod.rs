@@ -48,6 +48,9 @@ struct Rewinder<'a> {
     caller: Caller,
     /// Objects this rewind moved into the attic (and not yet back).
     in_attic: HashSet<ObjectId>,
+    /// Directories changed by replacing a file's inode, whose own times
+    /// must be put back at the end.
+    dirs_touched: BTreeSet<ObjectId>,
     out: Vec<Planned>,
     touched: Touched,
 }
@@ -67,6 +70,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         view: TreeView::at(tree, journal, checkpoint),
         caller,
         in_attic: HashSet::new(),
+        dirs_touched: BTreeSet::new(),
         out: Vec::new(),
         touched: Touched::default(),
     };
@@ -139,6 +143,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         }
         r.restore_object(*id, fd.as_fd())?;
     }
+    dirs.extend(std::mem::take(&mut r.dirs_touched));
     for id in dirs {
         if r.in_attic.contains(&id) {
             continue;
@@ -406,6 +411,9 @@ impl Rewinder<'_> {
         let bytes = name.as_bytes().to_vec();
         self.tree.capture_entry(self.journal, dir, name, self.caller).map_err(|e| err(self.display(&bytes), e))?;
         self.tree.capture_named(self.journal, dir, name, false, self.caller).map_err(|e| err(self.display(&bytes), e))?;
+        let dir_handle = sys::name_to_handle_at(dir, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
+        self.dirs_touched.insert(dir_id);
         let temp = format!(".rewindfs-rewind-{}", id.0);
         let mode = Mode::from_raw_mode(state.perm);
         let fd = rustix::fs::openat(dir, temp.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
