@@ -105,7 +105,8 @@ pub struct RestoreArgs {
     /// Only list what would change.
     #[arg(long)]
     pub dry_run: bool,
-    /// Paths to restore (relative to the current directory, inside the mount).
+    /// Paths to restore (relative to the current directory when it is inside
+    /// the mount, otherwise to the mount root).
     #[arg(last = true, required = true)]
     pub paths: Vec<PathBuf>,
 }
@@ -168,7 +169,8 @@ pub struct DiffArgs {
     /// One line per file with added/removed line counts instead of patches.
     #[arg(long)]
     pub stat: bool,
-    /// Restrict to these paths (relative to the current directory, inside the mount).
+    /// Restrict to these paths (relative to the current directory when it is
+    /// inside the mount, otherwise to the mount root).
     #[arg(last = true)]
     pub paths: Vec<PathBuf>,
 }
