@@ -172,6 +172,15 @@ class Inputs:
 # Targets: where a workload runs
 
 
+UNMOUNT_ERRORS = []
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
 class Target:
     """Creates a fresh directory for one workload run, and removes it."""
 
@@ -213,8 +222,16 @@ class Target:
             r = sh([self.binary, "unmount", self.mnt], env={"REWINDFS_RUNTIME_DIR": self.runtime_dir},
                    check=False, capture=True)
             if r.returncode != 0:
-                log(f"bench: unmount {self.mnt} failed: {r.stderr.strip()}; lazy-unmounting")
-                sh(["umount", "-l", self.mnt], check=False)
+                still = is_mounted(self.mnt)
+                UNMOUNT_ERRORS.append(f"{os.path.basename(self.root)}: {r.stderr.strip()}"
+                                      f" (mount {'still there' if still else 'gone'})")
+                log(f"bench: `rewindfs unmount {self.mnt}` failed: {r.stderr.strip()}; "
+                    f"mount {'still there: lazy-unmounting' if still else 'is gone anyway'}")
+                if still:
+                    sh(["umount", "-l", self.mnt], check=False)
+                log_src = os.path.join(self.root, "store", "daemon.log")
+                if os.path.exists(log_src):
+                    shutil.copy(log_src, os.path.join(self.base, f"..", f"daemon-{os.path.basename(self.root)}.log"))
             # Wait for the daemon to go away before deleting its store.
             if self.daemon_pid:
                 for _ in range(100):
@@ -524,6 +541,13 @@ def report(res, meta, targets, shadow_turns, shadow_bytes):
         w(f"Shadow git bytes for {b['edits']} one-line edits of a {fmt_bytes(b['file_bytes'])} text file "
           f"(one commit per edit): objects after the first commit {fmt_bytes(b['after_initial'])}, "
           f"after {b['edits']} edits {fmt_bytes(b['loose'])} loose, {fmt_bytes(b['packed'])} after `git gc`.")
+    if UNMOUNT_ERRORS:
+        w("")
+        w(f"`rewindfs unmount` reported an error {len(UNMOUNT_ERRORS)} time(s) "
+          f"(timings are unaffected; the mount is torn down after the measured steps):")
+        w("")
+        for e in UNMOUNT_ERRORS[:10]:
+            w(f"- {e}")
     return "\n".join(out) + "\n", misses
 
 
