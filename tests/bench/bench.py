@@ -97,6 +97,29 @@ def timed(cmd, cwd=None, env=None, ok_codes=(0,)):
     return dt
 
 
+def cpu_busy(window=0.5):
+    """Fraction of CPU time spent busy (all cores) over `window` seconds."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        return sum(v), idle
+    t0, i0 = snap()
+    time.sleep(window)
+    t1, i1 = snap()
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_idle(max_wait, threshold=0.15):
+    """Waits up to max_wait seconds for the machine to be quiet (other jobs
+    share it). Returns the last busy fraction seen."""
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy > threshold and time.monotonic() < deadline:
+        busy = cpu_busy()
+    return busy
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
@@ -602,6 +625,9 @@ def main():
                     help="rewindfs binary; default target/release/rewindfs (run cargo build --release first)")
     ap.add_argument("--out", help="also write the markdown table to this file")
     ap.add_argument("--json", help="also write raw samples as JSON to this file")
+    ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                    help="before each measured step, wait up to SECONDS for the CPUs to be idle "
+                         "(for a machine shared with other jobs); default 0 (do not wait)")
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler for the small-file helper")
     args = ap.parse_args()
 
@@ -646,6 +672,10 @@ def main():
                         passthrough.add(f"{t}={tgt.passthrough_reported}")
 
                     def step(name, cls, fn, t=t):
+                        if args.wait_idle > 0:
+                            busy = wait_idle(args.wait_idle)
+                            if busy > 0.15:
+                                log(f"  (machine still {busy:.0%} busy after waiting {args.wait_idle} s)")
                         drop_caches()
                         loads.append(loadavg())
                         secs = fn()
