@@ -5,6 +5,10 @@
 //! - [`sys`]: the only place with `unsafe` (file handles, signals).
 //! - [`workspace`]: the live tree: object table, backing-tree operations.
 //! - [`store`]: the content-addressed chunk store.
+//! - [`meta`]: the SQLite metadata (objects, checkpoints, pre-images).
+//! - [`journal`]: turns, checkpoints, recording pre-images.
+//! - [`view`]: the tree at a checkpoint, resolved on demand.
+//! - [`report`]: log statistics, diffs, path history.
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
@@ -13,8 +17,12 @@ pub mod cli;
 pub mod daemon;
 pub mod error;
 pub mod fs;
+pub mod journal;
+pub mod meta;
+pub mod report;
 pub mod store;
 pub mod sys;
+pub mod view;
 pub mod workspace;
 
 pub use error::{Error, Result};

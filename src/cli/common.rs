@@ -147,6 +147,7 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         passthrough: if opts.passthrough == "off" { Passthrough::Off } else { Passthrough::All },
         cache_timeout: Duration::from_secs(opts.cache_timeout),
         threads: opts.threads.max(1),
+        auto_turn: (opts.auto_turn > 0.0).then(|| Duration::from_secs_f64(opts.auto_turn)),
     })
 }
 
@@ -188,6 +189,8 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .arg(spec.cache_timeout.as_secs().to_string())
         .arg("--threads")
         .arg(spec.threads.to_string())
+        .arg("--auto-turn")
+        .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")
@@ -235,4 +238,41 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
             Some(p) => Error::Usage(format!("{} is not inside a rewindfs mount", p.display())),
             None => Error::Usage("the current directory is not inside a rewindfs mount (use -C <MOUNT>)".into()),
         })
+}
+
+/// Sends a request to the daemon of `info`; an error answer becomes an error.
+pub fn ask(info: &MountInfo, request: &crate::daemon::control::Request) -> Result<serde_json::Value> {
+    let answer = crate::daemon::control::call(&info.socket, request, Duration::from_secs(600))?;
+    if answer.ok {
+        Ok(answer.data)
+    } else {
+        Err(Error::Usage(answer.error.unwrap_or_else(|| "the daemon refused the request".into())))
+    }
+}
+
+/// A path given on the command line, relative to the mount root.
+pub fn path_in_mount(info: &MountInfo, path: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(path).map_err(|e| Error::io(format!("bad path {}", path.display()), e))?;
+    let normal: PathBuf = abs.components().fold(PathBuf::new(), |mut acc, c| {
+        match c {
+            std::path::Component::ParentDir => {
+                acc.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => acc.push(other),
+        }
+        acc
+    });
+    for root in [&info.mountpoint, &info.workspace] {
+        if let Ok(rel) = normal.strip_prefix(root) {
+            return Ok(rel.to_path_buf());
+        }
+    }
+    Err(Error::Usage(format!("{} is not inside the mount {}", path.display(), info.mountpoint.display())))
+}
+
+/// Prints a JSON value for programs.
+pub fn print_json(v: &serde_json::Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v).map_err(|e| Error::Daemon(e.to_string()))?);
+    Ok(())
 }

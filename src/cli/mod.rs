@@ -1,9 +1,12 @@
 //! The command line: argument definitions and one file per subcommand.
 
 mod common;
+mod history;
 mod mount;
 mod run;
+mod show;
 mod status;
+mod turn;
 mod unmount;
 
 use std::path::PathBuf;
@@ -46,6 +49,94 @@ pub enum Command {
     Run(RunArgs),
     /// Show what is mounted where, which store, the daemon's pid and uptime.
     Status(StatusArgs),
+    /// Seal everything so far as a checkpoint and start a new turn.
+    ///
+    /// `turn --message-id m1` makes checkpoint N labelled m1: the state just
+    /// before message m1 was acted on. Flushes the mount first, so every
+    /// write that completed before this returns belongs to the earlier turn.
+    Turn(TurnArgs),
+    /// List checkpoints, oldest first, with what each turn changed.
+    Log(LogArgs),
+    /// Show changes between two checkpoints (TO defaults to the live tree).
+    ///
+    /// A checkpoint is a number, ~N (N before the newest), or a message id.
+    Diff(DiffArgs),
+    /// List the checkpoints whose turns changed PATH.
+    History(HistoryArgs),
+    /// Mount the tree as it was at CHECKPOINT, read-only, at MOUNTPOINT.
+    ///
+    /// The view does not move while the agent keeps writing; every write
+    /// fails with EROFS. Nothing is copied. `rewindfs unmount MOUNTPOINT`
+    /// removes it. The same views are under `.rewindfs/checkpoints/<N>/` and
+    /// `.rewindfs/messages/<id>/` in the live mount.
+    Show(ShowArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// An empty directory to mount the view on.
+    pub mountpoint: PathBuf,
+}
+
+/// Selects the mount and output format.
+#[derive(Args, Debug, Clone)]
+pub struct Target {
+    /// The mount to act on; default: the rewindfs mount containing the
+    /// current directory.
+    #[arg(short = 'C', value_name = "MOUNT")]
+    pub mount: Option<PathBuf>,
+    /// Print JSON for programs.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TurnArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// The id of the message whose changes start now.
+    #[arg(long, value_name = "ID")]
+    pub message_id: Option<String>,
+    /// The agent session this turn belongs to.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// A free-form label.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct LogArgs {
+    #[command(flatten)]
+    pub target: Target,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// The older checkpoint.
+    pub from: String,
+    /// The newer checkpoint; default: the live tree.
+    pub to: Option<String>,
+    /// One line per file with added/removed line counts instead of patches.
+    #[arg(long)]
+    pub stat: bool,
+    /// Restrict to these paths (relative to the mount root or absolute).
+    #[arg(last = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A path inside the mount.
+    pub path: PathBuf,
 }
 
 /// Options shared by every command that mounts.
@@ -67,6 +158,13 @@ pub struct MountOpts {
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
+    /// Without a harness calling `rewindfs turn`, seal a checkpoint after
+    /// this many seconds without writes (if anything changed). On by
+    /// default so that a plain shell session still gets undo points; the
+    /// first explicit `turn` switches it off for the rest of the mount,
+    /// since a harness knows where turns end. 0 disables it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub auto_turn: f64,
 }
 
 #[derive(Args, Debug)]
@@ -122,6 +220,11 @@ pub fn run(cli: Cli) -> i32 {
         Command::Unmount(a) => unmount::run(a).map(|_| 0),
         Command::Run(a) => run::run(a),
         Command::Status(a) => status::run(a).map(|_| 0),
+        Command::Turn(a) => turn::run(a).map(|_| 0),
+        Command::Log(a) => history::log(a).map(|_| 0),
+        Command::Diff(a) => history::diff(a),
+        Command::History(a) => history::history(a).map(|_| 0),
+        Command::Show(a) => show::run(a).map(|_| 0),
     };
     match result {
         Ok(code) => code,

@@ -50,6 +50,8 @@ pub fn run(args: StatusArgs) -> Result<()> {
         println!("  daemon pid:  {}", s["pid"]);
         println!("  uptime:      {}s", s["uptime_secs"]);
         println!("  passthrough: {}", if s["passthrough"].as_bool() == Some(true) { "on" } else { "off" });
+        let message = s["message_id"].as_str().map(|m| format!(" (message {m})")).unwrap_or_default();
+        println!("  turn:        {}{message}, {} changes recorded", s["turn"], s["turn_changes"]);
     }
     Ok(())
 }

@@ -18,6 +18,9 @@ pub fn run(args: UnmountArgs) -> Result<()> {
 
 /// Unmounts the rewindfs mount at `mp` and waits for its daemon to exit.
 pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
+    if daemon::view_mountpoints().iter().any(|v| v == mp) {
+        return sys::umount(mp, lazy).map_err(|e| Error::io(format!("cannot unmount view {}", mp.display()), e));
+    }
     match daemon::mount_state(mp) {
         MountState::NotMounted => Err(Error::Usage(format!("{} is not a rewindfs mount", mp.display()))),
         MountState::Dead(_) => {

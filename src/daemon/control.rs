@@ -18,6 +18,17 @@ pub enum Request {
     Status,
     /// Flush and unmount; `lazy` detaches even while files are in use.
     Unmount { lazy: bool },
+    /// Seal the current turn as a checkpoint (the CLI has already flushed
+    /// the mount with syncfs).
+    Turn { info: crate::journal::TurnInfo },
+    /// Every checkpoint with its turn's statistics.
+    Log,
+    /// Changes between two checkpoint references (`to` None = live tree).
+    Diff { from: String, to: Option<String>, paths: Vec<std::path::PathBuf>, patch: bool },
+    /// The turns that changed a path (relative to the mount root).
+    History { path: std::path::PathBuf },
+    /// Mount a read-only view of a checkpoint at `mountpoint`.
+    Show { checkpoint: String, mountpoint: std::path::PathBuf },
 }
 
 /// A daemon's answer.

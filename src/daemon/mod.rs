@@ -14,7 +14,11 @@ use log::{info, warn};
 use crate::error::{Error, Result};
 use crate::fs::{FsOptions, LiveFs, MountedSession, Passthrough};
 use crate::sys;
+use crate::journal::{Journal, TurnInfo};
+use crate::meta::Reason;
+use crate::view::TreeView;
 use crate::workspace::LiveTree;
+use std::sync::atomic::{AtomicBool, Ordering};
 use control::{Request, Response};
 use registry::MountInfo;
 
@@ -30,6 +34,9 @@ pub struct MountSpec {
     pub passthrough: Passthrough,
     pub cache_timeout: Duration,
     pub threads: usize,
+    /// Seal a checkpoint after this long without writes (until a harness
+    /// calls `turn`, which turns this off for the rest of the mount).
+    pub auto_turn: Option<Duration>,
 }
 
 impl MountSpec {
@@ -49,10 +56,18 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
         }
     };
     match start(&spec) {
-        Ok((session, info, _locks)) => {
+        Ok((session, info, _locks, journal, ctx)) => {
             report(Ok(&info));
             info!("serving {} on {} (store {})", spec.workspace.display(), spec.mountpoint.display(), spec.store.display());
             let result = session.run();
+            for view in ctx.views.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+                // Views read the live tree: they end with it.
+                let _ = sys::umount(&view, true);
+            }
+            match journal.sync().and_then(|_| journal.mark_clean_unmount()) {
+                Ok(()) => {}
+                Err(e) => warn!("could not make the journal durable at unmount: {e}"),
+            }
             registry::withdraw(&spec.mountpoint);
             info!("unmounted {}; daemon exits", spec.mountpoint.display());
             result.map_err(|e| Error::io("the FUSE session failed", e))
@@ -64,7 +79,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
     }
 }
 
-type Started = (MountedSession, MountInfo, Vec<registry::Lock>);
+type Started = (MountedSession, MountInfo, Vec<registry::Lock>, Arc<Journal>, Arc<Ctx>);
 
 fn start(spec: &MountSpec) -> Result<Started> {
     sys::clear_umask();
@@ -74,7 +89,13 @@ fn start(spec: &MountSpec) -> Result<Started> {
         &format!("workspace {}", spec.workspace.display()),
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
-    let tree = Arc::new(LiveTree::new(&spec.workspace)?);
+    let journal = Arc::new(Journal::open_dir(&spec.store)?);
+    let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?);
+    if let Some(since) = journal.outside_since_ns() {
+        // Before mounting, nothing else changes the tree under us.
+        let changed = tree.scan_changed_since(since).map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
+        journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
+    }
     let fs = LiveFs::new(tree.clone(), FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough });
     let fsname = format!("rewindfs:{}", spec.workspace.display());
     let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads)
@@ -96,23 +117,151 @@ fn start(spec: &MountSpec) -> Result<Started> {
     };
     registry::publish(&info)?;
 
-    let handler_info = info.clone();
-    let handler_tree = tree.clone();
+    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false), views: std::sync::Mutex::new(Vec::new()) });
+    let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
-        .spawn(move || control::serve(listener, move |req| handle(req, &handler_info, &handler_tree)))
+        .spawn(move || control::serve(listener, move |req| handle(req, &handler_ctx)))
         .map_err(|e| Error::io("cannot start the control thread", e))?;
     spawn_signal_watcher(spec.mountpoint.clone());
-    Ok((session, info, vec![store_lock, ws_lock]))
+    if let Some(quiet) = spec.auto_turn {
+        spawn_auto_turn(ctx.clone(), quiet);
+    }
+    Ok((session, info, vec![store_lock, ws_lock], journal, ctx))
 }
 
-fn handle(req: Request, info: &MountInfo, tree: &LiveTree) -> Response {
+/// What the control handlers work with.
+struct Ctx {
+    info: MountInfo,
+    tree: Arc<LiveTree>,
+    journal: Arc<Journal>,
+    /// Set by the first explicit `turn`: a harness announces turns, so
+    /// quiet-period checkpoints stop.
+    harness_seen: AtomicBool,
+    /// Mountpoints of views served by this daemon.
+    views: std::sync::Mutex<Vec<PathBuf>>,
+}
+
+/// The fsname prefix of view mounts (`rewindfs show`).
+pub const VIEW_FSNAME_PREFIX: &str = "rewindfs-view:";
+
+fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, String> {
+    let tree = ctx.tree.clone();
+    let journal = ctx.journal.clone();
+    ctx.journal
+        .seal(info, reason, || tree.recapture_writers(&journal))
+        .map(|c| c.0)
+        .map_err(|e| format!("cannot seal the checkpoint: {e}"))
+}
+
+fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
+    let _ = std::thread::Builder::new().name("auto-turn".into()).spawn(move || {
+        let tick = quiet.min(Duration::from_secs(1)).max(Duration::from_millis(50));
+        loop {
+            std::thread::sleep(tick);
+            if ctx.harness_seen.load(Ordering::Relaxed) {
+                info!("a harness announces turns; quiet-period checkpoints stop");
+                return;
+            }
+            let (changes, idle) = ctx.journal.activity();
+            if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) {
+                match seal(&ctx, &TurnInfo::default(), Reason::Auto) {
+                    Ok(n) => info!("quiet for {:?}: sealed checkpoint {n}", quiet),
+                    Err(e) => warn!("{e}"),
+                }
+            }
+        }
+    });
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Response {
+    match serde_json::to_value(v) {
+        Ok(v) => Response::ok(v),
+        Err(e) => Response::err(e.to_string()),
+    }
+}
+
+fn handle(req: Request, ctx: &Ctx) -> Response {
+    let (info, tree, journal) = (&ctx.info, &*ctx.tree, &*ctx.journal);
     match req {
+        Request::Turn { info: turn } => {
+            ctx.harness_seen.store(true, Ordering::Relaxed);
+            match seal(ctx, &turn, Reason::Turn) {
+                Ok(n) => json(&serde_json::json!({
+                    "checkpoint": n, "message_id": turn.message_id, "session": turn.session, "label": turn.label
+                })),
+                Err(e) => Response::err(e),
+            }
+        }
+        Request::Log => match crate::report::log(tree, journal) {
+            Ok(turns) => json(&turns),
+            Err(e) => Response::err(format!("cannot read the history: {e}")),
+        },
+        Request::Diff { from, to, paths, patch } => {
+            let a = match journal.resolve(&from) {
+                Ok(c) => c.0,
+                Err(e) => return Response::err(e.to_string()),
+            };
+            let b = match to.as_deref().map(|t| journal.resolve(t)) {
+                None => None,
+                Some(Ok(c)) => Some(c.0),
+                Some(Err(e)) => return Response::err(e.to_string()),
+            };
+            let va = TreeView::at(tree, journal, a);
+            let vb = match b {
+                Some(b) => TreeView::at(tree, journal, b),
+                None => TreeView::live(tree, journal),
+            };
+            match crate::report::diff(&va, &vb, &paths, patch) {
+                Ok(changes) => json(&serde_json::json!({ "from": a, "to": b, "changes": changes })),
+                Err(e) => Response::err(format!("cannot compute the diff: {e}")),
+            }
+        }
+        Request::Show { checkpoint, mountpoint } => {
+            let n = match journal.resolve(&checkpoint) {
+                Ok(c) => c.0,
+                Err(e) => return Response::err(e.to_string()),
+            };
+            let browser = match crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n) {
+                Ok(b) => Arc::new(b),
+                Err(e) => return Response::err(format!("cannot open checkpoint {n}: {e}")),
+            };
+            let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", info.workspace.display());
+            match crate::fs::view::ViewSession::mount(browser, &mountpoint, &fsname) {
+                Ok(session) => {
+                    let mp = mountpoint.clone();
+                    let _ = std::thread::Builder::new().name("view".into()).spawn(move || {
+                        if let Err(e) = session.run() {
+                            warn!("view of checkpoint {n} on {} ended: {e}", mp.display());
+                        }
+                    });
+                    info!("showing checkpoint {n} on {}", mountpoint.display());
+                    ctx.views.lock().unwrap_or_else(|p| p.into_inner()).push(mountpoint.clone());
+                    json(&serde_json::json!({ "checkpoint": n, "mountpoint": mountpoint }))
+                }
+                Err(e) => Response::err(format!("cannot mount the view on {}: {e}", mountpoint.display())),
+            }
+        }
+        Request::History { path } => match crate::report::history(tree, journal, &path) {
+            Ok(events) => json(&events),
+            Err(e) => Response::err(format!("cannot read the history of {}: {e}", path.display())),
+        },
         Request::Status => {
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
             let mut data = serde_json::to_value(info).unwrap_or_default();
             data["uptime_secs"] = now.saturating_sub(info.started_at).into();
             data["objects_known"] = tree.object_count().into();
+            let turn = journal.current_turn();
+            let (changes, idle) = journal.activity();
+            let message = journal
+                .with_meta(|m| m.checkpoints())
+                .ok()
+                .and_then(|cs| cs.into_iter().find(|c| c.checkpoint == turn))
+                .and_then(|c| c.message_id);
+            data["turn"] = turn.into();
+            data["message_id"] = message.into();
+            data["turn_changes"] = changes.into();
+            data["idle_secs"] = idle.into();
             Response::ok(data)
         }
         Request::Unmount { lazy } => {
@@ -211,6 +360,19 @@ fn unescape_mountinfo(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Mountpoints of view mounts (`rewindfs show`).
+pub fn view_mountpoints() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let source = right.split_whitespace().nth(1)?;
+            let mp = left.split_whitespace().nth(4)?;
+            source.starts_with(VIEW_FSNAME_PREFIX).then(|| PathBuf::from(unescape_mountinfo(mp)))
+        })
+        .collect()
 }
 
 /// Whether `path` is currently a rewindfs mountpoint.

@@ -18,8 +18,15 @@ use fuser::{
 };
 use log::{debug, info, warn};
 
+pub mod view;
+
 use crate::error::Errno;
+use crate::view::browse::{Browser, HIDDEN_DIR};
 use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, SetAttr, SetTime, XattrReply};
+
+/// Inode numbers of `.rewindfs/` and the views under it start here, far
+/// above any backing inode number.
+const HIDDEN_INO_BASE: u64 = 1 << 62;
 
 /// Largest read/write request the kernel sends (FUSE's max_pages is raised
 /// to match): 1 MiB, the kernel's default ceiling.
@@ -61,6 +68,8 @@ struct BackingIds {
 /// The live workspace as a FUSE filesystem.
 pub struct LiveFs {
     tree: Arc<LiveTree>,
+    /// Serves `.rewindfs/` (checkpoint views) when recording.
+    browser: Option<Arc<Browser>>,
     options: FsOptions,
     passthrough: AtomicBool,
     backing: Mutex<BackingIds>,
@@ -69,7 +78,15 @@ pub struct LiveFs {
 impl LiveFs {
     pub fn new(tree: Arc<LiveTree>, options: FsOptions) -> LiveFs {
         let passthrough = options.passthrough == Passthrough::All;
-        LiveFs { tree, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
+        let browser = tree
+            .journal()
+            .map(|j| Arc::new(Browser::hidden(tree.clone(), j.clone(), HIDDEN_INO_BASE)));
+        LiveFs { tree, browser, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
+    }
+
+    /// The browser, when `ino` is under `.rewindfs/`.
+    fn hidden(&self, ino: INodeNo) -> Option<&Browser> {
+        self.browser.as_deref().filter(|b| ino.0 >= HIDDEN_INO_BASE && b.owns(Ino(ino.0)))
     }
 
     fn ttl(&self) -> Duration {
@@ -204,7 +221,15 @@ impl Filesystem for LiveFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(b) = self.hidden(parent) {
+            return view::lookup(b, ino(parent), name, reply);
+        }
         match self.tree.lookup(ino(parent), name) {
+            // A real `.rewindfs` in the workspace wins: user data is never hidden.
+            Err(e) if e == Errno::ENOENT && parent == INodeNo::ROOT && name == HIDDEN_DIR && self.browser.is_some() => {
+                let b = self.browser.as_deref().expect("checked above");
+                view::getattr_entry(b, reply)
+            }
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -215,6 +240,9 @@ impl Filesystem for LiveFs {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some(b) = self.hidden(i) {
+            return view::getattr(b, ino(i), reply);
+        }
         match self.tree.getattr(ino(i), fh.map(|f| Fh(f.0))) {
             Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -223,7 +251,7 @@ impl Filesystem for LiveFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         i: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -239,14 +267,20 @@ impl Filesystem for LiveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if self.hidden(i).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
-        match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0))) {
+        match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0)), caller(req)) {
             Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        if let Some(b) = self.hidden(i) {
+            return view::readlink(b, ino(i), reply);
+        }
         match self.tree.readlink(ino(i)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -254,6 +288,9 @@ impl Filesystem for LiveFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.mknod(ino(parent), name, mode & !umask, rdev, caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -261,27 +298,39 @@ impl Filesystem for LiveFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.mkdir(ino(parent), name, mode & !umask, caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.unlink(ino(parent), name) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
+        match self.tree.unlink(ino(parent), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.rmdir(ino(parent), name) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
+        match self.tree.rmdir(ino(parent), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         match self.tree.symlink(ino(parent), link_name, target.as_os_str(), caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -290,7 +339,7 @@ impl Filesystem for LiveFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -298,21 +347,30 @@ impl Filesystem for LiveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits()) {
+        if self.hidden(parent).is_some() || self.hidden(newparent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
+        match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits(), caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn link(&self, _req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        match self.tree.link(ino(i), ino(newparent), newname) {
+    fn link(&self, req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        if self.hidden(newparent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
+        match self.tree.link(ino(i), ino(newparent), newname, caller(req)) {
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn open(&self, _req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let (fh, file) = match self.tree.open(ino(i), flags.0) {
+    fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if let Some(b) = self.hidden(i) {
+            return view::open(b, ino(i), flags.0, reply);
+        }
+        let (fh, file) = match self.tree.open(ino(i), flags.0, caller(req)) {
             Ok(x) => x,
             Err(e) => return reply.error(errno(e)),
         };
@@ -332,6 +390,9 @@ impl Filesystem for LiveFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.hidden(parent).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
         let (attr, fh, file) = match self.tree.create(ino(parent), name, mode & !umask, flags, caller(req)) {
             Ok(x) => x,
             Err(e) => return reply.error(errno(e)),
@@ -354,6 +415,9 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(b) = self.hidden(_ino) {
+            return view::read(b, ino(_ino), offset, size, reply);
+        }
         match self.tree.read(Fh(fh.0), offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(e)),
@@ -405,6 +469,9 @@ impl Filesystem for LiveFs {
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.hidden(i).is_some() {
+            return reply.opened(FileHandle(0), FopenFlags::empty());
+        }
         match self.tree.opendir(ino(i)) {
             Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR),
             Err(e) => reply.error(errno(e)),
@@ -412,6 +479,9 @@ impl Filesystem for LiveFs {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        if let Some(b) = self.hidden(_ino) {
+            return view::readdir(b, ino(_ino), offset, reply);
+        }
         let entries = match self.tree.readdir(Fh(fh.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
@@ -425,6 +495,9 @@ impl Filesystem for LiveFs {
     }
 
     fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        if let Some(b) = self.hidden(dir) {
+            return view::readdirplus(b, ino(dir), offset, reply);
+        }
         let entries = match self.tree.readdir(Fh(fh.0)) {
             Ok(e) => e,
             Err(e) => return reply.error(errno(e)),
@@ -456,6 +529,9 @@ impl Filesystem for LiveFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        if self.hidden(_ino).is_some() {
+            return reply.ok();
+        }
         self.tree.releasedir(Fh(fh.0));
         reply.ok();
     }
@@ -474,14 +550,20 @@ impl Filesystem for LiveFs {
         }
     }
 
-    fn setxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        match self.tree.setxattr(ino(i), name, value, flags) {
+    fn setxattr(&self, req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        if self.hidden(i).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
+        match self.tree.setxattr(ino(i), name, value, flags, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if let Some(b) = self.hidden(i) {
+            return view::getxattr(b, ino(i), name, size, reply);
+        }
         match self.tree.getxattr(ino(i), name, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -490,6 +572,9 @@ impl Filesystem for LiveFs {
     }
 
     fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        if let Some(b) = self.hidden(i) {
+            return view::listxattr(b, ino(i), size, reply);
+        }
         match self.tree.listxattr(ino(i), size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -497,8 +582,11 @@ impl Filesystem for LiveFs {
         }
     }
 
-    fn removexattr(&self, _req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.tree.removexattr(ino(i), name) {
+    fn removexattr(&self, req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.hidden(i).is_some() {
+            return reply.error(fuser::Errno::EROFS);
+        }
+        match self.tree.removexattr(ino(i), name, caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }

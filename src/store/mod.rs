@@ -1,1 +1,334 @@
-//! See lib.rs for the module map.
+//! The content-addressed chunk store.
+//!
+//! Every pre-image the journal records ends up here as chunks addressed by
+//! their blake3 hash, so the same bytes are stored once across files,
+//! versions and turns. The [`ChunkStore`] trait is the seam: [`PackStore`]
+//! keeps chunks in a few large pack files indexed by SQLite, [`MemoryStore`]
+//! serves tests, and [`FaultyStore`] wraps either to inject failures. A
+//! remote backend (S3-compatible object store) would be one more file here.
+//!
+//! [`chunker`] splits content into content-defined chunks and reassembles it.
+//! The on-disk format is described in `FORMAT.md` beside this file.
+
+pub mod chunker;
+pub mod faulty;
+pub mod memory;
+pub mod pack;
+
+#[cfg(test)]
+mod conformance;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use chunker::{ChunkSpan, ContentRef, read_content_at, read_content_to, store_content};
+pub use faulty::FaultyStore;
+pub use memory::MemoryStore;
+pub use pack::{PackStore, PackStoreOptions};
+
+/// The address of a chunk: the blake3 hash of its uncompressed bytes.
+///
+/// A newtype rather than a bare `[u8; 32]` so a chunk address cannot be
+/// confused with a content hash or any other digest in the journal.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChunkId([u8; 32]);
+
+impl ChunkId {
+    /// Length of a chunk id in bytes.
+    pub const LEN: usize = 32;
+
+    /// The id of `data`, i.e. the blake3 hash of it.
+    pub fn of(data: &[u8]) -> ChunkId {
+        ChunkId(*blake3::hash(data).as_bytes())
+    }
+
+    /// Wraps a hash that was computed elsewhere (e.g. by a streaming hasher).
+    pub fn from_bytes(bytes: [u8; 32]) -> ChunkId {
+        ChunkId(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Converts a slice read from disk or a database, checking its length so a
+    /// truncated BLOB is an error rather than a panic.
+    pub fn from_slice(bytes: &[u8]) -> Result<ChunkId, StoreError> {
+        let array: [u8; 32] = bytes.try_into().map_err(|_| StoreError::InvalidId {
+            detail: format!("expected {} bytes, got {}", Self::LEN, bytes.len()),
+        })?;
+        Ok(ChunkId(array))
+    }
+}
+
+impl fmt::Display for ChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ChunkId({self})")
+    }
+}
+
+impl FromStr for ChunkId {
+    type Err = StoreError;
+
+    /// Parses 64 hex digits (either case), as printed by `Display`.
+    fn from_str(s: &str) -> Result<ChunkId, StoreError> {
+        let invalid = |detail: String| StoreError::InvalidId { detail };
+        if s.len() != Self::LEN * 2 {
+            return Err(invalid(format!(
+                "expected {} hex digits, got {} characters",
+                Self::LEN * 2,
+                s.len()
+            )));
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in s.as_bytes().chunks_exact(2).enumerate() {
+            let hex = std::str::from_utf8(pair)
+                .ok()
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or_else(|| invalid(format!("not a hex digit pair at position {}", i * 2)))?;
+            out[i] = hex;
+        }
+        Ok(ChunkId(out))
+    }
+}
+
+/// Errors from a chunk store, with enough context to name what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Stored bytes do not decode to the chunk they claim to be. Never
+    /// papered over: a caller gets this error, never wrong bytes.
+    #[error("chunk {chunk} is corrupt: {detail}")]
+    Corrupt { chunk: ChunkId, detail: String },
+
+    #[error("chunk {chunk} is not in the store")]
+    Missing { chunk: ChunkId },
+
+    /// The io error is kept so the caller can report ENOSPC or EIO as such
+    /// (see [`StoreError::raw_os_error`]).
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("chunk index: {context}: {source}")]
+    Sqlite {
+        context: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    /// An earlier append failed part-way; the store refuses writes until it
+    /// is reopened, which truncates the torn record.
+    #[error("chunk store refuses writes after an earlier I/O failure; reopen it to recover")]
+    Poisoned,
+
+    #[error("invalid chunk id: {detail}")]
+    InvalidId { detail: String },
+
+    /// A chunk list or other encoded structure could not be decoded.
+    #[error("cannot decode {what}: {detail}")]
+    Decode { what: &'static str, detail: String },
+
+    #[error("chunk of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: u64, limit: u64 },
+}
+
+impl StoreError {
+    /// The OS error number behind this error, if any, so the filesystem can
+    /// answer ENOSPC or EIO instead of a generic failure.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            StoreError::Io { source, .. } => source.raw_os_error(),
+            StoreError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(e, _),
+                ..
+            } => match e.code {
+                rusqlite::ErrorCode::DiskFull => Some(libc::ENOSPC),
+                rusqlite::ErrorCode::SystemIoFailure => Some(libc::EIO),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn sqlite(context: impl Into<String>, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(chunk: ChunkId, detail: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            chunk,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Counters for `rewindfs stats` and for tests that check deduplication.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StoreStats {
+    /// Distinct chunks held.
+    pub chunks: u64,
+    /// Sum of the chunks' uncompressed lengths.
+    pub raw_bytes: u64,
+    /// Sum of the bytes the chunks occupy after compression (record headers
+    /// not included).
+    pub stored_bytes: u64,
+}
+
+/// One chunk that failed verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptChunk {
+    pub id: ChunkId,
+    pub detail: String,
+}
+
+/// The outcome of [`ChunkStore::verify`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Chunks read and checked.
+    pub checked: u64,
+    /// Chunks whose bytes are damaged or unreadable.
+    pub corrupt: Vec<CorruptChunk>,
+}
+
+/// A content-addressed store of chunks.
+///
+/// Contract shared by every backend (checked by one conformance suite):
+/// `put` is idempotent, `get` verifies the hash of what it returns, a `put`
+/// that returned has survived a crash of the process, and one followed by a
+/// returned `sync` has survived power loss.
+pub trait ChunkStore: Send + Sync {
+    /// Stores `data` and returns its id. Storing bytes already present is a
+    /// success that writes nothing.
+    fn put(&self, data: &[u8]) -> Result<ChunkId, StoreError>;
+
+    /// Returns the bytes of chunk `id`, checked against the id: damage is
+    /// reported as [`StoreError::Corrupt`], never returned as data.
+    fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError>;
+
+    fn contains(&self, id: &ChunkId) -> Result<bool, StoreError>;
+
+    /// Durability barrier: when it returns, every earlier `put` survives
+    /// power loss.
+    fn sync(&self) -> Result<(), StoreError>;
+
+    fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    /// Reads every chunk and reports the damaged ones (for `fsck`).
+    fn verify(&self) -> Result<VerifyReport, StoreError>;
+
+    /// Every chunk id in the store, in ascending order (for GC and `fsck`).
+    fn list(&self) -> Result<Vec<ChunkId>, StoreError>;
+}
+
+/// Checks that `data` hashes to `id`; the one place every backend's `get`
+/// goes through, so no path can return unverified bytes.
+pub(crate) fn verified(id: &ChunkId, data: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+    let actual = ChunkId::of(&data);
+    if actual == *id {
+        Ok(data)
+    } else {
+        Err(StoreError::corrupt(
+            *id,
+            format!("content hashes to {actual}"),
+        ))
+    }
+}
+
+/// Verifies every listed chunk through `get`; backends without a cheaper
+/// way share this.
+pub(crate) fn verify_by_get(store: &dyn ChunkStore) -> Result<VerifyReport, StoreError> {
+    let mut report = VerifyReport::default();
+    for id in store.list()? {
+        report.checked += 1;
+        match store.get(&id) {
+            Ok(_) => {}
+            Err(StoreError::Corrupt { detail, .. }) => {
+                report.corrupt.push(CorruptChunk { id, detail })
+            }
+            Err(StoreError::Missing { .. }) => report.corrupt.push(CorruptChunk {
+                id,
+                detail: "listed but not readable".to_string(),
+            }),
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_id_hex_roundtrip() {
+        let id = ChunkId::of(b"hello");
+        let hex = id.to_string();
+        assert_eq!(hex, blake3::hash(b"hello").to_hex().as_str());
+        assert_eq!(hex.parse::<ChunkId>().expect("parse own hex"), id);
+        assert_eq!(
+            hex.to_uppercase()
+                .parse::<ChunkId>()
+                .expect("parse upper hex"),
+            id
+        );
+    }
+
+    #[test]
+    fn chunk_id_rejects_bad_hex_and_lengths() {
+        assert!(matches!(
+            "abc".parse::<ChunkId>(),
+            Err(StoreError::InvalidId { .. })
+        ));
+        let bad = "g".repeat(64);
+        assert!(matches!(
+            bad.parse::<ChunkId>(),
+            Err(StoreError::InvalidId { .. })
+        ));
+        // A multi-byte character must not panic on a char boundary.
+        let mut multi = "é".to_string();
+        multi.push_str(&"0".repeat(62));
+        assert!(multi.parse::<ChunkId>().is_err());
+        assert!(ChunkId::from_slice(&[0u8; 31]).is_err());
+        let id = ChunkId::of(b"x");
+        assert_eq!(ChunkId::from_slice(id.as_bytes()).expect("32 bytes"), id);
+    }
+
+    #[test]
+    fn raw_os_error_is_kept() {
+        let e = StoreError::io("appending", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(StoreError::Poisoned.raw_os_error(), None);
+    }
+
+    #[test]
+    fn verified_rejects_wrong_bytes() {
+        let id = ChunkId::of(b"right");
+        assert!(verified(&id, b"right".to_vec()).is_ok());
+        match verified(&id, b"wrong".to_vec()) {
+            Err(StoreError::Corrupt { chunk, .. }) => assert_eq!(chunk, id),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+}

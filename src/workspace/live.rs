@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
 use crate::error::Errno;
+use crate::journal::Journal;
 use crate::sys::{self, FileHandle};
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
 use crate::workspace::objects::ObjectTable;
@@ -76,6 +77,18 @@ pub struct LiveTree {
     files: Mutex<HashMap<Fh, Arc<OpenFile>>>,
     dirs: Mutex<HashMap<Fh, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
+    /// Where pre-images go; `None` serves the tree without recording.
+    journal: Option<Arc<Journal>>,
+    /// Open-for-write counts: these files may be written (by passthrough
+    /// or mmap) without the daemon seeing it, so each new turn records
+    /// them again.
+    writers: Mutex<HashMap<Ino, u32>>,
+}
+
+/// Holds the journal's turn gate for the length of one mutation.
+pub(crate) struct Recording<'a> {
+    pub journal: &'a Journal,
+    _gate: std::sync::RwLockReadGuard<'a, ()>,
 }
 
 fn check_name(name: &OsStr) -> Res<()> {
@@ -118,7 +131,7 @@ fn backing_open_flags(flags: i32) -> OFlags {
 
 impl LiveTree {
     /// Opens the workspace at `path` (a directory).
-    pub fn new(path: &Path) -> crate::Result<LiveTree> {
+    pub fn new(path: &Path, journal: Option<Arc<Journal>>) -> crate::Result<LiveTree> {
         // Not O_PATH: open_by_handle_at refuses an O_PATH descriptor as its mount_fd.
         let root = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| crate::Error::io(format!("cannot open workspace {}", path.display()), e.into()))?;
@@ -139,7 +152,34 @@ impl LiveTree {
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            journal,
+            writers: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Starts recording one mutation: holds the turn gate until dropped.
+    pub(crate) fn recording(&self) -> Option<Recording<'_>> {
+        self.journal.as_deref().map(|journal| Recording { journal, _gate: journal.gate() })
+    }
+
+    pub fn journal(&self) -> Option<&Arc<Journal>> {
+        self.journal.as_ref()
+    }
+
+    /// Records, for the turn that just began, every file open for writing.
+    /// Called by the journal while it holds the gate exclusively.
+    pub fn recapture_writers(&self, journal: &Journal) {
+        let inos: Vec<Ino> = self.writers.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        let system = Caller { uid: 0, gid: 0, pid: std::process::id() };
+        for ino in inos {
+            if let Err(e) = self.capture_ino(journal, ino, true, system) {
+                log::warn!("cannot record open file {ino:?} at the turn boundary: {e}");
+            }
+        }
+    }
+
+    fn add_writer(&self, ino: Ino) {
+        *self.writers.lock().unwrap_or_else(|p| p.into_inner()).entry(ino).or_insert(0) += 1;
     }
 
     /// A descriptor on the backing filesystem (for statfs, syncfs).
@@ -157,12 +197,19 @@ impl LiveTree {
     }
 
     /// An `O_PATH` descriptor for the object.
+    pub(crate) fn open_path_fd(&self, ino: Ino) -> Res<OwnedFd> {
+        if ino == Ino::ROOT {
+            return self.root.try_clone().map_err(Errno::from);
+        }
+        self.open_path(ino)
+    }
+
     fn open_path(&self, ino: Ino) -> Res<OwnedFd> {
         let (handle, _) = self.objects.get(ino).ok_or(Errno::ESTALE)?;
         self.open_handle(&handle, libc::O_PATH)
     }
 
-    fn open_handle(&self, handle: &FileHandle, flags: i32) -> Res<OwnedFd> {
+    pub(crate) fn open_handle(&self, handle: &FileHandle, flags: i32) -> Res<OwnedFd> {
         sys::open_by_handle_at(self.root.as_fd(), handle, flags).map_err(|e| {
             // An inode that no longer exists answers ESTALE; to a client it is gone.
             if e.raw_os_error() == Some(libc::ESTALE) { Errno::ENOENT } else { Errno::from(e) }
@@ -228,7 +275,11 @@ impl LiveTree {
         Ok(Attr::from_stat(ino, &st))
     }
 
-    pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>) -> Res<Attr> {
+    pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>, caller: Caller) -> Res<Attr> {
+        let rec = self.recording();
+        if let Some(r) = &rec {
+            self.capture_ino(r.journal, ino, set.size.is_some(), caller)?;
+        }
         let fd = if ino == Ino::ROOT { self.root.try_clone().map_err(Errno::from)? } else { self.open_path(ino)? };
         let proc_path = sys::proc_fd_path(fd.as_fd());
         // Owner first: chown clears setuid/setgid, a mode set in the same
@@ -289,6 +340,7 @@ impl LiveTree {
     pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, rdev: u32, caller: Caller) -> Res<Entry> {
         check_name(name)?;
         let dir = self.dir(parent)?;
+        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         let kind = rustix::fs::FileType::from_raw_mode(mode);
         rustix::fs::mknodat(dir.as_fd(), name, kind, Mode::from_raw_mode(mode & 0o7777), rdev as u64)?;
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
@@ -298,6 +350,7 @@ impl LiveTree {
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
         check_name(name)?;
         let dir = self.dir(parent)?;
+        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
         self.entry_at(dir.as_fd(), name, true)
@@ -306,15 +359,20 @@ impl LiveTree {
     pub fn symlink(&self, parent: Ino, name: &OsStr, target: &OsStr, caller: Caller) -> Res<Entry> {
         check_name(name)?;
         let dir = self.dir(parent)?;
+        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::symlinkat(target, dir.as_fd(), name)?;
         self.give_to_caller(dir.as_fd(), name, caller, None)?;
         self.entry_at(dir.as_fd(), name, true)
     }
 
-    pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Res<Entry> {
+    pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &OsStr, caller: Caller) -> Res<Entry> {
         check_name(new_name)?;
         let src = self.open_path(ino)?;
         let dir = self.dir(new_parent)?;
+        let _rec = self.record_new_name(dir.as_fd(), new_name, caller)?;
+        if let Some(r) = &_rec {
+            self.capture_ino(r.journal, ino, false, caller)?;
+        }
         rustix::fs::linkat(&src, "", dir.as_fd(), new_name, AtFlags::EMPTY_PATH)?;
         self.entry_at(dir.as_fd(), new_name, true)
     }
@@ -327,27 +385,40 @@ impl LiveTree {
         }
     }
 
-    pub fn unlink(&self, parent: Ino, name: &OsStr) -> Res<()> {
+    pub fn unlink(&self, parent: Ino, name: &OsStr, caller: Caller) -> Res<()> {
         let dir = self.dir(parent)?;
+        let _rec = self.record_removal(dir.as_fd(), name, caller)?;
         let (_, victim) = self.peek(dir.as_fd(), name)?;
         rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())?;
         self.note_removed(victim);
         Ok(())
     }
 
-    pub fn rmdir(&self, parent: Ino, name: &OsStr) -> Res<()> {
+    pub fn rmdir(&self, parent: Ino, name: &OsStr, caller: Caller) -> Res<()> {
         let dir = self.dir(parent)?;
+        let _rec = self.record_removal(dir.as_fd(), name, caller)?;
         let (_, victim) = self.peek(dir.as_fd(), name)?;
         rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::REMOVEDIR)?;
         self.note_removed(victim);
         Ok(())
     }
 
-    pub fn rename(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32) -> Res<()> {
+    pub fn rename(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32, caller: Caller) -> Res<()> {
         check_name(new_name)?;
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
         let flags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
+        let _rec = self.recording();
+        if let Some(r) = &_rec {
+            // One record per name touched; the moved object (and a whole
+            // directory tree under it) keeps its identity.
+            self.capture_entry(r.journal, from.as_fd(), name, caller)?;
+            self.capture_entry(r.journal, to.as_fd(), new_name, caller)?;
+            let exchange = flags.contains(RenameFlags::EXCHANGE);
+            if !exchange && Self::is_last_link(to.as_fd(), new_name) {
+                self.capture_named(r.journal, to.as_fd(), new_name, true, caller)?;
+            }
+        }
         let replaced = if flags.contains(RenameFlags::EXCHANGE) || flags.contains(RenameFlags::NOREPLACE) {
             None
         } else {
@@ -372,19 +443,29 @@ impl LiveTree {
         (fh, open)
     }
 
-    pub fn open(&self, ino: Ino, flags: i32) -> Res<(Fh, Arc<OpenFile>)> {
+    pub fn open(&self, ino: Ino, flags: i32, caller: Caller) -> Res<(Fh, Arc<OpenFile>)> {
         let (handle, kind) = self.objects.get(ino).ok_or(Errno::ESTALE)?;
         if kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno(libc::EISDIR));
         }
-        let fd = self.open_handle(&handle, backing_open_flags(flags).bits() as i32)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        // A file opened for writing may be written without the daemon
+        // seeing each write (passthrough, mmap): record it now.
+        let _rec = if writable { self.recording() } else { None };
+        if let Some(r) = &_rec {
+            self.capture_ino(r.journal, ino, true, caller)?;
+        }
+        let fd = self.open_handle(&handle, backing_open_flags(flags).bits() as i32)?;
+        if writable {
+            self.add_writer(ino);
+        }
         Ok(self.register_open(ino, File::from(fd), writable))
     }
 
     pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<(Entry, Fh, Arc<OpenFile>)> {
         check_name(name)?;
         let dir = self.dir(parent)?;
+        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         let oflags = backing_open_flags(flags) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let fd = rustix::fs::openat(dir.as_fd(), name, oflags, Mode::from_raw_mode(mode & 0o7777))?;
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
@@ -392,8 +473,32 @@ impl LiveTree {
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))?;
         let ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), true);
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writable {
+            self.add_writer(ino);
+        }
         let (fh, open) = self.register_open(ino, File::from(fd), writable);
         Ok((Attr::from_stat(ino, &st), fh, open))
+    }
+
+    /// Before creating `name`: records that it did not exist (and the
+    /// directory's attributes). Returns the gate to hold while creating.
+    fn record_new_name(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
+        let rec = self.recording();
+        if let Some(r) = &rec {
+            self.capture_entry(r.journal, dir, name, caller)?;
+        }
+        Ok(rec)
+    }
+
+    /// Before removing `name`: records what it was, and the object itself
+    /// (with content when this was its last name).
+    fn record_removal(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
+        let rec = self.recording();
+        if let Some(r) = &rec {
+            self.capture_entry(r.journal, dir, name, caller)?;
+            self.capture_named(r.journal, dir, name, Self::is_last_link(dir, name), caller)?;
+        }
+        Ok(rec)
     }
 
     pub fn file(&self, fh: Fh) -> Res<Arc<OpenFile>> {
@@ -418,12 +523,23 @@ impl LiveTree {
 
     pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Res<u32> {
         let file = self.file(fh)?;
+        // Recorded when opened for writing (and again at each turn boundary).
+        let _rec = self.recording();
         file.file.write_all_at(data, offset).map_err(Errno::from)?;
         Ok(data.len() as u32)
     }
 
     pub fn release(&self, fh: Fh) {
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh);
+        let Some(file) = self.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh) else { return };
+        if file.writable {
+            let mut writers = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = writers.get_mut(&file.ino) {
+                *n -= 1;
+                if *n == 0 {
+                    writers.remove(&file.ino);
+                }
+            }
+        }
     }
 
     pub fn fsync(&self, fh: Fh, datasync: bool) -> Res<()> {
@@ -538,12 +654,20 @@ impl LiveTree {
         Ok(XattrReply::Data(buf))
     }
 
-    pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> Res<()> {
+    pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, caller: Caller) -> Res<()> {
+        let _rec = self.recording();
+        if let Some(r) = &_rec {
+            self.capture_ino(r.journal, ino, false, caller)?;
+        }
         let fd = self.xattr_fd(ino)?;
         Ok(sys::setxattr(fd.as_fd(), name, value, flags)?)
     }
 
-    pub fn removexattr(&self, ino: Ino, name: &OsStr) -> Res<()> {
+    pub fn removexattr(&self, ino: Ino, name: &OsStr, caller: Caller) -> Res<()> {
+        let _rec = self.recording();
+        if let Some(r) = &_rec {
+            self.capture_ino(r.journal, ino, false, caller)?;
+        }
         let fd = self.xattr_fd(ino)?;
         Ok(sys::removexattr(fd.as_fd(), name)?)
     }
@@ -560,4 +684,44 @@ impl LiveTree {
 pub enum XattrReply {
     Size(u32),
     Data(Vec<u8>),
+}
+
+impl LiveTree {
+    /// Handles of every object whose ctime is after `since_ns` (a changed
+    /// directory means names were added or removed in it). Walks the whole
+    /// tree without following symlinks; used once at mount.
+    pub fn scan_changed_since(&self, since_ns: i64) -> Res<Vec<(Vec<u8>, u8)>> {
+        let mut out = Vec::new();
+        let root = rustix::fs::fstat(&self.root)?;
+        if crate::journal::ns(root.st_ctime, root.st_ctime_nsec as i64) > since_ns {
+            out.push((sys::name_to_handle_at(self.root.as_fd(), OsStr::new(""))?.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir)));
+        }
+        // Directories to visit, by handle: holding a descriptor for each
+        // pending directory could exhaust the descriptor limit.
+        let mut stack = vec![sys::name_to_handle_at(self.root.as_fd(), OsStr::new(""))?];
+        while let Some(handle) = stack.pop() {
+            let Ok(dir) = self.open_handle(&handle, libc::O_PATH | libc::O_DIRECTORY) else { continue };
+            let listing_fd = rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            let mut listing = rustix::fs::Dir::new(listing_fd)?;
+            while let Some(entry) = listing.read() {
+                let entry = entry?;
+                let name = OsStr::from_bytes(entry.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns {
+                    if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name) {
+                        out.push((h.to_bytes(), crate::workspace::capture::kind_code(Kind::from_mode(st.st_mode))));
+                    }
+                }
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    if let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name) {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
 }

@@ -1,6 +1,7 @@
 //! The live workspace: the backing directory as the mount presents it.
 
 pub mod attr;
+pub mod capture;
 pub mod live;
 pub mod objects;
 

@@ -1,0 +1,26 @@
+//! `rewindfs show`: mount a read-only view of a checkpoint.
+
+use crate::cli::common;
+use crate::cli::ShowArgs;
+use crate::daemon::control::Request;
+use crate::error::{Error, Result};
+
+pub fn run(args: ShowArgs) -> Result<()> {
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let mp = common::absolute_no_follow(&args.mountpoint)?;
+    let empty = std::fs::read_dir(&mp).map(|mut d| d.next().is_none());
+    match empty {
+        Ok(true) => {}
+        Ok(false) => return Err(Error::path(&mp, "mountpoint is not an empty directory")),
+        Err(_) => return Err(Error::path(&mp, "mountpoint does not exist (create an empty directory first)")),
+    }
+    if mp.starts_with(&info.mountpoint) || mp.starts_with(&info.workspace) {
+        return Err(Error::path(&mp, "a view cannot be mounted inside the workspace it shows"));
+    }
+    let data = common::ask(&info, &Request::Show { checkpoint: args.checkpoint, mountpoint: mp.clone() })?;
+    if args.target.json {
+        return common::print_json(&data);
+    }
+    println!("checkpoint {} of {} is on {} (read-only; `rewindfs unmount {}` to remove)", data["checkpoint"], info.workspace.display(), mp.display(), mp.display());
+    Ok(())
+}

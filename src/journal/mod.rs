@@ -1,0 +1,436 @@
+//! The journal: turns, checkpoints, and the pre-images recorded before
+//! every change. It knows nothing of FUSE or of how the live tree reads
+//! the backing files: the live tree gathers an object's state and hands it
+//! over; the journal decides whether it is needed, stores it, and makes it
+//! durable before the change goes ahead.
+//!
+//! Concurrency: every mutation holds the turn gate shared while it records
+//! and applies its change; sealing a checkpoint holds it exclusively, so a
+//! change is entirely in one turn.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use log::info;
+use serde::Serialize;
+
+use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
+use crate::store::{ChunkStore, ContentRef, StoreError};
+
+/// Errors while recording.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read {what}: {source}")]
+    Read { what: String, source: std::io::Error },
+    #[error("unknown checkpoint {reference:?}; {known}")]
+    UnknownCheckpoint { reference: String, known: String },
+    #[error("checkpoint reference {reference:?} is ambiguous: it matches checkpoints {matches}")]
+    Ambiguous { reference: String, matches: String },
+}
+
+impl JournalError {
+    /// The errno a refused change answers with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            JournalError::Meta(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            JournalError::Store(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            JournalError::Read { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        }
+    }
+}
+
+pub type JournalResult<T> = Result<T, JournalError>;
+
+/// Labels given to a checkpoint by whoever seals it.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct TurnInfo {
+    pub message_id: Option<String>,
+    pub session: Option<String>,
+    pub label: Option<String>,
+}
+
+struct Inner {
+    meta: Meta,
+    /// The current turn (= the newest checkpoint's number).
+    turn: i64,
+    entries_done: HashSet<(ObjectId, Vec<u8>)>,
+    meta_done: HashSet<ObjectId>,
+    content_done: HashSet<ObjectId>,
+    ids: HashMap<Vec<u8>, ObjectId>,
+    /// Records written in the current turn.
+    changes: u64,
+    last_change: Option<Instant>,
+    turn_started: Instant,
+    /// Changes made outside the mount after this time (ns) are not in the
+    /// journal; `None` on the first mount.
+    outside_since_ns: Option<i64>,
+    /// The daemon of the previous mount did not unmount cleanly.
+    unclean: bool,
+}
+
+/// The journal of one store.
+pub struct Journal {
+    inner: Mutex<Inner>,
+    store: Arc<dyn ChunkStore>,
+    gate: RwLock<()>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Journal {
+    /// Opens the journal over `meta` and `store`, and records a "mount"
+    /// checkpoint: the state now. The first ever is checkpoint 0.
+    pub fn open(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
+        let last = meta.checkpoints()?.last().map(|c| c.checkpoint);
+        let store_bytes = store.stats()?.stored_bytes as i64;
+        let turn = match last {
+            None => 0,
+            Some(n) => n + 1,
+        };
+        let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
+        let last_created_ns = meta.checkpoints()?.last().map(|c| c.created_at.saturating_mul(1_000_000));
+        let outside_since_ns = clean.or(last_created_ns);
+        let unclean = last.is_some() && clean.is_none();
+        if unclean {
+            log::warn!("the previous daemon did not unmount cleanly; checking for changes made since checkpoint {}", last.unwrap_or(0));
+        }
+        meta.transaction(|m| {
+            m.insert_checkpoint(&Checkpoint {
+                checkpoint: turn,
+                parent: last,
+                message_id: None,
+                session: None,
+                label: None,
+                reason: Reason::Mount,
+                created_at: now_ms(),
+                store_bytes_at_start: store_bytes,
+            })?;
+            m.set_state("current_turn", &turn.to_string())?;
+            m.set_state("clean_unmount_ns", "")
+        })?;
+        info!("journal opened: checkpoint {turn} records the state at mount");
+        Ok(Journal {
+            inner: Mutex::new(Inner {
+                meta,
+                turn,
+                entries_done: HashSet::new(),
+                meta_done: HashSet::new(),
+                content_done: HashSet::new(),
+                ids: HashMap::new(),
+                changes: 0,
+                last_change: None,
+                turn_started: Instant::now(),
+                outside_since_ns,
+                unclean,
+            }),
+            store,
+            gate: RwLock::new(()),
+        })
+    }
+
+    /// Opens the store directory layout: `meta.sqlite` and `chunks/`.
+    pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
+        let meta = Meta::open(&dir.join("meta.sqlite")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        let store = crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        Journal::open(meta, Arc::new(store)).map_err(|e| crate::Error::Daemon(e.to_string()))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Held shared by a mutation while it records and applies its change.
+    pub fn gate(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn store(&self) -> &dyn ChunkStore {
+        &*self.store
+    }
+
+    /// Runs `f` with the metadata database (for queries).
+    pub fn with_meta<T>(&self, f: impl FnOnce(&Meta) -> T) -> T {
+        f(&self.lock().meta)
+    }
+
+    pub fn current_turn(&self) -> i64 {
+        self.lock().turn
+    }
+
+    /// (records in the current turn, seconds since the last one).
+    pub fn activity(&self) -> (u64, Option<f64>) {
+        let inner = self.lock();
+        (inner.changes, inner.last_change.map(|t| t.elapsed().as_secs_f64()))
+    }
+
+    /// The persistent id of an object by its handle, recording it if new.
+    pub fn object_id(&self, handle: &[u8], kind: u8) -> JournalResult<ObjectId> {
+        let mut inner = self.lock();
+        if let Some(id) = inner.ids.get(handle) {
+            return Ok(*id);
+        }
+        let id = inner.meta.intern_object(handle, kind)?;
+        inner.ids.insert(handle.to_vec(), id);
+        Ok(id)
+    }
+
+    /// The id of a handle if it was ever recorded (no insert).
+    pub fn known_object_id(&self, handle: &[u8]) -> JournalResult<Option<ObjectId>> {
+        let mut inner = self.lock();
+        if let Some(id) = inner.ids.get(handle) {
+            return Ok(Some(*id));
+        }
+        let id = inner.meta.object_by_handle(handle)?;
+        if let Some(id) = id {
+            inner.ids.insert(handle.to_vec(), id);
+        }
+        Ok(id)
+    }
+
+    /// Whether (dir, name) still needs its pre-image in this turn.
+    pub fn needs_entry(&self, dir: ObjectId, name: &[u8]) -> bool {
+        !self.lock().entries_done.contains(&(dir, name.to_vec()))
+    }
+
+    /// Records what (dir, name) referred to before this turn's first change.
+    pub fn record_entry(&self, dir: ObjectId, name: &[u8], target: Option<ObjectId>, program: Option<&str>) -> JournalResult<()> {
+        let mut inner = self.lock();
+        let key = (dir, name.to_vec());
+        if inner.entries_done.contains(&key) {
+            return Ok(());
+        }
+        let turn = inner.turn;
+        inner.meta.record_entry(turn, dir, name, target, program)?;
+        inner.entries_done.insert(key);
+        inner.changes += 1;
+        inner.last_change = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Whether the object still needs its pre-image in this turn (and its
+    /// content, when `content`).
+    pub fn needs_object(&self, object: ObjectId, content: bool) -> bool {
+        let inner = self.lock();
+        !inner.meta_done.contains(&object) || (content && !inner.content_done.contains(&object))
+    }
+
+    /// Content already known for the object at this ctime and size.
+    pub fn known_content(&self, object: ObjectId, ctime_ns: i64, size: u64) -> JournalResult<Option<(Vec<u8>, Vec<u8>)>> {
+        Ok(self.lock().meta.known_content(object, ctime_ns, size)?)
+    }
+
+    /// Stores file content in the chunk store (outside the journal lock).
+    pub fn store_content(&self, reader: impl std::io::Read) -> JournalResult<ContentRef> {
+        Ok(crate::store::store_content(&*self.store, reader)?)
+    }
+
+    /// Records the object's state before this turn's first change.
+    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>) -> JournalResult<()> {
+        let mut inner = self.lock();
+        let turn = inner.turn;
+        inner.meta.record_object(turn, object, state, program)?;
+        if let Some((hash, chunks)) = &state.content {
+            inner.meta.set_known_content(object, state.ctime_ns, state.size, hash, chunks)?;
+            inner.content_done.insert(object);
+        }
+        inner.meta_done.insert(object);
+        inner.changes += 1;
+        inner.last_change = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Notes a change that needs no new record (it still counts as
+    /// activity for `--auto-turn`).
+    pub fn touch(&self) {
+        self.lock().last_change = Some(Instant::now());
+    }
+
+    /// Seals the current turn as a checkpoint and starts the next one.
+    /// `recapture` runs with the gate held exclusively, after the new turn
+    /// has begun: it records the files open for writing, whose next writes
+    /// the daemon may not see.
+    pub fn seal(&self, info: &TurnInfo, reason: Reason, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
+        let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let store_bytes = self.store.stats()?.stored_bytes as i64;
+        self.store.sync()?;
+        let next = {
+            let mut inner = self.lock();
+            let next = inner.turn + 1;
+            let parent = inner.turn;
+            inner.meta.transaction(|m| {
+                m.insert_checkpoint(&Checkpoint {
+                    checkpoint: next,
+                    parent: Some(parent),
+                    message_id: info.message_id.clone(),
+                    session: info.session.clone(),
+                    label: info.label.clone(),
+                    reason,
+                    created_at: now_ms(),
+                    store_bytes_at_start: store_bytes,
+                })?;
+                m.set_state("current_turn", &next.to_string())
+            })?;
+            inner.meta.sync()?;
+            inner.turn = next;
+            inner.entries_done.clear();
+            inner.meta_done.clear();
+            inner.content_done.clear();
+            inner.changes = 0;
+            inner.last_change = None;
+            inner.turn_started = Instant::now();
+            next
+        };
+        recapture();
+        info!("sealed checkpoint {next} ({:?}, message {:?})", reason, info.message_id);
+        Ok(CheckpointId(next))
+    }
+
+    /// Since when (ns since the epoch) changes to the backing tree were not
+    /// seen by a daemon, if this is not the first mount.
+    pub fn outside_since_ns(&self) -> Option<i64> {
+        self.lock().outside_since_ns
+    }
+
+    /// Records objects changed outside the mount (found by a scan at
+    /// mount): views of earlier checkpoints must not show their live state.
+    /// Returns how many objects were affected.
+    pub fn record_outside_changes(&self, handles: &[(Vec<u8>, u8)]) -> JournalResult<usize> {
+        let inner = self.lock();
+        let turn = inner.turn;
+        let unclean = inner.unclean;
+        let mut n = 0;
+        inner.meta.transaction(|m| {
+            for (h, kind) in handles {
+                // Objects never recorded are shown live by every view, so
+                // they need an id to carry the mark too.
+                let id = m.intern_object(h, *kind)?;
+                // After a crash, objects recorded in the last turn changed
+                // through the mount; their pre-images are in the journal.
+                if unclean && m.object_turn_at(id, turn - 1)?.is_some() {
+                    continue;
+                }
+                m.taint(id, turn)?;
+                n += 1;
+            }
+            if n > 0 {
+                m.set_label(turn, &format!("{n} objects changed outside rewindfs"))?;
+            }
+            Ok(())
+        })?;
+        if n > 0 {
+            log::warn!("{n} objects were changed outside the mount; checkpoints before {turn} will report them as unknown");
+        }
+        Ok(n)
+    }
+
+    /// Notes a clean unmount: the next mount only looks for changes made
+    /// after now.
+    pub fn mark_clean_unmount(&self) -> JournalResult<()> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        let inner = self.lock();
+        inner.meta.set_state("clean_unmount_ns", &now.to_string())?;
+        Ok(())
+    }
+
+    /// Makes everything recorded so far durable (used at unmount).
+    pub fn sync(&self) -> JournalResult<()> {
+        self.store.sync()?;
+        self.lock().meta.sync()?;
+        Ok(())
+    }
+
+    /// Resolves a checkpoint reference: a number, `~N` (N before the
+    /// newest), or a message id.
+    pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
+        let all = self.lock().meta.checkpoints()?;
+        let known = || {
+            let nums: Vec<String> = all.iter().map(|c| c.checkpoint.to_string()).collect();
+            let msgs: Vec<String> = all.iter().filter_map(|c| c.message_id.clone()).collect();
+            format!(
+                "checkpoints are {} and message ids {}",
+                if nums.is_empty() { "none".into() } else { nums.join(", ") },
+                if msgs.is_empty() { "none".into() } else { msgs.join(", ") }
+            )
+        };
+        let unknown = || JournalError::UnknownCheckpoint { reference: reference.to_string(), known: known() };
+        if let Some(back) = reference.strip_prefix('~') {
+            let n: usize = back.parse().map_err(|_| unknown())?;
+            let idx = all.len().checked_sub(1 + n).ok_or_else(unknown)?;
+            return Ok(CheckpointId(all[idx].checkpoint));
+        }
+        let by_msg: Vec<i64> = all.iter().filter(|c| c.message_id.as_deref() == Some(reference)).map(|c| c.checkpoint).collect();
+        let by_num: Vec<i64> = reference.parse::<i64>().ok().into_iter().filter(|n| all.iter().any(|c| c.checkpoint == *n)).collect();
+        let mut matches: Vec<i64> = by_num.into_iter().chain(by_msg).collect();
+        matches.dedup();
+        match matches.as_slice() {
+            [one] => Ok(CheckpointId(*one)),
+            [] => Err(unknown()),
+            many => Err(JournalError::Ambiguous {
+                reference: reference.to_string(),
+                matches: many.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+            }),
+        }
+    }
+}
+
+/// Converts a Unix time in (seconds, nanoseconds) to nanoseconds.
+pub fn ns(sec: i64, nsec: i64) -> i64 {
+    sec.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn journal() -> Journal {
+        Journal::open(Meta::open_in_memory().unwrap(), Arc::new(MemoryStore::new())).unwrap()
+    }
+
+    #[test]
+    fn mount_is_checkpoint_zero_and_turns_count_up() {
+        let j = journal();
+        assert_eq!(j.current_turn(), 0);
+        let c = j.seal(&TurnInfo { message_id: Some("m1".into()), ..Default::default() }, Reason::Turn, || {}).unwrap();
+        assert_eq!(c, CheckpointId(1));
+        assert_eq!(j.resolve("m1").unwrap(), CheckpointId(1));
+        assert_eq!(j.resolve("1").unwrap(), CheckpointId(1));
+        assert_eq!(j.resolve("~1").unwrap(), CheckpointId(0));
+        let e = j.resolve("nope").unwrap_err().to_string();
+        assert!(e.contains("m1") && e.contains("0, 1"), "{e}");
+    }
+
+    #[test]
+    fn a_record_is_taken_once_per_turn() {
+        let j = journal();
+        let d = j.object_id(b"d", 2).unwrap();
+        assert!(j.needs_entry(d, b"x"));
+        j.record_entry(d, b"x", None, Some("sh")).unwrap();
+        assert!(!j.needs_entry(d, b"x"));
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        assert!(j.needs_entry(d, b"x"), "a new turn records again");
+    }
+
+    #[test]
+    fn ambiguous_reference_lists_matches() {
+        let j = journal();
+        j.seal(&TurnInfo { message_id: Some("2".into()), ..Default::default() }, Reason::Turn, || {}).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        assert!(matches!(j.resolve("2"), Err(JournalError::Ambiguous { .. })));
+    }
+}

@@ -1,0 +1,733 @@
+//! Metadata in SQLite: objects, checkpoints, and the pre-images recorded
+//! in each turn. Every table is documented in docs/format.md. The schema
+//! version lives in `PRAGMA user_version`; `migrate` brings any older
+//! database up to date, step by step.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+/// Current schema version.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// A persistent object id: one file, directory or symlink, the same
+/// across renames and remounts.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, Serialize)]
+pub struct ObjectId(pub i64);
+
+/// A checkpoint number. Turn N is the span that starts at checkpoint N.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, Serialize)]
+pub struct CheckpointId(pub i64);
+
+impl std::fmt::Display for CheckpointId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Errors from the metadata database.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("metadata database: {context}: {source}")]
+    Sqlite { context: String, source: rusqlite::Error },
+    #[error("metadata database {path} has schema version {found}, newer than this rewindfs ({supported}); upgrade rewindfs")]
+    TooNew { path: String, found: i64, supported: i64 },
+    #[error("metadata database: malformed {what}")]
+    Malformed { what: &'static str },
+}
+
+impl MetaError {
+    /// The errno to answer a filesystem call with.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            MetaError::Sqlite { source: rusqlite::Error::SqliteFailure(e, _), .. } => match e.code {
+                rusqlite::ErrorCode::DiskFull => Some(libc::ENOSPC),
+                rusqlite::ErrorCode::SystemIoFailure => Some(libc::EIO),
+                rusqlite::ErrorCode::ReadOnly => Some(libc::EROFS),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+pub type MetaResult<T> = Result<T, MetaError>;
+
+trait Ctx<T> {
+    fn ctx(self, what: &str) -> MetaResult<T>;
+}
+
+impl<T> Ctx<T> for rusqlite::Result<T> {
+    fn ctx(self, what: &str) -> MetaResult<T> {
+        self.map_err(|source| MetaError::Sqlite { context: what.to_string(), source })
+    }
+}
+
+/// Why a checkpoint was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The state when the workspace was mounted.
+    Mount,
+    /// An explicit `rewindfs turn`.
+    Turn,
+    /// A quiet period (`--auto-turn`).
+    Auto,
+}
+
+impl Reason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::Mount => "mount",
+            Reason::Turn => "turn",
+            Reason::Auto => "auto",
+        }
+    }
+    fn parse(s: &str) -> Reason {
+        match s {
+            "mount" => Reason::Mount,
+            "auto" => Reason::Auto,
+            _ => Reason::Turn,
+        }
+    }
+}
+
+/// One checkpoint row.
+#[derive(Clone, Debug, Serialize)]
+pub struct Checkpoint {
+    pub checkpoint: i64,
+    pub parent: Option<i64>,
+    pub message_id: Option<String>,
+    pub session: Option<String>,
+    pub label: Option<String>,
+    pub reason: Reason,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Store size when the turn that starts here began (for "bytes stored").
+    pub store_bytes_at_start: i64,
+}
+
+/// The recorded state of an object before the first change in a turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectState {
+    pub kind: u8,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub nlink: u32,
+    /// Symlink target.
+    pub target: Option<Vec<u8>>,
+    /// Encoded xattrs (see `encode_xattrs`).
+    pub xattrs: Vec<u8>,
+    /// Whole-content blake3 and encoded chunk list, when content was captured.
+    pub content: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// One entry pre-image: what `name` in directory `dir` referred to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryRecord {
+    pub turn: i64,
+    pub dir: ObjectId,
+    pub name: Vec<u8>,
+    pub target: Option<ObjectId>,
+    pub program: Option<String>,
+}
+
+/// The metadata database.
+pub struct Meta {
+    conn: Connection,
+}
+
+impl std::fmt::Debug for Meta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meta").finish_non_exhaustive()
+    }
+}
+
+fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
+    if version > SCHEMA_VERSION {
+        return Err(MetaError::TooNew { path: path.into(), found: version, supported: SCHEMA_VERSION });
+    }
+    if version < 1 {
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE objects(
+                 id INTEGER PRIMARY KEY,
+                 handle BLOB UNIQUE,
+                 kind INTEGER NOT NULL);
+             CREATE TABLE checkpoints(
+                 id INTEGER PRIMARY KEY,
+                 parent INTEGER,
+                 message_id TEXT,
+                 session TEXT,
+                 label TEXT,
+                 reason TEXT NOT NULL,
+                 created_at INTEGER NOT NULL,
+                 store_bytes_at_start INTEGER NOT NULL DEFAULT 0);
+             CREATE INDEX checkpoints_by_message ON checkpoints(message_id);
+             CREATE TABLE entry_pre(
+                 turn INTEGER NOT NULL,
+                 dir INTEGER NOT NULL,
+                 name BLOB NOT NULL,
+                 target INTEGER,
+                 program TEXT,
+                 PRIMARY KEY(turn, dir, name)) WITHOUT ROWID;
+             CREATE INDEX entry_pre_by_name ON entry_pre(dir, name, turn);
+             CREATE TABLE object_pre(
+                 turn INTEGER NOT NULL,
+                 object INTEGER NOT NULL,
+                 kind INTEGER NOT NULL,
+                 perm INTEGER NOT NULL,
+                 uid INTEGER NOT NULL,
+                 gid INTEGER NOT NULL,
+                 rdev INTEGER NOT NULL,
+                 size INTEGER NOT NULL,
+                 mtime_ns INTEGER NOT NULL,
+                 ctime_ns INTEGER NOT NULL,
+                 nlink INTEGER NOT NULL,
+                 target BLOB,
+                 xattrs BLOB NOT NULL,
+                 content_hash BLOB,
+                 chunks BLOB,
+                 program TEXT,
+                 PRIMARY KEY(turn, object)) WITHOUT ROWID;
+             CREATE INDEX object_pre_by_object ON object_pre(object, turn);
+             CREATE TABLE known_content(
+                 object INTEGER PRIMARY KEY,
+                 ctime_ns INTEGER NOT NULL,
+                 size INTEGER NOT NULL,
+                 content_hash BLOB NOT NULL,
+                 chunks BLOB NOT NULL);
+             CREATE TABLE state(key TEXT PRIMARY KEY, value);
+             PRAGMA user_version = 1;
+             COMMIT;",
+        )
+        .ctx("create schema version 1")?;
+    }
+    if version < 2 {
+        // Objects changed outside the mount between two mounts: before
+        // `turn`, their live state is not what earlier checkpoints had.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE tainted(
+                 object INTEGER NOT NULL,
+                 turn INTEGER NOT NULL,
+                 PRIMARY KEY(object, turn)) WITHOUT ROWID;
+             PRAGMA user_version = 2;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 2")?;
+    }
+    Ok(())
+}
+
+fn object_state_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ObjectState> {
+    let hash: Option<Vec<u8>> = r.get(base + 11)?;
+    let chunks: Option<Vec<u8>> = r.get(base + 12)?;
+    Ok(ObjectState {
+        kind: r.get(base)?,
+        perm: r.get(base + 1)?,
+        uid: r.get(base + 2)?,
+        gid: r.get(base + 3)?,
+        rdev: r.get::<_, i64>(base + 4)? as u64,
+        size: r.get::<_, i64>(base + 5)? as u64,
+        mtime_ns: r.get(base + 6)?,
+        ctime_ns: r.get(base + 7)?,
+        nlink: r.get(base + 8)?,
+        target: r.get(base + 9)?,
+        xattrs: r.get(base + 10)?,
+        content: hash.zip(chunks),
+    })
+}
+
+const OBJECT_COLUMNS: &str = "kind, perm, uid, gid, rdev, size, mtime_ns, ctime_ns, nlink, target, xattrs, content_hash, chunks";
+
+impl Meta {
+    /// Opens (creating and migrating as needed) the database at `path`.
+    pub fn open(path: &Path) -> MetaResult<Meta> {
+        let conn = Connection::open(path).ctx("open")?;
+        Self::setup(conn, &path.display().to_string())
+    }
+
+    /// An in-memory database (tests).
+    pub fn open_in_memory() -> MetaResult<Meta> {
+        Self::setup(Connection::open_in_memory().ctx("open in memory")?, ":memory:")
+    }
+
+    fn setup(conn: Connection, path: &str) -> MetaResult<Meta> {
+        // WAL with synchronous=NORMAL: a commit is written (not fsynced)
+        // before it returns, so it survives the daemon being killed; `sync`
+        // makes it survive power loss too.
+        conn.pragma_update(None, "journal_mode", "WAL").ctx("enable WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL").ctx("set synchronous")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
+        migrate(&conn, path)?;
+        Ok(Meta { conn })
+    }
+
+    /// Forces everything committed so far to disk.
+    pub fn sync(&self) -> MetaResult<()> {
+        self.conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(())).ctx("checkpoint the WAL")?;
+        Ok(())
+    }
+
+    pub fn get_state(&self, key: &str) -> MetaResult<Option<String>> {
+        self.conn
+            .query_row("SELECT value FROM state WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .ctx("read state")
+    }
+
+    pub fn set_state(&self, key: &str, value: &str) -> MetaResult<()> {
+        self.conn
+            .execute("INSERT INTO state(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value", params![key, value])
+            .ctx("write state")?;
+        Ok(())
+    }
+
+    /// The object id of a handle, if it was ever recorded.
+    pub fn object_by_handle(&self, handle: &[u8]) -> MetaResult<Option<ObjectId>> {
+        self.conn
+            .prepare_cached("SELECT id FROM objects WHERE handle = ?1")
+            .ctx("prepare")?
+            .query_row([handle], |r| r.get(0).map(ObjectId))
+            .optional()
+            .ctx("find object")
+    }
+
+    /// The object id of a handle, recording it if new.
+    pub fn intern_object(&self, handle: &[u8], kind: u8) -> MetaResult<ObjectId> {
+        if let Some(id) = self.object_by_handle(handle)? {
+            return Ok(id);
+        }
+        self.conn
+            .prepare_cached("INSERT INTO objects(handle, kind) VALUES (?1, ?2)")
+            .ctx("prepare")?
+            .execute(params![handle, kind])
+            .ctx("record object")?;
+        Ok(ObjectId(self.conn.last_insert_rowid()))
+    }
+
+    /// The handle of an object (None once forgotten).
+    pub fn object_handle(&self, id: ObjectId) -> MetaResult<Option<Vec<u8>>> {
+        self.conn
+            .prepare_cached("SELECT handle FROM objects WHERE id = ?1")
+            .ctx("prepare")?
+            .query_row([id.0], |r| r.get(0))
+            .optional()
+            .ctx("read object")
+            .map(Option::flatten)
+    }
+
+    /// Inserts a checkpoint row.
+    pub fn insert_checkpoint(&self, c: &Checkpoint) -> MetaResult<()> {
+        self.conn
+            .execute(
+                "INSERT INTO checkpoints(id, parent, message_id, session, label, reason, created_at, store_bytes_at_start)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![c.checkpoint, c.parent, c.message_id, c.session, c.label, c.reason.as_str(), c.created_at, c.store_bytes_at_start],
+            )
+            .ctx("record checkpoint")?;
+        Ok(())
+    }
+
+    /// All checkpoints, oldest first.
+    pub fn checkpoints(&self) -> MetaResult<Vec<Checkpoint>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, parent, message_id, session, label, reason, created_at, store_bytes_at_start FROM checkpoints ORDER BY id")
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Checkpoint {
+                    checkpoint: r.get(0)?,
+                    parent: r.get(1)?,
+                    message_id: r.get(2)?,
+                    session: r.get(3)?,
+                    label: r.get(4)?,
+                    reason: Reason::parse(&r.get::<_, String>(5)?),
+                    created_at: r.get(6)?,
+                    store_bytes_at_start: r.get(7)?,
+                })
+            })
+            .ctx("list checkpoints")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list checkpoints")
+    }
+
+    /// Records that `name` in `dir` referred to `target` at the start of
+    /// `turn`, unless already recorded for that turn. Returns whether a row
+    /// was written.
+    pub fn record_entry(&self, turn: i64, dir: ObjectId, name: &[u8], target: Option<ObjectId>, program: Option<&str>) -> MetaResult<bool> {
+        let n = self
+            .conn
+            .prepare_cached("INSERT OR IGNORE INTO entry_pre(turn, dir, name, target, program) VALUES (?1, ?2, ?3, ?4, ?5)")
+            .ctx("prepare")?
+            .execute(params![turn, dir.0, name, target.map(|t| t.0), program])
+            .ctx("record entry pre-image")?;
+        Ok(n > 0)
+    }
+
+    /// Records an object's state at the start of `turn` (first call wins;
+    /// a later call may add content to a row recorded without it).
+    pub fn record_object(&self, turn: i64, object: ObjectId, s: &ObjectState, program: Option<&str>) -> MetaResult<()> {
+        let (hash, chunks) = match &s.content {
+            Some((h, c)) => (Some(h.as_slice()), Some(c.as_slice())),
+            None => (None, None),
+        };
+        self.conn
+            .prepare_cached(
+                "INSERT INTO object_pre(turn, object, kind, perm, uid, gid, rdev, size, mtime_ns, ctime_ns, nlink, target, xattrs, content_hash, chunks, program)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                 ON CONFLICT(turn, object) DO UPDATE SET content_hash = excluded.content_hash, chunks = excluded.chunks
+                 WHERE object_pre.chunks IS NULL AND excluded.chunks IS NOT NULL",
+            )
+            .ctx("prepare")?
+            .execute(params![
+                turn,
+                object.0,
+                s.kind,
+                s.perm,
+                s.uid,
+                s.gid,
+                s.rdev as i64,
+                s.size as i64,
+                s.mtime_ns,
+                s.ctime_ns,
+                s.nlink,
+                s.target,
+                s.xattrs,
+                hash,
+                chunks,
+                program
+            ])
+            .ctx("record object pre-image")?;
+        Ok(())
+    }
+
+    /// The earliest entry record for (dir, name) in a turn >= `from`.
+    pub fn entry_at(&self, dir: ObjectId, name: &[u8], from: i64) -> MetaResult<Option<Option<ObjectId>>> {
+        self.conn
+            .prepare_cached("SELECT target FROM entry_pre WHERE dir = ?1 AND name = ?2 AND turn >= ?3 ORDER BY turn LIMIT 1")
+            .ctx("prepare")?
+            .query_row(params![dir.0, name, from], |r| r.get::<_, Option<i64>>(0))
+            .optional()
+            .map(|o| o.map(|t| t.map(ObjectId)))
+            .ctx("read entry pre-image")
+    }
+
+    /// For every name of `dir` recorded in a turn >= `from`: its earliest
+    /// record.
+    pub fn entries_of_dir(&self, dir: ObjectId, from: i64) -> MetaResult<Vec<(Vec<u8>, Option<ObjectId>)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT name, target FROM entry_pre e WHERE dir = ?1 AND turn >= ?2
+                 AND turn = (SELECT MIN(turn) FROM entry_pre f WHERE f.dir = e.dir AND f.name = e.name AND f.turn >= ?2)",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map(params![dir.0, from], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Option<i64>>(1)?.map(ObjectId))))
+            .ctx("list entry pre-images")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entry pre-images")
+    }
+
+    /// The earliest object record in a turn >= `from` (content may come
+    /// from a later record of the same turn range if this one lacks it).
+    pub fn object_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<ObjectState>> {
+        let sql = format!("SELECT {OBJECT_COLUMNS} FROM object_pre WHERE object = ?1 AND turn >= ?2 ORDER BY turn LIMIT 1");
+        self.conn
+            .prepare_cached(&sql)
+            .ctx("prepare")?
+            .query_row(params![object.0, from], |r| object_state_from_row(r, 0))
+            .optional()
+            .ctx("read object pre-image")
+    }
+
+    /// Earliest recorded content of `object` in a turn >= `from`.
+    pub fn content_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<(i64, Vec<u8>, Vec<u8>)>> {
+        self.conn
+            .prepare_cached("SELECT turn, content_hash, chunks FROM object_pre WHERE object = ?1 AND turn >= ?2 AND chunks IS NOT NULL ORDER BY turn LIMIT 1")
+            .ctx("prepare")?
+            .query_row(params![object.0, from], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()
+            .ctx("read content pre-image")
+    }
+
+    /// Content known for an object at a given ctime (no re-read needed).
+    pub fn known_content(&self, object: ObjectId, ctime_ns: i64, size: u64) -> MetaResult<Option<(Vec<u8>, Vec<u8>)>> {
+        self.conn
+            .prepare_cached("SELECT content_hash, chunks FROM known_content WHERE object = ?1 AND ctime_ns = ?2 AND size = ?3")
+            .ctx("prepare")?
+            .query_row(params![object.0, ctime_ns, size as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .ctx("read known content")
+    }
+
+    pub fn set_known_content(&self, object: ObjectId, ctime_ns: i64, size: u64, hash: &[u8], chunks: &[u8]) -> MetaResult<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO known_content(object, ctime_ns, size, content_hash, chunks) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(object) DO UPDATE SET ctime_ns = excluded.ctime_ns, size = excluded.size,
+                 content_hash = excluded.content_hash, chunks = excluded.chunks",
+            )
+            .ctx("prepare")?
+            .execute(params![object.0, ctime_ns, size as i64, hash, chunks])
+            .ctx("record known content")?;
+        Ok(())
+    }
+
+    /// Entry records of one turn.
+    pub fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>> {
+        let mut stmt = self.conn.prepare_cached("SELECT dir, name, target, program FROM entry_pre WHERE turn = ?1").ctx("prepare")?;
+        let rows = stmt
+            .query_map([turn], |r| {
+                Ok(EntryRecord {
+                    turn,
+                    dir: ObjectId(r.get(0)?),
+                    name: r.get(1)?,
+                    target: r.get::<_, Option<i64>>(2)?.map(ObjectId),
+                    program: r.get(3)?,
+                })
+            })
+            .ctx("list entries of turn")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries of turn")
+    }
+
+    /// Objects recorded in one turn, with their program.
+    pub fn objects_in_turn(&self, turn: i64) -> MetaResult<Vec<(ObjectId, ObjectState, Option<String>)>> {
+        let sql = format!("SELECT object, program, {OBJECT_COLUMNS} FROM object_pre WHERE turn = ?1");
+        let mut stmt = self.conn.prepare_cached(&sql).ctx("prepare")?;
+        let rows = stmt
+            .query_map([turn], |r| Ok((ObjectId(r.get(0)?), object_state_from_row(r, 2)?, r.get(1)?)))
+            .ctx("list objects of turn")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list objects of turn")
+    }
+
+    /// Turns in which an object has a record.
+    pub fn turns_of_object(&self, object: ObjectId) -> MetaResult<Vec<i64>> {
+        let mut stmt = self.conn.prepare_cached("SELECT turn FROM object_pre WHERE object = ?1 ORDER BY turn").ctx("prepare")?;
+        let rows = stmt.query_map([object.0], |r| r.get(0)).ctx("list turns of object")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list turns of object")
+    }
+
+    /// Turns in which (dir, name) has a record.
+    pub fn turns_of_entry(&self, dir: ObjectId, name: &[u8]) -> MetaResult<Vec<i64>> {
+        let mut stmt = self.conn.prepare_cached("SELECT turn FROM entry_pre WHERE dir = ?1 AND name = ?2 ORDER BY turn").ctx("prepare")?;
+        let rows = stmt.query_map(params![dir.0, name], |r| r.get(0)).ctx("list turns of entry")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list turns of entry")
+    }
+
+    /// Sets the label of a checkpoint.
+    pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
+        self.conn.execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint]).ctx("label checkpoint")?;
+        Ok(())
+    }
+
+    /// Marks an object as changed outside the mount before checkpoint `turn`.
+    pub fn taint(&self, object: ObjectId, turn: i64) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO tainted(object, turn) VALUES (?1, ?2)")
+            .ctx("prepare")?
+            .execute(params![object.0, turn])
+            .ctx("record an outside change")?;
+        Ok(())
+    }
+
+    /// The earliest checkpoint after `from` before which `object` was
+    /// changed outside the mount.
+    pub fn taint_after(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT MIN(turn) FROM tainted WHERE object = ?1 AND turn > ?2")
+            .ctx("prepare")?
+            .query_row(params![object.0, from], |r| r.get(0))
+            .ctx("read outside changes")
+    }
+
+    /// The turn of the earliest entry record for (dir, name) at or after `from`.
+    pub fn entry_turn_at(&self, dir: ObjectId, name: &[u8], from: i64) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT MIN(turn) FROM entry_pre WHERE dir = ?1 AND name = ?2 AND turn >= ?3")
+            .ctx("prepare")?
+            .query_row(params![dir.0, name, from], |r| r.get(0))
+            .ctx("read entry pre-image")
+    }
+
+    /// The turn of the earliest object record at or after `from`.
+    pub fn object_turn_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT MIN(turn) FROM object_pre WHERE object = ?1 AND turn >= ?2")
+            .ctx("prepare")?
+            .query_row(params![object.0, from], |r| r.get(0))
+            .ctx("read object pre-image")
+    }
+
+    /// Runs `f` in one transaction.
+    pub fn transaction<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
+        self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
+        match f(self) {
+            Ok(v) => {
+                self.conn.execute_batch("COMMIT").ctx("commit")?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Encodes xattrs as: count (u32 LE), then for each: name length (u32 LE),
+/// name, value length (u32 LE), value. Sorted by name.
+pub fn encode_xattrs(mut attrs: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<u8> {
+    attrs.sort();
+    let mut out = Vec::new();
+    out.extend_from_slice(&(attrs.len() as u32).to_le_bytes());
+    for (n, v) in attrs {
+        out.extend_from_slice(&(n.len() as u32).to_le_bytes());
+        out.extend_from_slice(&n);
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(&v);
+    }
+    out
+}
+
+/// Inverse of `encode_xattrs`.
+pub fn decode_xattrs(mut b: &[u8]) -> MetaResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> MetaResult<&'a [u8]> {
+        if b.len() < n {
+            return Err(MetaError::Malformed { what: "xattr list" });
+        }
+        let (h, t) = b.split_at(n);
+        *b = t;
+        Ok(h)
+    }
+    fn u32_of(b: &mut &[u8]) -> MetaResult<usize> {
+        let raw = take(b, 4)?;
+        Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]) as usize)
+    }
+    if b.is_empty() {
+        return Ok(Vec::new());
+    }
+    let count = u32_of(&mut b)?;
+    let mut out = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let nl = u32_of(&mut b)?;
+        let n = take(&mut b, nl)?.to_vec();
+        let vl = u32_of(&mut b)?;
+        let v = take(&mut b, vl)?.to_vec();
+        out.push((n, v));
+    }
+    if !b.is_empty() {
+        return Err(MetaError::Malformed { what: "xattr list" });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(size: u64) -> ObjectState {
+        ObjectState {
+            kind: 1,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            nlink: 1,
+            target: None,
+            xattrs: Vec::new(),
+            content: None,
+        }
+    }
+
+    #[test]
+    fn schema_is_versioned_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            m.set_state("k", "v").unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        assert_eq!(m.get_state("k").unwrap().as_deref(), Some("v"));
+        let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn version_one_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            m.conn.execute_batch("DROP TABLE tainted; PRAGMA user_version = 1").unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let a = m.intern_object(b"a", 1).unwrap();
+        m.taint(a, 4).unwrap();
+        assert_eq!(m.taint_after(a, 2).unwrap(), Some(4));
+        assert_eq!(m.taint_after(a, 4).unwrap(), None);
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        Connection::open(&p).unwrap().execute_batch("PRAGMA user_version = 99").unwrap();
+        assert!(matches!(Meta::open(&p), Err(MetaError::TooNew { found: 99, .. })));
+    }
+
+    #[test]
+    fn earliest_record_at_or_after_a_turn_wins() {
+        let m = Meta::open_in_memory().unwrap();
+        let d = m.intern_object(b"dir", 2).unwrap();
+        let a = m.intern_object(b"a", 1).unwrap();
+        assert!(m.record_entry(3, d, b"x", None, None).unwrap());
+        assert!(!m.record_entry(3, d, b"x", Some(a), None).unwrap(), "first record of a turn wins");
+        m.record_entry(5, d, b"x", Some(a), None).unwrap();
+        assert_eq!(m.entry_at(d, b"x", 0).unwrap(), Some(None));
+        assert_eq!(m.entry_at(d, b"x", 4).unwrap(), Some(Some(a)));
+        assert_eq!(m.entry_at(d, b"x", 6).unwrap(), None);
+        let listing = m.entries_of_dir(d, 4).unwrap();
+        assert_eq!(listing, vec![(b"x".to_vec(), Some(a))]);
+    }
+
+    #[test]
+    fn content_is_added_to_a_meta_only_record_once() {
+        let m = Meta::open_in_memory().unwrap();
+        let a = m.intern_object(b"a", 1).unwrap();
+        m.record_object(1, a, &state(10), None).unwrap();
+        let mut with = state(99);
+        with.content = Some((vec![1], vec![2]));
+        m.record_object(1, a, &with, None).unwrap();
+        let got = m.object_at(a, 1).unwrap().unwrap();
+        assert_eq!(got.size, 10, "attributes stay those of the first record");
+        assert_eq!(got.content, Some((vec![1], vec![2])));
+        let mut other = state(5);
+        other.content = Some((vec![3], vec![4]));
+        m.record_object(1, a, &other, None).unwrap();
+        assert_eq!(m.object_at(a, 1).unwrap().unwrap().content, Some((vec![1], vec![2])), "content is never replaced");
+    }
+
+    #[test]
+    fn xattrs_roundtrip_and_reject_garbage() {
+        let x = vec![(b"user.b".to_vec(), b"2".to_vec()), (b"user.a".to_vec(), vec![])];
+        let enc = encode_xattrs(x.clone());
+        let mut sorted = x;
+        sorted.sort();
+        assert_eq!(decode_xattrs(&enc).unwrap(), sorted);
+        assert!(decode_xattrs(&enc[..enc.len() - 1]).is_err());
+        assert!(decode_xattrs(&[5, 0, 0, 0]).is_err());
+    }
+}

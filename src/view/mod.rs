@@ -1,0 +1,355 @@
+//! The tree as it was at a checkpoint: the live tree, with, for every name
+//! and object changed since, its earliest pre-image at or after that
+//! checkpoint. Nothing is copied: a view resolves each lookup on demand,
+//! so opening one costs the same whatever the size of the tree.
+
+pub mod browse;
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::journal::{Journal, ns};
+use crate::meta::{ObjectId, decode_xattrs};
+use crate::store::{ContentRef, read_content_at};
+use crate::sys::{self, FileHandle};
+use crate::workspace::LiveTree;
+use crate::workspace::capture::kind_code;
+use crate::workspace::Kind;
+
+/// Errors while reading a view.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Meta(#[from] crate::meta::MetaError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    #[error("object {0:?} has no recorded content and is gone from the workspace")]
+    Lost(ObjectId),
+    #[error("object {0:?} was changed outside rewindfs before checkpoint {1}; its state at this checkpoint is unknown")]
+    ChangedOutside(ObjectId, i64),
+}
+
+impl From<crate::error::Errno> for ViewError {
+    fn from(e: crate::error::Errno) -> Self {
+        ViewError::Io(std::io::Error::from_raw_os_error(e.0))
+    }
+}
+
+impl From<rustix::io::Errno> for ViewError {
+    fn from(e: rustix::io::Errno) -> Self {
+        ViewError::Io(e.into())
+    }
+}
+
+impl ViewError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            ViewError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        }
+    }
+}
+
+pub type ViewResult<T> = Result<T, ViewError>;
+
+/// An object as a view sees it: its persistent id if it was ever recorded,
+/// and its live handle if it may still exist.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub id: Option<ObjectId>,
+    pub handle: Option<FileHandle>,
+}
+
+/// Where a file's bytes come from in a view.
+#[derive(Clone, Debug)]
+pub enum Content {
+    Live(FileHandle),
+    Stored(ContentRef),
+    None,
+}
+
+/// The state of an object in a view.
+#[derive(Clone, Debug)]
+pub struct NodeState {
+    pub kind: u8,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub nlink: u32,
+    pub target: Option<Vec<u8>>,
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub content: Content,
+    /// blake3 of the content when it is known without reading.
+    pub content_hash: Option<Vec<u8>>,
+}
+
+impl NodeState {
+    pub fn is_dir(&self) -> bool {
+        self.kind == kind_code(Kind::Dir)
+    }
+    pub fn is_file(&self) -> bool {
+        self.kind == kind_code(Kind::File)
+    }
+}
+
+/// A read-only view of the tree at a checkpoint (or of the live tree).
+pub struct TreeView<'a> {
+    tree: &'a LiveTree,
+    journal: &'a Journal,
+    /// Records of turns >= `from` apply; `i64::MAX` is the live tree.
+    from: i64,
+}
+
+impl<'a> TreeView<'a> {
+    /// The tree at checkpoint `checkpoint`.
+    pub fn at(tree: &'a LiveTree, journal: &'a Journal, checkpoint: i64) -> TreeView<'a> {
+        TreeView { tree, journal, from: checkpoint }
+    }
+
+    /// The live tree through the same interface.
+    pub fn live(tree: &'a LiveTree, journal: &'a Journal) -> TreeView<'a> {
+        TreeView { tree, journal, from: i64::MAX }
+    }
+
+    pub fn checkpoint(&self) -> Option<i64> {
+        (self.from != i64::MAX).then_some(self.from)
+    }
+
+    fn node_of_handle(&self, handle: FileHandle) -> ViewResult<Node> {
+        let id = self.journal.known_object_id(&handle.to_bytes())?;
+        Ok(Node { id, handle: Some(handle) })
+    }
+
+    fn node_of_id(&self, id: ObjectId) -> ViewResult<Node> {
+        let handle = self.journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
+        Ok(Node { id: Some(id), handle })
+    }
+
+    pub fn root(&self) -> ViewResult<Node> {
+        let handle = sys::name_to_handle_at(self.tree.root_fd(), OsStr::new(""))?;
+        self.node_of_handle(handle)
+    }
+
+    /// An `O_PATH` descriptor of the live object, if it still exists.
+    fn live_fd(&self, node: &Node) -> Option<std::os::fd::OwnedFd> {
+        let handle = node.handle.as_ref()?;
+        self.tree.open_handle(handle, libc::O_PATH).ok()
+    }
+
+    /// The live object behind `node`, if it still exists and is the same
+    /// kind of thing (a directory for listings).
+    fn live_dir(&self, node: &Node) -> Option<std::os::fd::OwnedFd> {
+        let fd = self.live_fd(node)?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_nlink > 0).then_some(fd)
+    }
+
+    /// Fails when the live state of `id` cannot stand for its state at
+    /// this checkpoint: it was changed outside the mount before checkpoint
+    /// t, and no record between here and t says what it was.
+    fn check_outside(&self, id: ObjectId, recorded_turn: Option<i64>) -> ViewResult<()> {
+        if self.from == i64::MAX {
+            return Ok(());
+        }
+        if let Some(t) = self.journal.with_meta(|m| m.taint_after(id, self.from))? {
+            if recorded_turn.is_none_or(|r| r >= t) {
+                return Err(ViewError::ChangedOutside(id, t));
+            }
+        }
+        Ok(())
+    }
+
+    /// What `name` refers to in directory `dir`.
+    pub fn lookup(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
+        if let Some(id) = dir.id {
+            let turn = self.journal.with_meta(|m| m.entry_turn_at(id, name.as_bytes(), self.from))?;
+            self.check_outside(id, turn)?;
+            if let Some(recorded) = self.journal.with_meta(|m| m.entry_at(id, name.as_bytes(), self.from))? {
+                return match recorded {
+                    Some(target) => Ok(Some(self.node_of_id(target)?)),
+                    None => Ok(None),
+                };
+            }
+        }
+        let Some(fd) = self.live_dir(dir) else { return Ok(None) };
+        match sys::name_to_handle_at(fd.as_fd(), name) {
+            Ok(h) => Ok(Some(self.node_of_handle(h)?)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The entries of directory `dir`, sorted by name.
+    pub fn list(&self, dir: &Node) -> ViewResult<Vec<(OsString, Node)>> {
+        if let Some(id) = dir.id {
+            self.check_outside(id, None)?;
+        }
+        let mut entries: std::collections::BTreeMap<Vec<u8>, Node> = std::collections::BTreeMap::new();
+        if let Some(fd) = self.live_dir(dir) {
+            let dirfd = rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            let mut listing = rustix::fs::Dir::new(dirfd)?;
+            while let Some(entry) = listing.read() {
+                let entry = entry?;
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                match sys::name_to_handle_at(fd.as_fd(), OsStr::from_bytes(name)) {
+                    Ok(h) => {
+                        entries.insert(name.to_vec(), self.node_of_handle(h)?);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        if let Some(id) = dir.id {
+            for (name, target) in self.journal.with_meta(|m| m.entries_of_dir(id, self.from))? {
+                match target {
+                    Some(t) => {
+                        entries.insert(name, self.node_of_id(t)?);
+                    }
+                    None => {
+                        entries.remove(&name);
+                    }
+                }
+            }
+        }
+        Ok(entries.into_iter().map(|(n, node)| (OsString::from(OsStr::from_bytes(&n)), node)).collect())
+    }
+
+    /// Resolves a path relative to the root, never following symlinks.
+    pub fn resolve(&self, path: &std::path::Path) -> ViewResult<Option<Node>> {
+        let mut node = self.root()?;
+        for comp in path.components() {
+            match comp {
+                std::path::Component::Normal(name) => match self.lookup(&node, name)? {
+                    Some(n) => node = n,
+                    None => return Ok(None),
+                },
+                std::path::Component::CurDir | std::path::Component::RootDir => {}
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(node))
+    }
+
+    /// The object's attributes and where its content comes from.
+    pub fn state(&self, node: &Node) -> ViewResult<NodeState> {
+        if let Some(id) = node.id {
+            let turn = self.journal.with_meta(|m| m.object_turn_at(id, self.from))?;
+            self.check_outside(id, turn)?;
+            if let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))? {
+                let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
+                let (content, hash) = match content {
+                    Some((_, hash, chunks)) => {
+                        let spans = ContentRef::decode_chunks(&chunks)?;
+                        let h = crate::store::ChunkId::from_slice(&hash)?;
+                        (Content::Stored(ContentRef { hash: h, size: spans.iter().map(|s| s.len as u64).sum(), chunks: spans }), Some(hash))
+                    }
+                    None if rec.kind == kind_code(Kind::File) => match &node.handle {
+                        Some(h) if self.live_fd(node).is_some() => (Content::Live(h.clone()), None),
+                        _ => return Err(ViewError::Lost(id)),
+                    },
+                    None => (Content::None, None),
+                };
+                let size = match &content {
+                    Content::Stored(c) => c.size,
+                    _ => rec.size,
+                };
+                return Ok(NodeState {
+                    kind: rec.kind,
+                    perm: rec.perm,
+                    uid: rec.uid,
+                    gid: rec.gid,
+                    size,
+                    mtime_ns: rec.mtime_ns,
+                    nlink: rec.nlink,
+                    target: rec.target,
+                    xattrs: decode_xattrs(&rec.xattrs)?,
+                    content,
+                    content_hash: hash,
+                });
+            }
+        }
+        let fd = self.live_fd(node).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+        let st = rustix::fs::fstat(&fd)?;
+        let kind = Kind::from_mode(st.st_mode);
+        let target = if kind == Kind::Symlink { Some(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes()) } else { None };
+        let content = match (&node.handle, kind) {
+            (Some(h), Kind::File) => Content::Live(h.clone()),
+            _ => Content::None,
+        };
+        Ok(NodeState {
+            kind: kind_code(kind),
+            perm: st.st_mode & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size as u64,
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec as i64),
+            nlink: st.st_nlink as u32,
+            target,
+            xattrs: live_xattrs(&fd),
+            content,
+            content_hash: None,
+        })
+    }
+
+    /// Reads file content at `offset` into `buf`; returns the bytes read.
+    pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
+        match &state.content {
+            Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
+            Content::Live(h) => {
+                use std::os::unix::fs::FileExt;
+                let fd = self.tree.open_handle(h, libc::O_RDONLY)?;
+                let file = std::fs::File::from(fd);
+                Ok(file.read_at(buf, offset)?)
+            }
+            Content::None => Ok(0),
+        }
+    }
+
+    /// The whole content (for diffs; capped by the caller).
+    pub fn read_all(&self, state: &NodeState) -> ViewResult<Vec<u8>> {
+        let mut out = vec![0u8; state.size as usize];
+        let mut done = 0;
+        while done < out.len() {
+            let n = self.read_at(state, done as u64, &mut out[done..])?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        out.truncate(done);
+        Ok(out)
+    }
+}
+
+fn live_xattrs(fd: &std::os::fd::OwnedFd) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let Ok(size) = sys::listxattr(fd.as_fd(), &mut []) else { return out };
+    let mut names = vec![0u8; size];
+    let Ok(n) = sys::listxattr(fd.as_fd(), &mut names) else { return out };
+    names.truncate(n);
+    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let os = OsStr::from_bytes(name);
+        if let Ok(len) = sys::getxattr(fd.as_fd(), os, &mut []) {
+            let mut v = vec![0u8; len];
+            if let Ok(got) = sys::getxattr(fd.as_fd(), os, &mut v) {
+                v.truncate(got);
+                out.push((name.to_vec(), v));
+            }
+        }
+    }
+    out.sort();
+    out
+}
