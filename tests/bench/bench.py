@@ -23,6 +23,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -262,6 +263,7 @@ class Target:
                         break
                     time.sleep(0.05)
             self.daemon_pid = None
+        self.store_bytes = dir_bytes(os.path.join(self.root, "store")) if self.kind != "native" else None
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -496,7 +498,7 @@ def fmt_bytes(n):
         n /= 1024
 
 
-def report(res, meta, targets, shadow_turns, shadow_bytes):
+def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes):
     out = []
     w = out.append
     w(f"Run: {meta['date']} on {meta['host']}: {meta['cores']} cores, kernel {meta['kernel']}, "
@@ -549,6 +551,16 @@ def report(res, meta, targets, shadow_turns, shadow_bytes):
             xs = res[s]["all"].get(t, [])
             cells.append(f"{max(xs) / min(xs):.2f}" if xs and min(xs) > 0 else "-")
         w(f"| {s} | " + " | ".join(cells) + " |")
+    mounted = [t for t in targets if t != "native"]
+    if store_sizes and mounted:
+        w("")
+        w("rewindfs store size after each workload (median; the workspace itself not included):")
+        w("")
+        w("| workload | " + " | ".join(TARGETS[t] for t in mounted) + " |")
+        w("|---|" + "|".join("--:" for _ in mounted) + "|")
+        for wname, by_t in store_sizes.items():
+            w(f"| {wname} | " + " | ".join(fmt_bytes(statistics.median(by_t[t])) if t in by_t else "-"
+                                          for t in mounted) + " |")
     if shadow_turns:
         w("")
         w("Shadow git `add -A && commit` per turn (warm caches; a turn changes 10 files and adds 1):")
@@ -631,6 +643,12 @@ def main():
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler for the small-file helper")
     args = ap.parse_args()
 
+    # Stop cleanly (unmounting) on SIGTERM, and on SIGINT even when started
+    # in the background (where SIGINT is ignored).
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
     if os.geteuid() != 0:
         raise SystemExit("bench: needs root (drops caches; FUSE passthrough needs CAP_SYS_ADMIN)")
     targets = [t for t in args.targets.split(",") if t]
@@ -656,6 +674,7 @@ def main():
     inputs = Inputs(args.workdir, args.cc)
     meta = machine_meta(args, inputs)
     res = {}  # step -> {"class", "all": {target: [secs]}}
+    store_sizes = {}  # workload -> {target: [bytes]}
     loads = [loadavg()]
     passthrough = set()
     try:
@@ -687,6 +706,8 @@ def main():
                         WORKLOADS[wname](inputs, d, step)
                     finally:
                         tgt.teardown()
+                    if tgt.store_bytes is not None:
+                        store_sizes.setdefault(wname, {}).setdefault(t, []).append(tgt.store_bytes)
         shadow_turns = shadow_bytes = None
         if args.shadow_git:
             sizes = [int(x) for x in args.shadow_git.split(",") if x]
@@ -700,7 +721,7 @@ def main():
         s["med"] = {t: statistics.median(xs) for t, xs in s["all"].items()}
     meta["load_min"], meta["load_max"] = min(loads), max(loads)
     meta["passthrough"] = ", ".join(sorted(passthrough))
-    md, misses = report(res, meta, targets, shadow_turns, shadow_bytes)
+    md, misses = report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes)
     print(md)
     if args.out:
         with open(args.out, "w") as f:
