@@ -131,18 +131,19 @@ def loadavg():
 
 
 class Inputs:
-    def __init__(self, workdir, cc):
+    def __init__(self, workdir, cc, workloads):
         self.cache = os.path.join(workdir, "cache")
         os.makedirs(self.cache, exist_ok=True)
         self.tarball, self.tree_files, self.tree_bytes = self._tarball()
-        self.smallfiles = self._helper(cc)
+        self.smallfiles = self._helper(cc) if "smallfiles" in workloads else None
         # Incompressible source for the sequential write, kept in tmpfs so
         # that reading it costs no disk I/O (drop_caches does not drop tmpfs).
         self.seq_src = os.path.join("/dev/shm", f"rewindfs-bench-{os.getpid()}.bin")
-        log(f"bench: generating {SEQ_MIB} MiB of random data in {self.seq_src}")
-        with open("/dev/urandom", "rb") as r, open(self.seq_src, "wb") as w:
-            for _ in range(SEQ_MIB):
-                w.write(r.read(1 << 20))
+        if {"seq", "randwrite"} & set(workloads):
+            log(f"bench: generating {SEQ_MIB} MiB of random data in {self.seq_src}")
+            with open("/dev/urandom", "rb") as r, open(self.seq_src, "wb") as w:
+                for _ in range(SEQ_MIB):
+                    w.write(r.read(1 << 20))
 
     def close(self):
         try:
@@ -671,7 +672,7 @@ def main():
     os.makedirs(runs)
     runtime_dir = tempfile.mkdtemp(prefix="rt-", dir=args.workdir)
 
-    inputs = Inputs(args.workdir, args.cc)
+    inputs = Inputs(args.workdir, args.cc, workloads)
     meta = machine_meta(args, inputs)
     res = {}  # step -> {"class", "all": {target: [secs]}}
     store_sizes = {}  # workload -> {target: [bytes]}
