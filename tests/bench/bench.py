@@ -587,6 +587,25 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes):
     return "\n".join(out) + "\n", misses
 
 
+def results_from_log(path):
+    """Rebuilds results from the progress lines of a run's stderr (to report
+    an interrupted run)."""
+    import re
+    res = {}
+    pat = re.compile(r"^  rep (\d+)/(\d+) (\S+)\s+(.+): ([0-9.]+) s \(load ([0-9.]+)\)$")
+    loads = []
+    for line in open(path):
+        m = pat.match(line.rstrip("\n"))
+        if not m:
+            continue
+        t, name, secs = m.group(3), m.group(4), float(m.group(5))
+        loads.append(float(m.group(6)))
+        cls = "data" if name.startswith(("seq ", "rand ", "sqlite")) else "meta"
+        e = res.setdefault(name, {"class": cls, "all": {}})
+        e["all"].setdefault(t, []).append(secs)
+    return res, loads
+
+
 def machine_meta(args, inputs):
     st = os.statvfs(args.workdir)
     fs = "?"
@@ -642,6 +661,8 @@ def main():
                     help="before each measured step, wait up to SECONDS for the CPUs to be idle "
                          "(for a machine shared with other jobs); default 0 (do not wait)")
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler for the small-file helper")
+    ap.add_argument("--from-log", metavar="STDERR",
+                    help="do not run: print the table from the progress lines of an earlier run's stderr")
     args = ap.parse_args()
 
     # Stop cleanly (unmounting) on SIGTERM, and on SIGINT even when started
@@ -672,8 +693,17 @@ def main():
     os.makedirs(runs)
     runtime_dir = tempfile.mkdtemp(prefix="rt-", dir=args.workdir)
 
-    inputs = Inputs(args.workdir, args.cc, workloads)
+    inputs = Inputs(args.workdir, args.cc, workloads if not args.from_log else [])
     meta = machine_meta(args, inputs)
+    if args.from_log:
+        res, loads = results_from_log(args.from_log)
+        for s_ in res.values():
+            s_["med"] = {t: statistics.median(xs) for t, xs in s_["all"].items()}
+        reps = {len(xs) for s_ in res.values() for xs in s_["all"].values()}
+        meta["reps"] = f"{min(reps)}-{max(reps)}" if len(reps) > 1 else reps.pop()
+        meta["load_min"], meta["load_max"] = min(loads), max(loads)
+        print(report(res, meta, targets, None, None, {})[0])
+        return
     res = {}  # step -> {"class", "all": {target: [secs]}}
     store_sizes = {}  # workload -> {target: [bytes]}
     loads = [loadavg()]
