@@ -552,6 +552,9 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes):
             xs = res[s]["all"].get(t, [])
             cells.append(f"{max(xs) / min(xs):.2f}" if xs and min(xs) > 0 else "-")
         w(f"| {s} | " + " | ".join(cells) + " |")
+    if not steps:
+        # Only baselines were asked for: drop the empty workload tables.
+        del out[out.index("| " + " | ".join(head) + " |"):]
     mounted = [t for t in targets if t != "native"]
     if store_sizes and mounted:
         w("")
