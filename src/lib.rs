@@ -9,6 +9,8 @@
 //! - [`journal`]: turns, checkpoints, recording pre-images.
 //! - [`view`]: the tree at a checkpoint, resolved on demand.
 //! - [`report`]: log statistics, diffs, path history.
+//! - [`restore`]: putting paths back as they were at a checkpoint.
+//! - [`rewind`]: whole-tree rewind at the cost of what changed.
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
@@ -20,6 +22,8 @@ pub mod fs;
 pub mod journal;
 pub mod meta;
 pub mod report;
+pub mod restore;
+pub mod rewind;
 pub mod store;
 pub mod sys;
 pub mod view;

@@ -122,6 +122,13 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     }
     let store_arg = opts.store.clone().unwrap_or_else(|| default_store(&ws));
     let store_abs = std::path::absolute(&store_arg).map_err(|e| Error::io("bad store path", e))?;
+    // Checked before anything is created: a refused store leaves no trace.
+    let store_parent = store_abs.ancestors().find(|a| a.exists()).and_then(|a| a.canonicalize().ok());
+    if let Some(existing) = store_parent {
+        if is_within(&existing, &ws) || is_within(&existing, &mp) {
+            return Err(Error::path(&store_abs, "the store must be outside the workspace (the agent must not be able to write history)"));
+        }
+    }
     std::fs::create_dir_all(&store_abs).map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
     let store = store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
     if is_within(&store, &ws) || is_within(&store, &mp) {
@@ -252,17 +259,24 @@ pub fn ask(info: &MountInfo, request: &crate::daemon::control::Request) -> Resul
 
 /// A path given on the command line, relative to the mount root.
 pub fn path_in_mount(info: &MountInfo, path: &Path) -> Result<PathBuf> {
-    let abs = std::path::absolute(path).map_err(|e| Error::io(format!("bad path {}", path.display()), e))?;
-    let normal: PathBuf = abs.components().fold(PathBuf::new(), |mut acc, c| {
-        match c {
-            std::path::Component::ParentDir => {
-                acc.pop();
+    let normalize = |abs: &Path| -> PathBuf {
+        abs.components().fold(PathBuf::new(), |mut acc, c| {
+            match c {
+                std::path::Component::ParentDir => {
+                    acc.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => acc.push(other),
             }
-            std::path::Component::CurDir => {}
-            other => acc.push(other),
-        }
-        acc
-    });
+            acc
+        })
+    };
+    let abs = std::path::absolute(path).map_err(|e| Error::io(format!("bad path {}", path.display()), e))?;
+    // A relative path is taken from the current directory when that is
+    // inside the mount, otherwise from the mount root (as `-C` suggests).
+    let inside = |p: &Path| [&info.mountpoint, &info.workspace].iter().any(|r| p.starts_with(r));
+    let abs = if path.is_relative() && !inside(&normalize(&abs)) { info.mountpoint.join(path) } else { abs };
+    let normal = normalize(&abs);
     for root in [&info.mountpoint, &info.workspace] {
         if let Ok(rel) = normal.strip_prefix(root) {
             return Ok(rel.to_path_buf());

@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::error::Result;
 
 /// rewindfs: every change to a workspace recorded, any past state browsable,
-/// the whole tree rewound in milliseconds.
+/// the whole tree rewound at the cost of what changed, not of its size.
 ///
 /// A workspace is an ordinary directory. While it is mounted, every process
 /// that works inside it goes through rewindfs; unmount it and it is an
@@ -35,7 +35,7 @@ pub enum Command {
     /// Without MOUNTPOINT the workspace is mounted over itself: the daemon
     /// keeps a descriptor of the real directory, so every process using the
     /// path goes through the mount. Returns once the mount is ready; the
-    /// daemon keeps running in the background (its log is DAEMON.log in the
+    /// daemon keeps running in the background (its log is daemon.log in the
     /// store) unless --foreground.
     Mount(MountArgs),
     /// Flush everything and unmount; the directory is ordinary again.
@@ -70,6 +70,44 @@ pub enum Command {
     /// removes it. The same views are under `.rewindfs/checkpoints/<N>/` and
     /// `.rewindfs/messages/<id>/` in the live mount.
     Show(ShowArgs),
+    /// Put files or directories back as they were at CHECKPOINT.
+    ///
+    /// Runs as a turn of its own between two checkpoints, so it can be
+    /// undone by restoring the first of them (printed). Never writes
+    /// outside the workspace, whatever symlinks the live tree or the
+    /// checkpoint contain.
+    Restore(RestoreArgs),
+    /// Make the whole workspace what it was at CHECKPOINT.
+    ///
+    /// First seals the current state as a safety checkpoint (printed):
+    /// `rewindfs rewind <safety>` undoes the rewind. New turns then grow a
+    /// new branch from CHECKPOINT; the abandoned branch stays browsable.
+    Rewind(RewindArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RewindArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// Change nothing; show what would be restored, deleted and recreated.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// A checkpoint: a number, ~N, or a message id.
+    pub checkpoint: String,
+    /// Only list what would change.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Paths to restore (relative to the current directory, inside the mount).
+    #[arg(last = true, required = true)]
+    pub paths: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -113,6 +151,10 @@ pub struct TurnArgs {
 pub struct LogArgs {
     #[command(flatten)]
     pub target: Target,
+    /// Draw the history graph: `*` current, `o` on the current path,
+    /// `x` on abandoned branches.
+    #[arg(long)]
+    pub graph: bool,
 }
 
 #[derive(Args, Debug)]
@@ -126,7 +168,7 @@ pub struct DiffArgs {
     /// One line per file with added/removed line counts instead of patches.
     #[arg(long)]
     pub stat: bool,
-    /// Restrict to these paths (relative to the mount root or absolute).
+    /// Restrict to these paths (relative to the current directory, inside the mount).
     #[arg(last = true)]
     pub paths: Vec<PathBuf>,
 }
@@ -225,6 +267,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Diff(a) => history::diff(a),
         Command::History(a) => history::history(a).map(|_| 0),
         Command::Show(a) => show::run(a).map(|_| 0),
+        Command::Restore(a) => history::restore(a).map(|_| 0),
+        Command::Rewind(a) => history::rewind(a).map(|_| 0),
     };
     match result {
         Ok(code) => code,

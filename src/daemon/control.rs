@@ -5,7 +5,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,12 @@ pub enum Request {
     Diff { from: String, to: Option<String>, paths: Vec<std::path::PathBuf>, patch: bool },
     /// The turns that changed a path (relative to the mount root).
     History { path: std::path::PathBuf },
+    /// Put paths (relative to the root; empty = everything) back as they
+    /// were at a checkpoint, as a new turn.
+    Restore { checkpoint: String, paths: Vec<std::path::PathBuf>, dry_run: bool },
+    /// Make the whole live tree the tree of a checkpoint, after sealing a
+    /// safety checkpoint.
+    Rewind { checkpoint: String, dry_run: bool },
     /// Mount a read-only view of a checkpoint at `mountpoint`.
     Show { checkpoint: String, mountpoint: std::path::PathBuf },
 }
@@ -68,6 +75,19 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Respo
     serde_json::from_str(&answer).map_err(|e| Error::Daemon(format!("malformed answer from the daemon: {e}")))
 }
 
+/// Requests being handled whose answer is not written yet.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits (at most `limit`) until every request being handled has been
+/// answered. The daemon calls it before exiting: an unmount request ends
+/// the FUSE session, and exiting at once would drop the unmount's answer.
+pub fn drain(limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while IN_FLIGHT.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Serves requests on `listener` with `handle` until the process ends.
 /// Each connection is handled on its own thread so a slow request (an
 /// unmount waiting for files to close) does not block `status`.
@@ -85,6 +105,7 @@ where
             if reader.read_line(&mut line).is_err() {
                 return;
             }
+            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
             let response = match serde_json::from_str::<Request>(&line) {
                 Ok(req) => handle(req),
                 Err(e) => Response::err(format!("malformed request: {e}")),
@@ -93,6 +114,7 @@ where
                 out.push(b'\n');
                 let _ = (&stream).write_all(&out);
             }
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }

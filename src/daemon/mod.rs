@@ -64,10 +64,23 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
                 // Views read the live tree: they end with it.
                 let _ = sys::umount(&view, true);
             }
+            // The workspace on disk must be the rewound tree once unmounted.
+            loop {
+                match ctx.tree.settle_one() {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        warn!("cannot finish writing rewound files ({e}); the next mount resumes");
+                        break;
+                    }
+                }
+            }
             match journal.sync().and_then(|_| journal.mark_clean_unmount()) {
                 Ok(()) => {}
                 Err(e) => warn!("could not make the journal durable at unmount: {e}"),
             }
+            // Answer the unmount request before exiting.
+            control::drain(Duration::from_secs(5));
             registry::withdraw(&spec.mountpoint);
             info!("unmounted {}; daemon exits", spec.mountpoint.display());
             result.map_err(|e| Error::io("the FUSE session failed", e))
@@ -81,7 +94,15 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
 
 type Started = (MountedSession, MountInfo, Vec<registry::Lock>, Arc<Journal>, Arc<Ctx>);
 
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("cannot set permissions of {}", path.display()), e))
+}
+
 fn start(spec: &MountSpec) -> Result<Started> {
+    // The store is private to the daemon's owner, whatever its creator's umask.
+    set_mode(&spec.store, 0o700)?;
     sys::clear_umask();
     let store_lock = registry::lock(&spec.store.join("lock"), &format!("store {}", spec.store.display()))?;
     let ws_lock = registry::lock(
@@ -90,13 +111,20 @@ fn start(spec: &MountSpec) -> Result<Started> {
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
-    let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?);
+    let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?.with_attic(&spec.store.join("attic"))?);
+    match tree.load_pending() {
+        Ok(0) => {}
+        Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
+        Err(e) => return Err(Error::Daemon(format!("cannot read pending files: {e}"))),
+    }
+    spawn_settler(tree.clone());
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
         let changed = tree.scan_changed_since(since).map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }
-    let fs = LiveFs::new(tree.clone(), FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough });
+    let world = Arc::new(std::sync::RwLock::new(()));
+    let fs = LiveFs::new(tree.clone(), FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough }, world.clone());
     let fsname = format!("rewindfs:{}", spec.workspace.display());
     let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads)
         .map_err(|e| Error::io(format!("cannot mount on {}", spec.mountpoint.display()), e))?;
@@ -105,6 +133,9 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let _ = std::fs::remove_file(&entry.socket);
     let listener = UnixListener::bind(&entry.socket)
         .map_err(|e| Error::io(format!("cannot create control socket {}", entry.socket.display()), e))?;
+    // Only the owner may change history or rewind: an agent running as
+    // another user cannot reach the socket.
+    set_mode(&entry.socket, 0o600)?;
     let info = MountInfo {
         mountpoint: spec.mountpoint.clone(),
         workspace: spec.workspace.clone(),
@@ -117,7 +148,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     };
     registry::publish(&info)?;
 
-    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false), views: std::sync::Mutex::new(Vec::new()) });
+    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false), views: std::sync::Mutex::new(Vec::new()), invalidator: session.invalidator(), world });
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
@@ -140,16 +171,23 @@ struct Ctx {
     harness_seen: AtomicBool,
     /// Mountpoints of views served by this daemon.
     views: std::sync::Mutex<Vec<PathBuf>>,
+    invalidator: crate::fs::Invalidator,
+    /// Taken exclusively by a rewind (see `LiveFs`).
+    world: Arc<std::sync::RwLock<()>>,
 }
 
 /// The fsname prefix of view mounts (`rewindfs show`).
 pub const VIEW_FSNAME_PREFIX: &str = "rewindfs-view:";
 
 fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, String> {
+    seal_on(ctx, info, reason, None)
+}
+
+fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, String> {
     let tree = ctx.tree.clone();
     let journal = ctx.journal.clone();
     ctx.journal
-        .seal(info, reason, || tree.recapture_writers(&journal))
+        .seal_on(info, reason, parent, || tree.recapture_writers(&journal))
         .map(|c| c.0)
         .map_err(|e| format!("cannot seal the checkpoint: {e}"))
 }
@@ -217,6 +255,45 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 Err(e) => Response::err(format!("cannot compute the diff: {e}")),
             }
         }
+        Request::Restore { checkpoint, paths, dry_run } => {
+            let k = match journal.resolve(&checkpoint) {
+                Ok(c) => c.0,
+                Err(e) => return Response::err(e.to_string()),
+            };
+            let what = if paths.is_empty() { "everything".to_string() } else { paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") };
+            let before = if dry_run {
+                None
+            } else {
+                let label = TurnInfo { label: Some(format!("before restoring {what} from checkpoint {k}")), ..Default::default() };
+                match seal(ctx, &label, Reason::Turn) {
+                    Ok(n) => Some(n),
+                    Err(e) => return Response::err(e),
+                }
+            };
+            let result = crate::restore::restore(tree, journal, k, &paths, dry_run);
+            let (changes, touched) = match result {
+                Ok(x) => x,
+                Err(e) => return Response::err(format!("restore failed part-way (undo with `rewindfs restore {}`): {e}", before.unwrap_or(k))),
+            };
+            for (dir, name) in &touched.entries {
+                ctx.invalidator.entry(*dir, name);
+            }
+            for ino in &touched.inodes {
+                ctx.invalidator.inode(*ino);
+            }
+            let after = match before {
+                Some(_) => {
+                    let label = TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
+                    match seal(ctx, &label, Reason::Turn) {
+                        Ok(n) => Some(n),
+                        Err(e) => return Response::err(e),
+                    }
+                }
+                None => None,
+            };
+            json(&serde_json::json!({ "checkpoint": k, "dry_run": dry_run, "undo_checkpoint": before, "result_checkpoint": after, "changes": changes }))
+        }
+        Request::Rewind { checkpoint, dry_run } => rewind(ctx, &checkpoint, dry_run),
         Request::Show { checkpoint, mountpoint } => {
             let n = match journal.resolve(&checkpoint) {
                 Ok(c) => c.0,
@@ -279,6 +356,80 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             }
         }
     }
+}
+
+/// Rewinds the whole tree. The world lock keeps every other request out
+/// while the tree changes, so no process sees a mix of old and new.
+fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
+    let (tree, journal) = (&*ctx.tree, &*ctx.journal);
+    let k = match journal.resolve(checkpoint) {
+        Ok(c) => c.0,
+        Err(e) => return Response::err(e.to_string()),
+    };
+    if dry_run {
+        // The impact, as a diff from the live tree to the checkpoint.
+        let live = TreeView::live(tree, journal);
+        let past = TreeView::at(tree, journal, k);
+        return match crate::report::diff(&live, &past, &[], false) {
+            Ok(changes) => json(&serde_json::json!({ "checkpoint": k, "dry_run": true, "changes": changes })),
+            Err(e) => Response::err(format!("cannot compute the rewind: {e}")),
+        };
+    }
+    let started = std::time::Instant::now();
+    let world = ctx.world.write().unwrap_or_else(|p| p.into_inner());
+    let safety_label = TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
+    let safety = match seal(ctx, &safety_label, Reason::Turn) {
+        Ok(n) => n,
+        Err(e) => return Response::err(e),
+    };
+    let result = if crate::rewind::instant_available(tree) {
+        crate::rewind::rewind(tree, journal, k)
+    } else {
+        crate::restore::restore(tree, journal, k, &[], false)
+    };
+    let (changes, touched) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            drop(world);
+            return Response::err(format!("rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"));
+        }
+    };
+    let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
+    let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
+    drop(world);
+    // After the lock: the kernel may need locks held by requests that were
+    // waiting for it.
+    for (dir, name) in &touched.entries {
+        ctx.invalidator.entry(*dir, name);
+    }
+    for ino in &touched.inodes {
+        ctx.invalidator.inode(*ino);
+    }
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    info!("rewound to checkpoint {k} in {elapsed_ms:.1} ms ({} changes; safety checkpoint {safety})", changes.len());
+    match result {
+        Ok(n) => json(&serde_json::json!({
+            "checkpoint": k, "dry_run": false, "safety_checkpoint": safety, "result_checkpoint": n,
+            "elapsed_ms": elapsed_ms, "changes": changes
+        })),
+        Err(e) => Response::err(e),
+    }
+}
+
+/// Writes the bytes of rewound files in the background.
+fn spawn_settler(tree: Arc<LiveTree>) {
+    let _ = std::thread::Builder::new().name("settler".into()).spawn(move || {
+        loop {
+            match tree.settle_one() {
+                Ok(true) => {}
+                Ok(false) => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => {
+                    warn!("settler: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+    });
 }
 
 /// SIGTERM, SIGINT or SIGHUP unmount the filesystem (lazily if it is in

@@ -59,8 +59,11 @@ pub fn entry_for(mountpoint: &Path) -> Entry {
 }
 
 fn ensure_runtime_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = runtime_dir();
     fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot create runtime directory {}", dir.display()), e))?;
+    // Readable (status works for everyone), writable by the owner only.
+    let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o755));
     Ok(dir)
 }
 
@@ -117,7 +120,9 @@ pub fn lock(path: &Path, what: &str) -> Result<Lock> {
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
     }
+    use std::os::unix::fs::OpenOptionsExt;
     let mut file = OpenOptions::new()
+        .mode(0o644)
         .create(true)
         .truncate(false)
         .read(true)

@@ -68,6 +68,9 @@ struct BackingIds {
 /// The live workspace as a FUSE filesystem.
 pub struct LiveFs {
     tree: Arc<LiveTree>,
+    /// Held shared by every request, exclusively by a rewind: a process
+    /// sees the whole old tree or the whole new one.
+    world: Arc<std::sync::RwLock<()>>,
     /// Serves `.rewindfs/` (checkpoint views) when recording.
     browser: Option<Arc<Browser>>,
     options: FsOptions,
@@ -76,12 +79,12 @@ pub struct LiveFs {
 }
 
 impl LiveFs {
-    pub fn new(tree: Arc<LiveTree>, options: FsOptions) -> LiveFs {
+    pub fn new(tree: Arc<LiveTree>, options: FsOptions, world: Arc<std::sync::RwLock<()>>) -> LiveFs {
         let passthrough = options.passthrough == Passthrough::All;
         let browser = tree
             .journal()
             .map(|j| Arc::new(Browser::hidden(tree.clone(), j.clone(), HIDDEN_INO_BASE)));
-        LiveFs { tree, browser, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
+        LiveFs { tree, world, browser, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
     }
 
     /// The browser, when `ino` is under `.rewindfs/`.
@@ -221,6 +224,7 @@ impl Filesystem for LiveFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(parent) {
             return view::lookup(b, ino(parent), name, reply);
         }
@@ -240,6 +244,7 @@ impl Filesystem for LiveFs {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(i) {
             return view::getattr(b, ino(i), reply);
         }
@@ -267,6 +272,7 @@ impl Filesystem for LiveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(i).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -278,6 +284,7 @@ impl Filesystem for LiveFs {
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(i) {
             return view::readlink(b, ino(i), reply);
         }
@@ -288,6 +295,7 @@ impl Filesystem for LiveFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(parent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -298,6 +306,7 @@ impl Filesystem for LiveFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(parent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -308,6 +317,7 @@ impl Filesystem for LiveFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(parent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -318,6 +328,7 @@ impl Filesystem for LiveFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(parent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -328,6 +339,7 @@ impl Filesystem for LiveFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(parent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -347,6 +359,7 @@ impl Filesystem for LiveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(parent).is_some() || self.hidden(newparent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -357,6 +370,7 @@ impl Filesystem for LiveFs {
     }
 
     fn link(&self, req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(newparent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -367,6 +381,7 @@ impl Filesystem for LiveFs {
     }
 
     fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(i) {
             return view::open(b, ino(i), flags.0, reply);
         }
@@ -390,6 +405,7 @@ impl Filesystem for LiveFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(parent).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -415,6 +431,7 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(_ino) {
             return view::read(b, ino(_ino), offset, size, reply);
         }
@@ -436,6 +453,7 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.write(Fh(fh.0), offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -443,6 +461,7 @@ impl Filesystem for LiveFs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         reply.ok();
     }
 
@@ -456,12 +475,14 @@ impl Filesystem for LiveFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         self.tree.release(Fh(fh.0));
         self.release_backing(Fh(fh.0), ino(i));
         reply.ok();
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.fsync(Fh(fh.0), datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -469,6 +490,7 @@ impl Filesystem for LiveFs {
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(i).is_some() {
             return reply.opened(FileHandle(0), FopenFlags::empty());
         }
@@ -479,6 +501,7 @@ impl Filesystem for LiveFs {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(_ino) {
             return view::readdir(b, ino(_ino), offset, reply);
         }
@@ -495,6 +518,7 @@ impl Filesystem for LiveFs {
     }
 
     fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(dir) {
             return view::readdirplus(b, ino(dir), offset, reply);
         }
@@ -529,6 +553,7 @@ impl Filesystem for LiveFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(_ino).is_some() {
             return reply.ok();
         }
@@ -537,6 +562,7 @@ impl Filesystem for LiveFs {
     }
 
     fn fsyncdir(&self, _req: &Request, i: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.fsyncdir(ino(i)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -544,6 +570,7 @@ impl Filesystem for LiveFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(errno(e)),
@@ -551,6 +578,7 @@ impl Filesystem for LiveFs {
     }
 
     fn setxattr(&self, req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(i).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -561,6 +589,7 @@ impl Filesystem for LiveFs {
     }
 
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(i) {
             return view::getxattr(b, ino(i), name, size, reply);
         }
@@ -572,6 +601,7 @@ impl Filesystem for LiveFs {
     }
 
     fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = self.hidden(i) {
             return view::listxattr(b, ino(i), size, reply);
         }
@@ -583,6 +613,7 @@ impl Filesystem for LiveFs {
     }
 
     fn removexattr(&self, req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(i).is_some() {
             return reply.error(fuser::Errno::EROFS);
         }
@@ -593,11 +624,13 @@ impl Filesystem for LiveFs {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         // Permissions are checked by the kernel (default_permissions).
         reply.ok();
     }
 
     fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.fallocate(Fh(fh.0), offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -605,6 +638,7 @@ impl Filesystem for LiveFs {
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.lseek(Fh(fh.0), offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),
@@ -624,6 +658,7 @@ impl Filesystem for LiveFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -651,9 +686,26 @@ fn placeholder(i: Ino, kind: Kind) -> Attr {
     }
 }
 
-/// A notifier through which the daemon tells the kernel to drop cached
-/// entries (used by rewinds).
-pub type Notifier = fuser::Notifier;
+/// Tells the kernel to drop cached names and attributes after the daemon
+/// changed the tree itself (restore, rewind).
+#[derive(Clone)]
+pub struct Invalidator(fuser::Notifier);
+
+impl Invalidator {
+    /// Forget the cached lookup of `name` in `parent`.
+    pub fn entry(&self, parent: Ino, name: &OsStr) {
+        if let Err(e) = self.0.inval_entry(INodeNo(parent.0), name) {
+            debug!("cannot invalidate entry {name:?} in {parent:?}: {e}");
+        }
+    }
+
+    /// Forget the cached attributes and pages of `ino`.
+    pub fn inode(&self, ino: Ino) {
+        if let Err(e) = self.0.inval_inode(INodeNo(ino.0), 0, 0) {
+            debug!("cannot invalidate inode {ino:?}: {e}");
+        }
+    }
+}
 
 /// Mount options for a live workspace mount.
 pub fn mount_config(fsname: &str, threads: usize) -> fuser::Config {
@@ -683,8 +735,8 @@ impl MountedSession {
         Ok(MountedSession { session })
     }
 
-    pub fn notifier(&self) -> Notifier {
-        self.session.notifier()
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator(self.session.notifier())
     }
 
     /// Serves requests until the filesystem is unmounted.

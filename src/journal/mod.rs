@@ -16,7 +16,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use log::info;
 use serde::Serialize;
 
+pub mod record_log;
+
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
+use record_log::{LogRecord, RecordLog};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 
 /// Errors while recording.
@@ -73,6 +76,47 @@ struct Inner {
     outside_since_ns: Option<i64>,
     /// The daemon of the previous mount did not unmount cleanly.
     unclean: bool,
+    /// Where records go first (None: straight into SQLite, for tests).
+    log: Option<RecordLog>,
+    /// Logged records not yet folded into SQLite.
+    unfolded: Vec<LogRecord>,
+    next_object_id: i64,
+    /// Command names by pid, for this turn.
+    programs: HashMap<u32, Option<String>>,
+}
+
+/// Records folded into SQLite in one transaction at most this many at a time.
+const FOLD_BATCH: usize = 8192;
+
+impl Inner {
+    /// Makes a record durable against a crash of the daemon, before the
+    /// change it describes is applied.
+    fn append(&mut self, record: LogRecord) -> JournalResult<()> {
+        match &mut self.log {
+            Some(log) => {
+                log.append(&record).map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
+                self.unfolded.push(record);
+                if self.unfolded.len() >= FOLD_BATCH {
+                    self.fold()?;
+                }
+                Ok(())
+            }
+            None => Ok(self.meta.transaction(|m| record_log::fold(m, std::slice::from_ref(&record)))?),
+        }
+    }
+
+    /// Folds logged records into SQLite and empties the log.
+    fn fold(&mut self) -> JournalResult<()> {
+        if self.unfolded.is_empty() {
+            return Ok(());
+        }
+        let records = std::mem::take(&mut self.unfolded);
+        self.meta.transaction(|m| record_log::fold(m, &records))?;
+        if let Some(log) = &mut self.log {
+            log.clear().map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
+        }
+        Ok(())
+    }
 }
 
 /// The journal of one store.
@@ -96,6 +140,22 @@ impl Journal {
     /// Opens the journal over `meta` and `store`, and records a "mount"
     /// checkpoint: the state now. The first ever is checkpoint 0.
     pub fn open(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
+        Self::open_with_log(meta, store, None)
+    }
+
+    /// Opens with a record log at `log_path`, folding what it holds.
+    pub fn open_with_log(meta: Meta, store: Arc<dyn ChunkStore>, log_path: Option<&Path>) -> JournalResult<Journal> {
+        let log = match log_path {
+            Some(p) => {
+                let (log, left) = RecordLog::open(p).map_err(|e| JournalError::Read { what: p.display().to_string(), source: e })?;
+                if !left.is_empty() {
+                    info!("folding {} records the previous daemon logged", left.len());
+                    meta.transaction(|m| record_log::fold(m, &left))?;
+                }
+                Some(log)
+            }
+            None => None,
+        };
         let last = meta.checkpoints()?.last().map(|c| c.checkpoint);
         let store_bytes = store.stats()?.stored_bytes as i64;
         let turn = match last {
@@ -137,6 +197,10 @@ impl Journal {
                 turn_started: Instant::now(),
                 outside_since_ns,
                 unclean,
+                next_object_id: 0,
+                log,
+                unfolded: Vec::new(),
+                programs: HashMap::new(),
             }),
             store,
             gate: RwLock::new(()),
@@ -147,7 +211,11 @@ impl Journal {
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
         let meta = Meta::open(&dir.join("meta.sqlite")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
         let store = crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
-        Journal::open(meta, Arc::new(store)).map_err(|e| crate::Error::Daemon(e.to_string()))
+        let journal = Journal::open_with_log(meta, Arc::new(store), Some(&dir.join("journal.log"))).map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        if let Some(log) = &mut journal.lock().log {
+            log.clear().map_err(|e| crate::Error::io("cannot empty the journal log", e))?;
+        }
+        Ok(journal)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -163,9 +231,25 @@ impl Journal {
         &*self.store
     }
 
-    /// Runs `f` with the metadata database (for queries).
+    /// Runs `f` with the metadata database (for queries), after folding
+    /// every logged record into it.
     pub fn with_meta<T>(&self, f: impl FnOnce(&Meta) -> T) -> T {
-        f(&self.lock().meta)
+        let mut inner = self.lock();
+        if let Err(e) = inner.fold() {
+            log::error!("cannot fold the journal log into the database: {e}");
+        }
+        f(&inner.meta)
+    }
+
+    /// The command name of a process (cached for the turn).
+    pub fn program(&self, pid: u32) -> Option<String> {
+        let mut inner = self.lock();
+        if let Some(p) = inner.programs.get(&pid) {
+            return p.clone();
+        }
+        let p = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string());
+        inner.programs.insert(pid, p.clone());
+        p
     }
 
     pub fn current_turn(&self) -> i64 {
@@ -184,9 +268,37 @@ impl Journal {
         if let Some(id) = inner.ids.get(handle) {
             return Ok(*id);
         }
-        let id = inner.meta.intern_object(handle, kind)?;
+        if let Some(id) = inner.meta.object_by_handle(handle)? {
+            inner.ids.insert(handle.to_vec(), id);
+            return Ok(id);
+        }
+        if inner.next_object_id == 0 {
+            inner.fold()?;
+            inner.next_object_id = inner.meta.max_object_id()? + 1;
+        }
+        let id = ObjectId(inner.next_object_id);
+        inner.next_object_id += 1;
+        inner.append(LogRecord::Object { id: id.0, handle: handle.to_vec(), kind })?;
         inner.ids.insert(handle.to_vec(), id);
         Ok(id)
+    }
+
+    /// Points `id` at a new backing inode.
+    pub fn rebind_object(&self, id: ObjectId, handle: &[u8]) -> JournalResult<()> {
+        let mut inner = self.lock();
+        inner.fold()?;
+        inner.meta.set_object_handle(id, handle)?;
+        inner.ids.retain(|_, v| *v != id);
+        inner.ids.insert(handle.to_vec(), id);
+        Ok(())
+    }
+
+    /// Records that a directory was just created (in the current turn).
+    pub fn note_born(&self, handle: &[u8], kind: u8) -> JournalResult<()> {
+        let id = self.object_id(handle, kind)?;
+        let mut inner = self.lock();
+        let turn = inner.turn;
+        inner.append(LogRecord::Born { id: id.0, turn })
     }
 
     /// The id of a handle if it was ever recorded (no insert).
@@ -215,7 +327,7 @@ impl Journal {
             return Ok(());
         }
         let turn = inner.turn;
-        inner.meta.record_entry(turn, dir, name, target, program)?;
+        inner.append(LogRecord::Entry { turn, dir: dir.0, name: name.to_vec(), target: target.map(|t| t.0), program: program.map(str::to_string) })?;
         inner.entries_done.insert(key);
         inner.changes += 1;
         inner.last_change = Some(Instant::now());
@@ -231,7 +343,9 @@ impl Journal {
 
     /// Content already known for the object at this ctime and size.
     pub fn known_content(&self, object: ObjectId, ctime_ns: i64, size: u64) -> JournalResult<Option<(Vec<u8>, Vec<u8>)>> {
-        Ok(self.lock().meta.known_content(object, ctime_ns, size)?)
+        let mut inner = self.lock();
+        inner.fold()?;
+        Ok(inner.meta.known_content(object, ctime_ns, size)?)
     }
 
     /// Stores file content in the chunk store (outside the journal lock).
@@ -239,13 +353,17 @@ impl Journal {
         Ok(crate::store::store_content(&*self.store, reader)?)
     }
 
-    /// Records the object's state before this turn's first change.
-    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>) -> JournalResult<()> {
+    /// Records the object's state before this turn's first change. With
+    /// `cacheable`, its content is remembered for its (ctime, size), so a
+    /// later capture at the same (ctime, size) need not read the file.
+    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>, cacheable: bool) -> JournalResult<()> {
         let mut inner = self.lock();
         let turn = inner.turn;
-        inner.meta.record_object(turn, object, state, program)?;
+        inner.append(LogRecord::ObjectPre { turn, object: object.0, state: state.into(), program: program.map(str::to_string) })?;
         if let Some((hash, chunks)) = &state.content {
-            inner.meta.set_known_content(object, state.ctime_ns, state.size, hash, chunks)?;
+            if cacheable {
+                inner.append(LogRecord::Known { object: object.0, ctime_ns: state.ctime_ns, size: state.size, hash: hash.clone(), chunks: chunks.clone() })?;
+            }
             inner.content_done.insert(object);
         }
         inner.meta_done.insert(object);
@@ -265,13 +383,20 @@ impl Journal {
     /// has begun: it records the files open for writing, whose next writes
     /// the daemon may not see.
     pub fn seal(&self, info: &TurnInfo, reason: Reason, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
+        self.seal_on(info, reason, None, recapture)
+    }
+
+    /// Like `seal`, but the new checkpoint's parent in the history graph is
+    /// `parent` (a rewind starts a branch from the checkpoint rewound to).
+    pub fn seal_on(&self, info: &TurnInfo, reason: Reason, parent: Option<i64>, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let store_bytes = self.store.stats()?.stored_bytes as i64;
         self.store.sync()?;
         let next = {
             let mut inner = self.lock();
+            inner.fold()?;
             let next = inner.turn + 1;
-            let parent = inner.turn;
+            let parent = parent.unwrap_or(inner.turn);
             inner.meta.transaction(|m| {
                 m.insert_checkpoint(&Checkpoint {
                     checkpoint: next,
@@ -293,6 +418,7 @@ impl Journal {
             inner.changes = 0;
             inner.last_change = None;
             inner.turn_started = Instant::now();
+            inner.programs.clear();
             next
         };
         recapture();
@@ -310,18 +436,22 @@ impl Journal {
     /// mount): views of earlier checkpoints must not show their live state.
     /// Returns how many objects were affected.
     pub fn record_outside_changes(&self, handles: &[(Vec<u8>, u8)]) -> JournalResult<usize> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        inner.fold()?;
         let turn = inner.turn;
         let unclean = inner.unclean;
         let mut n = 0;
         inner.meta.transaction(|m| {
+            // Renamed objects have entry records (their old name) but no
+            // object record of their own: they changed through the mount too.
+            let renamed = if unclean { m.entry_targets_in_turn(turn - 1)? } else { Default::default() };
             for (h, kind) in handles {
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
                 let id = m.intern_object(h, *kind)?;
                 // After a crash, objects recorded in the last turn changed
                 // through the mount; their pre-images are in the journal.
-                if unclean && m.object_turn_at(id, turn - 1)?.is_some() {
+                if unclean && (renamed.contains(&id) || m.object_turn_at(id, turn - 1)?.is_some()) {
                     continue;
                 }
                 m.taint(id, turn)?;
@@ -342,7 +472,8 @@ impl Journal {
     /// after now.
     pub fn mark_clean_unmount(&self) -> JournalResult<()> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-        let inner = self.lock();
+        let mut inner = self.lock();
+        inner.fold()?;
         inner.meta.set_state("clean_unmount_ns", &now.to_string())?;
         Ok(())
     }
@@ -350,14 +481,16 @@ impl Journal {
     /// Makes everything recorded so far durable (used at unmount).
     pub fn sync(&self) -> JournalResult<()> {
         self.store.sync()?;
-        self.lock().meta.sync()?;
+        let mut inner = self.lock();
+        inner.fold()?;
+        inner.meta.sync()?;
         Ok(())
     }
 
     /// Resolves a checkpoint reference: a number, `~N` (N before the
     /// newest), or a message id.
     pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
-        let all = self.lock().meta.checkpoints()?;
+        let all = self.with_meta(|m| m.checkpoints())?;
         let known = || {
             let nums: Vec<String> = all.iter().map(|c| c.checkpoint.to_string()).collect();
             let msgs: Vec<String> = all.iter().filter_map(|c| c.message_id.clone()).collect();

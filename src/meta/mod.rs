@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -74,6 +74,8 @@ pub enum Reason {
     Turn,
     /// A quiet period (`--auto-turn`).
     Auto,
+    /// The tree right after a rewind; its parent is the checkpoint rewound to.
+    Rewind,
 }
 
 impl Reason {
@@ -82,12 +84,14 @@ impl Reason {
             Reason::Mount => "mount",
             Reason::Turn => "turn",
             Reason::Auto => "auto",
+            Reason::Rewind => "rewind",
         }
     }
     fn parse(s: &str) -> Reason {
         match s {
             "mount" => Reason::Mount,
             "auto" => Reason::Auto,
+            "rewind" => Reason::Rewind,
             _ => Reason::Turn,
         }
     }
@@ -224,6 +228,32 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 2")?;
     }
+    if version < 3 {
+        // Files a rewind put in place whose bytes are still in the chunk
+        // store: the settler writes them into the backing file.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE pending(
+                 handle BLOB PRIMARY KEY,
+                 content_hash BLOB NOT NULL,
+                 chunks BLOB NOT NULL,
+                 mtime_ns INTEGER NOT NULL);
+             PRAGMA user_version = 3;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 3")?;
+    }
+    if version < 4 {
+        // The turn a directory was created in: a rewind to an earlier
+        // checkpoint moves it aside whole instead of visiting its entries.
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE objects ADD COLUMN born_turn INTEGER;
+             PRAGMA user_version = 4;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 4")?;
+    }
     Ok(())
 }
 
@@ -312,6 +342,43 @@ impl Meta {
             .execute(params![handle, kind])
             .ctx("record object")?;
         Ok(ObjectId(self.conn.last_insert_rowid()))
+    }
+
+    /// Notes that an object was created in `turn`.
+    pub fn set_born(&self, id: ObjectId, turn: i64) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("UPDATE objects SET born_turn = ?1 WHERE id = ?2 AND born_turn IS NULL")
+            .ctx("prepare")?
+            .execute(params![turn, id.0])
+            .ctx("record creation turn")?;
+        Ok(())
+    }
+
+    /// The turn an object was created in, if recorded.
+    pub fn born_turn(&self, id: ObjectId) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT born_turn FROM objects WHERE id = ?1")
+            .ctx("prepare")?
+            .query_row([id.0], |r| r.get::<_, Option<i64>>(0))
+            .optional()
+            .map(Option::flatten)
+            .ctx("read creation turn")
+    }
+
+    /// Records an object under a given id (ids are handed out by the
+    /// journal); repeating it changes nothing.
+    pub fn insert_object(&self, id: ObjectId, handle: &[u8], kind: u8) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO objects(id, handle, kind) VALUES (?1, ?2, ?3)")
+            .ctx("prepare")?
+            .execute(params![id.0, handle, kind])
+            .ctx("record object")?;
+        Ok(())
+    }
+
+    /// The largest object id in use.
+    pub fn max_object_id(&self) -> MetaResult<i64> {
+        self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")
     }
 
     /// The handle of an object (None once forgotten).
@@ -523,6 +590,51 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list turns of entry")
     }
 
+    /// Every (dir, name) with a record in a turn >= `from`.
+    pub fn entry_keys_since(&self, from: i64) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT dir, name FROM entry_pre WHERE turn >= ?1").ctx("prepare")?;
+        let rows = stmt.query_map([from], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list changed entries")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed entries")
+    }
+
+    /// Every object with a record in a turn >= `from`.
+    pub fn objects_since(&self, from: i64) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare("SELECT DISTINCT object FROM object_pre WHERE turn >= ?1").ctx("prepare")?;
+        let rows = stmt.query_map([from], |r| Ok(ObjectId(r.get(0)?))).ctx("list changed objects")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed objects")
+    }
+
+    /// Points an object id at a new backing inode (a rewind recreated it).
+    pub fn set_object_handle(&self, id: ObjectId, handle: &[u8]) -> MetaResult<()> {
+        self.conn
+            .execute("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
+            .ctx("release handle")?;
+        self.conn.execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0]).ctx("rebind object")?;
+        Ok(())
+    }
+
+    pub fn add_pending(&self, handle: &[u8], hash: &[u8], chunks: &[u8], mtime_ns: i64) -> MetaResult<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, mtime_ns) VALUES (?1, ?2, ?3, ?4)",
+                params![handle, hash, chunks, mtime_ns],
+            )
+            .ctx("record pending content")?;
+        Ok(())
+    }
+
+    pub fn remove_pending(&self, handle: &[u8]) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM pending WHERE handle = ?1", [handle]).ctx("clear pending content")?;
+        Ok(())
+    }
+
+    /// Every file still waiting for its content: (handle, hash, chunks, mtime).
+    pub fn all_pending(&self) -> MetaResult<Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)>> {
+        let mut stmt = self.conn.prepare("SELECT handle, content_hash, chunks, mtime_ns FROM pending").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).ctx("list pending content")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
+    }
+
     /// Sets the label of a checkpoint.
     pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
         self.conn.execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint]).ctx("label checkpoint")?;
@@ -565,6 +677,14 @@ impl Meta {
             .ctx("prepare")?
             .query_row(params![object.0, from], |r| r.get(0))
             .ctx("read object pre-image")
+    }
+
+    /// Objects that some name referred to at the start of `turn`, among
+    /// the names recorded in that turn (renamed, replaced or removed).
+    pub fn entry_targets_in_turn(&self, turn: i64) -> MetaResult<std::collections::HashSet<ObjectId>> {
+        let mut stmt = self.conn.prepare_cached("SELECT target FROM entry_pre WHERE turn = ?1 AND target IS NOT NULL").ctx("prepare")?;
+        let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
+        rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
     }
 
     /// Runs `f` in one transaction.
@@ -671,7 +791,7 @@ mod tests {
         let p = dir.path().join("m.sqlite");
         {
             let m = Meta::open(&p).unwrap();
-            m.conn.execute_batch("DROP TABLE tainted; PRAGMA user_version = 1").unwrap();
+            m.conn.execute_batch("DROP TABLE tainted; DROP TABLE pending; ALTER TABLE objects DROP COLUMN born_turn; PRAGMA user_version = 1").unwrap();
         }
         let m = Meta::open(&p).unwrap();
         let a = m.intern_object(b"a", 1).unwrap();

@@ -24,6 +24,9 @@ pub enum ChangeKind {
     Added,
     Deleted,
     Modified,
+    /// Changed outside rewindfs between two mounts: the state at one side
+    /// is not known.
+    Unknown,
 }
 
 /// One changed path.
@@ -162,8 +165,23 @@ fn walk(
     if !wanted(&path, only) {
         return Ok(());
     }
-    let sa = na.as_ref().map(|n| a.state(n)).transpose()?;
-    let sb = nb.as_ref().map(|n| b.state(n)).transpose()?;
+    let states = (na.as_ref().map(|n| a.state(n)).transpose(), nb.as_ref().map(|n| b.state(n)).transpose());
+    let (sa, sb) = match states {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e @ crate::view::ViewError::ChangedOutside(..)), _) | (_, Err(e @ crate::view::ViewError::ChangedOutside(..))) => {
+            log::info!("{}: {e}", path.display());
+            out.push(FileChange {
+                path: path.to_string_lossy().into_owned(),
+                change: ChangeKind::Unknown,
+                binary: false,
+                lines_added: 0,
+                lines_removed: 0,
+                patch: String::new(),
+            });
+            return Ok(());
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
     let dir_a = sa.as_ref().is_some_and(|s| s.is_dir());
     let dir_b = sb.as_ref().is_some_and(|s| s.is_dir());
     let exact = |p: &Path| only.is_empty() || only.iter().any(|o| p.starts_with(o));
@@ -262,7 +280,7 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
         match f.change {
             ChangeKind::Added => s.files_added += 1,
             ChangeKind::Deleted => s.files_deleted += 1,
-            ChangeKind::Modified => s.files_modified += 1,
+            ChangeKind::Modified | ChangeKind::Unknown => s.files_modified += 1,
         }
         s.lines_added += f.lines_added;
         s.lines_removed += f.lines_removed;

@@ -555,6 +555,12 @@ fn lookup(conn: &Connection, id: &ChunkId) -> Result<Option<Location>, StoreErro
     raw.map(Location::from_raw).transpose()
 }
 
+/// How an append failed: cut back cleanly, or leaving a torn pack.
+enum AppendError {
+    RolledBack(StoreError),
+    Torn(StoreError),
+}
+
 fn insert_location(conn: &Connection, id: &ChunkId, loc: &Location) -> Result<(), rusqlite::Error> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO chunks (id, pack, offset, stored_len, raw_len, codec) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -864,11 +870,37 @@ impl Writer {
         limit: u64,
         header: &RecordHeader,
         payload: &[u8],
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), AppendError> {
         let mut record = Vec::with_capacity(header.record_len() as usize);
         record.extend_from_slice(&header.encode());
         record.extend_from_slice(payload);
-        let pack = self.pack_for(dir, record.len() as u64, limit)?;
+        self.pack_for(dir, record.len() as u64, limit).map_err(AppendError::Torn)?;
+        let conn = &self.conn;
+        let pack = self.current.as_mut().ok_or(AppendError::Torn(StoreError::Poisoned))?;
+        let start = pack.end;
+        let result = Self::append_at(conn, pack, header, &record);
+        if result.is_err() {
+            // A failed append (ENOSPC, EIO) may have left part of the
+            // record: cut the pack back to where it ended, so the store
+            // stays usable (and takes the next chunk once there is room).
+            // Only if that fails too is the writer poisoned.
+            match pack.file.set_len(start) {
+                Ok(()) => {
+                    pack.end = start;
+                    let _ = conn.execute("DELETE FROM chunks WHERE id = ?1", params![header.id.as_bytes().as_slice()]);
+                }
+                Err(e) => {
+                    log::error!("cannot cut pack {} back to {start} after a failed append: {e}", pack.path.display());
+                    return Err(AppendError::Torn(result.err().expect("checked above")));
+                }
+            }
+        } else {
+            self.pack_unsynced = true;
+        }
+        result.map_err(AppendError::RolledBack)
+    }
+
+    fn append_at(conn: &Connection, pack: &mut OpenPack, header: &RecordHeader, record: &[u8]) -> Result<(), StoreError> {
         let loc = Location {
             pack: pack.number,
             offset: pack.end,
@@ -887,8 +919,7 @@ impl Writer {
             )
         })?;
         pack.end += record.len() as u64;
-        self.pack_unsynced = true;
-        insert_location(&self.conn, &header.id, &loc)
+        insert_location(conn, &header.id, &loc)
             .map_err(|e| StoreError::sqlite(format!("indexing chunk {}", header.id), e))
     }
 }
@@ -922,9 +953,13 @@ impl ChunkStore for PackStore {
             return Ok(id);
         }
         let limit = self.options.pack_size_limit;
-        if let Err(e) = writer.append(&self.packs.dir, limit, &header, &payload) {
-            writer.poison(&id, &e);
-            return Err(e);
+        match writer.append(&self.packs.dir, limit, &header, &payload) {
+            Ok(()) => {}
+            Err(AppendError::RolledBack(e)) => return Err(e),
+            Err(AppendError::Torn(e)) => {
+                writer.poison(&id, &e);
+                return Err(e);
+            }
         }
         Ok(id)
     }

@@ -185,7 +185,13 @@ pub fn process_alive(pid: i32) -> bool {
         Ok(stat) => {
             // Field 3 (after the parenthesised command name) is the state.
             let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-            !matches!(state, Some("Z") | Some("X") | None)
+            if !matches!(state, Some("Z") | Some("X") | None) {
+                return true;
+            }
+            // A thread-group leader shows Z as soon as it exits, while the
+            // other threads may still be exiting and holding the process's
+            // descriptors (and its locks): it is gone once they are too.
+            std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count() > 1).unwrap_or(false)
         }
         Err(_) => false,
     }

@@ -81,6 +81,11 @@ fn kind_of(code: u8) -> Kind {
     }
 }
 
+/// A time in nanoseconds since the epoch.
+pub fn time_of_ns(ns: i64) -> SystemTime {
+    time_of(ns)
+}
+
 fn time_of(ns: i64) -> SystemTime {
     if ns >= 0 {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)

@@ -308,6 +308,10 @@ impl<'a> TreeView<'a> {
     pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
         match &state.content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
+            Content::Live(h) if self.tree.pending_content(h).is_some() => {
+                let c = self.tree.pending_content(h).ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
+                Ok(read_content_at(self.journal.store(), &c, offset, buf)?)
+            }
             Content::Live(h) => {
                 use std::os::unix::fs::FileExt;
                 let fd = self.tree.open_handle(h, libc::O_RDONLY)?;

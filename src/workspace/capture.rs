@@ -18,14 +18,13 @@ use crate::workspace::live::LiveTree;
 
 type Res<T> = std::result::Result<T, Errno>;
 
+/// How recent a change must be for its (ctime, size) not to identify the
+/// content read: well above any filesystem's timestamp granularity.
+const RACY_NS: i64 = 2_000_000_000;
+
 fn refused(e: JournalError) -> Errno {
     log::error!("cannot record a pre-image, refusing the change: {e}");
     Errno(e.errno())
-}
-
-/// The command name of a process, for "which programs made the changes".
-pub fn program_of(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
 }
 
 /// A compact code for each kind, stored in the database.
@@ -82,7 +81,7 @@ impl LiveTree {
     /// first change to that name in this turn.
     pub(crate) fn capture_entry(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
         let dir_id = self.object_id_of_fd(journal, dir, Kind::Dir)?;
-        let program = program_of(caller.pid);
+        let program = journal.program(caller.pid);
         if journal.needs_entry(dir_id, name.as_bytes()) {
             let target = match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
                 Ok(fd) => {
@@ -98,15 +97,16 @@ impl LiveTree {
     }
 
     /// Records the state of the object `name` in `dir` (with its content
-    /// when `content`), if it exists.
-    pub(crate) fn capture_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, content: bool, caller: Caller) -> Res<()> {
+    /// when `content`), if it exists; returns its id.
+    pub(crate) fn capture_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, content: bool, caller: Caller) -> Res<Option<ObjectId>> {
         match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd)?;
                 let id = self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?;
-                self.capture_fd(journal, fd.as_fd(), id, content, program_of(caller.pid).as_deref())
+                self.capture_fd(journal, fd.as_fd(), id, content, journal.program(caller.pid).as_deref())?;
+                Ok(Some(id))
             }
-            Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
@@ -117,22 +117,41 @@ impl LiveTree {
         let fd = self.open_path_fd(ino)?;
         let st = rustix::fs::fstat(&fd)?;
         let id = self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?;
-        self.capture_fd(journal, fd.as_fd(), id, content, program_of(caller.pid).as_deref())
+        // A file open for writing may have been changed through a shared
+        // mmap, which leaves ctime alone until the page is written back:
+        // (ctime, size) says nothing about its content, so read it.
+        let trust_known = !self.is_open_for_write(ino);
+        self.capture_fd_with(journal, fd.as_fd(), id, content, journal.program(caller.pid).as_deref(), trust_known)
     }
 
     /// Records an object's attributes, xattrs, symlink target and (for
     /// regular files, when asked) content.
     pub(crate) fn capture_fd(&self, journal: &Journal, fd: BorrowedFd<'_>, id: ObjectId, content: bool, program: Option<&str>) -> Res<()> {
+        self.capture_fd_with(journal, fd, id, content, program, true)
+    }
+
+    /// As `capture_fd`; `trust_known` allows reusing content known for the
+    /// same (ctime, size) instead of reading the file.
+    fn capture_fd_with(&self, journal: &Journal, fd: BorrowedFd<'_>, id: ObjectId, content: bool, program: Option<&str>, trust_known: bool) -> Res<()> {
         if !journal.needs_object(id, content) {
             return Ok(());
         }
+        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
         let st = rustix::fs::fstat(fd)?;
         let kind = Kind::from_mode(st.st_mode);
         let ctime_ns = ns(st.st_ctime, st.st_ctime_nsec as i64);
         let target = if kind == Kind::Symlink { Some(rustix::fs::readlinkat(fd, "", Vec::new())?.into_bytes()) } else { None };
-        let content = if content && kind == Kind::File {
+        let pending = if content && kind == Kind::File {
+            sys::name_to_handle_at(fd, OsStr::new("")).ok().and_then(|h| self.pending_content(&h))
+        } else {
+            None
+        };
+        let content = if let Some(p) = pending {
+            Some((p.hash.as_bytes().to_vec(), p.encode_chunks()))
+        } else if content && kind == Kind::File {
             let size = st.st_size as u64;
-            match journal.known_content(id, ctime_ns, size).map_err(refused)? {
+            let known = if trust_known { journal.known_content(id, ctime_ns, size).map_err(refused)? } else { None };
+            match known {
                 Some(known) => Some(known),
                 None => {
                     let path = sys::proc_fd_path(fd);
@@ -158,7 +177,11 @@ impl LiveTree {
             xattrs: encode_xattrs(read_xattrs(fd)?),
             content,
         };
-        journal.record_object(id, &state, program).map_err(refused)
+        // Like git's "racy clean" rule: a file changed in the last moments
+        // before it was read may change again within the same ctime tick,
+        // so its (ctime, size) cannot vouch for this content later.
+        let cacheable = trust_known && ctime_ns < started - RACY_NS;
+        journal.record_object(id, &state, program, cacheable).map_err(refused)
     }
 
     /// Whether `name` in `dir` is the last name of a non-directory (so

@@ -83,6 +83,12 @@ pub struct LiveTree {
     /// or mmap) without the daemon seeing it, so each new turn records
     /// them again.
     writers: Mutex<HashMap<Ino, u32>>,
+    /// A directory on the workspace's filesystem (in the store) where the
+    /// last name of a removed file is moved instead of being deleted: its
+    /// content stays readable by handle for history at no copying cost.
+    attic: Option<OwnedFd>,
+    /// Files put in place by a rewind whose bytes are still in the store.
+    pub(crate) pending: crate::workspace::pending::PendingSet,
 }
 
 /// Holds the journal's turn gate for the length of one mutation.
@@ -154,7 +160,45 @@ impl LiveTree {
             next_fh: AtomicU64::new(1),
             journal,
             writers: Mutex::new(HashMap::new()),
+            attic: None,
+            pending: Default::default(),
         })
+    }
+
+    /// Uses `dir` as the attic if it is on the workspace's filesystem
+    /// (renames cannot cross filesystems); otherwise removed files are
+    /// copied into the chunk store before deletion.
+    pub fn with_attic(mut self, dir: &Path) -> crate::Result<LiveTree> {
+        std::fs::create_dir_all(dir).map_err(|e| crate::Error::io(format!("cannot create attic {}", dir.display()), e))?;
+        let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| crate::Error::io(format!("cannot open attic {}", dir.display()), e.into()))?;
+        let (a, w) = (rustix::fs::fstat(&fd), rustix::fs::fstat(&self.root));
+        match (a, w) {
+            (Ok(a), Ok(w)) if a.st_dev == w.st_dev => {
+                self.attic = Some(fd);
+                log::info!("removed files are moved to {} (same filesystem as the workspace)", dir.display());
+            }
+            _ => log::info!(
+                "the store is on another filesystem than the workspace: removed files are copied into the chunk store before deletion"
+            ),
+        }
+        Ok(self)
+    }
+
+    /// The attic directory, if removed files are moved there.
+    pub(crate) fn attic_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.attic.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Moves `name` in `dir` to the attic as object `oid`. `Ok(false)` when
+    /// there is no attic or the slot is taken (the caller then deletes).
+    pub(crate) fn to_attic(&self, dir: BorrowedFd<'_>, name: &OsStr, oid: crate::meta::ObjectId) -> Res<bool> {
+        let Some(attic) = self.attic_fd() else { return Ok(false) };
+        match rustix::fs::renameat_with(dir, name, attic, oid.0.to_string(), RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::EXIST) | Err(rustix::io::Errno::XDEV) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Starts recording one mutation: holds the turn gate until dropped.
@@ -176,6 +220,11 @@ impl LiveTree {
                 log::warn!("cannot record open file {ino:?} at the turn boundary: {e}");
             }
         }
+    }
+
+    /// Whether a client holds the file open for writing (or mapped).
+    pub(crate) fn is_open_for_write(&self, ino: Ino) -> bool {
+        self.writers.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&ino)
     }
 
     fn add_writer(&self, ino: Ino) {
@@ -253,6 +302,43 @@ impl LiveTree {
         Ok((attr.ino, attr))
     }
 
+    /// The attributes of `name` in `parent`, if it exists, without the
+    /// kernel taking a reference (for the daemon's own walks).
+    pub fn child(&self, parent: Ino, name: &OsStr) -> Res<Option<Attr>> {
+        let dir = self.dir(parent)?;
+        match self.peek(dir.as_fd(), name) {
+            Ok((_, a)) => Ok(Some(a)),
+            Err(e) if e == Errno::ENOENT => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The names in a directory (without "." and "..").
+    pub fn names(&self, dir: Ino) -> Res<Vec<OsString>> {
+        let fh = self.opendir(dir)?;
+        let entries = self.readdir(fh);
+        self.releasedir(fh);
+        Ok(entries?.iter().skip(2).map(|e| e.name.clone()).collect())
+    }
+
+    /// The persistent identity of a live object, if it was ever recorded.
+    pub fn handle_of(&self, ino: Ino) -> Option<FileHandle> {
+        self.objects.get(ino).map(|(h, _)| h)
+    }
+
+    /// The inode number the kernel knows for a handle, if any.
+    pub fn known_ino(&self, handle: &FileHandle) -> Option<Ino> {
+        self.objects.ino_of(handle)
+    }
+
+    /// An inode number for a handle, registering it without a kernel
+    /// reference (for the daemon's own operations).
+    pub fn ino_for(&self, fd: BorrowedFd<'_>) -> Res<Ino> {
+        let st = rustix::fs::fstat(fd)?;
+        let handle = sys::name_to_handle_at(fd, OsStr::new(""))?;
+        Ok(self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), false))
+    }
+
     pub fn lookup(&self, parent: Ino, name: &OsStr) -> Res<Entry> {
         if name.as_bytes().len() > 255 {
             return Err(Errno(libc::ENAMETOOLONG));
@@ -266,6 +352,16 @@ impl LiveTree {
     }
 
     pub fn getattr(&self, ino: Ino, fh: Option<Fh>) -> Res<Attr> {
+        let mut attr = self.getattr_backing(ino, fh)?;
+        // A removed file kept in the attic has a link there; to its readers
+        // it has none, as on ext4.
+        if attr.kind != Kind::Dir && self.attic.is_some() && self.objects.is_unlinked(ino) {
+            attr.nlink = 0;
+        }
+        Ok(attr)
+    }
+
+    fn getattr_backing(&self, ino: Ino, fh: Option<Fh>) -> Res<Attr> {
         if let Some(file) = fh.and_then(|fh| self.file(fh).ok()) {
             let st = rustix::fs::fstat(&file.file)?;
             return Ok(Attr::from_stat(ino, &st));
@@ -276,6 +372,11 @@ impl LiveTree {
     }
 
     pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>, caller: Caller) -> Res<Attr> {
+        if set.size.is_some() {
+            if let Some((handle, _)) = self.objects.get(ino) {
+                self.settle(&handle)?;
+            }
+        }
         let rec = self.recording();
         if let Some(r) = &rec {
             self.capture_ino(r.journal, ino, set.size.is_some(), caller)?;
@@ -350,9 +451,17 @@ impl LiveTree {
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
         check_name(name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
+        let rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+        if let Some(r) = &rec {
+            // Lets a rewind to an earlier checkpoint move the whole new
+            // directory aside in one step.
+            let handle = sys::name_to_handle_at(dir.as_fd(), name)?;
+            r.journal
+                .note_born(&handle.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir))
+                .map_err(|e| Errno(e.errno()))?;
+        }
         self.entry_at(dir.as_fd(), name, true)
     }
 
@@ -387,8 +496,24 @@ impl LiveTree {
 
     pub fn unlink(&self, parent: Ino, name: &OsStr, caller: Caller) -> Res<()> {
         let dir = self.dir(parent)?;
-        let _rec = self.record_removal(dir.as_fd(), name, caller)?;
         let (_, victim) = self.peek(dir.as_fd(), name)?;
+        if victim.kind == Kind::Dir {
+            return Err(Errno(libc::EISDIR));
+        }
+        let rec = self.recording();
+        if let Some(r) = &rec {
+            self.capture_entry(r.journal, dir.as_fd(), name, caller)?;
+            let last = Self::is_last_link(dir.as_fd(), name);
+            let oid = self.capture_named(r.journal, dir.as_fd(), name, last && self.attic.is_none(), caller)?;
+            if let (true, Some(oid)) = (last && self.attic.is_some(), oid) {
+                if self.to_attic(dir.as_fd(), name, oid)? {
+                    self.note_removed(victim);
+                    return Ok(());
+                }
+                // No room in the attic: keep the content the slow way.
+                self.capture_named(r.journal, dir.as_fd(), name, true, caller)?;
+            }
+        }
         rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())?;
         self.note_removed(victim);
         Ok(())
@@ -414,9 +539,24 @@ impl LiveTree {
             // directory tree under it) keeps its identity.
             self.capture_entry(r.journal, from.as_fd(), name, caller)?;
             self.capture_entry(r.journal, to.as_fd(), new_name, caller)?;
-            let exchange = flags.contains(RenameFlags::EXCHANGE);
-            if !exchange && Self::is_last_link(to.as_fd(), new_name) {
-                self.capture_named(r.journal, to.as_fd(), new_name, true, caller)?;
+            let plain = flags.is_empty();
+            if plain && Self::is_last_link(to.as_fd(), new_name) {
+                let source = self.peek(from.as_fd(), name)?.1;
+                let victim = self.peek(to.as_fd(), new_name)?.1;
+                let movable = self.attic.is_some() && source.kind != Kind::Dir && source.ino != victim.ino;
+                let oid = self.capture_named(r.journal, to.as_fd(), new_name, !movable, caller)?;
+                if let (true, Some(oid)) = (movable, oid) {
+                    // Swap atomically (readers of the new name never see it
+                    // missing), then move the replaced file, now under the
+                    // old name, to the attic.
+                    rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, RenameFlags::EXCHANGE)?;
+                    if !self.to_attic(from.as_fd(), name, oid)? {
+                        self.capture_named(r.journal, from.as_fd(), name, true, caller)?;
+                        rustix::fs::unlinkat(from.as_fd(), name, AtFlags::empty())?;
+                    }
+                    self.note_removed(victim);
+                    return Ok(());
+                }
             }
         }
         let replaced = if flags.contains(RenameFlags::EXCHANGE) || flags.contains(RenameFlags::NOREPLACE) {
@@ -448,6 +588,8 @@ impl LiveTree {
         if kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno(libc::EISDIR));
         }
+        // A rewound file gets its bytes before anyone can see it open.
+        self.settle(&handle)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         // A file opened for writing may be written without the daemon
         // seeing each write (passthrough, mmap): record it now.
@@ -490,8 +632,7 @@ impl LiveTree {
         Ok(rec)
     }
 
-    /// Before removing `name`: records what it was, and the object itself
-    /// (with content when this was its last name).
+    /// Before removing `name`: records what it was, and the object itself.
     fn record_removal(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
         let rec = self.recording();
         if let Some(r) = &rec {
@@ -571,11 +712,9 @@ impl LiveTree {
     /// snapshot is the simplest correct answer).
     pub fn opendir(&self, ino: Ino) -> Res<Fh> {
         let dir = self.dir(ino)?;
-        let parent = if ino == Ino::ROOT {
-            Ino::ROOT
-        } else {
-            rustix::fs::statat(dir.as_fd(), "..", AtFlags::empty()).map(|st| Ino(st.st_ino)).unwrap_or(ino)
-        };
+        // Never resolve "..": from a top-level directory of an in-place
+        // mount it would land on the mount itself and call the daemon back.
+        let parent = ino;
         let fd = rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
         let mut listing = rustix::fs::Dir::new(fd)?;
         let mut entries = vec![

@@ -4,6 +4,7 @@ pub mod attr;
 pub mod capture;
 pub mod live;
 pub mod objects;
+pub mod pending;
 
 pub use attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
 pub use live::{DirEntry, Fh, FsStats, LiveTree, OpenFile, XattrReply};

@@ -97,6 +97,11 @@ impl ObjectTable {
         self.lock().by_handle.get(handle).copied()
     }
 
+    /// Whether the object lost its last name in the tree.
+    pub fn is_unlinked(&self, ino: Ino) -> bool {
+        self.lock().by_ino.get(&ino).is_some_and(|n| n.unlinked)
+    }
+
     /// The kernel dropped `n` references.
     pub fn forget(&self, ino: Ino, n: u64) {
         if ino == Ino::ROOT {

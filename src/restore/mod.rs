@@ -1,0 +1,450 @@
+//! Putting the past back: make paths of the live tree (or all of it) what
+//! they were at a checkpoint. Every change goes through the live tree's own
+//! operations, so it is recorded like any other writer's and can be undone.
+//!
+//! Safety: names are resolved one component at a time relative to
+//! directory handles, and symlinks are never followed, whatever the live
+//! tree or the checkpoint contain; nothing outside the workspace is touched.
+
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::Errno;
+use crate::journal::Journal;
+use crate::view::{Content, Node, NodeState, TreeView, ViewError};
+use crate::workspace::capture::kind_code;
+use crate::workspace::{Attr, Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
+
+/// Errors while restoring.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("reading the checkpoint: {0}")]
+    View(#[from] ViewError),
+    #[error("{path}: {errno}")]
+    Live { path: String, errno: Errno },
+    #[error("{0}: not a path inside the workspace")]
+    BadPath(String),
+    #[error(transparent)]
+    Meta(#[from] crate::meta::MetaError),
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// One change a restore makes (or would make, with --dry-run).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Planned {
+    pub path: String,
+    #[serde(rename = "action")]
+    pub action: Action,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Did not exist, is recreated.
+    Recreate,
+    /// Exists now, did not exist then: removed.
+    Delete,
+    /// Content or type differs: replaced.
+    Restore,
+    /// Only mode, owner, times or xattrs differ.
+    Attributes,
+}
+
+/// Kernel cache entries a restore made stale.
+#[derive(Default, Debug)]
+pub struct Touched {
+    pub entries: BTreeSet<(Ino, OsString)>,
+    pub inodes: BTreeSet<Ino>,
+}
+
+struct Ctx<'a> {
+    tree: &'a LiveTree,
+    view: TreeView<'a>,
+    dry_run: bool,
+    caller: Caller,
+    out: Vec<Planned>,
+    touched: Touched,
+    temp_counter: u64,
+}
+
+fn live_err(path: &Path, errno: Errno) -> RestoreError {
+    RestoreError::Live { path: path.display().to_string(), errno }
+}
+
+/// Restores `paths` (relative to the root; empty = the whole tree) to
+/// their state at `checkpoint`. Returns what changed.
+pub fn restore(tree: &LiveTree, journal: &Journal, checkpoint: i64, paths: &[PathBuf], dry_run: bool) -> Result<(Vec<Planned>, Touched), RestoreError> {
+    let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
+    let mut ctx = Ctx { tree, view: TreeView::at(tree, journal, checkpoint), dry_run, caller, out: Vec::new(), touched: Touched::default(), temp_counter: 0 };
+    let targets: Vec<PathBuf> = if paths.is_empty() { vec![PathBuf::new()] } else { paths.to_vec() };
+    for p in targets {
+        let comps: Vec<OsString> = p
+            .components()
+            .map(|c| match c {
+                Component::Normal(n) => Ok(Some(n.to_os_string())),
+                Component::CurDir => Ok(None),
+                _ => Err(RestoreError::BadPath(p.display().to_string())),
+            })
+            .filter_map(|r| r.transpose())
+            .collect::<Result<_, _>>()?;
+        if comps.is_empty() {
+            let root = ctx.view.root()?;
+            ctx.sync_dir_contents(Ino::ROOT, &root, PathBuf::new())?;
+            let state = ctx.view.state(&root)?;
+            ctx.sync_attrs(Ino::ROOT, None, &state, Path::new("."))?;
+            continue;
+        }
+        // Walk down to the parent, creating directories that existed then.
+        let mut live_dir = Ino::ROOT;
+        let mut node = ctx.view.root()?;
+        let mut path = PathBuf::new();
+        let (last, parents) = comps.split_last().expect("non-empty");
+        let mut ok = true;
+        for name in parents {
+            path.push(name);
+            let Some(child) = ctx.view.lookup(&node, name)? else {
+                ok = false;
+                break;
+            };
+            let state = ctx.view.state(&child)?;
+            if !state.is_dir() {
+                ok = false;
+                break;
+            }
+            live_dir = ctx.ensure_dir(live_dir, name, &state, &path)?;
+            node = child;
+        }
+        if !ok {
+            // The parent did not exist then: restoring means removing the path.
+            ctx.sync_entry_absent_path(&comps)?;
+            continue;
+        }
+        path.push(last);
+        let target = ctx.view.lookup(&node, last)?;
+        ctx.sync_entry(live_dir, last, target.as_ref(), path)?;
+    }
+    Ok((ctx.out, ctx.touched))
+}
+
+impl Ctx<'_> {
+    fn plan(&mut self, path: &Path, action: Action) {
+        self.out.push(Planned { path: path.display().to_string(), action });
+    }
+
+    fn touch(&mut self, dir: Ino, name: &OsStr) {
+        self.touched.entries.insert((dir, name.to_os_string()));
+        self.touched.inodes.insert(dir);
+    }
+
+    /// Removes a path whose parent did not exist at the checkpoint.
+    fn sync_entry_absent_path(&mut self, comps: &[OsString]) -> Result<(), RestoreError> {
+        let mut dir = Ino::ROOT;
+        let mut path = PathBuf::new();
+        for (i, name) in comps.iter().enumerate() {
+            path.push(name);
+            let Some(a) = self.tree.child(dir, name).map_err(|e| live_err(&path, e))? else { return Ok(()) };
+            if i + 1 == comps.len() || a.kind != Kind::Dir {
+                return self.remove(dir, name, a, &path);
+            }
+            dir = a.ino;
+        }
+        Ok(())
+    }
+
+    /// Makes `name` in live directory `dir` what `target` was.
+    fn sync_entry(&mut self, dir: Ino, name: &OsStr, target: Option<&Node>, path: PathBuf) -> Result<(), RestoreError> {
+        let live = self.tree.child(dir, name).map_err(|e| live_err(&path, e))?;
+        let Some(target) = target else {
+            if let Some(a) = live {
+                self.remove(dir, name, a, &path)?;
+            }
+            return Ok(());
+        };
+        let state = self.view.state(target)?;
+        let same_object = live.is_some_and(|a| self.tree.handle_of(a.ino).is_some_and(|h| Some(h) == target.handle));
+        match kind_of(state.kind) {
+            Kind::Dir => {
+                let ino = self.ensure_dir(dir, name, &state, &path)?;
+                self.sync_dir_contents(ino, target, path.clone())?;
+                if let Some(a) = self.tree.child(dir, name).map_err(|e| live_err(&path, e))? {
+                    self.sync_attrs(a.ino, Some(a), &state, &path)?;
+                }
+            }
+            Kind::File => {
+                let same_content = match (&state.content, live) {
+                    (Content::Live(_), Some(a)) if same_object && a.kind == Kind::File => true,
+                    (_, Some(a)) if a.kind == Kind::File && a.size == state.size => self.live_content_equals(a.ino, &state)?,
+                    _ => false,
+                };
+                if same_content {
+                    let a = live.expect("same content implies a live file");
+                    self.sync_attrs(a.ino, Some(a), &state, &path)?;
+                } else {
+                    self.plan(&path, if live.is_some() { Action::Restore } else { Action::Recreate });
+                    if !self.dry_run {
+                        self.write_file(dir, name, &state, &path)?;
+                    }
+                }
+            }
+            Kind::Symlink => {
+                let target_bytes = state.target.clone().unwrap_or_default();
+                let same = match live {
+                    Some(a) if a.kind == Kind::Symlink => self.tree.readlink(a.ino).map_err(|e| live_err(&path, e))? == target_bytes,
+                    _ => false,
+                };
+                if !same {
+                    self.plan(&path, if live.is_some() { Action::Restore } else { Action::Recreate });
+                    if !self.dry_run {
+                        if let Some(a) = live {
+                            self.remove_quiet(dir, name, a, &path)?;
+                        }
+                        let caller = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
+                        self.tree
+                            .symlink(dir, name, OsStr::from_bytes_compat(&target_bytes), caller)
+                            .map_err(|e| live_err(&path, e))?;
+                        self.touch(dir, name);
+                    }
+                }
+            }
+            _ => {
+                // Devices, fifos and sockets: recreate when missing.
+                if live.is_none() {
+                    self.plan(&path, Action::Recreate);
+                    if !self.dry_run {
+                        let mode = state.perm | type_bits(kind_of(state.kind));
+                        self.tree.mknod(dir, name, mode, 0, self.caller).map_err(|e| live_err(&path, e))?;
+                        self.touch(dir, name);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn live_content_equals(&self, ino: Ino, state: &NodeState) -> Result<bool, RestoreError> {
+        let want = self.view.read_all(state)?;
+        let fh = self.tree.open(ino, libc::O_RDONLY, self.caller).map_err(|e| RestoreError::Live { path: format!("inode {}", ino.0), errno: e })?;
+        let got = self.tree.read(fh.0, 0, (state.size as u32).saturating_add(1));
+        self.tree.release(fh.0);
+        Ok(got.map(|g| g == want).unwrap_or(false))
+    }
+
+    /// Makes sure `name` in `dir` is a directory; returns its inode.
+    fn ensure_dir(&mut self, dir: Ino, name: &OsStr, state: &NodeState, path: &Path) -> Result<Ino, RestoreError> {
+        match self.tree.child(dir, name).map_err(|e| live_err(path, e))? {
+            Some(a) if a.kind == Kind::Dir => Ok(a.ino),
+            other => {
+                self.plan(path, if other.is_some() { Action::Restore } else { Action::Recreate });
+                if self.dry_run {
+                    // Nothing exists to descend into: report children as recreated.
+                    return Ok(Ino(0));
+                }
+                if let Some(a) = other {
+                    self.remove_quiet(dir, name, a, path)?;
+                }
+                let a = self.tree.mkdir(dir, name, state.perm, self.caller).map_err(|e| live_err(path, e))?;
+                self.touch(dir, name);
+                Ok(a.ino)
+            }
+        }
+    }
+
+    fn sync_dir_contents(&mut self, ino: Ino, target: &Node, path: PathBuf) -> Result<(), RestoreError> {
+        let wanted = self.view.list(target)?;
+        if ino == Ino(0) {
+            // Dry run below a directory that would be recreated.
+            for (name, child) in wanted {
+                let p = path.join(&name);
+                self.plan(&p, Action::Recreate);
+                if self.view.state(&child)?.is_dir() {
+                    self.sync_dir_contents(Ino(0), &child, p)?;
+                }
+            }
+            return Ok(());
+        }
+        let wanted_names: BTreeSet<OsString> = wanted.iter().map(|(n, _)| n.clone()).collect();
+        for name in self.tree.names(ino).map_err(|e| live_err(&path, e))? {
+            if ino == Ino::ROOT && name == crate::view::browse::HIDDEN_DIR {
+                continue;
+            }
+            if !wanted_names.contains(&name) {
+                let p = path.join(&name);
+                if let Some(a) = self.tree.child(ino, &name).map_err(|e| live_err(&p, e))? {
+                    self.remove(ino, &name, a, &p)?;
+                }
+            }
+        }
+        for (name, child) in wanted {
+            let p = path.join(&name);
+            self.sync_entry(ino, &name, Some(&child), p)?;
+        }
+        Ok(())
+    }
+
+    fn sync_attrs(&mut self, ino: Ino, live: Option<Attr>, state: &NodeState, path: &Path) -> Result<(), RestoreError> {
+        let live = match live {
+            Some(a) => a,
+            None => self.tree.getattr(ino, None).map_err(|e| live_err(path, e))?,
+        };
+        let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
+        let mut set = SetAttr::default();
+        if u32::from(live.perm) != state.perm && live.kind != Kind::Symlink {
+            set.mode = Some(state.perm);
+        }
+        if live.uid != state.uid {
+            set.uid = Some(state.uid);
+        }
+        if live.gid != state.gid {
+            set.gid = Some(state.gid);
+        }
+        let live_x = self.tree_xattrs(ino);
+        let xattrs_differ = live_x != state.xattrs;
+        if set.mode.is_none() && set.uid.is_none() && set.gid.is_none() && live.mtime == mtime && !xattrs_differ {
+            return Ok(());
+        }
+        if !live.kind.eq(&Kind::Dir) || set.mode.is_some() || set.uid.is_some() || xattrs_differ {
+            self.plan(path, Action::Attributes);
+        }
+        if self.dry_run {
+            return Ok(());
+        }
+        if xattrs_differ {
+            for (n, _) in &live_x {
+                if !state.xattrs.iter().any(|(m, _)| m == n) {
+                    let _ = self.tree.removexattr(ino, OsStr::from_bytes_compat(n), self.caller);
+                }
+            }
+            for (n, v) in &state.xattrs {
+                let _ = self.tree.setxattr(ino, OsStr::from_bytes_compat(n), v, 0, self.caller);
+            }
+        }
+        if live.kind != Kind::Symlink || set.uid.is_some() || set.gid.is_some() {
+            set.mtime = Some(SetTime::At(mtime));
+            set.atime = Some(SetTime::At(mtime));
+        }
+        self.tree.setattr(ino, set, None, self.caller).map_err(|e| live_err(path, e))?;
+        self.touched.inodes.insert(ino);
+        Ok(())
+    }
+
+    fn tree_xattrs(&self, ino: Ino) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let Ok(crate::workspace::XattrReply::Size(n)) = self.tree.listxattr(ino, 0) else { return out };
+        if n == 0 {
+            return out;
+        }
+        let Ok(crate::workspace::XattrReply::Data(names)) = self.tree.listxattr(ino, n) else { return out };
+        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            let os = OsStr::from_bytes_compat(name);
+            if let Ok(crate::workspace::XattrReply::Size(len)) = self.tree.getxattr(ino, os, 0) {
+                if let Ok(crate::workspace::XattrReply::Data(v)) = self.tree.getxattr(ino, os, len.max(1)) {
+                    out.push((name.to_vec(), v));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Writes the file next to its place under a temporary name, then
+    /// renames it over: a reader sees the old or the new file, never half.
+    fn write_file(&mut self, dir: Ino, name: &OsStr, state: &NodeState, path: &Path) -> Result<(), RestoreError> {
+        self.temp_counter += 1;
+        let temp = OsString::from(format!(".rewindfs-restore-{}-{}", std::process::id(), self.temp_counter));
+        let caller = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
+        let (attr, fh, _) = self
+            .tree
+            .create(dir, &temp, state.perm, libc::O_WRONLY, caller)
+            .map_err(|e| live_err(path, e))?;
+        let mut offset = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        let result = (|| -> Result<(), RestoreError> {
+            loop {
+                let n = self.view.read_at(state, offset, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                self.tree.write(fh, offset, &buf[..n]).map_err(|e| live_err(path, e))?;
+                offset += n as u64;
+            }
+            Ok(())
+        })();
+        self.tree.release(fh);
+        if let Err(e) = result {
+            let _ = self.tree.unlink(dir, &temp, self.caller);
+            return Err(e);
+        }
+        if let Some(live) = self.tree.child(dir, name).map_err(|e| live_err(path, e))? {
+            if live.kind == Kind::Dir {
+                self.remove_quiet(dir, name, live, path)?;
+            }
+        }
+        self.tree.rename(dir, &temp, dir, name, 0, self.caller).map_err(|e| live_err(path, e))?;
+        self.touch(dir, &temp);
+        self.touch(dir, name);
+        self.sync_attrs(attr.ino, None, state, path)?;
+        Ok(())
+    }
+
+    fn remove(&mut self, dir: Ino, name: &OsStr, live: Attr, path: &Path) -> Result<(), RestoreError> {
+        self.plan(path, Action::Delete);
+        if self.dry_run {
+            return Ok(());
+        }
+        self.remove_quiet(dir, name, live, path)
+    }
+
+    /// Removes a live entry (recursively for directories), never following
+    /// symlinks.
+    fn remove_quiet(&mut self, dir: Ino, name: &OsStr, live: Attr, path: &Path) -> Result<(), RestoreError> {
+        if live.kind == Kind::Dir {
+            for child in self.tree.names(live.ino).map_err(|e| live_err(path, e))? {
+                let p = path.join(&child);
+                if let Some(a) = self.tree.child(live.ino, &child).map_err(|e| live_err(&p, e))? {
+                    self.remove_quiet(live.ino, &child, a, &p)?;
+                }
+            }
+            self.tree.rmdir(dir, name, self.caller).map_err(|e| live_err(path, e))?;
+        } else {
+            self.tree.unlink(dir, name, self.caller).map_err(|e| live_err(path, e))?;
+        }
+        self.touch(dir, name);
+        self.touched.inodes.insert(live.ino);
+        Ok(())
+    }
+}
+
+fn kind_of(code: u8) -> Kind {
+    [Kind::File, Kind::Dir, Kind::Symlink, Kind::Fifo, Kind::Socket, Kind::CharDevice, Kind::BlockDevice]
+        .into_iter()
+        .find(|k| kind_code(*k) == code)
+        .unwrap_or(Kind::File)
+}
+
+fn type_bits(kind: Kind) -> u32 {
+    match kind {
+        Kind::Fifo => libc::S_IFIFO,
+        Kind::Socket => libc::S_IFSOCK,
+        Kind::CharDevice => libc::S_IFCHR,
+        Kind::BlockDevice => libc::S_IFBLK,
+        Kind::Dir => libc::S_IFDIR,
+        Kind::Symlink => libc::S_IFLNK,
+        Kind::File => libc::S_IFREG,
+    }
+}
+
+trait FromBytesCompat {
+    fn from_bytes_compat(b: &[u8]) -> &OsStr;
+}
+
+impl FromBytesCompat for OsStr {
+    fn from_bytes_compat(b: &[u8]) -> &OsStr {
+        std::os::unix::ffi::OsStrExt::from_bytes(b)
+    }
+}

@@ -1,0 +1,492 @@
+//! Whole-tree rewind at the cost of the metadata that changed.
+//!
+//! Only what the journal recorded since the checkpoint is visited: every
+//! (directory, name) with an entry record and every object with an object
+//! record. No file content is copied on the critical path:
+//! 1. every name whose live object is not the one it had then is moved,
+//!    object and subtree whole, into the attic (a rename);
+//! 2. every name that must refer to an object gets it back: from the attic
+//!    (a rename, keeping the inode and its hard links), or recreated from
+//!    its recorded state; a file whose bytes must come from the chunk
+//!    store is created at its size and left pending for the settler;
+//! 3. objects whose own state changed get their attributes back, and a file
+//!    whose content changed in place is replaced by a pending copy of its
+//!    old content (the current inode moves to the attic, kept for history).
+//!
+//! Each step goes through the same recording as any writer, so the rewind
+//! is itself a turn and is undone by rewinding to the safety checkpoint.
+
+use std::collections::{BTreeSet, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+
+use crate::error::Errno;
+use crate::journal::Journal;
+use crate::meta::ObjectId;
+use crate::restore::{Action, Planned, RestoreError, Touched};
+use crate::store::ContentRef;
+use crate::sys::{self, FileHandle};
+use crate::view::{Content, Node, NodeState, TreeView};
+use crate::workspace::capture::kind_code;
+use crate::workspace::{Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
+
+fn err(what: String, errno: Errno) -> RestoreError {
+    RestoreError::Live { path: what, errno }
+}
+
+fn from_rustix(what: &str) -> impl FnOnce(rustix::io::Errno) -> RestoreError + '_ {
+    move |e| err(what.to_string(), Errno::from(e))
+}
+
+struct Rewinder<'a> {
+    tree: &'a LiveTree,
+    journal: &'a Journal,
+    view: TreeView<'a>,
+    caller: Caller,
+    /// Objects this rewind moved into the attic (and not yet back).
+    in_attic: HashSet<ObjectId>,
+    out: Vec<Planned>,
+    touched: Touched,
+}
+
+/// Whether this tree can rewind without copying (it has an attic).
+pub fn instant_available(tree: &LiveTree) -> bool {
+    tree.attic_fd().is_some()
+}
+
+/// Makes the live tree the tree at `checkpoint`. The caller has sealed a
+/// safety checkpoint and holds the world lock.
+pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Vec<Planned>, Touched), RestoreError> {
+    let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
+    let mut r = Rewinder {
+        tree,
+        journal,
+        view: TreeView::at(tree, journal, checkpoint),
+        caller,
+        in_attic: HashSet::new(),
+        out: Vec::new(),
+        touched: Touched::default(),
+    };
+    let keys = journal.with_meta(|m| m.entry_keys_since(checkpoint))?;
+    let objects = journal.with_meta(|m| m.objects_since(checkpoint))?;
+
+    // Directories created since the checkpoint leave whole with their
+    // parent's entry: their own entries need no visit.
+    let mut born_after: HashSet<ObjectId> = HashSet::new();
+    for dir in keys.iter().map(|(d, _)| *d).collect::<BTreeSet<_>>() {
+        if journal.with_meta(|m| m.born_turn(dir))?.is_some_and(|t| t >= checkpoint) {
+            born_after.insert(dir);
+        }
+    }
+    let keys: Vec<(ObjectId, Vec<u8>)> = keys.into_iter().filter(|(d, _)| !born_after.contains(d)).collect();
+
+    // 1. Move aside whatever is not where it was.
+    let mut placements: Vec<(ObjectId, Vec<u8>, ObjectId)> = Vec::new();
+    for (dir, name) in &keys {
+        let target = journal.with_meta(|m| m.entry_at(*dir, name, checkpoint))?.flatten();
+        let live = match r.dir_fd(*dir) {
+            Some(dfd) => r.live_binding(dfd.as_fd(), name)?,
+            None => None,
+        };
+        if live == target {
+            continue;
+        }
+        if let (Some(l), Some(dfd)) = (live, r.dir_fd(*dir)) {
+            r.move_aside(dfd.as_fd(), *dir, name, l)?;
+        }
+        if let Some(t) = target {
+            placements.push((*dir, name.clone(), t));
+        }
+    }
+
+    // 2. Put back what was there, parents before children.
+    let mut placed: Vec<ObjectId> = Vec::new();
+    let mut waiting = placements;
+    while !waiting.is_empty() {
+        let before = waiting.len();
+        let mut later = Vec::new();
+        for (dir, name, target) in waiting {
+            match r.dir_fd(dir).filter(|_| !r.in_attic.contains(&dir)) {
+                Some(dfd) => {
+                    r.place(dfd.as_fd(), dir, &name, target)?;
+                    placed.push(target);
+                }
+                None => later.push((dir, name, target)),
+            }
+        }
+        if later.len() == before {
+            let names: Vec<String> = later.iter().map(|(_, n, _)| String::from_utf8_lossy(n).into_owned()).collect();
+            return Err(err(format!("cannot find the directories of {}", names.join(", ")), Errno::ENOENT));
+        }
+        waiting = later;
+    }
+
+    // 3. Attributes and in-place content changes; directories last, since
+    // putting names back changes their times.
+    let mut dirs: BTreeSet<ObjectId> = keys.iter().map(|(d, _)| *d).collect();
+    for id in objects.iter().chain(placed.iter()) {
+        if r.in_attic.contains(id) {
+            continue;
+        }
+        let Some(fd) = r.object_fd(*id) else { continue };
+        let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            dirs.insert(*id);
+            continue;
+        }
+        r.restore_object(*id, fd.as_fd())?;
+    }
+    for id in dirs {
+        if r.in_attic.contains(&id) {
+            continue;
+        }
+        if let Some(fd) = r.object_fd(id) {
+            r.restore_attrs(id, fd.as_fd())?;
+        }
+    }
+    Ok((r.out, r.touched))
+}
+
+impl Rewinder<'_> {
+    fn handle_of(&self, id: ObjectId) -> Option<FileHandle> {
+        self.journal.with_meta(|m| m.object_handle(id)).ok().flatten().and_then(|h| FileHandle::from_bytes(&h))
+    }
+
+    /// An `O_PATH` descriptor of a live object.
+    fn object_fd(&self, id: ObjectId) -> Option<OwnedFd> {
+        let h = self.handle_of(id)?;
+        let fd = self.tree.open_handle(&h, libc::O_PATH).ok()?;
+        // A removed object that is still open somewhere has no links.
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (st.st_nlink > 0).then_some(fd)
+    }
+
+    fn dir_fd(&self, id: ObjectId) -> Option<OwnedFd> {
+        let fd = self.object_fd(id)?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (st.st_mode & libc::S_IFMT == libc::S_IFDIR).then_some(fd)
+    }
+
+    fn live_binding(&self, dir: BorrowedFd<'_>, name: &[u8]) -> Result<Option<ObjectId>, RestoreError> {
+        let name = OsStr::from_bytes(name);
+        match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => {
+                let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
+                let h = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+                let kind = kind_code(Kind::from_mode(st.st_mode));
+                Ok(Some(self.journal.object_id(&h.to_bytes(), kind)?))
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(err(String::from_utf8_lossy(name.as_bytes()).into_owned(), e.into())),
+        }
+    }
+
+    fn display(&self, name: &[u8]) -> String {
+        String::from_utf8_lossy(name).into_owned()
+    }
+
+    fn touch(&mut self, dir: BorrowedFd<'_>, name: &OsStr) {
+        if let Ok(h) = sys::name_to_handle_at(dir, OsStr::new("")) {
+            if let Some(ino) = self.tree.known_ino(&h) {
+                self.touched.entries.insert((ino, name.to_os_string()));
+                self.touched.inodes.insert(ino);
+            }
+        }
+    }
+
+    /// Step 1: the object at `name` leaves for the attic, whole.
+    fn move_aside(&mut self, dir: BorrowedFd<'_>, _dir_id: ObjectId, name: &[u8], obj: ObjectId) -> Result<(), RestoreError> {
+        let os = OsStr::from_bytes(name);
+        self.tree.capture_entry(self.journal, dir, os, self.caller).map_err(|e| err(self.display(name), e))?;
+        self.tree.capture_named(self.journal, dir, os, false, self.caller).map_err(|e| err(self.display(name), e))?;
+        if let Ok(fd) = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+            if let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")) {
+                if let Some(ino) = self.tree.known_ino(&h) {
+                    self.touched.inodes.insert(ino);
+                }
+            }
+        }
+        let st = rustix::fs::statat(dir, os, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
+            // One of several names: the object stays alive under the others.
+            rustix::fs::unlinkat(dir, os, AtFlags::empty()).map_err(from_rustix("unlink"))?;
+            self.touch(dir, os);
+            self.out.push(Planned { path: self.display(name), action: Action::Delete });
+            return Ok(());
+        }
+        if !self.tree.to_attic(dir, os, obj).map_err(|e| err(self.display(name), e))? {
+            return Err(err(format!("{}: the attic already holds object {}", self.display(name), obj.0), Errno::EEXIST));
+        }
+        self.in_attic.insert(obj);
+        self.touch(dir, os);
+        self.out.push(Planned { path: self.display(name), action: Action::Delete });
+        Ok(())
+    }
+
+    /// Step 2: `target` goes back to `name` in `dir`.
+    fn place(&mut self, dir: BorrowedFd<'_>, _dir_id: ObjectId, name: &[u8], target: ObjectId) -> Result<(), RestoreError> {
+        let os = OsStr::from_bytes(name);
+        self.tree.capture_entry(self.journal, dir, os, self.caller).map_err(|e| err(self.display(name), e))?;
+        let attic = self.tree.attic_fd().ok_or_else(|| err("no attic".into(), Errno::EIO))?;
+        let slot = target.0.to_string();
+        let in_attic = rustix::fs::statat(attic, slot.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        if in_attic {
+            rustix::fs::renameat_with(attic, slot.as_str(), dir, os, RenameFlags::NOREPLACE).map_err(from_rustix("put back from the attic"))?;
+            self.in_attic.remove(&target);
+            self.out.push(Planned { path: self.display(name), action: Action::Recreate });
+        } else if let Some(fd) = self.object_fd(target) {
+            match self.locate_in_attic(fd.as_fd())? {
+                // Inside a directory that was moved aside whole.
+                Some((from, from_name)) => {
+                    rustix::fs::renameat_with(&from, from_name.as_os_str(), dir, os, RenameFlags::NOREPLACE)
+                        .map_err(from_rustix("put back from the attic"))?;
+                }
+                // Alive under another name in the tree: a hard link it had then.
+                None => rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?,
+            }
+            self.out.push(Planned { path: self.display(name), action: Action::Recreate });
+        } else {
+            self.recreate(dir, name, target)?;
+        }
+        self.touch(dir, os);
+        Ok(())
+    }
+
+    /// Recreates an object that no longer exists from its recorded state.
+    fn recreate(&mut self, dir: BorrowedFd<'_>, name: &[u8], target: ObjectId) -> Result<(), RestoreError> {
+        let os = OsStr::from_bytes(name);
+        let node = Node { id: Some(target), handle: self.handle_of(target) };
+        let state = self.view.state(&node)?;
+        let mode = Mode::from_raw_mode(state.perm);
+        match state.kind {
+            k if k == kind_code(Kind::Dir) => rustix::fs::mkdirat(dir, os, mode).map_err(from_rustix("mkdir"))?,
+            k if k == kind_code(Kind::Symlink) => {
+                let t = state.target.clone().unwrap_or_default();
+                rustix::fs::symlinkat(OsStr::from_bytes(&t), dir, os).map_err(from_rustix("symlink"))?
+            }
+            k if k == kind_code(Kind::File) => {
+                let fd = rustix::fs::openat(dir, os, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
+                    .map_err(from_rustix("create"))?;
+                rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
+            }
+            _ => {
+                let t = match state.kind {
+                    4 => rustix::fs::FileType::Fifo,
+                    5 => rustix::fs::FileType::Socket,
+                    6 => rustix::fs::FileType::CharacterDevice,
+                    _ => rustix::fs::FileType::BlockDevice,
+                };
+                rustix::fs::mknodat(dir, os, t, mode, 0).map_err(from_rustix("mknod"))?
+            }
+        }
+        let fd = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
+        let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        self.journal.rebind_object(target, &handle.to_bytes())?;
+        if state.kind == kind_code(Kind::File) {
+            let content = self.stored_content(&node, &state)?;
+            self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err(self.display(name), e))?;
+        }
+        self.set_owner_and_times(fd.as_fd(), &state)?;
+        self.out.push(Planned { path: self.display(name), action: Action::Recreate });
+        Ok(())
+    }
+
+    /// The recorded bytes of a file at the checkpoint.
+    fn stored_content(&self, node: &Node, state: &NodeState) -> Result<ContentRef, RestoreError> {
+        match &state.content {
+            Content::Stored(c) => Ok(c.clone()),
+            Content::Live(h) => {
+                // Still readable live (e.g. pending): store it so the new
+                // inode can be filled from the store.
+                if let Some(c) = self.tree.pending_content(h) {
+                    return Ok(c);
+                }
+                let fd = self.tree.open_handle(h, libc::O_RDONLY).map_err(|e| err("read".into(), e))?;
+                Ok(self.journal.store_content(std::fs::File::from(fd))?)
+            }
+            Content::None => Err(err(format!("object {:?} has no recorded content", node.id), Errno::EIO)),
+        }
+    }
+
+    fn set_owner_and_times(&self, fd: BorrowedFd<'_>, state: &NodeState) -> Result<(), RestoreError> {
+        let _ = rustix::fs::chownat(
+            fd,
+            "",
+            Some(rustix::fs::Uid::from_raw(state.uid)),
+            Some(rustix::fs::Gid::from_raw(state.gid)),
+            AtFlags::EMPTY_PATH,
+        );
+        if state.kind != kind_code(Kind::Symlink) {
+            let path = sys::proc_fd_path(fd);
+            let _ = rustix::fs::chmodat(rustix::fs::CWD, path.as_c_str(), Mode::from_raw_mode(state.perm), AtFlags::empty());
+            let t = rustix::fs::Timespec { tv_sec: state.mtime_ns.div_euclid(1_000_000_000), tv_nsec: state.mtime_ns.rem_euclid(1_000_000_000) as _ };
+            let _ = rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &rustix::fs::Timestamps { last_access: t, last_modification: t }, AtFlags::empty());
+        }
+        Ok(())
+    }
+
+    /// Step 3 for a non-directory: content and attributes back.
+    fn restore_object(&mut self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<(), RestoreError> {
+        let node = Node { id: Some(id), handle: self.handle_of(id) };
+        let state = self.view.state(&node)?;
+        let content_changed = state.is_file() && matches!(state.content, Content::Stored(_));
+        if content_changed {
+            if let Some((dir, name)) = self.location(fd)? {
+                return self.replace_content(dir.as_fd(), &name, id, &node, &state);
+            }
+            // Linked elsewhere (e.g. only through a name in the attic):
+            // keep its current bytes in the store, then refill it in place.
+            log::info!("object {} has no single place in the tree; rewriting it in place", id.0);
+            let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
+            self.tree.capture_ino(self.journal, ino, true, self.caller).map_err(|e| err("record".into(), e))?;
+            let content = self.stored_content(&node, &state)?;
+            let path = sys::proc_fd_path(fd);
+            let file = rustix::fs::open(path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
+            rustix::fs::ftruncate(&file, state.size).map_err(from_rustix("truncate"))?;
+            let handle = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+            self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err("pending".into(), e))?;
+            self.touched.inodes.insert(ino);
+            self.out.push(Planned { path: format!("object {}", id.0), action: Action::Restore });
+        }
+        self.restore_attrs(id, fd)
+    }
+
+    /// Where a live object is inside the attic, if it is there.
+    fn locate_in_attic(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+        match self.tree.attic_fd() {
+            Some(attic) => self.locate_under(fd, attic),
+            None => Ok(None),
+        }
+    }
+
+    /// Where a live file is in the tree, as (directory, name).
+    fn location(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+        self.locate_under(fd, self.tree.root_fd())
+    }
+
+    /// Where the object behind `fd` is below directory `base`, found from
+    /// the kernel's path of the descriptor and checked against its handle.
+    fn locate_under(&self, fd: BorrowedFd<'_>, base: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+        let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))) else { return Ok(None) };
+        let root = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&base)))
+            .map_err(|e| err("base path".into(), e.into()))?;
+        let Ok(rel) = path.strip_prefix(&root) else { return Ok(None) };
+        let comps: Vec<&OsStr> = rel.iter().collect();
+        let Some((last, parents)) = comps.split_last() else { return Ok(None) };
+        let mut dir = rustix::fs::openat(base, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(from_rustix("open root"))?;
+        for c in parents {
+            match rustix::fs::openat(&dir, *c, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+                Ok(d) => dir = d,
+                Err(_) => return Ok(None),
+            }
+        }
+        let want = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        match sys::name_to_handle_at(dir.as_fd(), last) {
+            Ok(h) if h == want => Ok(Some((dir, last.to_os_string()))),
+            _ => Ok(None),
+        }
+    }
+
+    /// A file whose bytes changed in place: the current inode (and its
+    /// bytes) goes to the attic, still as object `id`, for history; a new
+    /// inode with the old bytes, pending, takes its name as a new object.
+    fn replace_content(&mut self, dir: BorrowedFd<'_>, name: &OsStr, id: ObjectId, node: &Node, state: &NodeState) -> Result<(), RestoreError> {
+        let content = self.stored_content(node, state)?;
+        let bytes = name.as_bytes().to_vec();
+        self.tree.capture_entry(self.journal, dir, name, self.caller).map_err(|e| err(self.display(&bytes), e))?;
+        self.tree.capture_named(self.journal, dir, name, false, self.caller).map_err(|e| err(self.display(&bytes), e))?;
+        let temp = format!(".rewindfs-rewind-{}", id.0);
+        let mode = Mode::from_raw_mode(state.perm);
+        let fd = rustix::fs::openat(dir, temp.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
+            .map_err(from_rustix("create"))?;
+        rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
+        let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        let old_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
+        let old_handle = sys::name_to_handle_at(old_fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        rustix::fs::renameat_with(dir, temp.as_str(), dir, name, RenameFlags::EXCHANGE).map_err(from_rustix("swap"))?;
+        // The old inode, now under the temporary name, keeps the current
+        // bytes and its object id (history reads it from the attic); the new
+        // inode is a new object.
+        let current_id = id;
+        if !self.tree.to_attic(dir, OsStr::new(&temp), current_id).map_err(|e| err(temp.clone(), e))? {
+            rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()).map_err(from_rustix("unlink"))?;
+        }
+        self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err(self.display(&bytes), e))?;
+        let new_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
+        self.set_owner_and_times(new_fd.as_fd(), state)?;
+        if let Some(ino) = self.tree.known_ino(&old_handle) {
+            self.touched.inodes.insert(ino);
+        }
+        self.touch(dir, name);
+        self.out.push(Planned { path: self.display(&bytes), action: Action::Restore });
+        Ok(())
+    }
+
+    /// Mode, owner, times and xattrs back to their recorded values.
+    fn restore_attrs(&mut self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<(), RestoreError> {
+        let node = Node { id: Some(id), handle: self.handle_of(id) };
+        let state = match self.view.state(&node) {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("cannot read the recorded state of object {}: {e}", id.0);
+                return Ok(());
+            }
+        };
+        let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
+        let live = self.tree.getattr(ino, None).map_err(|e| err("stat".into(), e))?;
+        let mut set = SetAttr::default();
+        if u32::from(live.perm) != state.perm && live.kind != Kind::Symlink {
+            set.mode = Some(state.perm);
+        }
+        if live.uid != state.uid {
+            set.uid = Some(state.uid);
+        }
+        if live.gid != state.gid {
+            set.gid = Some(state.gid);
+        }
+        let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
+        if live.kind != Kind::Symlink && live.mtime != mtime {
+            set.mtime = Some(SetTime::At(mtime));
+        }
+        let live_x = self.tree_xattrs(ino);
+        if live_x != state.xattrs {
+            for (n, _) in &live_x {
+                if !state.xattrs.iter().any(|(m, _)| m == n) {
+                    let _ = self.tree.removexattr(ino, OsStr::from_bytes(n), self.caller);
+                }
+            }
+            for (n, v) in &state.xattrs {
+                let _ = self.tree.setxattr(ino, OsStr::from_bytes(n), v, 0, self.caller);
+            }
+        }
+        if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.mtime.is_some() {
+            self.tree.setattr(ino, set, None, self.caller).map_err(|e| err("setattr".into(), e))?;
+            self.touched.inodes.insert(ino);
+        }
+        Ok(())
+    }
+
+    fn tree_xattrs(&self, ino: Ino) -> Vec<(Vec<u8>, Vec<u8>)> {
+        use crate::workspace::XattrReply;
+        let mut out = Vec::new();
+        let Ok(XattrReply::Size(n)) = self.tree.listxattr(ino, 0) else { return out };
+        if n == 0 {
+            return out;
+        }
+        let Ok(XattrReply::Data(names)) = self.tree.listxattr(ino, n) else { return out };
+        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            let os = OsStr::from_bytes(name);
+            if let Ok(XattrReply::Size(len)) = self.tree.getxattr(ino, os, 0) {
+                if let Ok(XattrReply::Data(v)) = self.tree.getxattr(ino, os, len.max(1)) {
+                    out.push((name.to_vec(), v));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}

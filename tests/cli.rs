@@ -1,0 +1,234 @@
+//! The command-line contract: mount, status, unmount, run, and the errors
+//! a user gets for the mistakes they will make.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{CHILD_TIMEOUT, MountFixture, describe_status, is_mounted, stderr, wait_child};
+
+/// Asserts a usage error: exit 2 and one `rewindfs: ...` line mentioning `needle`.
+fn assert_usage_error(out: &Output, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "expected exit 2 ({}); stderr: {err}", describe_status(out));
+    assert!(err.starts_with("rewindfs: "), "error must start with 'rewindfs: ': {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "error must be one line: {err}");
+    assert!(err.contains(needle), "error should mention {needle:?}: {err}");
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "gave up waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    // Zombies count as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .unwrap_or(false)
+}
+
+#[test]
+fn status_json_describes_the_mount() {
+    let fx = MountFixture::new();
+    let e = fx.status_json();
+    assert_eq!(e["mountpoint"].as_str(), Some(s(&fx.mnt)));
+    assert_eq!(e["workspace"].as_str(), Some(s(&fx.ws)));
+    assert_eq!(e["store"].as_str(), Some(s(&fx.store)));
+    let pid = e["pid"].as_i64().expect("pid") as i32;
+    assert!(process_alive(pid), "daemon pid {pid} is not running");
+}
+
+#[test]
+fn mounting_twice_is_refused() {
+    let fx = MountFixture::new();
+    let mnt2 = fx.dir.path().join("mnt2");
+    std::fs::create_dir(&mnt2).unwrap();
+    let store2 = fx.dir.path().join("store2");
+    let out = fx.rewindfs(&["mount", s(&fx.ws), s(&mnt2), "--store", s(&store2)]);
+    assert_usage_error(&out, "already");
+    assert!(!is_mounted(&mnt2));
+
+    // Same store, another workspace.
+    let ws2 = fx.dir.path().join("ws2");
+    std::fs::create_dir(&ws2).unwrap();
+    let out = fx.rewindfs(&["mount", s(&ws2), s(&mnt2), "--store", s(&fx.store)]);
+    assert_usage_error(&out, "store");
+    assert!(!is_mounted(&mnt2));
+    // The first mount still works.
+    std::fs::write(fx.mnt.join("still"), "ok").unwrap();
+}
+
+#[test]
+fn path_problems_are_usage_errors() {
+    let fx = MountFixture::unmounted();
+    let root = fx.dir.path();
+    let out = fx.rewindfs(&["mount", s(&root.join("missing")), s(&fx.mnt), "--store", s(&fx.store)]);
+    assert_usage_error(&out, "does not exist");
+
+    std::fs::write(fx.mnt.join("occupant"), "x").unwrap();
+    let out = fx.rewindfs(&["mount", s(&fx.ws), s(&fx.mnt), "--store", s(&fx.store)]);
+    assert_usage_error(&out, "not an empty directory");
+    std::fs::remove_file(fx.mnt.join("occupant")).unwrap();
+
+    let inside = fx.ws.join("store");
+    let out = fx.rewindfs(&["mount", s(&fx.ws), s(&fx.mnt), "--store", s(&inside)]);
+    assert_usage_error(&out, "outside the workspace");
+
+    let out = fx.rewindfs(&["mount", s(&fx.ws), s(&fx.ws.join("sub")), "--store", s(&fx.store)]);
+    assert_eq!(out.status.code(), Some(2), "mountpoint inside the workspace: {}", stderr(&out));
+    assert!(!is_mounted(&fx.mnt) && !is_mounted(&fx.ws));
+}
+
+#[test]
+fn run_returns_status_and_leaves_an_ordinary_directory() {
+    let fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("before"), "old").unwrap();
+    let script = "grep -q ' rewindfs:' /proc/self/mountinfo && echo mounted > seen; cat before >> seen; echo new > after; exit 7";
+    let out = fx.rewindfs(&["run", s(&fx.ws), "--store", s(&fx.store), "--", "sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(7), "run must exit with the command's status; stderr: {}", stderr(&out));
+    assert!(!is_mounted(&fx.ws), "workspace still mounted after run");
+    assert_eq!(std::fs::read_to_string(fx.ws.join("seen")).unwrap(), "mounted\nold");
+    assert_eq!(std::fs::read_to_string(fx.ws.join("after")).unwrap(), "new\n");
+
+    let out = fx.rewindfs(&["run", s(&fx.ws), "--store", s(&fx.store), "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn run_forwards_sigterm_and_unmounts() {
+    let fx = MountFixture::unmounted();
+    let mut cmd = fx.command();
+    cmd.args(["run", s(&fx.ws), "--store", s(&fx.store), "--", "sh", "-c", "echo $$ > shpid; exec sleep 100"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn rewindfs run");
+    let ws = fx.ws.clone();
+    wait_until("the command started in the mounted workspace", || is_mounted(&ws) && std::fs::metadata(ws.join("shpid")).is_ok_and(|m| m.len() > 0));
+    let cmd_pid: i32 = std::fs::read_to_string(fx.ws.join("shpid")).unwrap().trim().parse().unwrap();
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = wait_child(&mut child, CHILD_TIMEOUT, "rewindfs run (after SIGTERM)");
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "run should exit with the command's status; stderr: {}", stderr(&out));
+    assert!(!process_alive(cmd_pid), "the command (pid {cmd_pid}) did not get the SIGTERM");
+    assert!(!is_mounted(&fx.ws), "workspace still mounted after SIGTERM");
+    assert!(fx.ws.join("shpid").exists(), "the command's file is not in the backing dir");
+}
+
+#[test]
+fn unmount_detaches_a_dead_mount() {
+    let mut fx = MountFixture::new();
+    std::fs::write(fx.mnt.join("f"), "data").unwrap();
+    let pid = fx.daemon_pid();
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_until("the daemon died", || !process_alive(pid));
+    let err = std::fs::metadata(fx.mnt.join("f")).expect_err("a dead mount must not answer");
+    // The kernel answers ECONNABORTED on the first request after the
+    // daemon's death, ENOTCONN afterwards.
+    assert!(matches!(err.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)), "{err}");
+    let out = fx.rewindfs(&["unmount", s(&fx.mnt)]);
+    assert_eq!(out.status.code(), Some(0), "unmount of a dead mount: {}", stderr(&out));
+    fx.forget_mount();
+    assert!(!is_mounted(&fx.mnt));
+    assert_eq!(std::fs::read_to_string(fx.ws.join("f")).unwrap(), "data");
+    // It can be mounted again.
+    fx.mount(false, &[]);
+    assert_eq!(std::fs::read_to_string(fx.mnt.join("f")).unwrap(), "data");
+}
+
+#[test]
+fn in_place_writes_reach_the_backing_dir() {
+    let mut fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("old"), "1").unwrap();
+    fx.mount(true, &[]);
+    assert!(is_mounted(&fx.ws));
+    let e = fx.status_json();
+    assert_eq!(e["in_place"].as_bool(), Some(true), "{e}");
+    std::fs::write(fx.ws.join("new"), "2").unwrap();
+    std::fs::remove_file(fx.ws.join("old")).unwrap();
+    fx.unmount();
+    assert_eq!(std::fs::read_to_string(fx.ws.join("new")).unwrap(), "2");
+    assert!(!fx.ws.join("old").exists());
+}
+
+#[test]
+fn unmount_of_something_not_mounted_fails_cleanly() {
+    let fx = MountFixture::unmounted();
+    let out = fx.rewindfs(&["unmount", s(&fx.mnt)]);
+    assert!(!out.status.success(), "unmount of a plain directory succeeded");
+    assert!(stderr(&out).starts_with("rewindfs: "), "{}", stderr(&out));
+}
+
+/// The fixture itself: a panicking test still unmounts.
+#[test]
+fn fixture_unmounts_when_a_test_panics() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let result = std::thread::spawn(move || {
+        let fx = MountFixture::new();
+        tx.send(fx.mnt.clone()).unwrap();
+        panic!("deliberate panic inside a mounted test");
+    })
+    .join();
+    assert!(result.is_err());
+    let mnt = rx.recv().unwrap();
+    assert!(!is_mounted(&mnt), "{} is still mounted after the test panicked", mnt.display());
+}
+
+/// The fixture itself: a stuck child fails the test instead of hanging it.
+#[test]
+#[should_panic(expected = "timed out")]
+fn stuck_child_fails_the_test() {
+    common::run_with_timeout(std::process::Command::new("sleep").arg("100"), Duration::from_secs(1));
+}
+
+#[test]
+fn unmount_of_a_busy_mount_is_refused_then_lazy_works() {
+    let mut fx = MountFixture::new();
+    std::fs::write(fx.mnt.join("held"), "x").unwrap();
+    let held = std::fs::File::open(fx.mnt.join("held")).unwrap();
+    let out = fx.rewindfs(&["unmount", s(&fx.mnt)]);
+    assert!(!out.status.success(), "unmount of a busy mount succeeded");
+    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    assert!(is_mounted(&fx.mnt), "a refused unmount must leave the mount working");
+    std::fs::write(fx.mnt.join("after"), "still works").unwrap();
+    let pid = fx.daemon_pid();
+    let out = fx.rewindfs(&["unmount", "--lazy", s(&fx.mnt)]);
+    assert!(out.status.success(), "lazy unmount: {}", stderr(&out));
+    fx.forget_mount();
+    assert!(!is_mounted(&fx.mnt));
+    // The open file still works until closed; then the daemon exits.
+    let mut buf = String::new();
+    std::io::Read::read_to_string(&mut &held, &mut buf).unwrap();
+    assert_eq!(buf, "x");
+    drop(held);
+    wait_until("the daemon exited after the last file closed", || !process_alive(pid));
+    assert_eq!(std::fs::read_to_string(fx.ws.join("after")).unwrap(), "still works");
+}
+
+#[test]
+fn run_detaches_lazily_when_a_background_process_holds_the_mount() {
+    let fx = MountFixture::unmounted();
+    let pidfile = fx.dir.path().join("bgpid");
+    let script = format!("echo data > held; sleep 300 < held > /dev/null 2>&1 & echo $! > {}; exit 5", s(&pidfile));
+    let out = fx.rewindfs(&["run", s(&fx.ws), "--store", s(&fx.store), "--", "sh", "-c", &script]);
+    let bg: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let alive = process_alive(bg);
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(bg, libc::SIGKILL) };
+    assert!(alive, "the background process should still have been running");
+    assert_eq!(out.status.code(), Some(5), "run must exit with the command's status; stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("lazily"), "run should say it detached lazily: {}", stderr(&out));
+    wait_until("the lazily detached mount is gone", || !is_mounted(&fx.ws));
+    assert_eq!(std::fs::read_to_string(fx.ws.join("held")).unwrap(), "data\n");
+}

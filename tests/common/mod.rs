@@ -1,0 +1,360 @@
+//! Shared fixture for the mounted end-to-end tests: a temp dir with
+//! `ws/`, `mnt/`, `store/` and `run/`, mounted through the real binary,
+//! unmounted on drop (also when the test panics). Every child process runs
+//! with a timeout, and a process-wide watchdog detaches every mount and
+//! aborts if a test binary runs far too long, so a stuck mount fails the
+//! suite instead of hanging CI.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+/// How long one child process may run before it is killed and the test fails.
+pub const CHILD_TIMEOUT: Duration = Duration::from_secs(120);
+/// Last resort for a whole test binary.
+const WATCHDOG_LIMIT: Duration = Duration::from_secs(600);
+
+/// The unprivileged user the permission tests run as.
+pub const TEST_USER: &str = "rewindfs-test";
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rewindfs")
+}
+
+static PARITY_DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Mountpoints currently mounted by fixtures of this process, for the watchdog.
+static LIVE_MOUNTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live_mounts() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_MOUNTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts the watchdog once per process.
+fn start_watchdog() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(|| {
+                std::thread::sleep(WATCHDOG_LIMIT);
+                eprintln!("watchdog: test binary ran longer than {WATCHDOG_LIMIT:?}; detaching mounts and aborting");
+                for mp in live_mounts().iter() {
+                    let _ = Command::new("umount").arg("-l").arg(mp).status();
+                }
+                std::process::abort();
+            })
+            .expect("cannot start the watchdog thread");
+    });
+}
+
+/// Fails (never skips) when the machine cannot run mounted tests.
+pub fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: mounted tests need FUSE (modprobe fuse, or run the container with --device /dev/fuse)"
+    );
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "mounted tests must run as root (rewindfs opens files by handle); euid is {euid}");
+    start_watchdog();
+}
+
+/// Runs `cmd` to completion with a timeout; on timeout kills its whole
+/// process group and panics. Output is captured.
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let desc = format!("{cmd:?}");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
+    let out = wait_child(&mut child, timeout, &desc);
+    out
+}
+
+/// Waits for a spawned child (stdout/stderr piped) with a timeout.
+pub fn wait_child(child: &mut Child, timeout: Duration, desc: &str) -> Output {
+    let mut readers = Vec::new();
+    for pipe in [child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)] {
+        readers.push(std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        }));
+    }
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() > deadline => {
+                // SAFETY: kill has no memory preconditions; the child leads its own group.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("timed out after {timeout:?}: {desc}");
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("cannot wait for {desc}: {e}"),
+        }
+    };
+    let mut it = readers.into_iter().map(|r| r.join().unwrap_or_default());
+    Output { status, stdout: it.next().unwrap_or_default(), stderr: it.next().unwrap_or_default() }
+}
+
+/// Panics with the output unless the command succeeded.
+pub fn check(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout: {}\nstderr: {}",
+        describe_status(&out),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn describe_status(out: &Output) -> String {
+    match (out.status.code(), out.status.signal()) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        _ => "unknown status".into(),
+    }
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs a shell script in `dir`, asserting success; returns stdout.
+pub fn sh(dir: &Path, script: &str) -> String {
+    let out = run_with_timeout(Command::new("bash").arg("-euo").arg("pipefail").arg("-c").arg(script).current_dir(dir), CHILD_TIMEOUT);
+    stdout(&check(out, &format!("bash script in {}:\n{script}\n", dir.display())))
+}
+
+/// Put before every python3 test program: common imports, and `err(fn,
+/// *args)`, which returns the errno of the call (0 when it succeeds).
+pub const PY_PRELUDE: &str = "import os, errno, stat
+def err(fn, *a):
+    try:
+        fn(*a)
+    except OSError as e:
+        return e.errno
+    return 0
+";
+
+/// A python3 program with the prelude.
+pub fn py_program(code: &str) -> String {
+    format!("{PY_PRELUDE}{code}")
+}
+
+/// Runs a python3 program (with the prelude) in `dir`, asserting success;
+/// returns stdout.
+pub fn py(dir: &Path, code: &str) -> String {
+    let out = run_with_timeout(Command::new("python3").arg("-c").arg(py_program(code)).current_dir(dir), CHILD_TIMEOUT);
+    stdout(&check(out, &format!("python3 in {}:\n{code}\n", dir.display())))
+}
+
+/// Whether `path` is a mountpoint in this process's mount table.
+pub fn is_mounted(path: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let p = path.to_string_lossy().replace(' ', "\\040");
+    text.lines().any(|l| l.split_whitespace().nth(4) == Some(p.as_str()))
+}
+
+/// Creates the unprivileged test user if missing; returns (uid, gid).
+pub fn test_user() -> (u32, u32) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let exists = run_with_timeout(Command::new("id").arg("-u").arg(TEST_USER), CHILD_TIMEOUT).status.success();
+        if !exists {
+            let out = run_with_timeout(Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", TEST_USER]), CHILD_TIMEOUT);
+            // Two test binaries may race to create it.
+            let again = run_with_timeout(Command::new("id").arg("-u").arg(TEST_USER), CHILD_TIMEOUT);
+            assert!(again.status.success(), "cannot create user {TEST_USER}: {}", stderr(&out));
+        }
+    });
+    let uid = stdout(&check(run_with_timeout(Command::new("id").arg("-u").arg(TEST_USER), CHILD_TIMEOUT), "id -u"));
+    let gid = stdout(&check(run_with_timeout(Command::new("id").arg("-g").arg(TEST_USER), CHILD_TIMEOUT), "id -g"));
+    (uid.trim().parse().expect("uid"), gid.trim().parse().expect("gid"))
+}
+
+/// A temp dir with a workspace mounted through the real binary.
+pub struct MountFixture {
+    pub dir: tempfile::TempDir,
+    pub ws: PathBuf,
+    pub mnt: PathBuf,
+    pub store: PathBuf,
+    pub run: PathBuf,
+    /// Where the mount is: `mnt`, or `ws` for an in-place mount.
+    pub mountpoint: PathBuf,
+    mounted: bool,
+}
+
+impl MountFixture {
+    /// The directories, nothing mounted yet.
+    pub fn unmounted() -> MountFixture {
+        require_fuse();
+        let dir = tempfile::Builder::new().prefix("rewindfs-test-").tempdir().expect("cannot create temp dir");
+        // Reachable by the unprivileged test user.
+        sh(dir.path(), "chmod 755 .");
+        let root = dir.path().canonicalize().expect("canonical temp dir");
+        let (ws, mnt, store, run) = (root.join("ws"), root.join("mnt"), root.join("store"), root.join("run"));
+        for d in [&ws, &mnt, &store, &run] {
+            std::fs::create_dir(d).expect("cannot create fixture dir");
+        }
+        let mountpoint = mnt.clone();
+        MountFixture { dir, ws, mnt, store, run, mountpoint, mounted: false }
+    }
+
+    /// `ws` mounted on `mnt` (in place when REWINDFS_TEST_IN_PLACE=1, to put
+    /// a whole test file through an in-place mount).
+    pub fn new() -> MountFixture {
+        Self::with_args(std::env::var_os("REWINDFS_TEST_IN_PLACE").is_some_and(|v| v == "1"), &[])
+    }
+
+    /// `ws` mounted in place.
+    pub fn in_place() -> MountFixture {
+        Self::with_args(true, &[])
+    }
+
+    /// Mounts with extra `rewindfs mount` arguments (e.g. `--passthrough off`).
+    pub fn with_args(in_place: bool, extra: &[&str]) -> MountFixture {
+        let mut fx = Self::unmounted();
+        fx.mount(in_place, extra);
+        fx
+    }
+
+    /// Mounts `ws` (in place, or on `mnt`), asserting success.
+    pub fn mount(&mut self, in_place: bool, extra: &[&str]) {
+        self.mountpoint = if in_place { self.ws.clone() } else { self.mnt.clone() };
+        let mut args: Vec<&str> = vec!["mount", self.ws.to_str().expect("utf-8 path")];
+        if !in_place {
+            args.push(self.mnt.to_str().expect("utf-8 path"));
+        }
+        let store = self.store.to_str().expect("utf-8 path").to_string();
+        args.extend(["--store", &store]);
+        // Arguments for every mount of a run that asks for none itself,
+        // e.g. "--passthrough off" to put the suite through the daemon's
+        // data path.
+        let from_env = std::env::var("REWINDFS_TEST_MOUNT_ARGS").unwrap_or_default();
+        if extra.is_empty() {
+            args.extend(from_env.split_whitespace());
+        }
+        args.extend(extra);
+        check(self.rewindfs(&args), "rewindfs mount");
+        self.mounted = true;
+        live_mounts().push(self.mountpoint.clone());
+        assert!(is_mounted(&self.mountpoint), "{} is not in the mount table after mount", self.mountpoint.display());
+    }
+
+    /// The mounted tree.
+    pub fn path(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// A `rewindfs` command with this fixture's runtime dir and store home.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.env("REWINDFS_RUNTIME_DIR", &self.run).env("REWINDFS_HOME", self.dir.path().join("home"));
+        cmd
+    }
+
+    /// Runs `rewindfs ARGS` with a timeout; the output, whatever the status.
+    pub fn rewindfs(&self, args: &[&str]) -> Output {
+        run_with_timeout(self.command().args(args), CHILD_TIMEOUT)
+    }
+
+    /// Unmounts, asserting success and that the mount is gone.
+    pub fn unmount(&mut self) {
+        let mp = self.mountpoint.to_str().expect("utf-8 path").to_string();
+        check(self.rewindfs(&["unmount", &mp]), "rewindfs unmount");
+        self.forget_mount();
+        assert!(!is_mounted(&self.mountpoint), "{} is still mounted after unmount", self.mountpoint.display());
+    }
+
+    /// Records that the mount is gone (a test unmounted it another way).
+    pub fn forget_mount(&mut self) {
+        self.mounted = false;
+        live_mounts().retain(|p| p != &self.mountpoint);
+    }
+
+    /// This mount's entry in `status -C MOUNT --json`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let mp = self.mountpoint.to_str().expect("utf-8 path").to_string();
+        let out = check(self.rewindfs(&["status", "-C", &mp, "--json"]), "rewindfs status");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json prints JSON");
+        let entry = if v.is_array() { v[0].clone() } else { v };
+        assert!(entry.is_object(), "status --json has no entry for {mp}: {}", stdout(&out));
+        entry
+    }
+
+    /// The daemon's pid, from `status --json`.
+    pub fn daemon_pid(&self) -> i32 {
+        self.status_json()["pid"].as_i64().expect("status has a pid") as i32
+    }
+
+    /// A fresh plain directory beside the mount (same filesystem as the
+    /// backing dir), set up by `setup` exactly as the mount is.
+    pub fn plain_twin(&self, name: &str, setup: &str) -> PathBuf {
+        let plain = self.dir.path().join(name);
+        std::fs::create_dir(&plain).expect("cannot create plain twin");
+        sh(&plain, setup);
+        self.sh(setup);
+        plain
+    }
+
+    /// Runs `program` in a plain directory and in the mount (both set up
+    /// with `setup`), and asserts that they print the same lines.
+    pub fn assert_parity(&self, setup: &str, program: impl Fn(&Path) -> String) {
+        let n = PARITY_DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let plain = self.plain_twin(&format!("plain-{n}"), setup);
+        let (expected, actual) = (program(&plain), program(self.path()));
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .filter(|(x, y)| x != y)
+            .map(|(x, y)| format!("plain: {x}\nmount: {y}"))
+            .collect();
+        assert!(
+            diff.is_empty() && expected.lines().count() == actual.lines().count(),
+            "the mount differs from a plain directory:\n{}\nplain output:\n{expected}\nmount output:\n{actual}",
+            diff.join("\n")
+        );
+    }
+
+    /// Runs a shell script in the mount.
+    pub fn sh(&self, script: &str) -> String {
+        sh(self.path(), script)
+    }
+
+    /// Runs a python3 program in the mount.
+    pub fn py(&self, code: &str) -> String {
+        py(self.path(), code)
+    }
+}
+
+impl Drop for MountFixture {
+    fn drop(&mut self) {
+        if !self.mounted {
+            return;
+        }
+        let mp = self.mountpoint.clone();
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_with_timeout(self.command().arg("unmount").arg(&mp), Duration::from_secs(60)).status.success()
+        }))
+        .unwrap_or(false);
+        if !ok || is_mounted(&mp) {
+            let _ = Command::new("umount").arg("-l").arg(&mp).status();
+        }
+        live_mounts().retain(|p| p != &mp);
+    }
+}

@@ -1,0 +1,91 @@
+//! Issue 3, "the store cannot take a pre-image": the store lives on a
+//! small ext4 image (loop device) that is filled up. A change that needs a
+//! pre-image (overwriting an existing big file) is refused with ENOSPC and
+//! leaves the file unchanged; once space is freed the same change works,
+//! and the checkpoint before it still rebuilds.
+
+mod journal_common;
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use journal_common::*;
+
+struct LoopMount(std::path::PathBuf);
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = run_timeout(30, "umount", &[OsStr::new("-l"), self.0.as_os_str()], None, &[]);
+    }
+}
+
+fn must(o: std::process::Output, what: &str) {
+    assert!(o.status.success(), "{what}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn full_store_refuses_the_change_with_enospc() {
+    let mut f = Fixture::new();
+    let img = f.tmp.path().join("store.img");
+    must(run_timeout(30, "truncate", &[OsStr::new("-s"), OsStr::new("64M"), img.as_os_str()], None, &[]), "truncate");
+    must(run_timeout(60, "mkfs.ext4", &[OsStr::new("-q"), img.as_os_str()], None, &[]), "mkfs.ext4");
+    std::fs::create_dir_all(&f.store).unwrap();
+    must(run_timeout(60, "mount", &[OsStr::new("-o"), OsStr::new("loop"), img.as_os_str(), f.store.as_os_str()], None, &[]), "mount -o loop (are loop devices available?)");
+    let _loop = LoopMount(f.store.clone());
+
+    // 24 MiB of incompressible data in the workspace.
+    let original: Vec<u8> = {
+        let mut h = blake3::Hasher::new();
+        h.update(b"seed");
+        let mut out = vec![0u8; 24 << 20];
+        h.finalize_xof().fill(&mut out);
+        out
+    };
+    std::fs::write(f.ws.join("big.bin"), &original).unwrap();
+    std::fs::write(f.ws.join("small.txt"), "small\n").unwrap();
+    f.mount();
+    let snap0 = f.snapshot("0");
+    // Fill the store's filesystem, leaving well under 24 MiB.
+    let filler = f.store.join("filler");
+    let _ = run_timeout(120, "dd", &[OsStr::new("if=/dev/zero"), OsStr::new(&format!("of={}", filler.display())), OsStr::new("bs=1M")], None, &[]);
+    let df = run_timeout(10, "df", &[OsStr::new("-B1"), OsStr::new("--output=avail"), f.store.as_os_str()], None, &[]);
+    eprintln!("store filesystem after filling: {}", String::from_utf8_lossy(&df.stdout).replace('\n', " "));
+    // Give SQLite room for its journal, not the store room for 24 MiB.
+    let len = std::fs::metadata(&filler).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&filler).unwrap().set_len(len - (4 << 20)).unwrap();
+
+    // Overwrite 1 MiB in place in the big file: needs its pre-image.
+    let target = f.mnt.join("big.bin");
+    let o = run_timeout(120, "dd", &[OsStr::new("if=/dev/zero"), OsStr::new(&format!("of={}", target.display())), OsStr::new("bs=1M"), OsStr::new("count=1"), OsStr::new("conv=notrunc")], None, &[]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "dd over a big file succeeded with a full store: {err}");
+    assert!(err.contains("No space left on device"), "dd failed, but not with ENOSPC: {err}");
+    // Truncation needs the pre-image too.
+    let t = run_timeout(60, "truncate", &[OsStr::new("-s"), OsStr::new("0"), target.as_os_str()], None, &[]);
+    assert!(!t.status.success() && String::from_utf8_lossy(&t.stderr).contains("No space left on device"), "truncate: {:?} {}", t.status, String::from_utf8_lossy(&t.stderr));
+    assert!(std::fs::read(&target).unwrap() == original, "big.bin changed although its pre-image could not be recorded");
+    assert!(std::fs::read(f.ws.join("big.bin")).unwrap() == original, "backing big.bin changed");
+
+    // Free space: the same change goes through.
+    std::fs::remove_file(&filler).unwrap();
+    let o = run_timeout(120, "dd", &[OsStr::new("if=/dev/zero"), OsStr::new(&format!("of={}", target.display())), OsStr::new("bs=1M"), OsStr::new("count=1"), OsStr::new("conv=notrunc")], None, &[]);
+    assert!(o.status.success(), "dd after freeing space: {}", String::from_utf8_lossy(&o.stderr));
+    let now = std::fs::read(&target).unwrap();
+    assert!(now[..1 << 20].iter().all(|b| *b == 0) && now[1 << 20..] == original[1 << 20..]);
+    let snap1 = f.snapshot("1");
+    assert_eq!(f.turn("after"), 1);
+    f.unmount();
+
+    let off = Offline::open(&f.ws, &f.store);
+    let mut errs = Vec::new();
+    for (n, s) in [(0, &snap0), (1, &snap1)] {
+        if let Err(e) = off.check(n, s, "copy") {
+            errs.push(e);
+        }
+    }
+    let v = off.journal.store().verify().unwrap();
+    assert!(v.corrupt.is_empty(), "corrupt chunks after ENOSPC: {:?}", v.corrupt);
+    assert!(errs.is_empty(), "{}", errs.join("\n"));
+    drop(off);
+    assert!(Path::new(&f.store).exists());
+}
