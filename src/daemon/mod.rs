@@ -202,7 +202,7 @@ fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
                 return;
             }
             let (changes, idle) = ctx.journal.activity();
-            if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) {
+            if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) && !ctx.tree.writers_active_within(quiet) {
                 match seal(&ctx, &TurnInfo::default(), Reason::Auto) {
                     Ok(n) => info!("quiet for {:?}: sealed checkpoint {n}", quiet),
                     Err(e) => warn!("{e}"),

@@ -232,6 +232,20 @@ impl LiveTree {
         self.writers.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&ino)
     }
 
+    /// Whether a file open for writing was modified within `window`
+    /// (writes through passthrough or mmap never reach the daemon).
+    pub fn writers_active_within(&self, window: std::time::Duration) -> bool {
+        let inos: Vec<Ino> = self.writers.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        let now = std::time::SystemTime::now();
+        inos.into_iter().any(|ino| {
+            self.open_path_fd(ino)
+                .ok()
+                .and_then(|fd| rustix::fs::fstat(&fd).ok())
+                .map(|st| Attr::from_stat(ino, &st).mtime)
+                .is_some_and(|m| now.duration_since(m).map(|d| d < window).unwrap_or(true))
+        })
+    }
+
     fn add_writer(&self, ino: Ino) {
         *self.writers.lock().unwrap_or_else(|p| p.into_inner()).entry(ino).or_insert(0) += 1;
     }
@@ -671,6 +685,9 @@ impl LiveTree {
         let file = self.file(fh)?;
         // Recorded when opened for writing (and again at each turn boundary).
         let _rec = self.recording();
+        if let Some(r) = &_rec {
+            r.journal.touch();
+        }
         file.file.write_all_at(data, offset).map_err(Errno::from)?;
         Ok(data.len() as u32)
     }
