@@ -155,6 +155,7 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         cache_timeout: Duration::from_secs(opts.cache_timeout),
         threads: opts.threads.max(1),
         auto_turn: (opts.auto_turn > 0.0).then(|| Duration::from_secs_f64(opts.auto_turn)),
+        record: !opts.no_record,
     })
 }
 
@@ -198,6 +199,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .arg(spec.threads.to_string())
         .arg("--auto-turn")
         .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
+        .args(if spec.record { None } else { Some("--no-record") })
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")

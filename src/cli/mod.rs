@@ -209,6 +209,10 @@ pub struct MountOpts {
     /// since a harness knows where turns end. 0 disables it.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub auto_turn: f64,
+    /// Serve the workspace without recording anything (for measuring the
+    /// cost of recording; history, views and rewind are unavailable).
+    #[arg(long, hide = true)]
+    pub no_record: bool,
 }
 
 #[derive(Args, Debug)]

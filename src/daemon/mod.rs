@@ -37,6 +37,8 @@ pub struct MountSpec {
     /// Seal a checkpoint after this long without writes (until a harness
     /// calls `turn`, which turns this off for the rest of the mount).
     pub auto_turn: Option<Duration>,
+    /// Record pre-images (off only to measure what recording costs).
+    pub record: bool,
 }
 
 impl MountSpec {
@@ -111,7 +113,11 @@ fn start(spec: &MountSpec) -> Result<Started> {
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
-    let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?.with_attic(&spec.store.join("attic"))?);
+    let recording = if spec.record { Some(journal.clone()) } else { None };
+    if !spec.record {
+        warn!("recording is off for {}: nothing will be undoable", spec.workspace.display());
+    }
+    let tree = Arc::new(LiveTree::new(&spec.workspace, recording)?.with_attic(&spec.store.join("attic"))?);
     match tree.load_pending() {
         Ok(0) => {}
         Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
