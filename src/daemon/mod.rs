@@ -506,13 +506,12 @@ fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+        if b[i] == b'\\' && i + 3 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
                 out.push(v);
                 i += 4;
                 continue;
             }
-        }
         out.push(b[i]);
         i += 1;
     }

@@ -75,11 +75,10 @@ fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeSta
     if let (Some(ha), Some(hb)) = (&sa.content_hash, &sb.content_hash) {
         return Ok(ha == hb);
     }
-    if let (Content::Live(ha), Content::Live(hb)) = (&sa.content, &sb.content) {
-        if ha == hb {
+    if let (Content::Live(ha), Content::Live(hb)) = (&sa.content, &sb.content)
+        && ha == hb {
             return Ok(true);
         }
-    }
     Ok(a.read_all(sa)? == b.read_all(sb)?)
 }
 

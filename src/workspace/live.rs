@@ -391,11 +391,10 @@ impl LiveTree {
     }
 
     pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>, caller: Caller) -> Res<Attr> {
-        if set.size.is_some() {
-            if let Some((handle, _)) = self.objects.get(ino) {
+        if set.size.is_some()
+            && let Some((handle, _)) = self.objects.get(ino) {
                 self.settle(&handle)?;
             }
-        }
         let rec = self.recording();
         if let Some(r) = &rec {
             self.capture_ino(r.journal, ino, set.size.is_some(), caller)?;
@@ -586,11 +585,10 @@ impl LiveTree {
         rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, flags)?;
         if let Some(victim) = replaced {
             // Renaming a name onto a hard link of itself changes nothing.
-            if let Ok((ino, _)) = self.peek(to.as_fd(), new_name) {
-                if ino != victim.ino {
+            if let Ok((ino, _)) = self.peek(to.as_fd(), new_name)
+                && ino != victim.ino {
                     self.note_removed(victim);
                 }
-            }
         }
         Ok(())
     }
@@ -815,6 +813,25 @@ impl LiveTree {
         Ok(XattrReply::Data(buf))
     }
 
+    /// Every xattr of an object, sorted by name (empty when unreadable).
+    pub fn xattrs_of(&self, ino: Ino) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let Ok(XattrReply::Size(n)) = self.listxattr(ino, 0) else { return out };
+        if n == 0 {
+            return out;
+        }
+        let Ok(XattrReply::Data(names)) = self.listxattr(ino, n) else { return out };
+        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            let os = OsStr::from_bytes(name);
+            if let Ok(XattrReply::Size(len)) = self.getxattr(ino, os, 0)
+                && let Ok(XattrReply::Data(v)) = self.getxattr(ino, os, len.max(1)) {
+                    out.push((name.to_vec(), v));
+                }
+        }
+        out.sort();
+        out
+    }
+
     pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, caller: Caller) -> Res<()> {
         let _rec = self.recording();
         if let Some(r) = &_rec {
@@ -871,16 +888,14 @@ impl LiveTree {
                     continue;
                 }
                 let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
-                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns {
-                    if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name) {
+                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns
+                    && let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name) {
                         out.push((h.to_bytes(), crate::workspace::capture::kind_code(Kind::from_mode(st.st_mode))));
                     }
-                }
-                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-                    if let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name) {
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                    && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name) {
                         stack.push(sub);
                     }
-                }
             }
         }
         Ok(out)
