@@ -522,7 +522,13 @@ impl LiveTree {
         if let Some(r) = &rec {
             self.capture_entry(r.journal, dir.as_fd(), name, caller)?;
             let last = Self::is_last_link(dir.as_fd(), name);
-            let oid = self.capture_named(r.journal, dir.as_fd(), name, last && self.attic.is_none(), caller)?;
+            // Moved to the attic, the object keeps its attributes, xattrs
+            // and bytes: history reads them there, nothing to copy.
+            let oid = if last && self.attic.is_some() {
+                self.object_id_named(r.journal, dir.as_fd(), name)?
+            } else {
+                self.capture_named(r.journal, dir.as_fd(), name, last, caller)?
+            };
             if let (true, Some(oid)) = (last && self.attic.is_some(), oid) {
                 if self.to_attic(dir.as_fd(), name, oid)? {
                     self.note_removed(victim);
@@ -562,7 +568,11 @@ impl LiveTree {
                 let source = self.peek(from.as_fd(), name)?.1;
                 let victim = self.peek(to.as_fd(), new_name)?.1;
                 let movable = self.attic.is_some() && source.kind != Kind::Dir && source.ino != victim.ino;
-                let oid = self.capture_named(r.journal, to.as_fd(), new_name, !movable, caller)?;
+                let oid = if movable {
+                    self.object_id_named(r.journal, to.as_fd(), new_name)?
+                } else {
+                    self.capture_named(r.journal, to.as_fd(), new_name, true, caller)?
+                };
                 if let (true, Some(oid)) = (movable, oid) {
                     // Swap atomically (readers of the new name never see it
                     // missing), then move the replaced file, now under the
