@@ -124,11 +124,10 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     let store_abs = std::path::absolute(&store_arg).map_err(|e| Error::io("bad store path", e))?;
     // Checked before anything is created: a refused store leaves no trace.
     let store_parent = store_abs.ancestors().find(|a| a.exists()).and_then(|a| a.canonicalize().ok());
-    if let Some(existing) = store_parent {
-        if is_within(&existing, &ws) || is_within(&existing, &mp) {
+    if let Some(existing) = store_parent
+        && (is_within(&existing, &ws) || is_within(&existing, &mp)) {
             return Err(Error::path(&store_abs, "the store must be outside the workspace (the agent must not be able to write history)"));
         }
-    }
     std::fs::create_dir_all(&store_abs).map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
     let store = store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
     if is_within(&store, &ws) || is_within(&store, &mp) {
@@ -155,6 +154,7 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         cache_timeout: Duration::from_secs(opts.cache_timeout),
         threads: opts.threads.max(1),
         auto_turn: (opts.auto_turn > 0.0).then(|| Duration::from_secs_f64(opts.auto_turn)),
+        record: !opts.no_record,
     })
 }
 
@@ -198,6 +198,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .arg(spec.threads.to_string())
         .arg("--auto-turn")
         .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
+        .args(if spec.record { None } else { Some("--no-record") })
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")
@@ -225,7 +226,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     let _ = child.kill();
     let _ = child.wait();
     match line.strip_prefix("error: ") {
-        Some(msg) if msg.trim().len() > 0 => Err(Error::Usage(msg.trim().to_string())),
+        Some(msg) if !msg.trim().is_empty() => Err(Error::Usage(msg.trim().to_string())),
         _ => Err(Error::Daemon(format!("the daemon failed to start; see {}", log_path.display()))),
     }
 }

@@ -105,7 +105,8 @@ pub struct RestoreArgs {
     /// Only list what would change.
     #[arg(long)]
     pub dry_run: bool,
-    /// Paths to restore (relative to the current directory, inside the mount).
+    /// Paths to restore (relative to the current directory when it is inside
+    /// the mount, otherwise to the mount root).
     #[arg(last = true, required = true)]
     pub paths: Vec<PathBuf>,
 }
@@ -168,7 +169,8 @@ pub struct DiffArgs {
     /// One line per file with added/removed line counts instead of patches.
     #[arg(long)]
     pub stat: bool,
-    /// Restrict to these paths (relative to the current directory, inside the mount).
+    /// Restrict to these paths (relative to the current directory when it is
+    /// inside the mount, otherwise to the mount root).
     #[arg(last = true)]
     pub paths: Vec<PathBuf>,
 }
@@ -207,6 +209,10 @@ pub struct MountOpts {
     /// since a harness knows where turns end. 0 disables it.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub auto_turn: f64,
+    /// Serve the workspace without recording anything (for measuring the
+    /// cost of recording; history, views and rewind are unavailable).
+    #[arg(long, hide = true)]
+    pub no_record: bool,
 }
 
 #[derive(Args, Debug)]

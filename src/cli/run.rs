@@ -14,16 +14,28 @@ use crate::sys;
 
 /// A short demonstration run when no workspace is given.
 const DEMO_SCRIPT: &str = r#"set -e
+R="${REWINDFS:-rewindfs}"
 echo "== inside $(pwd), mounted by rewindfs"
 ls -la
-echo "== an agent edits, builds, deletes:"
+"$R" turn --message-id before-agent
+echo "== an agent edits, builds, deletes (shell commands included):"
 echo 'print("hello from the agent")' > hello.py
 mkdir -p build && for i in 1 2 3; do echo "object $i" > build/obj$i.o; done
 sed -i 's/world/rewindfs/' README.txt
 rm -f old-notes.txt
 ls -la . build
-echo "== status:"
-rewindfs status
+"$R" turn --message-id after-agent
+echo "== what changed since message before-agent:"
+"$R" diff before-agent --stat
+echo "== the past, as a plain folder:"
+ls -la .rewindfs/messages/before-agent/
+cat .rewindfs/messages/before-agent/README.txt
+echo "== rewind the whole tree:"
+"$R" rewind before-agent
+ls -la
+echo "== history (x = abandoned branch, still browsable):"
+"$R" log --graph
+"$R" status
 "#;
 
 fn demo_workspace() -> Result<PathBuf> {
@@ -70,6 +82,7 @@ fn run_child(command: &[String], cwd: &std::path::Path) -> Result<i32> {
     let mut child = Command::new(program)
         .args(rest)
         .current_dir(cwd)
+        .env("REWINDFS", std::env::current_exe().unwrap_or_else(|_| "rewindfs".into()))
         .spawn()
         .map_err(|e| Error::io(format!("cannot run {program}"), e))?;
     loop {

@@ -37,6 +37,8 @@ pub struct MountSpec {
     /// Seal a checkpoint after this long without writes (until a harness
     /// calls `turn`, which turns this off for the rest of the mount).
     pub auto_turn: Option<Duration>,
+    /// Record pre-images (off only to measure what recording costs).
+    pub record: bool,
 }
 
 impl MountSpec {
@@ -111,7 +113,11 @@ fn start(spec: &MountSpec) -> Result<Started> {
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
-    let tree = Arc::new(LiveTree::new(&spec.workspace, Some(journal.clone()))?.with_attic(&spec.store.join("attic"))?);
+    let recording = if spec.record { Some(journal.clone()) } else { None };
+    if !spec.record {
+        warn!("recording is off for {}: nothing will be undoable", spec.workspace.display());
+    }
+    let tree = Arc::new(LiveTree::new(&spec.workspace, recording)?.with_attic(&spec.store.join("attic"))?);
     match tree.load_pending() {
         Ok(0) => {}
         Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
@@ -202,7 +208,7 @@ fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
                 return;
             }
             let (changes, idle) = ctx.journal.activity();
-            if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) {
+            if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) && !ctx.tree.writers_active_within(quiet) {
                 match seal(&ctx, &TurnInfo::default(), Reason::Auto) {
                     Ok(n) => info!("quiet for {:?}: sealed checkpoint {n}", quiet),
                     Err(e) => warn!("{e}"),
@@ -500,13 +506,12 @@ fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+        if b[i] == b'\\' && i + 3 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
                 out.push(v);
                 i += 4;
                 continue;
             }
-        }
         out.push(b[i]);
         i += 1;
     }

@@ -235,6 +235,16 @@ impl Filesystem for LiveFs {
                 view::getattr_entry(b, reply)
             }
             Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+            // A negative entry (inode 0) the kernel may cache: compilers and
+            // git look up many names that do not exist, and every create
+            // starts with a lookup. The daemon is the only writer, and names
+            // it creates behind the kernel's back (restore, rewind) are
+            // invalidated.
+            Err(e) if e == Errno::ENOENT => {
+                let mut negative = placeholder(Ino(0), Kind::File);
+                negative.nlink = 0;
+                reply.entry(&self.ttl(), &file_attr(&negative), Generation(0))
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -461,8 +471,9 @@ impl Filesystem for LiveFs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        reply.ok();
+        // Nothing to do on close (locks are the kernel's, data is written
+        // through); ENOSYS makes the kernel stop sending flush at all.
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn release(

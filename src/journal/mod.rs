@@ -359,7 +359,7 @@ impl Journal {
     pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>, cacheable: bool) -> JournalResult<()> {
         let mut inner = self.lock();
         let turn = inner.turn;
-        inner.append(LogRecord::ObjectPre { turn, object: object.0, state: state.into(), program: program.map(str::to_string) })?;
+        inner.append(LogRecord::ObjectPre { turn, object: object.0, state: state.clone(), program: program.map(str::to_string) })?;
         if let Some((hash, chunks)) = &state.content {
             if cacheable {
                 inner.append(LogRecord::Known { object: object.0, ctime_ns: state.ctime_ns, size: state.size, hash: hash.clone(), chunks: chunks.clone() })?;

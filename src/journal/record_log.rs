@@ -27,66 +27,11 @@ pub enum LogRecord {
     /// An entry pre-image.
     Entry { turn: i64, dir: i64, name: Vec<u8>, target: Option<i64>, program: Option<String> },
     /// An object pre-image.
-    ObjectPre { turn: i64, object: i64, state: LoggedState, program: Option<String> },
+    ObjectPre { turn: i64, object: i64, state: ObjectState, program: Option<String> },
     /// Content known for an object at a ctime and size.
     Known { object: i64, ctime_ns: i64, size: u64, hash: Vec<u8>, chunks: Vec<u8> },
     /// A directory was created in `turn`.
     Born { id: i64, turn: i64 },
-}
-
-/// `ObjectState` in a serialisable form.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct LoggedState {
-    pub kind: u8,
-    pub perm: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub rdev: u64,
-    pub size: u64,
-    pub mtime_ns: i64,
-    pub ctime_ns: i64,
-    pub nlink: u32,
-    pub target: Option<Vec<u8>>,
-    pub xattrs: Vec<u8>,
-    pub content: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl From<&ObjectState> for LoggedState {
-    fn from(s: &ObjectState) -> Self {
-        LoggedState {
-            kind: s.kind,
-            perm: s.perm,
-            uid: s.uid,
-            gid: s.gid,
-            rdev: s.rdev,
-            size: s.size,
-            mtime_ns: s.mtime_ns,
-            ctime_ns: s.ctime_ns,
-            nlink: s.nlink,
-            target: s.target.clone(),
-            xattrs: s.xattrs.clone(),
-            content: s.content.clone(),
-        }
-    }
-}
-
-impl From<&LoggedState> for ObjectState {
-    fn from(s: &LoggedState) -> Self {
-        ObjectState {
-            kind: s.kind,
-            perm: s.perm,
-            uid: s.uid,
-            gid: s.gid,
-            rdev: s.rdev,
-            size: s.size,
-            mtime_ns: s.mtime_ns,
-            ctime_ns: s.ctime_ns,
-            nlink: s.nlink,
-            target: s.target.clone(),
-            xattrs: s.xattrs.clone(),
-            content: s.content.clone(),
-        }
-    }
 }
 
 /// Applies records to the database (inside the caller's transaction).
@@ -98,7 +43,7 @@ pub fn fold(meta: &Meta, records: &[LogRecord]) -> MetaResult<()> {
                 meta.record_entry(*turn, ObjectId(*dir), name, target.map(ObjectId), program.as_deref())?;
             }
             LogRecord::ObjectPre { turn, object, state, program } => {
-                meta.record_object(*turn, ObjectId(*object), &ObjectState::from(state), program.as_deref())?
+                meta.record_object(*turn, ObjectId(*object), state, program.as_deref())?
             }
             LogRecord::Known { object, ctime_ns, size, hash, chunks } => {
                 meta.set_known_content(ObjectId(*object), *ctime_ns, *size, hash, chunks)?

@@ -113,7 +113,7 @@ pub struct Checkpoint {
 }
 
 /// The recorded state of an object before the first change in a turn.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ObjectState {
     pub kind: u8,
     pub perm: u32,

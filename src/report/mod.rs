@@ -75,11 +75,10 @@ fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeSta
     if let (Some(ha), Some(hb)) = (&sa.content_hash, &sb.content_hash) {
         return Ok(ha == hb);
     }
-    if let (Content::Live(ha), Content::Live(hb)) = (&sa.content, &sb.content) {
-        if ha == hb {
+    if let (Content::Live(ha), Content::Live(hb)) = (&sa.content, &sb.content)
+        && ha == hb {
             return Ok(true);
         }
-    }
     Ok(a.read_all(sa)? == b.read_all(sb)?)
 }
 
@@ -276,6 +275,12 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
     let entries = journal.with_meta(|m| m.entries_in_turn(turn))?;
     let objects = journal.with_meta(|m| m.objects_in_turn(turn))?;
     let mut seen: HashSet<ObjectId> = HashSet::new();
+    // Files counted by their own records, also those without an object id
+    // (created in this turn).
+    // A rename counts as a deletion and an addition, as in `diff`: the two
+    // sides are deduplicated separately.
+    let mut seen_pre: HashSet<Node> = HashSet::new();
+    let mut seen_post: HashSet<Node> = HashSet::new();
     let count = |f: &FileChange, s: &mut TurnSummary| {
         match f.change {
             ChangeKind::Added => s.files_added += 1,
@@ -326,6 +331,12 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
         for id in [before.as_ref().and_then(|n| n.id), after.as_ref().and_then(|n| n.id)].into_iter().flatten() {
             seen.insert(id);
         }
+        if kind != ChangeKind::Added {
+            seen_pre.extend(before.iter().cloned());
+        }
+        if kind != ChangeKind::Deleted {
+            seen_post.extend(after.iter().cloned());
+        }
         let fc = change(path, kind, pre, fa, post, fb, false)?;
         count(&fc, s);
     }
@@ -351,10 +362,10 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
     }
     for (gone, new) in dir_changes {
         if let Some(d) = gone {
-            count_subtree(pre, &d, &mut seen, ChangeKind::Deleted, s)?;
+            count_subtree(pre, &d, &mut seen_pre, ChangeKind::Deleted, s)?;
         }
         if let Some(d) = new {
-            count_subtree(post, &d, &mut seen, ChangeKind::Added, s)?;
+            count_subtree(post, &d, &mut seen_post, ChangeKind::Added, s)?;
         }
     }
     Ok(())
@@ -362,17 +373,21 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
 
 /// Counts the files under a directory that appeared or disappeared whole
 /// (a directory rename is one record, but its files moved).
-fn count_subtree(view: &TreeView<'_>, dir: &Node, seen: &mut HashSet<ObjectId>, kind: ChangeKind, s: &mut TurnSummary) -> ViewResult<()> {
+fn count_subtree(
+    view: &TreeView<'_>,
+    dir: &Node,
+    seen_nodes: &mut HashSet<Node>,
+    kind: ChangeKind,
+    s: &mut TurnSummary,
+) -> ViewResult<()> {
     for (name, child) in view.list(dir)? {
         let Ok(state) = view.state(&child) else { continue };
         if state.is_dir() {
-            count_subtree(view, &child, seen, kind.clone(), s)?;
+            count_subtree(view, &child, seen_nodes, kind.clone(), s)?;
             continue;
         }
-        if let Some(id) = child.id {
-            if !seen.insert(id) {
-                continue;
-            }
+        if !seen_nodes.insert(child.clone()) {
+            continue;
         }
         let lines = if state.is_file() && state.size <= MAX_DIFF_BYTES {
             let data = view.read_all(&state)?;

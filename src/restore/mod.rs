@@ -303,7 +303,7 @@ impl Ctx<'_> {
         if live.gid != state.gid {
             set.gid = Some(state.gid);
         }
-        let live_x = self.tree_xattrs(ino);
+        let live_x = self.tree.xattrs_of(ino);
         let xattrs_differ = live_x != state.xattrs;
         if set.mode.is_none() && set.uid.is_none() && set.gid.is_none() && live.mtime == mtime && !xattrs_differ {
             return Ok(());
@@ -331,25 +331,6 @@ impl Ctx<'_> {
         self.tree.setattr(ino, set, None, self.caller).map_err(|e| live_err(path, e))?;
         self.touched.inodes.insert(ino);
         Ok(())
-    }
-
-    fn tree_xattrs(&self, ino: Ino) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = Vec::new();
-        let Ok(crate::workspace::XattrReply::Size(n)) = self.tree.listxattr(ino, 0) else { return out };
-        if n == 0 {
-            return out;
-        }
-        let Ok(crate::workspace::XattrReply::Data(names)) = self.tree.listxattr(ino, n) else { return out };
-        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-            let os = OsStr::from_bytes_compat(name);
-            if let Ok(crate::workspace::XattrReply::Size(len)) = self.tree.getxattr(ino, os, 0) {
-                if let Ok(crate::workspace::XattrReply::Data(v)) = self.tree.getxattr(ino, os, len.max(1)) {
-                    out.push((name.to_vec(), v));
-                }
-            }
-        }
-        out.sort();
-        out
     }
 
     /// Writes the file next to its place under a temporary name, then
@@ -380,11 +361,10 @@ impl Ctx<'_> {
             let _ = self.tree.unlink(dir, &temp, self.caller);
             return Err(e);
         }
-        if let Some(live) = self.tree.child(dir, name).map_err(|e| live_err(path, e))? {
-            if live.kind == Kind::Dir {
+        if let Some(live) = self.tree.child(dir, name).map_err(|e| live_err(path, e))?
+            && live.kind == Kind::Dir {
                 self.remove_quiet(dir, name, live, path)?;
             }
-        }
         self.tree.rename(dir, &temp, dir, name, 0, self.caller).map_err(|e| live_err(path, e))?;
         self.touch(dir, &temp);
         self.touch(dir, name);

@@ -31,7 +31,7 @@ use crate::store::ContentRef;
 use crate::sys::{self, FileHandle};
 use crate::view::{Content, Node, NodeState, TreeView};
 use crate::workspace::capture::kind_code;
-use crate::workspace::{Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
+use crate::workspace::{Caller, Kind, LiveTree, SetAttr, SetTime};
 
 fn err(what: String, errno: Errno) -> RestoreError {
     RestoreError::Live { path: what, errno }
@@ -194,12 +194,11 @@ impl Rewinder<'_> {
     }
 
     fn touch(&mut self, dir: BorrowedFd<'_>, name: &OsStr) {
-        if let Ok(h) = sys::name_to_handle_at(dir, OsStr::new("")) {
-            if let Some(ino) = self.tree.known_ino(&h) {
+        if let Ok(h) = sys::name_to_handle_at(dir, OsStr::new(""))
+            && let Some(ino) = self.tree.known_ino(&h) {
                 self.touched.entries.insert((ino, name.to_os_string()));
                 self.touched.inodes.insert(ino);
             }
-        }
     }
 
     /// Step 1: the object at `name` leaves for the attic, whole.
@@ -207,13 +206,11 @@ impl Rewinder<'_> {
         let os = OsStr::from_bytes(name);
         self.tree.capture_entry(self.journal, dir, os, self.caller).map_err(|e| err(self.display(name), e))?;
         self.tree.capture_named(self.journal, dir, os, false, self.caller).map_err(|e| err(self.display(name), e))?;
-        if let Ok(fd) = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
-            if let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")) {
-                if let Some(ino) = self.tree.known_ino(&h) {
+        if let Ok(fd) = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+            && let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))
+                && let Some(ino) = self.tree.known_ino(&h) {
                     self.touched.inodes.insert(ino);
                 }
-            }
-        }
         let st = rustix::fs::statat(dir, os, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
             // One of several names: the object stays alive under the others.
@@ -472,7 +469,7 @@ impl Rewinder<'_> {
         if live.kind != Kind::Symlink && live.mtime != mtime {
             set.mtime = Some(SetTime::At(mtime));
         }
-        let live_x = self.tree_xattrs(ino);
+        let live_x = self.tree.xattrs_of(ino);
         if live_x != state.xattrs {
             for (n, _) in &live_x {
                 if !state.xattrs.iter().any(|(m, _)| m == n) {
@@ -488,25 +485,5 @@ impl Rewinder<'_> {
             self.touched.inodes.insert(ino);
         }
         Ok(())
-    }
-
-    fn tree_xattrs(&self, ino: Ino) -> Vec<(Vec<u8>, Vec<u8>)> {
-        use crate::workspace::XattrReply;
-        let mut out = Vec::new();
-        let Ok(XattrReply::Size(n)) = self.tree.listxattr(ino, 0) else { return out };
-        if n == 0 {
-            return out;
-        }
-        let Ok(XattrReply::Data(names)) = self.tree.listxattr(ino, n) else { return out };
-        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-            let os = OsStr::from_bytes(name);
-            if let Ok(XattrReply::Size(len)) = self.tree.getxattr(ino, os, 0) {
-                if let Ok(XattrReply::Data(v)) = self.tree.getxattr(ino, os, len.max(1)) {
-                    out.push((name.to_vec(), v));
-                }
-            }
-        }
-        out.sort();
-        out
     }
 }

@@ -891,7 +891,7 @@ impl Writer {
                 }
                 Err(e) => {
                     log::error!("cannot cut pack {} back to {start} after a failed append: {e}", pack.path.display());
-                    return Err(AppendError::Torn(result.err().expect("checked above")));
+                    return Err(AppendError::Torn(result.expect_err("checked above")));
                 }
             }
         } else {
@@ -908,7 +908,7 @@ impl Writer {
             raw_len: header.raw_len,
             codec: header.codec as u8,
         };
-        pack.file.write_all_at(&record, loc.offset).map_err(|e| {
+        pack.file.write_all_at(record, loc.offset).map_err(|e| {
             StoreError::io(
                 format!(
                     "appending chunk {} to pack {}",

@@ -165,11 +165,10 @@ impl<'a> TreeView<'a> {
         if self.from == i64::MAX {
             return Ok(());
         }
-        if let Some(t) = self.journal.with_meta(|m| m.taint_after(id, self.from))? {
-            if recorded_turn.is_none_or(|r| r >= t) {
+        if let Some(t) = self.journal.with_meta(|m| m.taint_after(id, self.from))?
+            && recorded_turn.is_none_or(|r| r >= t) {
                 return Err(ViewError::ChangedOutside(id, t));
             }
-        }
         Ok(())
     }
 

@@ -96,6 +96,19 @@ impl LiveTree {
         self.capture_fd(journal, dir, dir_id, false, program.as_deref())
     }
 
+    /// The object id of `name` in `dir`, if it exists (nothing recorded
+    /// but the id).
+    pub(crate) fn object_id_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<ObjectId>> {
+        match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => {
+                let st = rustix::fs::fstat(&fd)?;
+                Ok(Some(self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?))
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Records the state of the object `name` in `dir` (with its content
     /// when `content`), if it exists; returns its id.
     pub(crate) fn capture_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, content: bool, caller: Caller) -> Res<Option<ObjectId>> {

@@ -232,6 +232,20 @@ impl LiveTree {
         self.writers.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&ino)
     }
 
+    /// Whether a file open for writing was modified within `window`
+    /// (writes through passthrough or mmap never reach the daemon).
+    pub fn writers_active_within(&self, window: std::time::Duration) -> bool {
+        let inos: Vec<Ino> = self.writers.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        let now = std::time::SystemTime::now();
+        inos.into_iter().any(|ino| {
+            self.open_path_fd(ino)
+                .ok()
+                .and_then(|fd| rustix::fs::fstat(&fd).ok())
+                .map(|st| Attr::from_stat(ino, &st).mtime)
+                .is_some_and(|m| now.duration_since(m).map(|d| d < window).unwrap_or(true))
+        })
+    }
+
     fn add_writer(&self, ino: Ino) {
         *self.writers.lock().unwrap_or_else(|p| p.into_inner()).entry(ino).or_insert(0) += 1;
     }
@@ -377,11 +391,10 @@ impl LiveTree {
     }
 
     pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>, caller: Caller) -> Res<Attr> {
-        if set.size.is_some() {
-            if let Some((handle, _)) = self.objects.get(ino) {
+        if set.size.is_some()
+            && let Some((handle, _)) = self.objects.get(ino) {
                 self.settle(&handle)?;
             }
-        }
         let rec = self.recording();
         if let Some(r) = &rec {
             self.capture_ino(r.journal, ino, set.size.is_some(), caller)?;
@@ -509,7 +522,13 @@ impl LiveTree {
         if let Some(r) = &rec {
             self.capture_entry(r.journal, dir.as_fd(), name, caller)?;
             let last = Self::is_last_link(dir.as_fd(), name);
-            let oid = self.capture_named(r.journal, dir.as_fd(), name, last && self.attic.is_none(), caller)?;
+            // Moved to the attic, the object keeps its attributes, xattrs
+            // and bytes: history reads them there, nothing to copy.
+            let oid = if last && self.attic.is_some() {
+                self.object_id_named(r.journal, dir.as_fd(), name)?
+            } else {
+                self.capture_named(r.journal, dir.as_fd(), name, last, caller)?
+            };
             if let (true, Some(oid)) = (last && self.attic.is_some(), oid) {
                 if self.to_attic(dir.as_fd(), name, oid)? {
                     self.note_removed(victim);
@@ -549,7 +568,11 @@ impl LiveTree {
                 let source = self.peek(from.as_fd(), name)?.1;
                 let victim = self.peek(to.as_fd(), new_name)?.1;
                 let movable = self.attic.is_some() && source.kind != Kind::Dir && source.ino != victim.ino;
-                let oid = self.capture_named(r.journal, to.as_fd(), new_name, !movable, caller)?;
+                let oid = if movable {
+                    self.object_id_named(r.journal, to.as_fd(), new_name)?
+                } else {
+                    self.capture_named(r.journal, to.as_fd(), new_name, true, caller)?
+                };
                 if let (true, Some(oid)) = (movable, oid) {
                     // Swap atomically (readers of the new name never see it
                     // missing), then move the replaced file, now under the
@@ -576,11 +599,10 @@ impl LiveTree {
         rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, flags)?;
         if let Some(victim) = replaced {
             // Renaming a name onto a hard link of itself changes nothing.
-            if let Ok((ino, _)) = self.peek(to.as_fd(), new_name) {
-                if ino != victim.ino {
+            if let Ok((ino, _)) = self.peek(to.as_fd(), new_name)
+                && ino != victim.ino {
                     self.note_removed(victim);
                 }
-            }
         }
         Ok(())
     }
@@ -675,6 +697,9 @@ impl LiveTree {
         let file = self.file(fh)?;
         // Recorded when opened for writing (and again at each turn boundary).
         let _rec = self.recording();
+        if let Some(r) = &_rec {
+            r.journal.touch();
+        }
         file.file.write_all_at(data, offset).map_err(Errno::from)?;
         Ok(data.len() as u32)
     }
@@ -802,6 +827,25 @@ impl LiveTree {
         Ok(XattrReply::Data(buf))
     }
 
+    /// Every xattr of an object, sorted by name (empty when unreadable).
+    pub fn xattrs_of(&self, ino: Ino) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let Ok(XattrReply::Size(n)) = self.listxattr(ino, 0) else { return out };
+        if n == 0 {
+            return out;
+        }
+        let Ok(XattrReply::Data(names)) = self.listxattr(ino, n) else { return out };
+        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+            let os = OsStr::from_bytes(name);
+            if let Ok(XattrReply::Size(len)) = self.getxattr(ino, os, 0)
+                && let Ok(XattrReply::Data(v)) = self.getxattr(ino, os, len.max(1)) {
+                    out.push((name.to_vec(), v));
+                }
+        }
+        out.sort();
+        out
+    }
+
     pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, caller: Caller) -> Res<()> {
         let _rec = self.recording();
         if let Some(r) = &_rec {
@@ -858,16 +902,14 @@ impl LiveTree {
                     continue;
                 }
                 let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
-                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns {
-                    if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name) {
+                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns
+                    && let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name) {
                         out.push((h.to_bytes(), crate::workspace::capture::kind_code(Kind::from_mode(st.st_mode))));
                     }
-                }
-                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-                    if let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name) {
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                    && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name) {
                         stack.push(sub);
                     }
-                }
             }
         }
         Ok(out)

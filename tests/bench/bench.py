@@ -1,0 +1,773 @@
+#!/usr/bin/env python3
+"""rewindfs benchmarks: the same workloads on native ext4 and on rewindfs.
+
+Run through tests/bench/run.sh (needs root: it drops caches and mounts).
+See docs/benchmarks.md for what each workload does and how to read the table.
+
+Targets
+  native   a plain directory on the same filesystem as the workspaces
+  pt       rewindfs mount, default options (--passthrough all)
+  off      rewindfs mount, --passthrough off (all data through the daemon)
+
+Each (workload, target, repetition) gets a fresh directory (and, for the
+mounted targets, a fresh workspace, store and mount). Before every measured
+step the page cache, dentries and inodes are dropped
+(`sync; echo 3 > /proc/sys/vm/drop_caches`). Each step is repeated --reps
+times, interleaving targets, and the median is reported.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+# Workload sizes (the issue's numbers).
+SMALL_FILES = 20_000
+SEQ_MIB = 512
+RAND_WRITES = 2_000
+RAND_FILE_MIB = 64
+SQLITE_ROWS = 20_000
+SQLITE_BATCH = 100
+GREP_PATTERN = "rewindfs-bench-pattern-that-matches-nothing"
+
+# Goal per step: "data" steps within 1.3x native, "meta" within 2x.
+GOALS = {"data": 1.3, "meta": 2.0}
+
+TARGETS = {
+    "native": "native ext4",
+    "pt": "rewindfs (passthrough)",
+    "off": "rewindfs (passthrough off)",
+}
+
+# Hermetic git: no user or system config, fixed identity.
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+}
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def sh(cmd, cwd=None, env=None, check=True, capture=False):
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    r = subprocess.run(cmd, cwd=cwd, env=e, shell=isinstance(cmd, str), check=False,
+                       stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"command failed ({r.returncode}): {cmd}\n{r.stderr[-2000:]}")
+    return r
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def timed(cmd, cwd=None, env=None, ok_codes=(0,)):
+    """Runs a command (list or shell string) and returns its wall time."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, env=e, shell=isinstance(cmd, str),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    dt = time.perf_counter() - t0
+    if r.returncode not in ok_codes:
+        raise RuntimeError(f"command failed ({r.returncode}): {cmd}\n{r.stderr[-2000:]}")
+    return dt
+
+
+def cpu_busy(window=0.5):
+    """Fraction of CPU time spent busy (all cores) over `window` seconds."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        return sum(v), idle
+    t0, i0 = snap()
+    time.sleep(window)
+    t1, i1 = snap()
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_idle(max_wait, threshold=0.15):
+    """Waits up to max_wait seconds for the machine to be quiet (other jobs
+    share it). Returns the last busy fraction seen."""
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy > threshold and time.monotonic() < deadline:
+        busy = cpu_busy()
+    return busy
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+# ---------------------------------------------------------------------------
+# Inputs built once and cached in the work directory
+
+
+class Inputs:
+    def __init__(self, workdir, cc, workloads):
+        self.cache = os.path.join(workdir, "cache")
+        os.makedirs(self.cache, exist_ok=True)
+        self.tarball, self.tree_files, self.tree_bytes = self._tarball()
+        self.smallfiles = self._helper(cc) if "smallfiles" in workloads else None
+        # Incompressible source for the sequential write, kept in tmpfs so
+        # that reading it costs no disk I/O (drop_caches does not drop tmpfs).
+        self.seq_src = os.path.join("/dev/shm", f"rewindfs-bench-{os.getpid()}.bin")
+        if {"seq", "randwrite"} & set(workloads):
+            log(f"bench: generating {SEQ_MIB} MiB of random data in {self.seq_src}")
+            with open("/dev/urandom", "rb") as r, open(self.seq_src, "wb") as w:
+                for _ in range(SEQ_MIB):
+                    w.write(r.read(1 << 20))
+
+    def close(self):
+        try:
+            os.unlink(self.seq_src)
+        except FileNotFoundError:
+            pass
+
+    def _tarball(self):
+        """An uncompressed tarball of the crate sources in ~/.cargo/registry/src
+        (the *-pc-windows-gnu import-library crates left out: they are a few
+        large binary blobs, not a source tree)."""
+        tar = os.path.join(self.cache, "src-tree.tar")
+        meta = tar + ".json"
+        if os.path.exists(tar) and os.path.exists(meta):
+            with open(meta) as f:
+                m = json.load(f)
+            return tar, m["files"], m["bytes"]
+        home = os.path.expanduser("~/.cargo/registry/src")
+        regs = sorted(d for d in os.listdir(home) if os.path.isdir(os.path.join(home, d)))
+        if not regs:
+            raise SystemExit("bench: no crate sources in ~/.cargo/registry/src (run cargo build first)")
+        root = os.path.join(home, regs[0])
+        crates = sorted(c for c in os.listdir(root) if "-pc-windows-gnu" not in c)
+        files = nbytes = 0
+        for c in crates:
+            for dp, _, fns in os.walk(os.path.join(root, c)):
+                for fn in fns:
+                    p = os.path.join(dp, fn)
+                    if os.path.isfile(p) and not os.path.islink(p):
+                        files += 1
+                        nbytes += os.path.getsize(p)
+        log(f"bench: building {tar} from {len(crates)} crates ({files} files, {nbytes >> 20} MiB)")
+        listfile = tar + ".list"
+        with open(listfile, "w") as f:
+            f.write("\n".join(crates) + "\n")
+        sh(["tar", "-cf", tar + ".tmp", "-C", root, "--sort=name", "-T", listfile])
+        os.rename(tar + ".tmp", tar)
+        with open(meta, "w") as f:
+            json.dump({"files": files, "bytes": nbytes, "crates": len(crates), "root": root}, f)
+        return tar, files, nbytes
+
+    def _helper(self, cc):
+        src = os.path.join(HERE, "smallfiles.c")
+        out = os.path.join(self.cache, "smallfiles")
+        if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
+            sh([cc, "-O2", "-o", out, src])
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Targets: where a workload runs
+
+
+UNMOUNT_ERRORS = []
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+class Target:
+    """Creates a fresh directory for one workload run, and removes it."""
+
+    def __init__(self, kind, base, binary, runtime_dir):
+        self.kind, self.base, self.binary, self.runtime_dir = kind, base, binary, runtime_dir
+        self.daemon_pid = None
+        self.passthrough_reported = None
+
+    def setup(self, tag):
+        self.root = os.path.join(self.base, f"{self.kind}-{tag}")
+        if os.path.exists(self.root):
+            shutil.rmtree(self.root)
+        os.makedirs(self.root)
+        if self.kind == "native":
+            self.dir = os.path.join(self.root, "ws")
+            os.makedirs(self.dir)
+            return self.dir
+        ws, mnt, store = (os.path.join(self.root, n) for n in ("ws", "mnt", "store"))
+        for d in (ws, mnt):
+            os.makedirs(d)
+        cmd = [self.binary, "mount", ws, mnt, "--store", store]
+        if self.kind == "off":
+            cmd += ["--passthrough", "off"]
+        r = sh(cmd, env={"REWINDFS_RUNTIME_DIR": self.runtime_dir}, capture=True)
+        out = r.stdout
+        if "daemon pid" in out:
+            self.daemon_pid = int(out.rsplit("daemon pid", 1)[1].strip().rstrip(")"))
+        st = sh([self.binary, "status"], env={"REWINDFS_RUNTIME_DIR": self.runtime_dir},
+                capture=True, check=False).stdout
+        for line in st.splitlines():
+            if "passthrough:" in line:
+                self.passthrough_reported = line.split(":", 1)[1].strip()
+        self.mnt = mnt
+        self.dir = mnt
+        return self.dir
+
+    def teardown(self):
+        if self.kind != "native":
+            r = sh([self.binary, "unmount", self.mnt], env={"REWINDFS_RUNTIME_DIR": self.runtime_dir},
+                   check=False, capture=True)
+            if r.returncode != 0:
+                still = is_mounted(self.mnt)
+                UNMOUNT_ERRORS.append(f"{os.path.basename(self.root)}: {r.stderr.strip()}"
+                                      f" (mount {'still there' if still else 'gone'})")
+                log(f"bench: `rewindfs unmount {self.mnt}` failed: {r.stderr.strip()}; "
+                    f"mount {'still there: lazy-unmounting' if still else 'is gone anyway'}")
+                if still:
+                    sh(["umount", "-l", self.mnt], check=False)
+                log_src = os.path.join(self.root, "store", "daemon.log")
+                if os.path.exists(log_src):
+                    shutil.copy(log_src, os.path.join(self.base, f"..", f"daemon-{os.path.basename(self.root)}.log"))
+            # Wait for the daemon to go away before deleting its store.
+            if self.daemon_pid:
+                for _ in range(100):
+                    if not os.path.exists(f"/proc/{self.daemon_pid}"):
+                        break
+                    time.sleep(0.05)
+            self.daemon_pid = None
+        self.store_bytes = dir_bytes(os.path.join(self.root, "store")) if self.kind != "native" else None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Workloads. Each is a generator function (inp, dir, step) where step(name,
+# cls, fn) drops caches, runs fn, and records its wall time; untimed setup is
+# plain code between steps.
+
+
+def wl_untar(inp, d, step):
+    step("untar", "meta", lambda: timed(["tar", "-xf", inp.tarball, "-C", d]))
+
+
+def wl_git(inp, d, step):
+    sh(["tar", "-xf", inp.tarball, "-C", d])
+    step("git init+add+commit", "meta",
+         lambda: timed("git init -q && git add -A && git commit -q -m import", cwd=d, env=GIT_ENV))
+
+
+def wl_smallfiles(inp, d, step):
+    for phase in ("create", "stat", "rename", "delete"):
+        def run(phase=phase):
+            r = sh([inp.smallfiles, phase, d, str(SMALL_FILES)], capture=True)
+            return float(r.stdout.strip())
+        step(f"{SMALL_FILES // 1000}k files: {phase}", "meta", run)
+
+
+def wl_seq(inp, d, step):
+    f = os.path.join(d, "seq.bin")
+    step(f"seq write {SEQ_MIB} MiB (fsync)", "data",
+         lambda: timed(["dd", f"if={inp.seq_src}", f"of={f}", "bs=1M", "conv=fsync", "status=none"]))
+    step(f"seq read {SEQ_MIB} MiB", "data",
+         lambda: timed(["dd", f"if={f}", "of=/dev/null", "bs=1M", "status=none"]))
+
+
+RANDWRITE = r"""
+import os, random, sys, time
+path, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(42)
+blocks = size // 4096
+bufs = [os.urandom(4096) for _ in range(16)]
+fd = os.open(path, os.O_WRONLY)
+t0 = time.perf_counter()
+for i in range(n):
+    os.pwrite(fd, bufs[i % 16], rng.randrange(blocks) * 4096)
+    os.fsync(fd)
+print(time.perf_counter() - t0)
+os.close(fd)
+"""
+
+
+def wl_randwrite(inp, d, step):
+    f = os.path.join(d, "rand.bin")
+    sh(["dd", f"if={inp.seq_src}", f"of={f}", "bs=1M", f"count={RAND_FILE_MIB}", "conv=fsync", "status=none"])
+
+    def run():
+        r = sh([sys.executable, "-c", RANDWRITE, f, str(RAND_WRITES), str(RAND_FILE_MIB << 20)], capture=True)
+        return float(r.stdout.strip())
+    step(f"rand write 4k+fsync x{RAND_WRITES}", "data", run)
+
+
+def wl_grep(inp, d, step):
+    sh(["tar", "-xf", inp.tarball, "-C", d])
+    step("grep -r (cold)", "meta", lambda: timed(["grep", "-r", GREP_PATTERN, d], ok_codes=(1,)))
+
+
+SQLITE = r"""
+import sqlite3, sys, time
+path, rows, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+db = sqlite3.connect(path, isolation_level=None)
+db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT, v BLOB)")
+t0 = time.perf_counter()
+i = 0
+while i < rows:
+    db.execute("BEGIN")
+    for _ in range(batch):
+        db.execute("INSERT INTO t (k, v) VALUES (?, ?)", (f"key-{i}", b"x" * 100))
+        i += 1
+    db.execute("COMMIT")
+print(time.perf_counter() - t0)
+db.close()
+"""
+
+
+def wl_sqlite(inp, d, step):
+    def run():
+        r = sh([sys.executable, "-c", SQLITE, os.path.join(d, "bench.db"), str(SQLITE_ROWS), str(SQLITE_BATCH)],
+               capture=True)
+        return float(r.stdout.strip())
+    step(f"sqlite {SQLITE_ROWS // 1000}k inserts, txn of {SQLITE_BATCH}", "data", run)
+
+
+WORKLOADS = {
+    "untar": wl_untar,
+    "git": wl_git,
+    "smallfiles": wl_smallfiles,
+    "seq": wl_seq,
+    "randwrite": wl_randwrite,
+    "grep": wl_grep,
+    "sqlite": wl_sqlite,
+}
+
+
+# ---------------------------------------------------------------------------
+# Shadow git: the baseline for `turn` latency and bytes stored. Today's agent
+# checkpoints (Gemini CLI, Cline, PawGit) keep a separate git directory and
+# run `add -A && commit` over the whole work tree at every checkpoint.
+
+
+def shadow_git(shadow, tree, *args):
+    return ["git", f"--git-dir={shadow}", f"--work-tree={tree}", *args]
+
+
+def shadow_git_init(shadow, tree):
+    sh(shadow_git(shadow, tree, "init", "-q"), env=GIT_ENV)
+
+
+def shadow_git_turn(shadow, tree, message="turn"):
+    """One shadow-git checkpoint: `add -A && commit`. Returns wall seconds."""
+    t0 = time.perf_counter()
+    sh(shadow_git(shadow, tree, "add", "-A"), env=GIT_ENV)
+    sh(shadow_git(shadow, tree, "commit", "-q", "--allow-empty", "-m", message), env=GIT_ENV)
+    return time.perf_counter() - t0
+
+
+def dir_bytes(path):
+    """Bytes on disk (allocated blocks) under path."""
+    total = 0
+    for dp, _, fns in os.walk(path):
+        for fn in fns:
+            try:
+                total += os.lstat(os.path.join(dp, fn)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def make_tree(root, nfiles, seed=1):
+    """A synthetic source-like tree: nfiles text files of 1-4 KiB, 100 per
+    directory, 10 directories per parent."""
+    rng = random.Random(seed)
+    words = ["fn", "let", "mut", "impl", "struct", "return", "match", "self", "pub", "use", "mod", "if", "else"]
+    for i in range(nfiles):
+        d = os.path.join(root, f"a{i // 1000:03d}", f"b{(i // 100) % 10}")
+        if i % 100 == 0:
+            os.makedirs(d, exist_ok=True)
+        lines = [" ".join(rng.choice(words) for _ in range(8)) + f" // {i}.{j}" for j in range(rng.randint(20, 80))]
+        with open(os.path.join(d, f"f{i}.rs"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def touch_some(root, nfiles, k, turn):
+    """The edits of one agent turn: modify k existing files, add one."""
+    rng = random.Random(turn)
+    for i in rng.sample(range(nfiles), k):
+        p = os.path.join(root, f"a{i // 1000:03d}", f"b{(i // 100) % 10}", f"f{i}.rs")
+        with open(p, "a") as f:
+            f.write(f"// edit in turn {turn}\n")
+    with open(os.path.join(root, f"new-{turn}.rs"), "w") as f:
+        f.write(f"// new in turn {turn}\n")
+
+
+def bench_shadow_turn(base, sizes, reps):
+    """Shadow-git turn latency on trees of each size: the first checkpoint
+    (whole tree), then `reps` turns each changing 10 files and adding one.
+    Warm caches (an agent's tree is hot when its turn ends)."""
+    rows = []
+    for n in sizes:
+        root = os.path.join(base, f"shadow-{n}")
+        shutil.rmtree(root, ignore_errors=True)
+        tree, shadow = os.path.join(root, "tree"), os.path.join(root, "shadow.git")
+        log(f"bench: shadow git, {n} files: building tree")
+        make_tree(tree, n)
+        shadow_git_init(shadow, tree)
+        first = shadow_git_turn(shadow, tree, "first")
+        times = []
+        for t in range(reps):
+            touch_some(tree, n, 10, t)
+            times.append(shadow_git_turn(shadow, tree, f"turn {t}"))
+        idle = shadow_git_turn(shadow, tree, "no change")
+        rows.append({"files": n, "first": first, "turn": statistics.median(times), "turns": times,
+                     "idle": idle, "shadow_bytes": dir_bytes(shadow)})
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def bench_shadow_bytes(base, edits=100):
+    """Bytes a shadow git keeps for `edits` one-line edits of a 1 MiB text
+    file, one checkpoint per edit: loose objects as left by the tools, and
+    after `git gc` (delta-compressed pack)."""
+    root = os.path.join(base, "shadow-bytes")
+    shutil.rmtree(root, ignore_errors=True)
+    tree, shadow = os.path.join(root, "tree"), os.path.join(root, "shadow.git")
+    os.makedirs(tree)
+    rng = random.Random(7)
+    lines = [f"{i:06d} " + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(57)) for i in range(16384)]
+    path = os.path.join(tree, "big.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    file_bytes = os.path.getsize(path)
+    shadow_git_init(shadow, tree)
+    shadow_git_turn(shadow, tree, "initial")
+    after_initial = dir_bytes(os.path.join(shadow, "objects"))
+    for e in range(edits):
+        k = rng.randrange(len(lines))
+        lines[k] = lines[k][:7] + f"edit {e:03d} " + lines[k][16:]
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        shadow_git_turn(shadow, tree, f"edit {e}")
+    loose = dir_bytes(os.path.join(shadow, "objects"))
+    sh(shadow_git(shadow, tree, "gc", "-q"), env=GIT_ENV)
+    packed = dir_bytes(os.path.join(shadow, "objects"))
+    shutil.rmtree(root, ignore_errors=True)
+    return {"file_bytes": file_bytes, "edits": edits, "after_initial": after_initial,
+            "loose": loose, "packed": packed}
+
+
+# ---------------------------------------------------------------------------
+# Reporting
+
+
+def fmt_s(x):
+    if x is None:
+        return "-"
+    return f"{x:.3f} s" if x < 10 else f"{x:.1f} s"
+
+
+def fmt_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes):
+    out = []
+    w = out.append
+    w(f"Run: {meta['date']} on {meta['host']}: {meta['cores']} cores, kernel {meta['kernel']}, "
+      f"{meta['fs']} ({meta['disk']}), {meta['mem_gib']:.0f} GiB RAM; rewindfs {meta['commit']}; "
+      f"{meta['reps']} repetitions, median; caches dropped before every measured step.")
+    w("")
+    w(f"Source tree: {meta['tree_files']} files, {meta['tree_bytes'] / 2**20:.0f} MiB "
+      f"({meta['tree_crates']} crate sources from ~/.cargo/registry/src, uncompressed tar).")
+    w(f"Load average (1 min) during the run: min {meta['load_min']:.2f}, max {meta['load_max']:.2f}.")
+    if meta.get("passthrough"):
+        w(f"`rewindfs status` passthrough: {meta['passthrough']}.")
+    w("")
+    steps = list(res.keys())
+    head = ["workload", "goal"]
+    for t in targets:
+        head.append(TARGETS[t])
+        if t != "native":
+            head.append("ratio")
+    w("| " + " | ".join(head) + " |")
+    w("|" + "|".join("---" if i < 2 else "--:" for i in range(len(head))) + "|")
+    misses = []
+    for s in steps:
+        cls = res[s]["class"]
+        goal = GOALS[cls]
+        row = [s, f"{cls} ≤{goal}x"]
+        nat = res[s]["med"].get("native")
+        for t in targets:
+            v = res[s]["med"].get(t)
+            row.append(fmt_s(v))
+            if t != "native":
+                if v is not None and nat:
+                    r = v / nat
+                    flag = "" if r <= goal else " ✗"
+                    if r > goal:
+                        misses.append((s, t, r, goal))
+                    row.append(f"{r:.2f}x{flag}")
+                else:
+                    row.append("-")
+        w("| " + " | ".join(row) + " |")
+    w("")
+    w("✗ = misses the goal (data steps within 1.3x of native, metadata steps within 2x).")
+    w("")
+    w("Spread (max/min over the repetitions), to judge noise:")
+    w("")
+    w("| workload | " + " | ".join(TARGETS[t] for t in targets) + " |")
+    w("|---|" + "|".join("--:" for _ in targets) + "|")
+    for s in steps:
+        cells = []
+        for t in targets:
+            xs = res[s]["all"].get(t, [])
+            cells.append(f"{max(xs) / min(xs):.2f}" if xs and min(xs) > 0 else "-")
+        w(f"| {s} | " + " | ".join(cells) + " |")
+    if not steps:
+        # Only baselines were asked for: drop the empty workload tables.
+        del out[out.index("| " + " | ".join(head) + " |"):]
+    mounted = [t for t in targets if t != "native"]
+    if store_sizes and mounted:
+        w("")
+        w("rewindfs store size after each workload (median; the workspace itself not included):")
+        w("")
+        w("| workload | " + " | ".join(TARGETS[t] for t in mounted) + " |")
+        w("|---|" + "|".join("--:" for _ in mounted) + "|")
+        for wname, by_t in store_sizes.items():
+            w(f"| {wname} | " + " | ".join(fmt_bytes(statistics.median(by_t[t])) if t in by_t else "-"
+                                          for t in mounted) + " |")
+    if shadow_turns:
+        w("")
+        w("Shadow git `add -A && commit` per turn (warm caches; a turn changes 10 files and adds 1):")
+        w("")
+        w("| tree | first checkpoint | turn (median) | turn with no change | shadow .git size |")
+        w("|---|--:|--:|--:|--:|")
+        for r in shadow_turns:
+            w(f"| {r['files']} files | {fmt_s(r['first'])} | {fmt_s(r['turn'])} | {fmt_s(r['idle'])} | "
+              f"{fmt_bytes(r['shadow_bytes'])} |")
+    if shadow_bytes:
+        b = shadow_bytes
+        w("")
+        w(f"Shadow git bytes for {b['edits']} one-line edits of a {fmt_bytes(b['file_bytes'])} text file "
+          f"(one commit per edit): objects after the first commit {fmt_bytes(b['after_initial'])}, "
+          f"after {b['edits']} edits {fmt_bytes(b['loose'])} loose, {fmt_bytes(b['packed'])} after `git gc`.")
+    if UNMOUNT_ERRORS:
+        w("")
+        w(f"`rewindfs unmount` reported an error {len(UNMOUNT_ERRORS)} time(s) "
+          f"(timings are unaffected; the mount is torn down after the measured steps):")
+        w("")
+        for e in UNMOUNT_ERRORS[:10]:
+            w(f"- {e}")
+    return "\n".join(out) + "\n", misses
+
+
+def results_from_log(path):
+    """Rebuilds results from the progress lines of a run's stderr (to report
+    an interrupted run)."""
+    import re
+    res = {}
+    pat = re.compile(r"^  rep (\d+)/(\d+) (\S+)\s+(.+): ([0-9.]+) s \(load ([0-9.]+)\)$")
+    loads = []
+    for line in open(path):
+        m = pat.match(line.rstrip("\n"))
+        if not m:
+            continue
+        t, name, secs = m.group(3), m.group(4), float(m.group(5))
+        loads.append(float(m.group(6)))
+        cls = "data" if name.startswith(("seq ", "rand ", "sqlite")) else "meta"
+        e = res.setdefault(name, {"class": cls, "all": {}})
+        e["all"].setdefault(t, []).append(secs)
+    return res, loads
+
+
+def machine_meta(args, inputs):
+    st = os.statvfs(args.workdir)
+    fs = "?"
+    with open("/proc/mounts") as f:
+        best = ""
+        for line in f:
+            dev, mp, typ = line.split()[:3]
+            if args.workdir.startswith(mp) and len(mp) > len(best):
+                best, fs = mp, f"{typ} on {dev}"
+    disk = "?"
+    try:
+        dev = fs.split(" on /dev/")[1]
+        rot = open(f"/sys/block/{dev}/queue/rotational").read().strip()
+        disk = f"{dev}, rotational={rot}"
+    except Exception:
+        pass
+    commit = sh(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture=True, check=False).stdout.strip()
+    dirty = sh(["git", "-C", REPO, "status", "--porcelain", "--", "src"], capture=True, check=False).stdout.strip()
+    tm = json.load(open(inputs.tarball + ".json"))
+    return {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "host": platform.node(),
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "fs": fs,
+        "disk": disk,
+        "mem_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
+        "commit": commit + (" (src modified)" if dirty else ""),
+        "reps": args.reps,
+        "tree_files": inputs.tree_files,
+        "tree_bytes": inputs.tree_bytes,
+        "tree_crates": tm.get("crates"),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per step (median reported); default 3")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    ap.add_argument("--targets", default="native,pt,off", help="comma-separated subset of native,pt,off")
+    ap.add_argument("--shadow-git", default="",
+                    help="also measure the shadow-git baseline on trees of these sizes, e.g. 1000,10000,100000")
+    ap.add_argument("--shadow-bytes", action="store_true",
+                    help="also measure shadow-git bytes for 100 one-line edits of a 1 MiB file")
+    ap.add_argument("--workdir", default="/var/tmp/rewindfs-bench",
+                    help="scratch directory (same filesystem for all targets); default /var/tmp/rewindfs-bench")
+    ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "rewindfs"),
+                    help="rewindfs binary; default target/release/rewindfs (run cargo build --release first)")
+    ap.add_argument("--out", help="also write the markdown table to this file")
+    ap.add_argument("--json", help="also write raw samples as JSON to this file")
+    ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                    help="before each measured step, wait up to SECONDS for the CPUs to be idle "
+                         "(for a machine shared with other jobs); default 0 (do not wait)")
+    ap.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler for the small-file helper")
+    ap.add_argument("--from-log", metavar="STDERR",
+                    help="do not run: print the table from the progress lines of an earlier run's stderr")
+    args = ap.parse_args()
+
+    # Stop cleanly (unmounting) on SIGTERM, and on SIGINT even when started
+    # in the background (where SIGINT is ignored).
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
+    if os.geteuid() != 0:
+        raise SystemExit("bench: needs root (drops caches; FUSE passthrough needs CAP_SYS_ADMIN)")
+    targets = [t for t in args.targets.split(",") if t]
+    for t in targets:
+        if t not in TARGETS:
+            raise SystemExit(f"bench: unknown target {t}")
+    if "native" not in targets:
+        targets.insert(0, "native")
+    workloads = [w for w in args.workloads.split(",") if w]
+    for wname in workloads:
+        if wname not in WORKLOADS:
+            raise SystemExit(f"bench: unknown workload {wname}")
+    if any(t != "native" for t in targets) and not os.access(args.bin, os.X_OK):
+        raise SystemExit(f"bench: {args.bin} not found: run `cargo build --release` first")
+
+    args.workdir = os.path.abspath(args.workdir)
+    os.makedirs(args.workdir, exist_ok=True)
+    runs = os.path.join(args.workdir, "runs")
+    shutil.rmtree(runs, ignore_errors=True)
+    os.makedirs(runs)
+    runtime_dir = tempfile.mkdtemp(prefix="rt-", dir=args.workdir)
+
+    inputs = Inputs(args.workdir, args.cc, workloads if not args.from_log else [])
+    meta = machine_meta(args, inputs)
+    if args.from_log:
+        res, loads = results_from_log(args.from_log)
+        for s_ in res.values():
+            s_["med"] = {t: statistics.median(xs) for t, xs in s_["all"].items()}
+        reps = {len(xs) for s_ in res.values() for xs in s_["all"].values()}
+        meta["reps"] = f"{min(reps)}-{max(reps)}" if len(reps) > 1 else reps.pop()
+        meta["load_min"], meta["load_max"] = min(loads), max(loads)
+        print(report(res, meta, targets, None, None, {})[0])
+        return
+    res = {}  # step -> {"class", "all": {target: [secs]}}
+    store_sizes = {}  # workload -> {target: [bytes]}
+    loads = [loadavg()]
+    passthrough = set()
+    try:
+        for rep in range(args.reps):
+            for wname in workloads:
+                # Alternate the order of targets between repetitions so that a
+                # slow drift (another job on the machine) does not always hit
+                # the same target.
+                order = targets if rep % 2 == 0 else list(reversed(targets))
+                for t in order:
+                    tgt = Target(t, runs, args.bin, runtime_dir)
+                    d = tgt.setup(f"{wname}-{rep}")
+                    if tgt.passthrough_reported:
+                        passthrough.add(f"{t}={tgt.passthrough_reported}")
+
+                    def step(name, cls, fn, t=t):
+                        if args.wait_idle > 0:
+                            busy = wait_idle(args.wait_idle)
+                            if busy > 0.15:
+                                log(f"  (machine still {busy:.0%} busy after waiting {args.wait_idle} s)")
+                        drop_caches()
+                        loads.append(loadavg())
+                        secs = fn()
+                        e = res.setdefault(name, {"class": cls, "all": {}})
+                        e["all"].setdefault(t, []).append(secs)
+                        log(f"  rep {rep + 1}/{args.reps} {t:6s} {name}: {secs:.3f} s (load {loads[-1]:.2f})")
+
+                    try:
+                        WORKLOADS[wname](inputs, d, step)
+                    finally:
+                        tgt.teardown()
+                    if tgt.store_bytes is not None:
+                        store_sizes.setdefault(wname, {}).setdefault(t, []).append(tgt.store_bytes)
+        shadow_turns = shadow_bytes = None
+        if args.shadow_git:
+            sizes = [int(x) for x in args.shadow_git.split(",") if x]
+            shadow_turns = bench_shadow_turn(runs, sizes, max(args.reps, 5))
+        if args.shadow_bytes:
+            shadow_bytes = bench_shadow_bytes(runs)
+    finally:
+        inputs.close()
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+    for s in res.values():
+        s["med"] = {t: statistics.median(xs) for t, xs in s["all"].items()}
+    meta["load_min"], meta["load_max"] = min(loads), max(loads)
+    meta["passthrough"] = ", ".join(sorted(passthrough))
+    md, misses = report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes)
+    print(md)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "results": res, "shadow_turns": shadow_turns, "shadow_bytes": shadow_bytes},
+                      f, indent=1)
+    if misses:
+        log("bench: steps missing their goal: " +
+            "; ".join(f"{s} on {t}: {r:.2f}x > {g}x" for s, t, r, g in misses))
+
+
+if __name__ == "__main__":
+    main()
