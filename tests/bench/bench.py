@@ -49,7 +49,11 @@ TARGETS = {
     "native": "native ext4",
     "pt": "rewindfs (passthrough)",
     "off": "rewindfs (passthrough off)",
+    "norec": "rewindfs (passthrough, --no-record)",
 }
+
+# Measurements of rewindfs itself (not run per target): --workloads names.
+SPECIAL = ("turn", "bytes", "views", "rewind")
 
 # Hermetic git: no user or system config, fixed identity.
 GIT_ENV = {
@@ -229,6 +233,8 @@ class Target:
         cmd = [self.binary, "mount", ws, mnt, "--store", store]
         if self.kind == "off":
             cmd += ["--passthrough", "off"]
+        if self.kind == "norec":
+            cmd += ["--no-record"]
         r = sh(cmd, env={"REWINDFS_RUNTIME_DIR": self.runtime_dir}, capture=True)
         out = r.stdout
         if "daemon pid" in out:
@@ -390,13 +396,14 @@ def shadow_git_turn(shadow, tree, message="turn"):
     return time.perf_counter() - t0
 
 
-def dir_bytes(path):
-    """Bytes on disk (allocated blocks) under path."""
+def dir_bytes(path, apparent=False):
+    """Bytes on disk (allocated blocks) under path; apparent=True: file sizes."""
     total = 0
     for dp, _, fns in os.walk(path):
         for fn in fns:
             try:
-                total += os.lstat(os.path.join(dp, fn)).st_blocks * 512
+                st = os.lstat(os.path.join(dp, fn))
+                total += st.st_size if apparent else st.st_blocks * 512
             except FileNotFoundError:
                 pass
     return total
@@ -475,11 +482,289 @@ def bench_shadow_bytes(base, edits=100):
             f.write("\n".join(lines) + "\n")
         shadow_git_turn(shadow, tree, f"edit {e}")
     loose = dir_bytes(os.path.join(shadow, "objects"))
+    git_loose = dir_bytes(shadow)
     sh(shadow_git(shadow, tree, "gc", "-q"), env=GIT_ENV)
     packed = dir_bytes(os.path.join(shadow, "objects"))
+    git_packed = dir_bytes(shadow)
     shutil.rmtree(root, ignore_errors=True)
     return {"file_bytes": file_bytes, "edits": edits, "after_initial": after_initial,
-            "loose": loose, "packed": packed}
+            "loose": loose, "packed": packed, "git_loose": git_loose, "git_packed": git_packed}
+
+
+# ---------------------------------------------------------------------------
+# rewindfs-specific measurements (issues 3, 4 and 5). Each runs once per
+# repetition outside the native/mount target loop and returns rows for its
+# own table. Select them with --workloads turn,bytes,views,rewind.
+
+
+class Mount:
+    """One rewindfs mount of `ws` on `mnt` with its own store."""
+
+    def __init__(self, binary, runtime_dir, ws, mnt, store, *extra):
+        self.binary, self.env = binary, {"REWINDFS_RUNTIME_DIR": runtime_dir}
+        self.ws, self.mnt, self.store = ws, mnt, store
+        os.makedirs(mnt, exist_ok=True)
+        t0 = time.perf_counter()
+        r = sh([binary, "mount", ws, mnt, "--store", store, *extra], env=self.env, capture=True)
+        self.mount_secs = time.perf_counter() - t0
+        self.pid = None
+        if "daemon pid" in r.stdout:
+            self.pid = int(r.stdout.rsplit("daemon pid", 1)[1].strip().rstrip(")"))
+
+    def cli(self, *args, capture=True, check=True):
+        return sh([self.binary, *args], env=self.env, capture=capture, check=check)
+
+    def turn(self):
+        """`rewindfs turn`: returns (seconds, checkpoint number)."""
+        t0 = time.perf_counter()
+        r = self.cli("turn", "-C", self.mnt, "--json")
+        dt = time.perf_counter() - t0
+        return dt, json.loads(r.stdout)["checkpoint"]
+
+    def pending(self):
+        """Rewound files whose bytes the settler has not written yet (read
+        from the store's metadata: `status --json` does not say)."""
+        import sqlite3
+        try:
+            db = sqlite3.connect(f"file:{os.path.join(self.store, 'meta.sqlite')}?mode=ro", uri=True, timeout=5)
+            n = db.execute("SELECT count(*) FROM pending").fetchone()[0]
+            db.close()
+            return n
+        except Exception as e:  # noqa: BLE001
+            log(f"bench: cannot read pending count: {e}")
+            return None
+
+    def unmount(self):
+        t0 = time.perf_counter()
+        r = self.cli("unmount", self.mnt, check=False)
+        if r.returncode != 0:
+            still = is_mounted(self.mnt)
+            UNMOUNT_ERRORS.append(f"{self.mnt}: {r.stderr.strip()} (mount {'still there' if still else 'gone'})")
+            if still:
+                sh(["umount", "-l", self.mnt], check=False)
+        if self.pid:
+            for _ in range(6000):
+                if not os.path.exists(f"/proc/{self.pid}"):
+                    break
+                time.sleep(0.01)
+        return time.perf_counter() - t0
+
+
+def tree_path(i):
+    return os.path.join(f"a{i // 1000:03d}", f"b{(i // 100) % 10}", f"f{i}.rs")
+
+
+def bench_turns(ctx, sizes, reps, keep_mount_for_views=None):
+    """`rewindfs turn` vs shadow git `add -A && commit` on the same tree,
+    after changing 10 files and adding 1 (warm caches). Returns rows; with
+    keep_mount_for_views=N the mount of the N-file tree is returned too."""
+    rows, kept = [], None
+    for n in sizes:
+        root = os.path.join(ctx.runs, f"turn-{n}")
+        shutil.rmtree(root, ignore_errors=True)
+        ws, shadow = os.path.join(root, "ws"), os.path.join(root, "shadow.git")
+        log(f"bench: turn, {n} files: building tree")
+        make_tree(ws, n)
+        shadow_git_init(shadow, ws)
+        first = shadow_git_turn(shadow, ws, "first")
+        git_times = []
+        for t in range(reps):
+            touch_some(ws, n, 10, 1000 + t)
+            git_times.append(shadow_git_turn(shadow, ws, f"turn {t}"))
+        git_idle = shadow_git_turn(shadow, ws, "no change")
+        git_bytes = dir_bytes(shadow)
+        os.sync()
+        m = Mount(ctx.bin, ctx.runtime_dir, ws, os.path.join(root, "mnt"), os.path.join(root, "store"),
+                  "--auto-turn", "0")
+        rw_first, _ = m.turn()  # the first explicit turn after mounting
+        rw_times = []
+        for t in range(reps):
+            touch_some(m.mnt, n, 10, 2000 + t)
+            dt, _ = m.turn()
+            rw_times.append(dt)
+            log(f"  turn {n} files rep {t + 1}: rewindfs {dt:.3f} s, shadow git {git_times[t]:.3f} s "
+                f"(load {loadavg():.2f})")
+        rw_idle, _ = m.turn()
+        ctx.loads.append(loadavg())
+        rows.append({"files": n, "mount": m.mount_secs, "rw_first": rw_first, "rw_turn": statistics.median(rw_times),
+                     "rw_turns": rw_times, "rw_idle": rw_idle, "git_first": first,
+                     "git_turn": statistics.median(git_times), "git_turns": git_times, "git_idle": git_idle,
+                     "git_bytes": git_bytes, "store_bytes": dir_bytes(m.store)})
+        if keep_mount_for_views == n:
+            kept = (m, root)
+        else:
+            m.unmount()
+            shutil.rmtree(root, ignore_errors=True)
+    return rows, kept
+
+
+def bench_bytes(ctx, edits=100):
+    """Store bytes for `edits` one-line edits of a 1 MiB text file with a
+    `turn` after each, against full copies and the shadow git."""
+    root = os.path.join(ctx.runs, "bytes")
+    shutil.rmtree(root, ignore_errors=True)
+    ws = os.path.join(root, "ws")
+    os.makedirs(ws)
+    m = Mount(ctx.bin, ctx.runtime_dir, ws, os.path.join(root, "mnt"), os.path.join(root, "store"),
+              "--auto-turn", "0")
+    rng = random.Random(7)  # the same file and edits as bench_shadow_bytes
+    lines = [f"{i:06d} " + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(57)) for i in range(16384)]
+    path = os.path.join(m.mnt, "big.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    file_bytes = os.path.getsize(path)
+    m.turn()
+    chunks = os.path.join(m.store, "chunks")
+    after_initial = dir_bytes(chunks)
+    for e in range(edits):
+        k = rng.randrange(len(lines))
+        lines[k] = lines[k][:7] + f"edit {e:03d} " + lines[k][16:]
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        m.turn()
+    m.unmount()
+    out = {"file_bytes": file_bytes, "edits": edits, "chunks_initial": after_initial,
+           "chunks": dir_bytes(chunks), "chunks_apparent": dir_bytes(chunks, apparent=True),
+           "meta": dir_bytes(m.store) - dir_bytes(chunks)}
+    shutil.rmtree(root, ignore_errors=True)
+    out["shadow"] = bench_shadow_bytes(ctx.runs, edits)
+    return out
+
+
+def bench_views(ctx, m, ntree):
+    """Opening a view of a checkpoint of the mounted `ntree`-file tree and
+    listing its root, and reading a SEQ_MIB file through views vs live."""
+    res = {"files": ntree}
+    cp_tree = m.turn()[1]
+
+    def t_ls(path):
+        drop_caches()
+        return timed(["ls", path])
+    res["ls_live"] = t_ls(m.mnt)
+    res["ls_dotdir"] = t_ls(os.path.join(m.mnt, ".rewindfs", "checkpoints", str(cp_tree)))
+    res["ls_dotdir_old"] = t_ls(os.path.join(m.mnt, ".rewindfs", "checkpoints", "1"))
+    view = os.path.join(os.path.dirname(m.mnt), "view")
+    os.makedirs(view, exist_ok=True)
+    drop_caches()
+    t0 = time.perf_counter()
+    m.cli("show", "-C", m.mnt, str(cp_tree), view)
+    res["show"] = time.perf_counter() - t0
+    res["show_ls"] = timed(["ls", view])
+    m.cli("unmount", view, check=False)
+    # 512 MiB: version X at cp_x (changed later: read from the store),
+    # version Y at cp_y (unchanged since: read from the live tree).
+    big = os.path.join(m.mnt, "big.bin")
+    sh(["dd", f"if={ctx.inputs.seq_src}", f"of={big}", "bs=1M", "conv=fsync", "status=none"])
+    _, cp_x = m.turn()
+    t0 = time.perf_counter()
+    sh(["dd", "if=/dev/urandom", f"of={big}", "bs=1M", f"count={SEQ_MIB}", "conv=fsync", "status=none"])
+    res["overwrite"] = time.perf_counter() - t0
+    _, cp_y = m.turn()
+
+    def t_read(path):
+        drop_caches()
+        return timed(["dd", f"if={path}", "of=/dev/null", "bs=1M", "status=none"])
+    res["read_live"] = t_read(big)
+    res["read_store"] = t_read(os.path.join(m.mnt, ".rewindfs", "checkpoints", str(cp_x), "big.bin"))
+    res["read_view_live"] = t_read(os.path.join(m.mnt, ".rewindfs", "checkpoints", str(cp_y), "big.bin"))
+    # The view of cp_x must give the first version back.
+    res["store_exact"] = sh(["cmp", "-s", ctx.inputs.seq_src,
+                             os.path.join(m.mnt, ".rewindfs", "checkpoints", str(cp_x), "big.bin")],
+                            check=False).returncode == 0
+    m.cli("show", "-C", m.mnt, str(cp_x), view)
+    res["read_show_store"] = t_read(os.path.join(view, "big.bin"))
+    m.cli("unmount", view, check=False)
+    ctx.loads.append(loadavg())
+    log(f"  views: {res}")
+    return res
+
+
+def bench_rewind(ctx, base_files, new_files, big_mib):
+    """Rewind latency for a small and a large turn, the settler's time, and
+    the shadow-git equivalent (`git restore --source C . && git clean -fd`)."""
+    root = os.path.join(ctx.runs, "rewind")
+    shutil.rmtree(root, ignore_errors=True)
+    ws, gtree, shadow = (os.path.join(root, n) for n in ("ws", "gtree", "shadow.git"))
+    log(f"bench: rewind: building a {base_files}-file tree and a {big_mib} MiB file")
+    make_tree(ws, base_files)
+    sh(["dd", "if=/dev/urandom", f"of={os.path.join(ws, 'big.bin')}", "bs=1M", f"count={big_mib}", "status=none"])
+    sh(["cp", "-a", ws, gtree])
+    os.sync()
+
+    def big_turn(d):
+        """20,000 new files (100 B-4 KiB) in 200 directories and big.bin rewritten."""
+        rng = random.Random(5)
+        for i in range(new_files):
+            sub = os.path.join(d, "gen", f"d{i // 100:03d}")
+            if i % 100 == 0:
+                os.makedirs(sub, exist_ok=True)
+            with open(os.path.join(sub, f"g{i}.o"), "wb") as f:
+                f.write(b"x" * rng.randint(100, 4096))
+        with open(os.path.join(d, "big.bin"), "r+b") as f:
+            chunk = os.urandom(1 << 20)
+            for i in range(big_mib):
+                f.write(chunk[i % 997:] + chunk[:i % 997])
+            f.flush()
+            os.fsync(f.fileno())
+
+    def small_turn(d):
+        with open(os.path.join(d, tree_path(7)), "a") as f:
+            f.write("// one change\n")
+
+    res = {"base_files": base_files, "new_files": new_files, "big_mib": big_mib}
+    # rewindfs
+    m = Mount(ctx.bin, ctx.runtime_dir, ws, os.path.join(root, "mnt"), os.path.join(root, "store"),
+              "--auto-turn", "0")
+    for name, fn in (("small", small_turn), ("large", big_turn)):
+        _, cp = m.turn()
+        t0 = time.perf_counter()
+        fn(m.mnt)
+        res[f"{name}_change"] = time.perf_counter() - t0
+        res[f"{name}_turn"], _ = m.turn()
+        os.sync()
+        t0 = time.perf_counter()
+        r = m.cli("rewind", "-C", m.mnt, str(cp), "--json")
+        os.listdir(m.mnt)
+        os.stat(os.path.join(m.mnt, "big.bin"))
+        res[f"{name}_rewind"] = time.perf_counter() - t0
+        try:
+            j = json.loads(r.stdout)
+            res[f"{name}_daemon_ms"] = j.get("elapsed_ms")
+            res[f"{name}_changes"] = len(j.get("changes", []))
+        except ValueError:
+            pass
+        # The settler: poll the pending files until none is left.
+        t1 = time.perf_counter()
+        while True:
+            p = m.pending()
+            if not p:
+                break
+            if time.perf_counter() - t1 > 600:
+                break
+            time.sleep(0.05)
+        res[f"{name}_settle"] = time.perf_counter() - t0
+        res[f"{name}_settle_ok"] = p == 0
+        gone = not os.path.exists(os.path.join(m.mnt, "gen"))
+        res[f"{name}_check"] = gone
+        log(f"  rewind {name}: {res[f'{name}_rewind']:.3f} s, settled after {res[f'{name}_settle']:.3f} s "
+            f"(load {loadavg():.2f})")
+    res["unmount"] = m.unmount()
+    # shadow git, same changes
+    shadow_git_init(shadow, gtree)
+    shadow_git_turn(shadow, gtree, "base")
+    for name, fn in (("small", small_turn), ("large", big_turn)):
+        base = sh(shadow_git(shadow, gtree, "rev-parse", "HEAD"), env=GIT_ENV, capture=True).stdout.strip()
+        fn(gtree)
+        res[f"git_{name}_commit"] = shadow_git_turn(shadow, gtree, name)
+        os.sync()
+        res[f"git_{name}_rewind"] = timed(f"git --git-dir={shadow} --work-tree={gtree} restore --source {base} . && "
+                                          f"git --git-dir={shadow} --work-tree={gtree} clean -fdq",
+                                          cwd=gtree, env=GIT_ENV)
+        shadow_git_turn(shadow, gtree, f"after rewind {name}")
+        log(f"  git rewind {name}: {res[f'git_{name}_rewind']:.3f} s")
+    ctx.loads.append(loadavg())
+    shutil.rmtree(root, ignore_errors=True)
+    return res
 
 
 # ---------------------------------------------------------------------------
@@ -499,7 +784,94 @@ def fmt_bytes(n):
         n /= 1024
 
 
-def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes):
+def report_special(sp, meta):
+    out = []
+    w = out.append
+    if sp.get("turn"):
+        w("")
+        w("`turn` latency: `rewindfs turn` vs shadow git `add -A && commit` on the same tree "
+          "(synthetic text files of 1-4 KiB, 100 per directory; a turn changes 10 files and adds 1; "
+          f"warm caches; mount with `--auto-turn 0`; median of {len(sp['turn'][0]['rw_turns'])} turns):")
+        w("")
+        w("| tree | rewindfs turn | shadow git turn | ratio git/rewindfs | rewindfs turn, no change | "
+          "shadow git, no change | rewindfs first turn after mount | shadow git first commit | mount | "
+          "rewindfs store | shadow .git |")
+        w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        for r in sp["turn"]:
+            w(f"| {r['files']:,} files | {fmt_s(r['rw_turn'])} | {fmt_s(r['git_turn'])} | "
+              f"{r['git_turn'] / r['rw_turn']:.1f}x | {fmt_s(r['rw_idle'])} | {fmt_s(r['git_idle'])} | "
+              f"{fmt_s(r['rw_first'])} | {fmt_s(r['git_first'])} | {fmt_s(r['mount'])} | "
+              f"{fmt_bytes(r['store_bytes'])} | {fmt_bytes(r['git_bytes'])} |")
+        t = sp["turn"]
+        if len(t) > 1:
+            w("")
+            w(f"Growth from {t[0]['files']:,} to {t[-1]['files']:,} files: rewindfs turn "
+              f"{t[-1]['rw_turn'] / t[0]['rw_turn']:.1f}x, shadow git {t[-1]['git_turn'] / t[0]['git_turn']:.1f}x.")
+    if sp.get("bytes"):
+        b, g = sp["bytes"], sp["bytes"]["shadow"]
+        full = b["file_bytes"] * (b["edits"] + 1)
+        w("")
+        w(f"Bytes stored for {b['edits']} one-line edits of a {fmt_bytes(b['file_bytes'])} text file, "
+          "the whole file rewritten each time, one `turn` after each (on disk, allocated blocks):")
+        w("")
+        w("| | bytes | vs 100 full copies |")
+        w("|---|--:|--:|")
+        w(f"| {b['edits']} full copies (+ the original) | {fmt_bytes(full)} | 1.00 |")
+        w(f"| rewindfs `chunks/` after the first turn | {fmt_bytes(b['chunks_initial'])} | - |")
+        w(f"| rewindfs `chunks/` after {b['edits']} edits | {fmt_bytes(b['chunks'])} "
+          f"(apparent {fmt_bytes(b['chunks_apparent'])}) | {b['chunks'] / full:.3f} |")
+        w(f"| rewindfs metadata (`meta.sqlite` etc.) | {fmt_bytes(b['meta'])} | {b['meta'] / full:.3f} |")
+        w(f"| shadow `.git`, loose objects | {fmt_bytes(g['git_loose'])} | {g['git_loose'] / full:.3f} |")
+        w(f"| shadow `.git` after `git gc` | {fmt_bytes(g['git_packed'])} | {g['git_packed'] / full:.3f} |")
+    if sp.get("views"):
+        v = sp["views"]
+        mib = SEQ_MIB
+        w("")
+        w(f"Views of a checkpoint of a {v['files']:,}-file tree (caches dropped before each step):")
+        w("")
+        w("| step | time |")
+        w("|---|--:|")
+        w(f"| `ls MNT` (live root, for comparison) | {fmt_s(v['ls_live'])} |")
+        w(f"| `ls MNT/.rewindfs/checkpoints/N/` (newest checkpoint) | {fmt_s(v['ls_dotdir'])} |")
+        w(f"| `ls MNT/.rewindfs/checkpoints/1/` (oldest checkpoint) | {fmt_s(v['ls_dotdir_old'])} |")
+        w(f"| `rewindfs show N VIEW` | {fmt_s(v['show'])} |")
+        w(f"| `ls VIEW` right after | {fmt_s(v['show_ls'])} |")
+        w("")
+        w(f"Reading a {mib} MiB file (`dd bs=1M`, cold):")
+        w("")
+        w("| from | time | MiB/s | vs live |")
+        w("|---|--:|--:|--:|")
+        for k, label in (("read_live", "live mount"),
+                         ("read_view_live", "`.rewindfs/checkpoints/N/`, unchanged since (live tree)"),
+                         ("read_store", "`.rewindfs/checkpoints/N/`, changed since (chunk store)"),
+                         ("read_show_store", "`rewindfs show` view, changed since (chunk store)")):
+            w(f"| {label} | {fmt_s(v[k])} | {mib / v[k]:.0f} | {v[k] / v['read_live']:.2f}x |")
+        w("")
+        w(f"The chunk-store view returned the original bytes: {'yes' if v.get('store_exact') else 'NO'}. "
+          f"Overwriting the file (`dd` from /dev/urandom, pre-image captured) took {fmt_s(v['overwrite'])}.")
+    if sp.get("rewind"):
+        r = sp["rewind"]
+        w("")
+        w(f"Rewind latency on a {r['base_files']:,}-file tree (time until `rewindfs rewind` returns and the root "
+          f"is listed); the large turn created {r['new_files']:,} files and rewrote a {r['big_mib']} MiB file:")
+        w("")
+        w("| turn rewound | rewindfs rewind | (daemon's own ms) | settler done after | "
+          "shadow git restore+clean | ratio git/rewindfs | time of the change itself |")
+        w("|---|--:|--:|--:|--:|--:|--:|")
+        for k, label in (("small", "1 file changed"),
+                         ("large", f"{r['new_files']:,} files created + {r['big_mib']} MiB rewritten")):
+            settle = fmt_s(r[f"{k}_settle"]) + ("" if r.get(f"{k}_settle_ok") else " (not finished)")
+            w(f"| {label} | {fmt_s(r[f'{k}_rewind'])} | {r.get(f'{k}_daemon_ms', 0) or 0:.1f} ms | {settle} | "
+              f"{fmt_s(r[f'git_{k}_rewind'])} | {r[f'git_{k}_rewind'] / r[f'{k}_rewind']:.1f}x | "
+              f"{fmt_s(r[f'{k}_change'])} |")
+        w("")
+        w(f"Large/small rewind latency: rewindfs {r['large_rewind'] / r['small_rewind']:.1f}x, shadow git "
+          f"{r['git_large_rewind'] / r['git_small_rewind']:.1f}x. Unmount after the rewinds: "
+          f"{fmt_s(r['unmount'])}.")
+    return out
+
+
+def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=None):
     out = []
     w = out.append
     w(f"Run: {meta['date']} on {meta['host']}: {meta['cores']} cores, kernel {meta['kernel']}, "
@@ -565,6 +937,18 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes):
         for wname, by_t in store_sizes.items():
             w(f"| {wname} | " + " | ".join(fmt_bytes(statistics.median(by_t[t])) if t in by_t else "-"
                                           for t in mounted) + " |")
+    if "norec" in targets and steps:
+        w("")
+        w("Cost of recording: the default mount (passthrough, recording on) against the same mount with "
+          "`--no-record`:")
+        w("")
+        w("| workload | recording off | recording on | on/off |")
+        w("|---|--:|--:|--:|")
+        for s in steps:
+            on, off = res[s]["med"].get("pt"), res[s]["med"].get("norec")
+            if on and off:
+                w(f"| {s} | {fmt_s(off)} | {fmt_s(on)} | {on / off:.2f}x |")
+    out.extend(report_special(special or {}, meta))
     if shadow_turns:
         w("")
         w("Shadow git `add -A && commit` per turn (warm caches; a turn changes 10 files and adds 1):")
@@ -647,9 +1031,15 @@ def machine_meta(args, inputs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3, help="repetitions per step (median reported); default 3")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS),
-                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
-    ap.add_argument("--targets", default="native,pt,off", help="comma-separated subset of native,pt,off")
+    ap.add_argument("--workloads", default=",".join(list(WORKLOADS) + list(SPECIAL)),
+                    help=f"comma-separated subset of {','.join(list(WORKLOADS) + list(SPECIAL))}")
+    ap.add_argument("--targets", default="native,pt,off,norec", help="comma-separated subset of native,pt,off,norec")
+    ap.add_argument("--turn-sizes", default="1000,10000,100000", help="tree sizes for the turn workload")
+    ap.add_argument("--turn-reps", type=int, default=5, help="turns measured per tree size (median)")
+    ap.add_argument("--views-files", type=int, default=100_000, help="tree size for the views workload")
+    ap.add_argument("--rewind-mib", type=int, default=1024, help="size of the file the large rewound turn rewrites")
+    ap.add_argument("--rewind-files", type=int, default=20_000, help="files the large rewound turn creates")
+    ap.add_argument("--rewind-base", type=int, default=10_000, help="files in the tree the rewinds run on")
     ap.add_argument("--shadow-git", default="",
                     help="also measure the shadow-git baseline on trees of these sizes, e.g. 1000,10000,100000")
     ap.add_argument("--shadow-bytes", action="store_true",
@@ -683,6 +1073,8 @@ def main():
     if "native" not in targets:
         targets.insert(0, "native")
     workloads = [w for w in args.workloads.split(",") if w]
+    special = [w for w in workloads if w in SPECIAL]
+    workloads = [w for w in workloads if w not in SPECIAL]
     for wname in workloads:
         if wname not in WORKLOADS:
             raise SystemExit(f"bench: unknown workload {wname}")
@@ -696,7 +1088,8 @@ def main():
     os.makedirs(runs)
     runtime_dir = tempfile.mkdtemp(prefix="rt-", dir=args.workdir)
 
-    inputs = Inputs(args.workdir, args.cc, workloads if not args.from_log else [])
+    inputs = Inputs(args.workdir, args.cc,
+                    (workloads + (["seq"] if "views" in special else [])) if not args.from_log else [])
     meta = machine_meta(args, inputs)
     if args.from_log:
         res, loads = results_from_log(args.from_log)
@@ -742,6 +1135,29 @@ def main():
                         tgt.teardown()
                     if tgt.store_bytes is not None:
                         store_sizes.setdefault(wname, {}).setdefault(t, []).append(tgt.store_bytes)
+        sp = {}
+        if special:
+            class Ctx:
+                pass
+            ctx = Ctx()
+            ctx.bin, ctx.runtime_dir, ctx.runs, ctx.inputs, ctx.loads = args.bin, runtime_dir, runs, inputs, loads
+            kept = None
+            if "turn" in special:
+                sizes = [int(x) for x in args.turn_sizes.split(",") if x]
+                keep = args.views_files if "views" in special and args.views_files in sizes else None
+                sp["turn"], kept = bench_turns(ctx, sizes, args.turn_reps, keep)
+            if "views" in special:
+                if kept is None:
+                    _, kept = bench_turns(ctx, [args.views_files], 1, args.views_files)
+                try:
+                    sp["views"] = bench_views(ctx, kept[0], args.views_files)
+                finally:
+                    kept[0].unmount()
+                    shutil.rmtree(kept[1], ignore_errors=True)
+            if "bytes" in special:
+                sp["bytes"] = bench_bytes(ctx)
+            if "rewind" in special:
+                sp["rewind"] = bench_rewind(ctx, args.rewind_base, args.rewind_files, args.rewind_mib)
         shadow_turns = shadow_bytes = None
         if args.shadow_git:
             sizes = [int(x) for x in args.shadow_git.split(",") if x]
@@ -755,14 +1171,15 @@ def main():
         s["med"] = {t: statistics.median(xs) for t, xs in s["all"].items()}
     meta["load_min"], meta["load_max"] = min(loads), max(loads)
     meta["passthrough"] = ", ".join(sorted(passthrough))
-    md, misses = report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes)
+    md, misses = report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, sp)
     print(md)
     if args.out:
         with open(args.out, "w") as f:
             f.write(md)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "results": res, "shadow_turns": shadow_turns, "shadow_bytes": shadow_bytes},
+            json.dump({"meta": meta, "results": res, "shadow_turns": shadow_turns, "shadow_bytes": shadow_bytes,
+                       "special": sp},
                       f, indent=1)
     if misses:
         log("bench: steps missing their goal: " +
