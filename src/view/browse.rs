@@ -67,7 +67,14 @@ pub struct Browser {
     base: u64,
     /// For a `show` mount: the one checkpoint shown at the root.
     single: Option<i64>,
+    /// States of files whose bytes come from the chunk store: immutable, and
+    /// worth keeping between the many reads of one file (decoding a large
+    /// file's chunk list on every 128 KiB read made views slow).
+    stored_states: Mutex<HashMap<u64, NodeState>>,
 }
+
+/// How many stored-file states a browser keeps.
+const STATE_CACHE: usize = 1024;
 
 fn kind_of(code: u8) -> Kind {
     match code {
@@ -102,14 +109,14 @@ impl Browser {
     /// A browser of every checkpoint, with inode numbers from `base` up
     /// (the hidden directory is `base` itself).
     pub fn hidden(tree: Arc<LiveTree>, journal: Arc<Journal>, base: u64) -> Browser {
-        let b = Browser { tree, journal, table: Mutex::new(Table { next: base, ..Default::default() }), base, single: None };
+        let b = Browser { tree, journal, table: Mutex::new(Table { next: base, ..Default::default() }), base, single: None, stored_states: Mutex::new(HashMap::new()) };
         b.intern(Slot::Top);
         b
     }
 
     /// A browser of one checkpoint whose root is inode 1.
     pub fn single(tree: Arc<LiveTree>, journal: Arc<Journal>, checkpoint: i64) -> ViewResult<Browser> {
-        let b = Browser { tree, journal, table: Mutex::new(Table { next: 1, ..Default::default() }), base: 1, single: Some(checkpoint) };
+        let b = Browser { tree, journal, table: Mutex::new(Table { next: 1, ..Default::default() }), base: 1, single: Some(checkpoint), stored_states: Mutex::new(HashMap::new()) };
         let root = b.view(checkpoint).root()?;
         b.intern(Slot::Object { checkpoint, node: root });
         Ok(b)
@@ -295,7 +302,21 @@ impl Browser {
             }
             Slot::Object { checkpoint, node } => {
                 let view = self.view(checkpoint);
-                let s = view.state(&node)?;
+                let cached = self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).get(&ino.0).cloned();
+                let s = match cached {
+                    Some(s) => s,
+                    None => {
+                        let s = view.state(&node)?;
+                        if matches!(s.content, crate::view::Content::Stored(_)) {
+                            let mut cache = self.stored_states.lock().unwrap_or_else(|p| p.into_inner());
+                            if cache.len() >= STATE_CACHE {
+                                cache.clear();
+                            }
+                            cache.insert(ino.0, s.clone());
+                        }
+                        s
+                    }
+                };
                 if s.kind != kind_code(Kind::File) {
                     return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::EISDIR)));
                 }
