@@ -23,22 +23,25 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
     }
     match daemon::mount_state(mp) {
         MountState::NotMounted => Err(Error::Usage(format!("{} is not a rewindfs mount", mp.display()))),
-        MountState::Dead(_) => {
-            // The daemon is gone: the mount only answers ENOTCONN. Detach it.
-            sys::umount(mp, true).map_err(|e| Error::io(format!("cannot detach dead mount {}", mp.display()), e))?;
-            registry::withdraw(mp);
-            eprintln!("rewindfs: the daemon of {} was gone; detached the dead mount", mp.display());
-            Ok(())
-        }
+        MountState::Dead(_) => detach_dead(mp),
         MountState::Live(info) | MountState::Starting(info) => {
             let answer = match control::call(&info.socket, &Request::Unmount { lazy }, Duration::from_secs(120)) {
                 Ok(a) => a,
                 // The daemon unmounts, then exits; it may exit before its
                 // answer is written. Gone from the mount table is success.
-                Err(e) => match daemon::mount_state(mp) {
-                    MountState::NotMounted => control::Response::ok(serde_json::Value::Null),
-                    _ => return Err(e),
-                },
+                // A daemon killed as we connected resets the connection:
+                // once it is gone, its mount is dead and is detached.
+                Err(e) => {
+                    let until = Instant::now() + Duration::from_secs(5);
+                    while sys::process_alive(info.pid) && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    match daemon::mount_state(mp) {
+                        MountState::NotMounted => control::Response::ok(serde_json::Value::Null),
+                        MountState::Dead(_) => return detach_dead(mp),
+                        _ => return Err(e),
+                    }
+                }
             };
             if !answer.ok {
                 return Err(Error::Daemon(answer.error.unwrap_or_else(|| "unmount failed".into())));
@@ -67,4 +70,12 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The daemon is gone: the mount only answers ENOTCONN. Detach it.
+fn detach_dead(mp: &std::path::Path) -> Result<()> {
+    sys::umount(mp, true).map_err(|e| Error::io(format!("cannot detach dead mount {}", mp.display()), e))?;
+    registry::withdraw(mp);
+    eprintln!("rewindfs: the daemon of {} was gone; detached the dead mount", mp.display());
+    Ok(())
 }

@@ -48,6 +48,9 @@ struct Rewinder<'a> {
     caller: Caller,
     /// Objects this rewind moved into the attic (and not yet back).
     in_attic: HashSet<ObjectId>,
+    /// Directories changed by replacing a file's inode, whose own times
+    /// must be put back at the end.
+    dirs_touched: BTreeSet<ObjectId>,
     out: Vec<Planned>,
     touched: Touched,
 }
@@ -67,6 +70,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         view: TreeView::at(tree, journal, checkpoint),
         caller,
         in_attic: HashSet::new(),
+        dirs_touched: BTreeSet::new(),
         out: Vec::new(),
         touched: Touched::default(),
     };
@@ -139,6 +143,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         }
         r.restore_object(*id, fd.as_fd())?;
     }
+    dirs.extend(std::mem::take(&mut r.dirs_touched));
     for id in dirs {
         if r.in_attic.contains(&id) {
             continue;
@@ -331,11 +336,18 @@ impl Rewinder<'_> {
         let state = self.view.state(&node)?;
         let content_changed = state.is_file() && matches!(state.content, Content::Stored(_));
         if content_changed {
-            if let Some((dir, name)) = self.location(fd)? {
-                return self.replace_content(dir.as_fd(), &name, id, &node, &state);
+            // A file with several names keeps its inode, so that all of
+            // them (and the hard link between them) come back together;
+            // swapping in a new inode would fix only the one name found.
+            let nlink = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?.st_nlink;
+            if nlink == 1 {
+                if let Some((dir, name)) = self.location(fd)? {
+                    return self.replace_content(dir.as_fd(), &name, id, &node, &state);
+                }
             }
-            // Linked elsewhere (e.g. only through a name in the attic):
-            // keep its current bytes in the store, then refill it in place.
+            // Linked elsewhere (several names, or only through a name in
+            // the attic): keep its current bytes in the store, then refill
+            // it in place.
             log::info!("object {} has no single place in the tree; rewriting it in place", id.0);
             let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
             self.tree.capture_ino(self.journal, ino, true, self.caller).map_err(|e| err("record".into(), e))?;
@@ -396,11 +408,19 @@ impl Rewinder<'_> {
         let bytes = name.as_bytes().to_vec();
         self.tree.capture_entry(self.journal, dir, name, self.caller).map_err(|e| err(self.display(&bytes), e))?;
         self.tree.capture_named(self.journal, dir, name, false, self.caller).map_err(|e| err(self.display(&bytes), e))?;
+        let dir_handle = sys::name_to_handle_at(dir, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
+        self.dirs_touched.insert(dir_id);
         let temp = format!(".rewindfs-rewind-{}", id.0);
         let mode = Mode::from_raw_mode(state.perm);
         let fd = rustix::fs::openat(dir, temp.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
             .map_err(from_rustix("create"))?;
         rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
+        // The new inode carries the file's xattrs as they were (step 3
+        // does not visit it again).
+        for (n, v) in &state.xattrs {
+            sys::setxattr(fd.as_fd(), OsStr::from_bytes(n), v, 0).map_err(|e| err(format!("{}: xattr", self.display(&bytes)), e.into()))?;
+        }
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         let old_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
         let old_handle = sys::name_to_handle_at(old_fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;

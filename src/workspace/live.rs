@@ -585,6 +585,10 @@ impl LiveTree {
                     self.note_removed(victim);
                     return Ok(());
                 }
+            } else if !flags.contains(RenameFlags::EXCHANGE) {
+                // A replaced file with other names loses one: its link
+                // count is part of its state at the checkpoint.
+                self.capture_named(r.journal, to.as_fd(), new_name, false, caller)?;
             }
         }
         let replaced = if flags.contains(RenameFlags::EXCHANGE) || flags.contains(RenameFlags::NOREPLACE) {

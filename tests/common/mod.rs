@@ -358,3 +358,114 @@ impl Drop for MountFixture {
         live_mounts().retain(|p| p != &mp);
     }
 }
+
+/// Prints one line per object below a root (the root included, as `.`):
+/// kind and mode, owner, mtime (not for symlinks), size and content hash,
+/// symlink target, link count and which earlier path shares the inode
+/// (within this tree), and `user.*` xattrs. Two trees are exact copies of
+/// each other when their manifests are equal.
+pub const MANIFEST_PY: &str = r#"
+import os, sys, stat, hashlib
+root = sys.argv[1]
+first, out = {}, []
+def xattrs(p):
+    try:
+        names = sorted(os.listxattr(p, follow_symlinks=False))
+    except OSError as e:
+        return 'ERR%d' % e.errno
+    return ','.join('%s=%s' % (n, os.getxattr(p, n, follow_symlinks=False).hex()) for n in names if n.startswith('user.'))
+def visit(rel):
+    p = os.path.join(root, rel) if rel else root
+    st = os.lstat(p)
+    f = [rel or '.', 'mode=%o' % st.st_mode, 'owner=%d:%d' % (st.st_uid, st.st_gid)]
+    if stat.S_ISLNK(st.st_mode):
+        f.append('-> %r' % os.readlink(p))
+    else:
+        f.append('mtime=%d' % st.st_mtime_ns)
+    if stat.S_ISREG(st.st_mode):
+        h = hashlib.sha256()
+        with open(p, 'rb') as fh:
+            for b in iter(lambda: fh.read(1 << 20), b''):
+                h.update(b)
+        f.append('size=%d sha=%s' % (st.st_size, h.hexdigest()[:16]))
+    if not stat.S_ISDIR(st.st_mode):
+        f.append('nlink=%d' % st.st_nlink)
+        if st.st_nlink > 1:
+            f.append('inode-of=%s' % first.setdefault((st.st_dev, st.st_ino), rel))
+    f.append('xattrs=' + xattrs(p))
+    out.append(' '.join(f))
+    if stat.S_ISDIR(st.st_mode):
+        for n in sorted(os.listdir(p)):
+            visit(os.path.join(rel, n))
+visit('')
+print('\n'.join(out))
+"#;
+
+/// The manifest (see `MANIFEST_PY`) of the tree at `root`.
+pub fn manifest(root: &Path) -> String {
+    let out = run_with_timeout(Command::new("python3").arg("-c").arg(MANIFEST_PY).arg(root), CHILD_TIMEOUT);
+    stdout(&check(out, &format!("manifest of {}", root.display())))
+}
+
+/// Asserts that `actual` is an exact copy of `expected`: `diff -r` finds
+/// nothing and the manifests (modes, owners, mtimes, symlink targets, hard
+/// links, xattrs) are equal.
+pub fn assert_same_tree(expected: &Path, actual: &Path, what: &str) {
+    let d = run_with_timeout(Command::new("diff").arg("-r").arg("--no-dereference").arg(expected).arg(actual), CHILD_TIMEOUT);
+    assert!(d.status.success(), "{what}: diff -r {} {} finds differences:\n{}{}", expected.display(), actual.display(), stdout(&d), stderr(&d));
+    let (e, a) = (manifest(expected), manifest(actual));
+    let diffs: Vec<String> = e
+        .lines()
+        .zip(a.lines())
+        .filter(|(x, y)| x != y)
+        .take(20)
+        .map(|(x, y)| format!("  expected: {x}\n  actual:   {y}"))
+        .collect();
+    assert!(
+        diffs.is_empty() && e.lines().count() == a.lines().count(),
+        "{what}: {} is not an exact copy of {} ({} vs {} objects):\n{}",
+        actual.display(),
+        expected.display(),
+        e.lines().count(),
+        a.lines().count(),
+        if diffs.is_empty() { format!("expected manifest:\n{e}\nactual manifest:\n{a}") } else { diffs.join("\n") }
+    );
+}
+
+impl MountFixture {
+    /// Mounted on `mnt` with `--auto-turn 0` (turns only when a test says).
+    pub fn manual_turns() -> MountFixture {
+        Self::with_args(false, &["--auto-turn", "0"])
+    }
+
+    /// Runs `rewindfs ARGS -C MOUNT` and asserts success; returns stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let mp = self.mountpoint.to_str().expect("utf-8 path").to_string();
+        let mut full: Vec<&str> = vec![args[0], "-C", &mp];
+        full.extend_from_slice(&args[1..]);
+        stdout(&check(self.rewindfs(&full), &format!("rewindfs {full:?}")))
+    }
+
+    /// As `cli`, with `--json`, parsed.
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = args.to_vec();
+        full.push("--json");
+        let out = self.cli(&full);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("rewindfs {full:?}: bad JSON ({e}): {out}"))
+    }
+
+    /// Seals a checkpoint (`turn --message-id M`); returns its number.
+    pub fn turn(&self, message_id: &str) -> i64 {
+        let v = self.cli_json(&["turn", "--message-id", message_id]);
+        v["checkpoint"].as_i64().unwrap_or_else(|| panic!("no checkpoint in {v}"))
+    }
+
+    /// A `cp -a` copy of the mounted tree, at `<tmp>/copies/NAME`.
+    pub fn copy_tree(&self, name: &str) -> PathBuf {
+        let dst = self.dir.path().join("copies").join(name);
+        std::fs::create_dir_all(dst.parent().expect("parent")).expect("cannot create copies dir");
+        let out = run_with_timeout(Command::new("cp").arg("-a").arg(self.path().join(".")).arg(&dst), CHILD_TIMEOUT);
+        check(out, "cp -a of the mount");
+        dst
+    }
+}

@@ -1,0 +1,291 @@
+//! Issue 5: whole-tree rewind. Real programs over several turns, a `cp -a`
+//! copy at each boundary; rewind to each checkpoint and compare (contents,
+//! modes, owners, mtimes, symlinks, hard links, xattrs); undo; branches in
+//! `log --graph`; the plain workspace after unmount; readers during a
+//! rewind; kill -9 during the settle; symlinks pointing outside.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Rewinds; returns the safety checkpoint.
+fn rewind(fx: &MountFixture, to: i64) -> i64 {
+    let v = fx.cli_json(&["rewind", &to.to_string()]);
+    v["safety_checkpoint"].as_i64().unwrap_or_else(|| panic!("no safety_checkpoint in {v}"))
+}
+
+const GIT: &str = "git -c user.name=t -c user.email=t@example.com -c init.defaultBranch=main";
+
+#[test]
+fn rewind_to_every_checkpoint_undo_branch_and_unmount() {
+    let mut fx = MountFixture::manual_turns();
+    let mut cps: Vec<(i64, PathBuf)> = vec![(0, fx.copy_tree("c0"))];
+    fx.sh(&format!(
+        "mkdir -p src tree/a/b tree/c
+         printf 'int x;\\n' > src/x.c && printf 'echo hi\\n' > run.sh
+         for i in $(seq 1 50); do echo \"leaf $i\" > tree/a/b/f$i; done
+         echo over-target > target.txt && echo source > source.txt
+         echo shared > h1 && ln h1 h2
+         {GIT} init -q . && {GIT} add -A && {GIT} commit -qm one
+         head -c 64M /dev/urandom > big.bin"
+    ));
+    fx.py("os.setxattr('src/x.c', 'user.v', b'1')");
+    cps.push((fx.turn("m1"), fx.copy_tree("c1")));
+
+    // A build writing thousands of files, a large file rewritten in place,
+    // a rename over, a directory rename, rm -rf, a commit.
+    fx.sh(&format!(
+        "python3 -c \"
+import os
+for d in range(30):
+    os.makedirs('build/obj/%d' % d)
+    for i in range(100):
+        open('build/obj/%d/%d.o' % (d, i), 'w').write('object %d %d\\n' % (d, i))
+\"
+         dd if=/dev/urandom of=big.bin bs=1M count=4 seek=10 conv=notrunc status=none
+         mv source.txt target.txt
+         mv src lib && echo 'int y;' >> lib/x.c
+         rm -rf tree
+         echo 'shared v2' > h1
+         ln -s lib/x.c link && chmod 755 run.sh
+         {GIT} add -A && {GIT} commit -qm two"
+    ));
+    fx.py("os.setxattr('lib/x.c', 'user.v', b'2')");
+    cps.push((fx.turn("m2"), fx.copy_tree("c2")));
+
+    fx.sh(&format!(
+        "rm -rf build
+         mkdir -p tree2/x/y && echo new > tree2/x/y/z
+         dd if=/dev/urandom of=big.bin bs=1M count=64 conv=notrunc status=none
+         mv lib src2 && rm link && ln -s src2 link
+         printf 'replaced by an editor\\n' > .h1.tmp && mv .h1.tmp h1
+         touch -d '2005-05-05 05:05:05' run.sh
+         {GIT} add -A && {GIT} commit -qm three"
+    ));
+    cps.push((fx.turn("m3"), fx.copy_tree("c3")));
+    let latest = cps.last().unwrap().1.clone();
+
+    // --dry-run --json lists the changes and changes nothing.
+    let before = manifest(fx.path());
+    let log_before = fx.cli_json(&["log"]).as_array().map(|a| a.len());
+    let dry = fx.cli_json(&["rewind", &cps[1].0.to_string(), "--dry-run"]);
+    let paths: Vec<&str> = dry["changes"].as_array().expect("changes").iter().filter_map(|c| c["path"].as_str()).collect();
+    for p in ["big.bin", "target.txt", "h1", "run.sh", "src/x.c", "tree/a/b/f1"] {
+        assert!(paths.contains(&p), "dry-run does not list {p}: {dry}");
+    }
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(manifest(fx.path()), before, "rewind --dry-run changed the tree");
+    assert_eq!(fx.cli_json(&["log"]).as_array().map(|a| a.len()), log_before, "rewind --dry-run sealed checkpoints");
+
+    // Rewind to each checkpoint, compare, undo, compare with the latest.
+    for i in [0usize, 1, 2, 3, 1, 0, 2] {
+        let (n, copy) = (&cps[i].0, &cps[i].1);
+        let safety = rewind(&fx, *n);
+        assert_same_tree(copy, fx.path(), &format!("live tree after rewind to {n}"));
+        if i > 0 {
+            let log = fx.sh(&format!("{GIT} log --oneline | wc -l"));
+            assert_eq!(log.trim(), i.to_string(), "git history after rewind to {n}");
+            fx.sh("git fsck --no-progress 2>&1");
+        }
+        rewind(&fx, safety);
+        assert_same_tree(&latest, fx.path(), &format!("live tree after undoing the rewind to {n} (rewind {safety})"));
+    }
+
+    // A new branch from checkpoint 1.
+    let c1 = cps[1].0;
+    rewind(&fx, c1);
+    fx.sh("echo branch > branch.txt");
+    let b1 = fx.turn("b1");
+    fx.sh("echo more >> branch.txt");
+    let b2 = fx.turn("b2");
+    let graph = fx.cli(&["log", "--graph"]);
+    let mark = |n: i64| -> char {
+        graph
+            .lines()
+            .find(|l| l.get(1..).map(|r| r.split_whitespace().next() == Some(&n.to_string())).unwrap_or(false))
+            .and_then(|l| l.chars().next())
+            .unwrap_or_else(|| panic!("checkpoint {n} is not in log --graph:\n{graph}"))
+    };
+    assert_eq!(mark(b2), '*', "current checkpoint:\n{graph}");
+    for n in [b1, c1, 0] {
+        assert_eq!(mark(n), 'o', "checkpoint {n} is on the active path:\n{graph}");
+    }
+    for n in [cps[2].0, cps[3].0] {
+        assert_eq!(mark(n), 'x', "checkpoint {n} is on an abandoned branch:\n{graph}");
+    }
+    assert!(graph.contains("message b2") && graph.contains("message m3"), "message ids in log --graph:\n{graph}");
+    // The abandoned branch stays browsable.
+    for (n, copy) in &cps[2..] {
+        assert_same_tree(copy, &fx.path().join(format!(".rewindfs/checkpoints/{n}")), &format!("abandoned checkpoint {n}"));
+    }
+
+    // Unmount right after a rewind: the settler finishes first, and the
+    // plain workspace is the rewound tree.
+    rewind(&fx, cps[3].0);
+    fx.unmount();
+    assert_same_tree(&latest, &fx.ws, "plain workspace after rewind + unmount");
+}
+
+/// Two files always written together with the same generation: a reader
+/// reading a, b, a never sees a == a' != b while at most one rewind
+/// overlapped its reads. A descriptor opened before a rewind keeps the old
+/// file.
+#[test]
+fn readers_never_see_a_mixed_tree_and_old_descriptors_keep_the_old_file() {
+    let fx = MountFixture::manual_turns();
+    let mut cps = Vec::new();
+    for g in 1..=4 {
+        // Odd generations rewrite in place, even ones replace by rename.
+        let script = if g % 2 == 1 {
+            format!("python3 -c \"import sys; [open(n, 'r+' if __import__('os').path.exists(n) else 'w').write(('gen %d ' % {g}).ljust(200000, '.')) for n in ('a', 'b')]\"")
+        } else {
+            format!("for n in a b; do python3 -c \"open('$n.tmp', 'w').write(('gen %d ' % {g}).ljust(200000, '.'))\" && mv $n.tmp $n; done")
+        };
+        fx.sh(&script);
+        cps.push(fx.turn(&format!("g{g}")));
+    }
+    assert_eq!(&fx.sh("head -c 6 a; head -c 6 b"), "gen 4 gen 4 ");
+
+    // The rewind counter lives outside the mount: odd while a rewind runs.
+    let counter = fx.dir.path().join("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let stop = fx.dir.path().join("stop");
+    let reader = format!(
+        r#"
+import os, sys
+def gen(n):
+    with open(n, 'rb') as f:
+        return f.read(200000).split(b' ')[1]
+def cnt():
+    return int(open({counter:?}).read())
+mixes, windows, reads = [], 0, 0
+while not os.path.exists({stop:?}):
+    c1 = cnt(); a1 = gen('a'); b = gen('b'); a2 = gen('a'); c2 = cnt()
+    reads += 1
+    # At most one rewind overlapped these reads.
+    if c2 - c1 <= 1 or (c1 % 2 == 0 and c2 - c1 == 2):
+        if c1 != c2:
+            windows += 1
+        if a1 == a2 and b != a1:
+            mixes.append((c1, c2, a1, b, a2))
+print(reads, windows, len(mixes), mixes[:5])
+"#
+    );
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(&reader)
+        .current_dir(fx.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let set = |v: u64| {
+        let tmp = counter.with_extension("tmp");
+        std::fs::write(&tmp, v.to_string()).unwrap();
+        std::fs::rename(&tmp, &counter).unwrap();
+    };
+    let mut c = 0u64;
+    let order = [0usize, 2, 1, 3, 0, 3, 1, 2, 0, 1, 3, 2, 0, 2, 3, 1];
+    for i in order {
+        c += 1;
+        set(c);
+        rewind(&fx, cps[i]);
+        c += 1;
+        set(c);
+        let want = format!("gen {} gen {} ", i + 1, i + 1);
+        assert_eq!(fx.sh("head -c 6 a; head -c 6 b"), want, "after rewind to {}", cps[i]);
+    }
+    std::fs::write(&stop, "").unwrap();
+    let out = wait_child(&mut child, CHILD_TIMEOUT, "reader");
+    let text = stdout(&check(out, "reader"));
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    eprintln!("reader: {text}");
+    assert_eq!(fields.get(2), Some(&"0"), "the reader saw a mixed tree (c1, c2, a, b, a'): {text}");
+    assert!(fields[0].parse::<u64>().unwrap() > 0, "the reader never read: {text}");
+
+    // Descriptors opened before a rewind: now at generation 3 (cps[2]),
+    // 'a' was rewritten in place in turn 3 and replaced by rename in turn 4.
+    rewind(&fx, cps[2]);
+    let mut fa = std::fs::File::open(fx.path().join("a")).unwrap();
+    let mut fb = std::fs::File::open(fx.path().join("b")).unwrap();
+    let read6 = |f: &mut std::fs::File| {
+        let mut buf = [0u8; 6];
+        f.seek(SeekFrom::Start(0)).unwrap();
+        f.read_exact(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf).into_owned()
+    };
+    assert_eq!(read6(&mut fa), "gen 3 ");
+    rewind(&fx, cps[1]); // gen 2: a was replaced by rename in turn 2
+    assert_eq!(read6(&mut fa), "gen 3 ", "an open descriptor after a rewind (file replaced by rename since)");
+    rewind(&fx, cps[0]); // gen 1
+    assert_eq!(read6(&mut fb), "gen 3 ", "an open descriptor after two rewinds");
+    assert_eq!(fx.sh("head -c 6 a; head -c 6 b"), "gen 1 gen 1 ", "new opens see the rewound files");
+}
+
+/// Rewinding a turn that rewrote a big file in place leaves its bytes
+/// pending; kill -9 right after `rewind` returns; the next mount resumes
+/// the settle.
+#[test]
+fn kill_during_settle_resumes_on_next_mount() {
+    let mut fx = MountFixture::manual_turns();
+    fx.sh("head -c 96M /dev/urandom > big.bin && echo small > small");
+    let c1 = fx.turn("m1");
+    let copy = fx.copy_tree("c1");
+    fx.sh("dd if=/dev/urandom of=big.bin bs=1M count=96 conv=notrunc status=none && echo changed > small");
+    fx.turn("m2");
+    let pid = fx.daemon_pid();
+    let mp = fx.path().to_str().unwrap().to_string();
+    let out = run_with_timeout(
+        fx.command().arg("rewind").arg("-C").arg(&mp).arg(c1.to_string()).arg("--json"),
+        CHILD_TIMEOUT,
+    );
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    check(out, "rewind");
+    let pending: i64 = sh(fx.dir.path(), &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display())).trim().parse().unwrap();
+    eprintln!("pending files left by the killed daemon: {pending}");
+    check(fx.rewindfs(&["unmount", &mp]), "unmount of the dead mount");
+    fx.forget_mount();
+    assert!(!is_mounted(fx.path()));
+    fx.mount(false, &["--auto-turn", "0"]);
+    assert_same_tree(&copy, fx.path(), "after kill -9 during the settle and remount");
+    fx.unmount();
+    assert_same_tree(&copy, &fx.ws, "plain workspace after the resumed settle");
+    let left: i64 = sh(fx.dir.path(), &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display())).trim().parse().unwrap();
+    assert_eq!(left, 0, "pending files left after a clean unmount");
+}
+
+/// Names that rewind and restore must replace are symlinks to a directory
+/// outside the workspace: nothing outside is touched.
+#[test]
+fn rewind_and_restore_never_touch_outside_through_symlinks() {
+    let fx = MountFixture::manual_turns();
+    let outside = fx.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    sh(&outside, "mkdir d && echo outside-f > d/f && echo outside-file > file && echo outside-x > x && chmod 600 file");
+    let outside_before = manifest(&outside);
+    fx.sh("mkdir d && echo inside-f > d/f && echo inside-file > file && chmod 644 file");
+    let c1 = fx.turn("m1");
+    let copy = fx.copy_tree("c1");
+    let out = outside.to_str().unwrap();
+    fx.sh(&format!("rm -rf d file && ln -s {out}/d d && ln -s {out}/file file && ln -s {out}/x x"));
+    fx.turn("m2");
+    let dry = fx.cli_json(&["rewind", &c1.to_string(), "--dry-run"]);
+    assert!(!dry["changes"].as_array().unwrap().is_empty(), "dry-run: {dry}");
+    let safety = rewind(&fx, c1);
+    assert_same_tree(&copy, fx.path(), "after rewind over outward symlinks");
+    assert_eq!(manifest(&outside), outside_before, "rewind changed files outside the workspace");
+    // Back to the symlinks, then restore through them.
+    rewind(&fx, safety);
+    assert_eq!(fx.sh("readlink d file x"), format!("{out}/d\n{out}/file\n{out}/x\n"));
+    let abs = |n: &str| fx.path().join(n).to_str().unwrap().to_string();
+    fx.cli(&["restore", &c1.to_string(), "--", &abs("d"), &abs("file"), &abs("x")]);
+    assert_eq!(manifest(&outside), outside_before, "restore changed files outside the workspace");
+    assert_eq!(fx.sh("cat d/f file; test ! -e x && test ! -L x && echo gone"), "inside-f\ninside-file\ngone\n");
+    // And the unmounted store/workspace never wrote there either.
+    assert_eq!(sh(&outside, "cat d/f file x"), "outside-f\noutside-file\noutside-x\n");
+    let _ = Path::new(out);
+}
