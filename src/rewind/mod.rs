@@ -136,6 +136,10 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
             continue;
         }
         let Some(fd) = r.object_fd(*id) else { continue };
+        // Inside a directory moved aside whole: not part of the tree rewound to.
+        if r.locate_in_attic(fd.as_fd())?.is_some() {
+            continue;
+        }
         let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             dirs.insert(*id);
@@ -149,7 +153,9 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
             continue;
         }
         if let Some(fd) = r.object_fd(id) {
-            r.restore_attrs(id, fd.as_fd())?;
+            if r.locate_in_attic(fd.as_fd())?.is_none() {
+                r.restore_attrs(id, fd.as_fd())?;
+            }
         }
     }
     Ok((r.out, r.touched))
