@@ -423,28 +423,29 @@ fn empty_newest_pack_from_a_crash_is_reused() {
 const CRASH_DIR_VAR: &str = "REWINDFS_STORE_CRASH_DIR";
 const CRASH_CHUNKS: u64 = 50;
 
-/// Run only as a child process by `puts_survive_kill_9`: stores chunks,
-/// says so, and waits to be killed.
-#[test]
-#[ignore = "helper process for puts_survive_kill_9"]
-fn crash_child() {
-    let dir = std::env::var_os(CRASH_DIR_VAR).expect("run by puts_survive_kill_9");
-    let store = PackStore::open_with(Path::new(&dir), small_packs()).expect("open");
+/// The child side of `puts_survive_kill_9` (the same test, run again by
+/// it with the store directory in the environment): stores chunks, says so,
+/// and waits to be killed.
+fn crash_child(dir: &std::ffi::OsStr) -> ! {
+    let store = PackStore::open_with(Path::new(dir), small_packs()).expect("open");
     put_chunks(&store, 7, CRASH_CHUNKS);
     println!("CHUNKS STORED");
     std::thread::sleep(std::time::Duration::from_secs(60));
+    panic!("the parent test did not kill this child");
 }
 
 #[test]
 fn puts_survive_kill_9() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
+    if let Some(dir) = std::env::var_os(CRASH_DIR_VAR) {
+        crash_child(&dir);
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "store::pack::tests::crash_child",
-            "--ignored",
+            "store::pack::tests::puts_survive_kill_9",
             "--nocapture",
         ])
         .env(CRASH_DIR_VAR, dir.path())
