@@ -241,8 +241,7 @@ impl Filesystem for LiveFs {
             // it creates behind the kernel's back (restore, rewind) are
             // invalidated.
             Err(e) if e == Errno::ENOENT => {
-                let mut negative = placeholder(Ino(0), Kind::File);
-                negative.nlink = 0;
+                let negative = Attr::synthetic(Ino(0), Kind::File, 0, 0, SystemTime::UNIX_EPOCH);
                 reply.entry(&self.ttl(), &file_attr(&negative), Generation(0))
             }
             Err(e) => reply.error(errno(e)),
@@ -680,21 +679,7 @@ impl Filesystem for LiveFs {
 /// Attributes for a "." or ".." entry that could not be stat'ed: the kernel
 /// only uses their inode number and type.
 fn placeholder(i: Ino, kind: Kind) -> Attr {
-    Attr {
-        ino: i,
-        kind,
-        perm: 0o755,
-        nlink: 1,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        size: 0,
-        blocks: 0,
-        blksize: 4096,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-    }
+    Attr::synthetic(i, kind, 0o755, 1, SystemTime::UNIX_EPOCH)
 }
 
 /// Tells the kernel to drop cached names and attributes after the daemon

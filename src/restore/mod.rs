@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
@@ -206,7 +207,7 @@ impl Ctx<'_> {
                         }
                         let caller = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
                         self.tree
-                            .symlink(dir, name, OsStr::from_bytes_compat(&target_bytes), caller)
+                            .symlink(dir, name, OsStr::from_bytes(&target_bytes), caller)
                             .map_err(|e| live_err(&path, e))?;
                         self.touch(dir, name);
                     }
@@ -293,16 +294,7 @@ impl Ctx<'_> {
             None => self.tree.getattr(ino, None).map_err(|e| live_err(path, e))?,
         };
         let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
-        let mut set = SetAttr::default();
-        if u32::from(live.perm) != state.perm && live.kind != Kind::Symlink {
-            set.mode = Some(state.perm);
-        }
-        if live.uid != state.uid {
-            set.uid = Some(state.uid);
-        }
-        if live.gid != state.gid {
-            set.gid = Some(state.gid);
-        }
+        let mut set = owner_and_mode_changes(&live, state);
         let live_x = self.tree.xattrs_of(ino);
         let xattrs_differ = live_x != state.xattrs;
         if set.mode.is_none() && set.uid.is_none() && set.gid.is_none() && live.mtime == mtime && !xattrs_differ {
@@ -315,14 +307,7 @@ impl Ctx<'_> {
             return Ok(());
         }
         if xattrs_differ {
-            for (n, _) in &live_x {
-                if !state.xattrs.iter().any(|(m, _)| m == n) {
-                    let _ = self.tree.removexattr(ino, OsStr::from_bytes_compat(n), self.caller);
-                }
-            }
-            for (n, v) in &state.xattrs {
-                let _ = self.tree.setxattr(ino, OsStr::from_bytes_compat(n), v, 0, self.caller);
-            }
+            replace_xattrs(self.tree, ino, &live_x, &state.xattrs, self.caller);
         }
         if live.kind != Kind::Symlink || set.uid.is_some() || set.gid.is_some() {
             set.mtime = Some(SetTime::At(mtime));
@@ -419,12 +404,29 @@ fn type_bits(kind: Kind) -> u32 {
     }
 }
 
-trait FromBytesCompat {
-    fn from_bytes_compat(b: &[u8]) -> &OsStr;
+/// The owner and mode changes that give `live` the recorded `state`'s.
+pub(crate) fn owner_and_mode_changes(live: &Attr, state: &NodeState) -> SetAttr {
+    let mut set = SetAttr::default();
+    if u32::from(live.perm) != state.perm && live.kind != Kind::Symlink {
+        set.mode = Some(state.perm);
+    }
+    if live.uid != state.uid {
+        set.uid = Some(state.uid);
+    }
+    if live.gid != state.gid {
+        set.gid = Some(state.gid);
+    }
+    set
 }
 
-impl FromBytesCompat for OsStr {
-    fn from_bytes_compat(b: &[u8]) -> &OsStr {
-        std::os::unix::ffi::OsStrExt::from_bytes(b)
+/// Makes the xattrs of `ino` exactly `want` (recorded through the tree).
+pub(crate) fn replace_xattrs(tree: &LiveTree, ino: Ino, live: &[(Vec<u8>, Vec<u8>)], want: &[(Vec<u8>, Vec<u8>)], caller: Caller) {
+    for (n, _) in live {
+        if !want.iter().any(|(m, _)| m == n) {
+            let _ = tree.removexattr(ino, OsStr::from_bytes(n), caller);
+        }
+    }
+    for (n, v) in want {
+        let _ = tree.setxattr(ino, OsStr::from_bytes(n), v, 0, caller);
     }
 }

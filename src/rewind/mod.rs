@@ -31,7 +31,7 @@ use crate::store::ContentRef;
 use crate::sys::{self, FileHandle};
 use crate::view::{Content, Node, NodeState, TreeView};
 use crate::workspace::capture::kind_code;
-use crate::workspace::{Caller, Kind, LiveTree, SetAttr, SetTime};
+use crate::workspace::{Caller, Kind, LiveTree, SetTime};
 
 fn err(what: String, errno: Errno) -> RestoreError {
     RestoreError::Live { path: what, errno }
@@ -461,30 +461,14 @@ impl Rewinder<'_> {
         };
         let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
         let live = self.tree.getattr(ino, None).map_err(|e| err("stat".into(), e))?;
-        let mut set = SetAttr::default();
-        if u32::from(live.perm) != state.perm && live.kind != Kind::Symlink {
-            set.mode = Some(state.perm);
-        }
-        if live.uid != state.uid {
-            set.uid = Some(state.uid);
-        }
-        if live.gid != state.gid {
-            set.gid = Some(state.gid);
-        }
+        let mut set = crate::restore::owner_and_mode_changes(&live, &state);
         let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
         if live.kind != Kind::Symlink && live.mtime != mtime {
             set.mtime = Some(SetTime::At(mtime));
         }
         let live_x = self.tree.xattrs_of(ino);
         if live_x != state.xattrs {
-            for (n, _) in &live_x {
-                if !state.xattrs.iter().any(|(m, _)| m == n) {
-                    let _ = self.tree.removexattr(ino, OsStr::from_bytes(n), self.caller);
-                }
-            }
-            for (n, v) in &state.xattrs {
-                let _ = self.tree.setxattr(ino, OsStr::from_bytes(n), v, 0, self.caller);
-            }
+            crate::restore::replace_xattrs(self.tree, ino, &live_x, &state.xattrs, self.caller);
         }
         if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.mtime.is_some() {
             self.tree.setattr(ino, set, None, self.caller).map_err(|e| err("setattr".into(), e))?;

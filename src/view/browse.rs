@@ -162,22 +162,7 @@ impl Browser {
     }
 
     fn synthetic_dir(&self, ino: Ino) -> Attr {
-        let now = SystemTime::now();
-        Attr {
-            ino,
-            kind: Kind::Dir,
-            perm: 0o555,
-            nlink: 2,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size: 0,
-            blocks: 0,
-            blksize: 4096,
-            atime: now,
-            mtime: now,
-            ctime: now,
-        }
+        Attr::synthetic(ino, Kind::Dir, 0o555, 2, SystemTime::now())
     }
 
     fn object_attr(&self, ino: Ino, s: &NodeState) -> Attr {

@@ -85,6 +85,26 @@ fn time(sec: i64, nsec: i64) -> SystemTime {
 }
 
 impl Attr {
+    /// Attributes of something that has no backing inode (a synthetic
+    /// directory, a negative entry): owned by root, empty, dated `time`.
+    pub fn synthetic(ino: Ino, kind: Kind, perm: u16, nlink: u32, time: SystemTime) -> Attr {
+        Attr {
+            ino,
+            kind,
+            perm,
+            nlink,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 0,
+            blocks: 0,
+            blksize: 4096,
+            atime: time,
+            mtime: time,
+            ctime: time,
+        }
+    }
+
     /// Converts a backing `stat`, giving it our inode number.
     pub fn from_stat(ino: Ino, st: &Stat) -> Attr {
         Attr {
