@@ -114,12 +114,19 @@ fn run_forwards_sigterm_and_unmounts() {
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn rewindfs run");
     let ws = fx.ws.clone();
-    wait_until("the command started in the mounted workspace", || is_mounted(&ws) && std::fs::metadata(ws.join("shpid")).is_ok_and(|m| m.len() > 0));
+    wait_until("the command started in the mounted workspace", || {
+        is_mounted(&ws) && std::fs::metadata(ws.join("shpid")).is_ok_and(|m| m.len() > 0)
+    });
     let cmd_pid: i32 = std::fs::read_to_string(fx.ws.join("shpid")).unwrap().trim().parse().unwrap();
     // SAFETY: kill has no memory preconditions.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = wait_child(&mut child, CHILD_TIMEOUT, "rewindfs run (after SIGTERM)");
-    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "run should exit with the command's status; stderr: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "run should exit with the command's status; stderr: {}",
+        stderr(&out)
+    );
     assert!(!process_alive(cmd_pid), "the command (pid {cmd_pid}) did not get the SIGTERM");
     assert!(!is_mounted(&fx.ws), "workspace still mounted after SIGTERM");
     assert!(fx.ws.join("shpid").exists(), "the command's file is not in the backing dir");

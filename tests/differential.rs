@@ -65,7 +65,8 @@ enum Op {
 /// operations find what they act on, and some fail.
 fn path_of(rng: &mut Rng, dir: bool) -> String {
     let depth = [1, 1, 1, 2, 2, 3][rng.below(6) as usize];
-    let mut parts: Vec<&str> = (1..depth).map(|_| if rng.below(10) == 0 { rng.pick(NAMES) } else { rng.pick(&NAMES[..3]) }).collect();
+    let mut parts: Vec<&str> =
+        (1..depth).map(|_| if rng.below(10) == 0 { rng.pick(NAMES) } else { rng.pick(&NAMES[..3]) }).collect();
     let leaf = match (dir, rng.below(5)) {
         (_, 0) => rng.pick(NAMES),
         (true, _) => rng.pick(&NAMES[..3]),
@@ -82,7 +83,9 @@ fn random_path(rng: &mut Rng) -> String {
 fn random_op(rng: &mut Rng) -> Op {
     let path = random_path(rng);
     match rng.below(100) {
-        0..=14 => Op::Create { path, mode: [0o644, 0o600, 0o755, 0o444][rng.below(4) as usize], excl: rng.below(3) == 0 },
+        0..=14 => {
+            Op::Create { path, mode: [0o644, 0o600, 0o755, 0o444][rng.below(4) as usize], excl: rng.below(3) == 0 }
+        }
         15..=29 => {
             let len = rng.below(6000) as usize;
             let fill = rng.next();
@@ -97,9 +100,15 @@ fn random_op(rng: &mut Rng) -> Op {
         59..=64 => Op::Mkdir { path: path_of(rng, true), mode: [0o755, 0o700, 0o2775][rng.below(3) as usize] },
         65..=73 => Op::Rmdir { path: path_of(rng, true) },
         74..=78 => Op::Chmod { path, mode: rng.below(0o10000) as u32 },
-        79..=81 => Op::Chown { path, uid: [0, 1000, 4242][rng.below(3) as usize], gid: [0, 100, 4242][rng.below(3) as usize] },
+        79..=81 => {
+            Op::Chown { path, uid: [0, 1000, 4242][rng.below(3) as usize], gid: [0, 100, 4242][rng.below(3) as usize] }
+        }
         82..=86 => Op::Symlink { target: rng.pick(TARGETS).to_string(), path },
-        87..=91 => Op::Utimes { path, mtime: 946_684_800 + rng.below(5 * 365 * 86400) as i64, nsec: rng.below(1_000_000_000) as i64 },
+        87..=91 => Op::Utimes {
+            path,
+            mtime: 946_684_800 + rng.below(5 * 365 * 86400) as i64,
+            nsec: rng.below(1_000_000_000) as i64,
+        },
         92..=95 => Op::Read { path },
         _ => Op::Stat { path },
     }
@@ -171,7 +180,8 @@ fn apply(root: &Path, op: &Op) -> Result<String, i32> {
                     libc::timespec { tv_sec: *mtime - 1000, tv_nsec: 0 },
                     libc::timespec { tv_sec: *mtime, tv_nsec: *nsec },
                 ];
-                let r = libc::utimensat(libc::AT_FDCWD, c(root, path).as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW);
+                let r =
+                    libc::utimensat(libc::AT_FDCWD, c(root, path).as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW);
                 if r < 0 {
                     return Err(errno());
                 }
@@ -301,7 +311,10 @@ fn run_sequence(fx: &mut MountFixture, seed: u64, workers: u64) {
     });
     let errors = errors / workers as usize;
     eprintln!("{OPS} ops per worker, {errors} failed identically on both sides (mean)");
-    assert!(errors < OPS * 7 / 10, "seed {seed}: too few operations succeeded ({errors} of {OPS} failed) to test anything");
+    assert!(
+        errors < OPS * 7 / 10,
+        "seed {seed}: too few operations succeeded ({errors} of {OPS} failed) to test anything"
+    );
     let entries = snapshot(&plain).0.len();
     eprintln!("final tree: {entries} entries");
     assert!(entries > 5, "seed {seed}: the final tree is almost empty ({entries} entries)");

@@ -81,7 +81,11 @@ fn sealed_checkpoints_survive_kill_9_mid_turn() {
     assert_eq!(log[1]["message_id"], "c1");
     assert_eq!(log[2]["message_id"], "c2");
     let remounted = f.snapshot("remount");
-    assert!(tree_diff(&at_remount, &remounted).is_empty(), "the mount does not show the workspace: {:?}", tree_diff(&at_remount, &remounted));
+    assert!(
+        tree_diff(&at_remount, &remounted).is_empty(),
+        "the mount does not show the workspace: {:?}",
+        tree_diff(&at_remount, &remounted)
+    );
     f.unmount();
 
     let off = Offline::open(&f.ws, &f.store);

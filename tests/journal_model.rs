@@ -97,7 +97,12 @@ fn random_operations_and_turns_against_a_model() {
         if step > 0 && step % (ops / turns) == 0 {
             let live = as_model(&read_tree(&mnt));
             let d = model_diff(&model, &live);
-            assert!(d.is_empty(), "seed {seed}: the mount differs from the model before turn {} (ops so far: {log:?}):\n{}", snaps.len(), d.join("\n"));
+            assert!(
+                d.is_empty(),
+                "seed {seed}: the mount differs from the model before turn {} (ops so far: {log:?}):\n{}",
+                snaps.len(),
+                d.join("\n")
+            );
             snaps.push(model.clone());
             assert_eq!(f.turn(&format!("t{}", snaps.len() - 1)), snaps.len() as i64 - 1);
             continue;
@@ -112,8 +117,9 @@ fn random_operations_and_turns_against_a_model() {
                     continue;
                 }
                 let n = rng.below(20000) as usize;
-        let data = rng.bytes(n);
-                std::fs::write(mnt.join(&p), &data).unwrap_or_else(|e| panic!("seed {seed}: create {}: {e}", p.display()));
+                let data = rng.bytes(n);
+                std::fs::write(mnt.join(&p), &data)
+                    .unwrap_or_else(|e| panic!("seed {seed}: create {}: {e}", p.display()));
                 model.insert(p.clone(), M::File(data));
                 format!("create {}", p.display())
             }
@@ -123,7 +129,10 @@ fn random_operations_and_turns_against_a_model() {
                 let off = rng.below(cur.len() as u64 + 100) as usize;
                 let n = 1 + rng.below(3000) as usize;
                 let data = rng.bytes(n);
-                let mut fh = std::fs::OpenOptions::new().write(true).open(mnt.join(&p)).unwrap_or_else(|e| panic!("seed {seed}: open {}: {e}", p.display()));
+                let mut fh = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(mnt.join(&p))
+                    .unwrap_or_else(|e| panic!("seed {seed}: open {}: {e}", p.display()));
                 fh.seek(SeekFrom::Start(off as u64)).unwrap();
                 fh.write_all(&data).unwrap_or_else(|e| panic!("seed {seed}: write {}: {e}", p.display()));
                 drop(fh);
@@ -137,7 +146,11 @@ fn random_operations_and_turns_against_a_model() {
                 let Some(p) = pick(&mut rng, &files(&model)) else { continue };
                 let Some(M::File(cur)) = model.get_mut(&p) else { unreachable!() };
                 let len = rng.below(cur.len() as u64 + 2000) as usize;
-                std::fs::OpenOptions::new().write(true).open(mnt.join(&p)).and_then(|fh| fh.set_len(len as u64)).unwrap_or_else(|e| panic!("seed {seed}: truncate {}: {e}", p.display()));
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(mnt.join(&p))
+                    .and_then(|fh| fh.set_len(len as u64))
+                    .unwrap_or_else(|e| panic!("seed {seed}: truncate {}: {e}", p.display()));
                 cur.resize(len, 0);
                 format!("truncate {} to {len}", p.display())
             }
@@ -155,8 +168,13 @@ fn random_operations_and_turns_against_a_model() {
                     Some(M::File(_)) if !is_dir => {}
                     _ => continue,
                 }
-                std::fs::rename(mnt.join(&src), mnt.join(&dst)).unwrap_or_else(|e| panic!("seed {seed}: rename {} {}: {e}", src.display(), dst.display()));
-                let moved: Vec<(PathBuf, M)> = model.range(src.clone()..).take_while(|(p, _)| p.starts_with(&src)).map(|(p, o)| (p.clone(), o.clone())).collect();
+                std::fs::rename(mnt.join(&src), mnt.join(&dst))
+                    .unwrap_or_else(|e| panic!("seed {seed}: rename {} {}: {e}", src.display(), dst.display()));
+                let moved: Vec<(PathBuf, M)> = model
+                    .range(src.clone()..)
+                    .take_while(|(p, _)| p.starts_with(&src))
+                    .map(|(p, o)| (p.clone(), o.clone()))
+                    .collect();
                 for (p, _) in &moved {
                     model.remove(p);
                 }
@@ -168,7 +186,8 @@ fn random_operations_and_turns_against_a_model() {
             }
             7 => {
                 let Some(p) = pick(&mut rng, &files(&model)) else { continue };
-                std::fs::remove_file(mnt.join(&p)).unwrap_or_else(|e| panic!("seed {seed}: unlink {}: {e}", p.display()));
+                std::fs::remove_file(mnt.join(&p))
+                    .unwrap_or_else(|e| panic!("seed {seed}: unlink {}: {e}", p.display()));
                 model.remove(&p);
                 format!("unlink {}", p.display())
             }
@@ -186,7 +205,10 @@ fn random_operations_and_turns_against_a_model() {
                 format!("mkdir {}", p.display())
             }
             _ => {
-                let empty: Vec<PathBuf> = dirs(&model).into_iter().filter(|d| !d.as_os_str().is_empty() && !model.keys().any(|k| k != d && k.starts_with(d))).collect();
+                let empty: Vec<PathBuf> = dirs(&model)
+                    .into_iter()
+                    .filter(|d| !d.as_os_str().is_empty() && !model.keys().any(|k| k != d && k.starts_with(d)))
+                    .collect();
                 let Some(p) = pick(&mut rng, &empty) else { continue };
                 std::fs::remove_dir(mnt.join(&p)).unwrap_or_else(|e| panic!("seed {seed}: rmdir {}: {e}", p.display()));
                 model.remove(&p);
@@ -211,6 +233,10 @@ fn random_operations_and_turns_against_a_model() {
             Err(e) => errs.push(format!("checkpoint {n}: {e}")),
         }
     }
-    assert!(errs.is_empty(), "seed {seed}: checkpoints that do not rebuild as the model (ops: {log:?}):\n{}", errs.join("\n"));
+    assert!(
+        errs.is_empty(),
+        "seed {seed}: checkpoints that do not rebuild as the model (ops: {log:?}):\n{}",
+        errs.join("\n")
+    );
     let _ = Path::new("");
 }

@@ -30,7 +30,16 @@ fn full_store_refuses_the_change_with_enospc() {
     must(run_timeout(30, "truncate", &[OsStr::new("-s"), OsStr::new("64M"), img.as_os_str()], None, &[]), "truncate");
     must(run_timeout(60, "mkfs.ext4", &[OsStr::new("-q"), img.as_os_str()], None, &[]), "mkfs.ext4");
     std::fs::create_dir_all(&f.store).unwrap();
-    must(run_timeout(60, "mount", &[OsStr::new("-o"), OsStr::new("loop"), img.as_os_str(), f.store.as_os_str()], None, &[]), "mount -o loop (are loop devices available?)");
+    must(
+        run_timeout(
+            60,
+            "mount",
+            &[OsStr::new("-o"), OsStr::new("loop"), img.as_os_str(), f.store.as_os_str()],
+            None,
+            &[],
+        ),
+        "mount -o loop (are loop devices available?)",
+    );
     let _loop = LoopMount(f.store.clone());
 
     // 24 MiB of incompressible data in the workspace.
@@ -47,7 +56,13 @@ fn full_store_refuses_the_change_with_enospc() {
     let snap0 = f.snapshot("0");
     // Fill the store's filesystem, leaving well under 24 MiB.
     let filler = f.store.join("filler");
-    let _ = run_timeout(120, "dd", &[OsStr::new("if=/dev/zero"), OsStr::new(&format!("of={}", filler.display())), OsStr::new("bs=1M")], None, &[]);
+    let _ = run_timeout(
+        120,
+        "dd",
+        &[OsStr::new("if=/dev/zero"), OsStr::new(&format!("of={}", filler.display())), OsStr::new("bs=1M")],
+        None,
+        &[],
+    );
     let df = run_timeout(10, "df", &[OsStr::new("-B1"), OsStr::new("--output=avail"), f.store.as_os_str()], None, &[]);
     eprintln!("store filesystem after filling: {}", String::from_utf8_lossy(&df.stdout).replace('\n', " "));
     // Give SQLite room for its journal, not the store room for 24 MiB.
@@ -56,19 +71,51 @@ fn full_store_refuses_the_change_with_enospc() {
 
     // Overwrite 1 MiB in place in the big file: needs its pre-image.
     let target = f.mnt.join("big.bin");
-    let o = run_timeout(120, "dd", &[OsStr::new("if=/dev/zero"), OsStr::new(&format!("of={}", target.display())), OsStr::new("bs=1M"), OsStr::new("count=1"), OsStr::new("conv=notrunc")], None, &[]);
+    let o = run_timeout(
+        120,
+        "dd",
+        &[
+            OsStr::new("if=/dev/zero"),
+            OsStr::new(&format!("of={}", target.display())),
+            OsStr::new("bs=1M"),
+            OsStr::new("count=1"),
+            OsStr::new("conv=notrunc"),
+        ],
+        None,
+        &[],
+    );
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!o.status.success(), "dd over a big file succeeded with a full store: {err}");
     assert!(err.contains("No space left on device"), "dd failed, but not with ENOSPC: {err}");
     // Truncation needs the pre-image too.
     let t = run_timeout(60, "truncate", &[OsStr::new("-s"), OsStr::new("0"), target.as_os_str()], None, &[]);
-    assert!(!t.status.success() && String::from_utf8_lossy(&t.stderr).contains("No space left on device"), "truncate: {:?} {}", t.status, String::from_utf8_lossy(&t.stderr));
-    assert!(std::fs::read(&target).unwrap() == original, "big.bin changed although its pre-image could not be recorded");
+    assert!(
+        !t.status.success() && String::from_utf8_lossy(&t.stderr).contains("No space left on device"),
+        "truncate: {:?} {}",
+        t.status,
+        String::from_utf8_lossy(&t.stderr)
+    );
+    assert!(
+        std::fs::read(&target).unwrap() == original,
+        "big.bin changed although its pre-image could not be recorded"
+    );
     assert!(std::fs::read(f.ws.join("big.bin")).unwrap() == original, "backing big.bin changed");
 
     // Free space: the same change goes through.
     std::fs::remove_file(&filler).unwrap();
-    let o = run_timeout(120, "dd", &[OsStr::new("if=/dev/zero"), OsStr::new(&format!("of={}", target.display())), OsStr::new("bs=1M"), OsStr::new("count=1"), OsStr::new("conv=notrunc")], None, &[]);
+    let o = run_timeout(
+        120,
+        "dd",
+        &[
+            OsStr::new("if=/dev/zero"),
+            OsStr::new(&format!("of={}", target.display())),
+            OsStr::new("bs=1M"),
+            OsStr::new("count=1"),
+            OsStr::new("conv=notrunc"),
+        ],
+        None,
+        &[],
+    );
     assert!(o.status.success(), "dd after freeing space: {}", String::from_utf8_lossy(&o.stderr));
     let now = std::fs::read(&target).unwrap();
     assert!(now[..1 << 20].iter().all(|b| *b == 0) && now[1 << 20..] == original[1 << 20..]);

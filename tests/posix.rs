@@ -26,8 +26,7 @@ assert sorted(os.listdir('.')) == ['doc.txt'], os.listdir('.')
 #[test]
 fn git_workflow() {
     let fx = MountFixture::new();
-    let out = fx.sh(
-        r#"
+    let out = fx.sh(r#"
 export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t HOME=/nonexistent
 git init -q -b main .
 for i in $(seq 1 50); do mkdir -p src/m$((i % 5)); echo "line $i" > src/m$((i % 5))/f$i.txt; done
@@ -43,8 +42,7 @@ git gc -q --aggressive
 git fsck --strict
 git status --porcelain
 git log --oneline | wc -l
-"#,
-    );
+"#);
     assert_eq!(out.trim(), "2", "git status not clean or wrong history: {out}");
 }
 
@@ -144,8 +142,7 @@ except OSError as e:
 #[test]
 fn attributes_chmod_chown_touch_truncate_fallocate_xattr() {
     let fx = MountFixture::new();
-    let out = fx.sh(
-        r#"
+    let out = fx.sh(r#"
 echo hello > f
 chmod 4751 f; stat -c %a f
 chown 1234:5678 f; stat -c %u:%g f
@@ -158,8 +155,7 @@ fallocate -l 1M g; stat -c %s g; test $(stat -c %b g) -ge 2048 && echo allocated
 setfattr -n user.color -v blue f; getfattr --only-values -n user.color f; echo
 setfattr -x user.color f; getfattr -d f | grep -c user || true
 mkdir d; setfattr -n user.dir -v yes d; getfattr --only-values -n user.dir d; echo
-"#,
-    );
+"#);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines,
@@ -400,7 +396,10 @@ set +e; ./prog; echo "status $?"; set -e
 cp /bin/true mytrue && ./mytrue && echo exec-ok
 "#,
     );
-    assert_eq!(out.lines().collect::<Vec<_>>(), vec!["through-the-fifo", "via-socket", "compiled-here", "status 3", "exec-ok"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        vec!["through-the-fifo", "via-socket", "compiled-here", "status 3", "exec-ok"]
+    );
 }
 
 #[test]
@@ -503,7 +502,8 @@ for o in out:
 #[test]
 fn o_tmpfile_is_refused_cleanly() {
     let fx = MountFixture::new();
-    let out = fx.py("print(err(os.open, '.', os.O_TMPFILE | os.O_RDWR, 0o600) == errno.EOPNOTSUPP)\nprint(os.listdir('.'))");
+    let out =
+        fx.py("print(err(os.open, '.', os.O_TMPFILE | os.O_RDWR, 0o600) == errno.EOPNOTSUPP)\nprint(os.listdir('.'))");
     assert_eq!(out, "True\n[]\n");
 }
 
@@ -513,7 +513,10 @@ fn o_tmpfile_is_refused_cleanly() {
 fn symlinks_to_outside_are_never_followed_by_link_operations() {
     let fx = MountFixture::new();
     let outside = fx.dir.path().join("outside");
-    sh(fx.dir.path(), "mkdir -p outside/dir && echo precious > outside/file && echo inner > outside/dir/x && touch -d 2001-01-01 outside/file");
+    sh(
+        fx.dir.path(),
+        "mkdir -p outside/dir && echo precious > outside/file && echo inner > outside/dir/x && touch -d 2001-01-01 outside/file",
+    );
     let before = std::fs::metadata(outside.join("file")).unwrap();
     let o = outside.to_str().unwrap();
     fx.sh(&format!(

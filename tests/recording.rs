@@ -83,7 +83,12 @@ impl Drop for Holder {
 }
 
 fn paths_of(diff: &serde_json::Value) -> BTreeSet<String> {
-    diff["changes"].as_array().unwrap_or_else(|| panic!("no changes array: {diff}")).iter().map(|c| c["path"].as_str().unwrap().to_string()).collect()
+    diff["changes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no changes array: {diff}"))
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn count_files(t: &Tree, under: &str) -> usize {
@@ -178,7 +183,9 @@ fn real_programs_across_turns() {
     assert!(!snaps[1].contains_key(Path::new("tree")));
     assert!(matches!(snaps[5].get(Path::new("link")), Some(Obj::File { .. })));
     assert!(matches!(&snaps[5].get(Path::new("held.txt")), Some(Obj::File { data, .. }) if data == b"start\nw1\n"));
-    assert!(matches!(&snaps[6].get(Path::new("mapped.bin")), Some(Obj::File { data, .. }) if &data[100..104] == b"BBBB"));
+    assert!(
+        matches!(&snaps[6].get(Path::new("mapped.bin")), Some(Obj::File { data, .. }) if &data[100..104] == b"BBBB")
+    );
 
     let mut failures = Vec::new();
 
@@ -219,7 +226,10 @@ fn real_programs_across_turns() {
         let o = f.cli_raw(&["diff", "-C", &mnt, bad]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "diff {bad} succeeded");
-        assert!(lists_checkpoints(&err, &[0, 1, 2, 3, 4, 5, 6]) && err.contains("m1") && err.contains("m6"), "diff {bad}: message does not list checkpoints: {err}");
+        assert!(
+            lists_checkpoints(&err, &[0, 1, 2, 3, 4, 5, 6]) && err.contains("m1") && err.contains("m6"),
+            "diff {bad}: message does not list checkpoints: {err}"
+        );
     }
 
     // log --json.
@@ -251,42 +261,94 @@ fn real_programs_across_turns() {
                 // hard.txt and hard2.txt are one file with two names.
                 modified -= 1;
             }
-            let got = (t["files_added"].as_u64().unwrap() as usize, t["files_modified"].as_u64().unwrap() as usize, t["files_deleted"].as_u64().unwrap() as usize);
+            let got = (
+                t["files_added"].as_u64().unwrap() as usize,
+                t["files_modified"].as_u64().unwrap() as usize,
+                t["files_deleted"].as_u64().unwrap() as usize,
+            );
             if got != (added, modified, deleted) {
-                failures.push(format!("log turn {n}: (added, modified, deleted) = {got:?}, the copies say {:?}", (added, modified, deleted)));
+                failures.push(format!(
+                    "log turn {n}: (added, modified, deleted) = {got:?}, the copies say {:?}",
+                    (added, modified, deleted)
+                ));
             }
         }
     }
-    let programs = |n: usize| -> Vec<String> { log[n]["programs"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default() };
+    let programs = |n: usize| -> Vec<String> {
+        log[n]["programs"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    };
     for (n, prog) in [(0, "sed"), (0, "rm"), (1, "mv"), (2, "git"), (3, "cp"), (4, "chmod"), (4, "ln")] {
         if !programs(n).iter().any(|p| p == prog) {
             failures.push(format!("log turn {n}: programs {:?} lack {prog}", programs(n)));
         }
     }
-    let tree_lines: u64 = snaps[0].iter().filter(|(p, _)| p.starts_with("tree")).map(|(_, o)| if let Obj::File { data, .. } = o { data.iter().filter(|b| **b == b'\n').count() as u64 } else { 0 }).sum();
-    assert_eq!((log[0]["lines_added"].as_u64(), log[0]["lines_removed"].as_u64()), (Some(1), Some(1 + tree_lines)), "lines of turn 0: {}", log[0]);
+    let tree_lines: u64 = snaps[0]
+        .iter()
+        .filter(|(p, _)| p.starts_with("tree"))
+        .map(
+            |(_, o)| {
+                if let Obj::File { data, .. } = o { data.iter().filter(|b| **b == b'\n').count() as u64 } else { 0 }
+            },
+        )
+        .sum();
+    assert_eq!(
+        (log[0]["lines_added"].as_u64(), log[0]["lines_removed"].as_u64()),
+        (Some(1), Some(1 + tree_lines)),
+        "lines of turn 0: {}",
+        log[0]
+    );
     assert_eq!(log[3]["lines_removed"], 0, "turn 3 only adds: {}", log[3]);
     assert_eq!(log[3]["bytes_stored"], 0, "turn 3 only adds files, nothing to store: {}", log[3]);
 
     // history PATH.
-    let hist = |p: &str| -> Vec<i64> { f.json(&["history", &f.mnt.join(p).to_string_lossy()]).as_array().unwrap().iter().map(|e| e["checkpoint"].as_i64().unwrap()).collect() };
-    for (p, want) in [("notes.txt", vec![0]), ("script.sh", vec![4]), ("link", vec![4]), ("held.txt", vec![4, 5, 6]), ("mapped.bin", vec![4, 5, 6]), ("hard2.txt", vec![4, 5]), ("big2/f7", vec![1]), ("tree/d0/e0/f0.txt", vec![0]), ("src/b.c", vec![])] {
+    let hist = |p: &str| -> Vec<i64> {
+        f.json(&["history", &f.mnt.join(p).to_string_lossy()])
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["checkpoint"].as_i64().unwrap())
+            .collect()
+    };
+    for (p, want) in [
+        ("notes.txt", vec![0]),
+        ("script.sh", vec![4]),
+        ("link", vec![4]),
+        ("held.txt", vec![4, 5, 6]),
+        ("mapped.bin", vec![4, 5, 6]),
+        ("hard2.txt", vec![4, 5]),
+        ("big2/f7", vec![1]),
+        ("tree/d0/e0/f0.txt", vec![0]),
+        ("src/b.c", vec![]),
+    ] {
         let got = hist(p);
         if got != want {
             failures.push(format!("history {p}: {got:?}, want {want:?}"));
         }
     }
 
-    let rel: Vec<i64> = f.json(&["history", "notes.txt"]).as_array().unwrap().iter().map(|e| e["checkpoint"].as_i64().unwrap()).collect();
+    let rel: Vec<i64> = f
+        .json(&["history", "notes.txt"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["checkpoint"].as_i64().unwrap())
+        .collect();
     assert_eq!(rel, vec![0], "history -C MNT with a path relative to the mount root");
 
     // The journal itself.
-    let rows = |turn: i64| f.sql_i64(&format!("SELECT (SELECT count(*) FROM entry_pre WHERE turn = {turn}) + (SELECT count(*) FROM object_pre WHERE turn = {turn})"));
+    let rows = |turn: i64| {
+        f.sql_i64(&format!("SELECT (SELECT count(*) FROM entry_pre WHERE turn = {turn}) + (SELECT count(*) FROM object_pre WHERE turn = {turn})"))
+    };
     let mv_rows = rows(1);
     assert!(mv_rows <= 6, "mv of a directory with 1,000 files recorded {mv_rows} rows");
     let tree_entries = snaps[0].keys().filter(|p| p.starts_with("tree")).count() as i64;
     let tree_files = count_files(&snaps[0], "tree") as i64;
-    assert_eq!(f.sql_i64("SELECT count(*) FROM entry_pre WHERE turn = 0 AND CAST(name AS TEXT) NOT LIKE 'sed%'"), tree_entries + 1, "turn 0: one entry row per name removed (+ notes.txt): {}", f.sql("SELECT dir, CAST(name AS TEXT), target FROM entry_pre WHERE turn = 0"));
+    assert_eq!(
+        f.sql_i64("SELECT count(*) FROM entry_pre WHERE turn = 0 AND CAST(name AS TEXT) NOT LIKE 'sed%'"),
+        tree_entries + 1,
+        "turn 0: one entry row per name removed (+ notes.txt): {}",
+        f.sql("SELECT dir, CAST(name AS TEXT), target FROM entry_pre WHERE turn = 0")
+    );
     // Removed files are moved aside to the attic (same filesystem as the
     // store here): the inode keeps its attributes and bytes, so no object
     // row is needed, only the entry rows counted above. The rebuild below
@@ -296,12 +358,24 @@ fn real_programs_across_turns() {
     assert!(file_rows <= 2, "turn 0: {file_rows} object rows for {tree_files} files moved to the attic");
     assert!(attic >= tree_files, "turn 0: {attic} objects in the attic for {tree_files} files removed");
     let seed_entries = snaps[4].keys().filter(|p| p.starts_with("newtree")).count() as i64;
-    assert_eq!(f.sql_i64("SELECT count(*) FROM entry_pre WHERE turn = 3 AND target IS NULL"), seed_entries, "turn 3: one 'absent' row per new name");
+    assert_eq!(
+        f.sql_i64("SELECT count(*) FROM entry_pre WHERE turn = 3 AND target IS NULL"),
+        seed_entries,
+        "turn 3: one 'absent' row per new name"
+    );
     assert_eq!(f.sql_i64("SELECT count(*) FROM entry_pre WHERE turn = 3 AND target IS NOT NULL"), 0);
-    assert_eq!(f.sql_i64("SELECT count(*) FROM object_pre WHERE turn = 3 AND chunks IS NOT NULL"), 0, "new files store no content");
+    assert_eq!(
+        f.sql_i64("SELECT count(*) FROM object_pre WHERE turn = 3 AND chunks IS NOT NULL"),
+        0,
+        "new files store no content"
+    );
     // held.txt and mapped.bin: recorded with content in turns 4, 5 (at
     // the boundary, still open) and 6.
-    assert_eq!(f.sql_i64("SELECT count(*) FROM object_pre WHERE turn IN (4, 5, 6) AND size = 8192 AND chunks IS NOT NULL"), 3, "mapped.bin in turns 4, 5, 6");
+    assert_eq!(
+        f.sql_i64("SELECT count(*) FROM object_pre WHERE turn IN (4, 5, 6) AND size = 8192 AND chunks IS NOT NULL"),
+        3,
+        "mapped.bin in turns 4, 5, 6"
+    );
 
     f.unmount();
 
@@ -326,7 +400,8 @@ fn real_programs_across_turns() {
 #[test]
 fn hundred_edits_of_a_big_file_stay_small() {
     let mut f = Fixture::new();
-    let mut lines: Vec<String> = (0..16384).map(|i| format!("{i:06} {}\n", &blake3::hash(&(i as u64).to_le_bytes()).to_hex()[..56])).collect();
+    let mut lines: Vec<String> =
+        (0..16384).map(|i| format!("{i:06} {}\n", &blake3::hash(&(i as u64).to_le_bytes()).to_hex()[..56])).collect();
     let content = |l: &[String]| l.concat();
     assert_eq!(content(&lines).len(), 1 << 20);
     std::fs::write(f.ws.join("big.txt"), content(&lines)).unwrap();
@@ -345,12 +420,17 @@ fn hundred_edits_of_a_big_file_stay_small() {
     let stored: i64 = log.as_array().unwrap().iter().map(|t| t["bytes_stored"].as_i64().unwrap()).sum();
     f.unmount();
     eprintln!("100 one-line edits of a 1 MiB file: chunks/ holds {bytes} bytes; log says {stored} bytes stored");
-    assert!(bytes < 10 << 20, "store holds {bytes} bytes for 100 one-line edits of a 1 MiB file (100 copies would be 100 MiB)");
+    assert!(
+        bytes < 10 << 20,
+        "store holds {bytes} bytes for 100 one-line edits of a 1 MiB file (100 copies would be 100 MiB)"
+    );
     let off = Offline::open(&f.ws, &f.store);
     for n in [0usize, 1, 37, 99, 100] {
         let t = off.tree_at(n as i64).unwrap();
         match t.get(Path::new("big.txt")) {
-            Some(Obj::File { data, .. }) => assert!(data == expected[n].as_bytes(), "big.txt at checkpoint {n} differs"),
+            Some(Obj::File { data, .. }) => {
+                assert!(data == expected[n].as_bytes(), "big.txt at checkpoint {n} differs")
+            }
             other => panic!("big.txt at {n}: {other:?}"),
         }
     }

@@ -72,7 +72,8 @@ for d in range(30):
     let before = manifest(fx.path());
     let log_before = fx.cli_json(&["log"]).as_array().map(|a| a.len());
     let dry = fx.cli_json(&["rewind", &cps[1].0.to_string(), "--dry-run"]);
-    let paths: Vec<&str> = dry["changes"].as_array().expect("changes").iter().filter_map(|c| c["path"].as_str()).collect();
+    let paths: Vec<&str> =
+        dry["changes"].as_array().expect("changes").iter().filter_map(|c| c["path"].as_str()).collect();
     for p in ["big.bin", "target.txt", "h1", "run.sh", "src/x.c", "tree/a/b/f1"] {
         assert!(paths.contains(&p), "dry-run does not list {p}: {dry}");
     }
@@ -119,7 +120,11 @@ for d in range(30):
     assert!(graph.contains("message b2") && graph.contains("message m3"), "message ids in log --graph:\n{graph}");
     // The abandoned branch stays browsable.
     for (n, copy) in &cps[2..] {
-        assert_same_tree(copy, &fx.path().join(format!(".rewindfs/checkpoints/{n}")), &format!("abandoned checkpoint {n}"));
+        assert_same_tree(
+            copy,
+            &fx.path().join(format!(".rewindfs/checkpoints/{n}")),
+            &format!("abandoned checkpoint {n}"),
+        );
     }
 
     // Unmount right after a rewind: the settler finishes first, and the
@@ -140,9 +145,13 @@ fn readers_never_see_a_mixed_tree_and_old_descriptors_keep_the_old_file() {
     for g in 1..=4 {
         // Odd generations rewrite in place, even ones replace by rename.
         let script = if g % 2 == 1 {
-            format!("python3 -c \"import sys; [open(n, 'r+' if __import__('os').path.exists(n) else 'w').write(('gen %d ' % {g}).ljust(200000, '.')) for n in ('a', 'b')]\"")
+            format!(
+                "python3 -c \"import sys; [open(n, 'r+' if __import__('os').path.exists(n) else 'w').write(('gen %d ' % {g}).ljust(200000, '.')) for n in ('a', 'b')]\""
+            )
         } else {
-            format!("for n in a b; do python3 -c \"open('$n.tmp', 'w').write(('gen %d ' % {g}).ljust(200000, '.'))\" && mv $n.tmp $n; done")
+            format!(
+                "for n in a b; do python3 -c \"open('$n.tmp', 'w').write(('gen %d ' % {g}).ljust(200000, '.'))\" && mv $n.tmp $n; done"
+            )
         };
         fx.sh(&script);
         cps.push(fx.turn(&format!("g{g}")));
@@ -245,7 +254,13 @@ fn kill_during_settle_resumes_on_next_mount() {
     // SAFETY: kill has no memory preconditions.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     check(out, "rewind");
-    let pending: i64 = sh(fx.dir.path(), &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display())).trim().parse().unwrap();
+    let pending: i64 = sh(
+        fx.dir.path(),
+        &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display()),
+    )
+    .trim()
+    .parse()
+    .unwrap();
     eprintln!("pending files left by the killed daemon: {pending}");
     check(fx.rewindfs(&["unmount", &mp]), "unmount of the dead mount");
     fx.forget_mount();
@@ -254,7 +269,13 @@ fn kill_during_settle_resumes_on_next_mount() {
     assert_same_tree(&copy, fx.path(), "after kill -9 during the settle and remount");
     fx.unmount();
     assert_same_tree(&copy, &fx.ws, "plain workspace after the resumed settle");
-    let left: i64 = sh(fx.dir.path(), &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display())).trim().parse().unwrap();
+    let left: i64 = sh(
+        fx.dir.path(),
+        &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display()),
+    )
+    .trim()
+    .parse()
+    .unwrap();
     assert_eq!(left, 0, "pending files left after a clean unmount");
 }
 

@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 fn record_history(fx: &MountFixture) -> Vec<(i64, PathBuf)> {
     let mut cps = vec![(0, fx.copy_tree("c0"))];
     // Turn 1: a tree with everything a view must reproduce.
-    fx.sh(
-        "mkdir -p proj/src proj/docs gone/deep/er empty/nested
+    fx.sh("mkdir -p proj/src proj/docs gone/deep/er empty/nested
          echo 'int main() { return 0; }' > proj/src/main.c
          seq 1 50000 > proj/src/big.txt
          echo readme > proj/docs/readme
@@ -24,15 +23,13 @@ fn record_history(fx: &MountFixture) -> Vec<(i64, PathBuf)> {
          ln -s proj/src/main.c main-link
          chmod 640 proj/docs/readme && chown 1234:5678 proj/docs/readme
          touch -d '2001-02-03 04:05:06.123456789' proj/docs/readme
-         chmod 711 proj/src && touch -d '1999-12-31 23:59:59' empty/nested",
-    );
+         chmod 711 proj/src && touch -d '1999-12-31 23:59:59' empty/nested");
     fx.py("os.setxattr('proj/src/main.c', 'user.tag', b'v1'); os.setxattr('proj', 'user.dir', b'd1')");
     cps.push((fx.turn("m1"), fx.copy_tree("c1")));
 
     // Turn 2: rm -rf, mv of a directory, a file replaced by a symlink, a
     // hard link broken by an editor's atomic save, attribute changes.
-    fx.sh(
-        "rm -rf gone
+    fx.sh("rm -rf gone
          mv proj/docs proj/documentation
          rm victim && ln -s ../outside/victim victim
          printf 'config-v2\\n' > .config.swp && mv .config.swp config
@@ -40,21 +37,18 @@ fn record_history(fx: &MountFixture) -> Vec<(i64, PathBuf)> {
          touch -d '2010-01-01 00:00:00' proj/src/big.txt
          dd if=/dev/zero of=proj/src/big.txt bs=1 count=100 seek=1000 conv=notrunc status=none
          mkdir -p new-empty/a/b
-         rmdir empty/nested",
-    );
+         rmdir empty/nested");
     fx.py("os.setxattr('proj/src/main.c', 'user.tag', b'v2'); os.setxattr('config', 'user.new', b'x'); os.removexattr('proj', 'user.dir')");
     cps.push((fx.turn("m2"), fx.copy_tree("c2")));
 
     // Turn 3: writes through the surviving hard link, a symlink retargeted,
     // a directory moved back, truncation.
-    fx.sh(
-        "echo appended >> config.hard
+    fx.sh("echo appended >> config.hard
          ln -sfn proj/documentation/readme main-link
          mv proj/documentation docs-top
          truncate -s 10 proj/src/big.txt
          ln proj/src/big.txt big-again
-         rm -r new-empty/a",
-    );
+         rm -r new-empty/a");
     cps.push((fx.turn("m3"), fx.copy_tree("c3")));
     // The live tree moves on; the views must not.
     fx.sh("rm -rf proj docs-top && echo after > after && chmod 700 .");
@@ -103,7 +97,10 @@ fn hidden_dir_is_not_walked_and_is_read_only() {
     assert!(!ls.lines().any(|l| l == ".rewindfs"), "ls -a lists .rewindfs:\n{ls}");
     let find = fx.sh("find .");
     assert!(!find.contains("rewindfs"), "find . enters .rewindfs:\n{find}");
-    let grep = run_with_timeout(std::process::Command::new("grep").args(["-r", "xyzzy", "."]).current_dir(fx.path()), CHILD_TIMEOUT);
+    let grep = run_with_timeout(
+        std::process::Command::new("grep").args(["-r", "xyzzy", "."]).current_dir(fx.path()),
+        CHILD_TIMEOUT,
+    );
     assert_eq!(grep.status.code(), Some(1), "grep -r found history: {}", stdout(&grep));
     // But reachable by name, and cd works.
     assert_eq!(fx.sh(&format!("cd .rewindfs/checkpoints/{n}/d && cat f")), "only-in-history-xyzzy\n");
@@ -155,7 +152,8 @@ fn corrupt_chunk_gives_eio_for_that_file_only() {
     fx.turn("m2");
     fx.unmount();
 
-    let packs: Vec<PathBuf> = walk_files(&fx.store).into_iter().filter(|p| p.extension().is_some_and(|e| e == "pack")).collect();
+    let packs: Vec<PathBuf> =
+        walk_files(&fx.store).into_iter().filter(|p| p.extension().is_some_and(|e| e == "pack")).collect();
     assert!(!packs.is_empty(), "no pack files under {}", fx.store.display());
     let needle = &old_victim[150000..150064];
     let mut flipped = false;
@@ -187,7 +185,8 @@ fn corrupt_chunk_gives_eio_for_that_file_only() {
     fx.unmount();
     let log = std::fs::read_to_string(fx.store.join("daemon.log")).unwrap_or_default();
     assert!(
-        log.lines().any(|l| l.contains("chunk") && (l.contains("hash") || l.contains("corrupt") || l.contains("verify"))),
+        log.lines()
+            .any(|l| l.contains("chunk") && (l.contains("hash") || l.contains("corrupt") || l.contains("verify"))),
         "no log line names the bad chunk:\n{log}"
     );
 }

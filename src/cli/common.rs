@@ -22,9 +22,7 @@ pub fn absolute_no_follow(path: &Path) -> Result<PathBuf> {
     let abs = std::path::absolute(path).map_err(|e| Error::io(format!("bad path {}", path.display()), e))?;
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) => {
-            let parent = parent
-                .canonicalize()
-                .map_err(|e| Error::path(parent, format!("cannot resolve: {e}")))?;
+            let parent = parent.canonicalize().map_err(|e| Error::path(parent, format!("cannot resolve: {e}")))?;
             Ok(parent.join(name))
         }
         _ => Ok(abs),
@@ -84,7 +82,10 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             return Err(already_mounted(&ws));
         }
         if is_within(&ws, &mp) {
-            return Err(Error::path(&ws, format!("workspace is inside the rewindfs mount {}; choose its backing directory", mp.display())));
+            return Err(Error::path(
+                &ws,
+                format!("workspace is inside the rewindfs mount {}; choose its backing directory", mp.display()),
+            ));
         }
     }
     let mp = match mountpoint {
@@ -94,15 +95,18 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             if let MountState::Live(_) | MountState::Dead(_) = daemon::mount_state(&abs) {
                 return Err(already_mounted(&abs));
             }
-            let mp = abs.canonicalize().map_err(|_| {
-                Error::path(&abs, "mountpoint does not exist (create an empty directory there first)")
-            })?;
+            let mp = abs
+                .canonicalize()
+                .map_err(|_| Error::path(&abs, "mountpoint does not exist (create an empty directory there first)"))?;
             if !mp.is_dir() {
                 return Err(Error::path(&mp, "mountpoint is not a directory"));
             }
             let empty = std::fs::read_dir(&mp).map(|mut d| d.next().is_none()).unwrap_or(false);
             if mp != ws && !empty {
-                return Err(Error::path(&mp, "mountpoint is not an empty directory (omit it to mount the workspace in place)"));
+                return Err(Error::path(
+                    &mp,
+                    "mountpoint is not an empty directory (omit it to mount the workspace in place)",
+                ));
             }
             if mp != ws && (is_within(&mp, &ws) || is_within(&ws, &mp)) {
                 return Err(Error::path(&mp, "mountpoint must not be inside the workspace, nor contain it"));
@@ -125,11 +129,17 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     // Checked before anything is created: a refused store leaves no trace.
     let store_parent = store_abs.ancestors().find(|a| a.exists()).and_then(|a| a.canonicalize().ok());
     if let Some(existing) = store_parent
-        && (is_within(&existing, &ws) || is_within(&existing, &mp)) {
-            return Err(Error::path(&store_abs, "the store must be outside the workspace (the agent must not be able to write history)"));
-        }
-    std::fs::create_dir_all(&store_abs).map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
-    let store = store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
+        && (is_within(&existing, &ws) || is_within(&existing, &mp))
+    {
+        return Err(Error::path(
+            &store_abs,
+            "the store must be outside the workspace (the agent must not be able to write history)",
+        ));
+    }
+    std::fs::create_dir_all(&store_abs)
+        .map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
+    let store =
+        store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
     if is_within(&store, &ws) || is_within(&store, &mp) {
         return Err(Error::path(
             &store,

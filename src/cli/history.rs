@@ -25,7 +25,10 @@ pub fn log(args: LogArgs) -> Result<()> {
         graph(&data);
         return Ok(());
     }
-    println!("{:>4}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  programs", "#", "created", "message", "+file", "~file", "-file", "+lines", "-lines", "stored");
+    println!(
+        "{:>4}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  programs",
+        "#", "created", "message", "+file", "~file", "-file", "+lines", "-lines", "stored"
+    );
     for t in data.as_array().into_iter().flatten() {
         let s = |k: &str| t[k].as_str().unwrap_or("").to_string();
         let n = |k: &str| t[k].as_u64().unwrap_or(0);
@@ -158,7 +161,11 @@ pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
             let lines = if c["binary"].as_bool() == Some(true) { "binary".to_string() } else { format!("+{a} -{r}") };
             println!("{what:<9} {}  ({lines})", c["path"].as_str().unwrap_or("?"));
         }
-        println!("rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed", data["checkpoint"], changes.len());
+        println!(
+            "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",
+            data["checkpoint"],
+            changes.len()
+        );
         return Ok(());
     }
     println!(
@@ -174,7 +181,8 @@ pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
 /// `log --graph`: the history as a tree of branches.
 pub fn graph(data: &serde_json::Value) {
     let turns = data.as_array().cloned().unwrap_or_default();
-    let parent_of = |n: i64| turns.iter().find(|t| t["checkpoint"].as_i64() == Some(n)).and_then(|t| t["parent"].as_i64());
+    let parent_of =
+        |n: i64| turns.iter().find(|t| t["checkpoint"].as_i64() == Some(n)).and_then(|t| t["parent"].as_i64());
     let current = turns.iter().find(|t| t["current"].as_bool() == Some(true)).and_then(|t| t["checkpoint"].as_i64());
     let mut active = std::collections::HashSet::new();
     let mut at = current;
@@ -186,8 +194,17 @@ pub fn graph(data: &serde_json::Value) {
     }
     for t in turns.iter().rev() {
         let n = t["checkpoint"].as_i64().unwrap_or(-1);
-        let mark = if Some(n) == current { "*" } else if active.contains(&n) { "o" } else { "x" };
-        let mut text = t["message_id"].as_str().map(|m| format!("message {m}")).unwrap_or_else(|| format!("({})", t["reason"].as_str().unwrap_or("")));
+        let mark = if Some(n) == current {
+            "*"
+        } else if active.contains(&n) {
+            "o"
+        } else {
+            "x"
+        };
+        let mut text = t["message_id"]
+            .as_str()
+            .map(|m| format!("message {m}"))
+            .unwrap_or_else(|| format!("({})", t["reason"].as_str().unwrap_or("")));
         if let Some(l) = t["label"].as_str() {
             text.push_str(&format!(" {l}"));
         }

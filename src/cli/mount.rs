@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use crate::cli::common::{self, DAEMON_ENV};
 use crate::cli::MountArgs;
+use crate::cli::common::{self, DAEMON_ENV};
 use crate::daemon;
 use crate::error::Result;
 
@@ -38,7 +38,11 @@ pub fn run(args: MountArgs) -> Result<()> {
                 let _ = writeln!(out, "error: {e}");
                 let _ = out.flush();
             }
-            (Ok(info), false) => eprintln!("rewindfs: serving {} on {} (Ctrl-C to unmount)", info.workspace.display(), info.mountpoint.display()),
+            (Ok(info), false) => eprintln!(
+                "rewindfs: serving {} on {} (Ctrl-C to unmount)",
+                info.workspace.display(),
+                info.mountpoint.display()
+            ),
             (Err(_), false) => {}
         }
     })

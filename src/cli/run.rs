@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use log::warn;
 
+use crate::cli::RunArgs;
 use crate::cli::common;
 use crate::cli::unmount;
-use crate::cli::RunArgs;
 use crate::error::{Error, Result};
 use crate::sys;
 
@@ -59,7 +59,8 @@ pub fn run(args: RunArgs) -> Result<i32> {
         None => {
             let ws = demo_workspace()?;
             eprintln!("rewindfs: no workspace given; running a demo on scratch workspace {}", ws.display());
-            let cmd = if args.command.is_empty() { vec!["sh".into(), "-c".into(), DEMO_SCRIPT.into()] } else { args.command };
+            let cmd =
+                if args.command.is_empty() { vec!["sh".into(), "-c".into(), DEMO_SCRIPT.into()] } else { args.command };
             (ws, cmd)
         }
     };
@@ -118,7 +119,10 @@ fn unmount_when_idle(mp: &std::path::Path) -> Result<()> {
             }
             Err(e) => {
                 warn!("{e}; detaching {} lazily", mp.display());
-                eprintln!("rewindfs: {} is still in use; detaching it lazily (it goes away when those processes exit)", mp.display());
+                eprintln!(
+                    "rewindfs: {} is still in use; detaching it lazily (it goes away when those processes exit)",
+                    mp.display()
+                );
                 return unmount::unmount(mp, true);
             }
         }

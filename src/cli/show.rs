@@ -1,7 +1,7 @@
 //! `rewindfs show`: mount a read-only view of a checkpoint.
 
-use crate::cli::common;
 use crate::cli::ShowArgs;
+use crate::cli::common;
 use crate::daemon::control::Request;
 use crate::error::{Error, Result};
 
@@ -21,6 +21,12 @@ pub fn run(args: ShowArgs) -> Result<()> {
     if args.target.json {
         return common::print_json(&data);
     }
-    println!("checkpoint {} of {} is on {} (read-only; `rewindfs unmount {}` to remove)", data["checkpoint"], info.workspace.display(), mp.display(), mp.display());
+    println!(
+        "checkpoint {} of {} is on {} (read-only; `rewindfs unmount {}` to remove)",
+        data["checkpoint"],
+        info.workspace.display(),
+        mp.display(),
+        mp.display()
+    );
     Ok(())
 }

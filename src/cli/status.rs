@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::cli::common;
 use crate::cli::StatusArgs;
+use crate::cli::common;
 use crate::daemon::control::{self, Request};
 use crate::daemon::registry::{self, MountInfo};
 use crate::error::{Error, Result};
@@ -44,7 +44,11 @@ pub fn run(args: StatusArgs) -> Result<()> {
             continue;
         }
         let str_of = |k: &str| s.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
-        let mode = if s["in_place"].as_bool() == Some(true) { " (in place)".to_string() } else { format!(" (workspace {})", str_of("workspace")) };
+        let mode = if s["in_place"].as_bool() == Some(true) {
+            " (in place)".to_string()
+        } else {
+            format!(" (workspace {})", str_of("workspace"))
+        };
         println!("{}{mode}", str_of("mountpoint"));
         println!("  store:       {}", str_of("store"));
         println!("  daemon pid:  {}", s["pid"]);

@@ -2,8 +2,8 @@
 
 use rustix::fs::{Mode, OFlags};
 
-use crate::cli::common;
 use crate::cli::TurnArgs;
+use crate::cli::common;
 use crate::daemon::control::Request;
 use crate::error::{Error, Result};
 use crate::journal::TurnInfo;

@@ -2,10 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cli::common;
 use crate::cli::UnmountArgs;
+use crate::cli::common;
 use crate::daemon::control::{self, Request};
-use crate::daemon::{self, registry, MountState};
+use crate::daemon::{self, MountState, registry};
 use crate::error::{Error, Result};
 use crate::sys;
 

@@ -18,24 +18,45 @@ use crate::error::{Error, Result};
 pub enum Request {
     Status,
     /// Flush and unmount; `lazy` detaches even while files are in use.
-    Unmount { lazy: bool },
+    Unmount {
+        lazy: bool,
+    },
     /// Seal the current turn as a checkpoint (the CLI has already flushed
     /// the mount with syncfs).
-    Turn { info: crate::journal::TurnInfo },
+    Turn {
+        info: crate::journal::TurnInfo,
+    },
     /// Every checkpoint with its turn's statistics.
     Log,
     /// Changes between two checkpoint references (`to` None = live tree).
-    Diff { from: String, to: Option<String>, paths: Vec<std::path::PathBuf>, patch: bool },
+    Diff {
+        from: String,
+        to: Option<String>,
+        paths: Vec<std::path::PathBuf>,
+        patch: bool,
+    },
     /// The turns that changed a path (relative to the mount root).
-    History { path: std::path::PathBuf },
+    History {
+        path: std::path::PathBuf,
+    },
     /// Put paths (relative to the root; empty = everything) back as they
     /// were at a checkpoint, as a new turn.
-    Restore { checkpoint: String, paths: Vec<std::path::PathBuf>, dry_run: bool },
+    Restore {
+        checkpoint: String,
+        paths: Vec<std::path::PathBuf>,
+        dry_run: bool,
+    },
     /// Make the whole live tree the tree of a checkpoint, after sealing a
     /// safety checkpoint.
-    Rewind { checkpoint: String, dry_run: bool },
+    Rewind {
+        checkpoint: String,
+        dry_run: bool,
+    },
     /// Mount a read-only view of a checkpoint at `mountpoint`.
-    Show { checkpoint: String, mountpoint: std::path::PathBuf },
+    Show {
+        checkpoint: String,
+        mountpoint: std::path::PathBuf,
+    },
 }
 
 /// A daemon's answer.
@@ -59,16 +80,15 @@ impl Response {
 
 /// Sends one request and waits for the answer.
 pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Response> {
-    let mut stream = UnixStream::connect(socket)
-        .map_err(|e| Error::Daemon(format!("cannot reach the rewindfs daemon at {} ({e}); is it running?", socket.display())))?;
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        Error::Daemon(format!("cannot reach the rewindfs daemon at {} ({e}); is it running?", socket.display()))
+    })?;
     stream.set_read_timeout(Some(timeout)).ok();
     let mut line = serde_json::to_vec(request).map_err(|e| Error::Daemon(e.to_string()))?;
     line.push(b'\n');
     stream.write_all(&line).map_err(|e| Error::io("cannot send a request to the daemon", e))?;
     let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .map_err(|e| Error::io("no answer from the daemon", e))?;
+    BufReader::new(stream).read_line(&mut answer).map_err(|e| Error::io("no answer from the daemon", e))?;
     if answer.is_empty() {
         return Err(Error::Daemon("the daemon closed the connection without answering".into()));
     }

@@ -13,14 +13,14 @@ use log::{info, warn};
 
 use crate::error::{Error, Result};
 use crate::fs::{FsOptions, LiveFs, MountedSession, Passthrough};
-use crate::sys;
 use crate::journal::{Journal, TurnInfo};
 use crate::meta::Reason;
+use crate::sys;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
-use std::sync::atomic::{AtomicBool, Ordering};
 use control::{Request, Response};
 use registry::MountInfo;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Everything a daemon needs to serve one mount.
 #[derive(Clone, Debug)]
@@ -60,7 +60,12 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
     match start(&spec) {
         Ok((session, info, _locks, journal, ctx)) => {
             report(Ok(&info));
-            info!("serving {} on {} (store {})", spec.workspace.display(), spec.mountpoint.display(), spec.store.display());
+            info!(
+                "serving {} on {} (store {})",
+                spec.workspace.display(),
+                spec.mountpoint.display(),
+                spec.store.display()
+            );
             let result = session.run();
             for view in ctx.views.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
                 // Views read the live tree: they end with it.
@@ -126,11 +131,17 @@ fn start(spec: &MountSpec) -> Result<Started> {
     spawn_settler(tree.clone());
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
-        let changed = tree.scan_changed_since(since).map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
+        let changed = tree
+            .scan_changed_since(since)
+            .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }
     let world = Arc::new(std::sync::RwLock::new(()));
-    let fs = LiveFs::new(tree.clone(), FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough }, world.clone());
+    let fs = LiveFs::new(
+        tree.clone(),
+        FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough },
+        world.clone(),
+    );
     let fsname = format!("rewindfs:{}", spec.workspace.display());
     let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads)
         .map_err(|e| Error::io(format!("cannot mount on {}", spec.mountpoint.display()), e))?;
@@ -154,7 +165,15 @@ fn start(spec: &MountSpec) -> Result<Started> {
     };
     registry::publish(&info)?;
 
-    let ctx = Arc::new(Ctx { info: info.clone(), tree: tree.clone(), journal: journal.clone(), harness_seen: AtomicBool::new(false), views: std::sync::Mutex::new(Vec::new()), invalidator: session.invalidator(), world });
+    let ctx = Arc::new(Ctx {
+        info: info.clone(),
+        tree: tree.clone(),
+        journal: journal.clone(),
+        harness_seen: AtomicBool::new(false),
+        views: std::sync::Mutex::new(Vec::new()),
+        invalidator: session.invalidator(),
+        world,
+    });
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
@@ -266,11 +285,18 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 Ok(c) => c.0,
                 Err(e) => return Response::err(e.to_string()),
             };
-            let what = if paths.is_empty() { "everything".to_string() } else { paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") };
+            let what = if paths.is_empty() {
+                "everything".to_string()
+            } else {
+                paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            };
             let before = if dry_run {
                 None
             } else {
-                let label = TurnInfo { label: Some(format!("before restoring {what} from checkpoint {k}")), ..Default::default() };
+                let label = TurnInfo {
+                    label: Some(format!("before restoring {what} from checkpoint {k}")),
+                    ..Default::default()
+                };
                 match seal(ctx, &label, Reason::Turn) {
                     Ok(n) => Some(n),
                     Err(e) => return Response::err(e),
@@ -279,7 +305,12 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             let result = crate::restore::restore(tree, journal, k, &paths, dry_run);
             let (changes, touched) = match result {
                 Ok(x) => x,
-                Err(e) => return Response::err(format!("restore failed part-way (undo with `rewindfs restore {}`): {e}", before.unwrap_or(k))),
+                Err(e) => {
+                    return Response::err(format!(
+                        "restore failed part-way (undo with `rewindfs restore {}`): {e}",
+                        before.unwrap_or(k)
+                    ));
+                }
             };
             for (dir, name) in &touched.entries {
                 ctx.invalidator.entry(*dir, name);
@@ -289,7 +320,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             }
             let after = match before {
                 Some(_) => {
-                    let label = TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
+                    let label =
+                        TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
                     match seal(ctx, &label, Reason::Turn) {
                         Ok(n) => Some(n),
                         Err(e) => return Response::err(e),
@@ -297,7 +329,9 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 }
                 None => None,
             };
-            json(&serde_json::json!({ "checkpoint": k, "dry_run": dry_run, "undo_checkpoint": before, "result_checkpoint": after, "changes": changes }))
+            json(
+                &serde_json::json!({ "checkpoint": k, "dry_run": dry_run, "undo_checkpoint": before, "result_checkpoint": after, "changes": changes }),
+            )
         }
         Request::Rewind { checkpoint, dry_run } => rewind(ctx, &checkpoint, dry_run),
         Request::Show { checkpoint, mountpoint } => {
@@ -383,7 +417,8 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
     }
     let started = std::time::Instant::now();
     let world = ctx.world.write().unwrap_or_else(|p| p.into_inner());
-    let safety_label = TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
+    let safety_label =
+        TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
     let safety = match seal(ctx, &safety_label, Reason::Turn) {
         Ok(n) => n,
         Err(e) => return Response::err(e),
@@ -397,7 +432,9 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
         Ok(x) => x,
         Err(e) => {
             drop(world);
-            return Response::err(format!("rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"));
+            return Response::err(format!(
+                "rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"
+            ));
         }
     };
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
@@ -461,10 +498,18 @@ pub fn mount_state(mountpoint: &Path) -> MountState {
     let mounted = is_fuse_mountpoint(mountpoint);
     match registry::read(mountpoint) {
         Some(info) if sys::process_alive(info.pid) => {
-            if mounted { MountState::Live(info) } else { MountState::Starting(info) }
+            if mounted {
+                MountState::Live(info)
+            } else {
+                MountState::Starting(info)
+            }
         }
         Some(info) => {
-            if mounted { MountState::Dead(Some(info)) } else { MountState::NotMounted }
+            if mounted {
+                MountState::Dead(Some(info))
+            } else {
+                MountState::NotMounted
+            }
         }
         None if mounted => MountState::Dead(None),
         None => MountState::NotMounted,
@@ -506,12 +551,14 @@ fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+        {
+            out.push(v);
+            i += 4;
+            continue;
+        }
         out.push(b[i]);
         i += 1;
     }

@@ -81,10 +81,15 @@ pub struct LiveFs {
 impl LiveFs {
     pub fn new(tree: Arc<LiveTree>, options: FsOptions, world: Arc<std::sync::RwLock<()>>) -> LiveFs {
         let passthrough = options.passthrough == Passthrough::All;
-        let browser = tree
-            .journal()
-            .map(|j| Arc::new(Browser::hidden(tree.clone(), j.clone(), HIDDEN_INO_BASE)));
-        LiveFs { tree, world, browser, options, passthrough: AtomicBool::new(passthrough), backing: Mutex::new(BackingIds::default()) }
+        let browser = tree.journal().map(|j| Arc::new(Browser::hidden(tree.clone(), j.clone(), HIDDEN_INO_BASE)));
+        LiveFs {
+            tree,
+            world,
+            browser,
+            options,
+            passthrough: AtomicBool::new(passthrough),
+            backing: Mutex::new(BackingIds::default()),
+        }
     }
 
     /// The browser, when `ino` is under `.rewindfs/`.
@@ -209,7 +214,8 @@ impl Filesystem for LiveFs {
             }
         }
         if self.passthrough_active() {
-            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
+            let ok =
+                config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
             if !ok {
                 warn!("the kernel does not offer FUSE passthrough; file data will go through the daemon");
                 self.passthrough.store(false, Ordering::Relaxed);
@@ -424,8 +430,17 @@ impl Filesystem for LiveFs {
         };
         let ttl = self.ttl();
         match self.backing_for(attr.ino, fh, || reply.open_backing(&file.file)) {
-            Some(id) => reply.created_passthrough(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), FopenFlags::empty(), &id),
-            None => reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+            Some(id) => reply.created_passthrough(
+                &ttl,
+                &file_attr(&attr),
+                Generation(0),
+                FileHandle(fh.0),
+                FopenFlags::empty(),
+                &id,
+            ),
+            None => {
+                reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE)
+            }
         }
     }
 
@@ -587,7 +602,16 @@ impl Filesystem for LiveFs {
         }
     }
 
-    fn setxattr(&self, req: &Request, i: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(
+        &self,
+        req: &Request,
+        i: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
         let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         if self.hidden(i).is_some() {
             return reply.error(fuser::Errno::EROFS);
@@ -639,7 +663,16 @@ impl Filesystem for LiveFs {
         reply.ok();
     }
 
-    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
         match self.tree.fallocate(Fh(fh.0), offset, length, mode) {
             Ok(()) => reply.ok(),

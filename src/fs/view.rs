@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{
-    FileHandle, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    FileHandle, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use log::warn;
 

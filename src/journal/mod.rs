@@ -19,8 +19,8 @@ use serde::Serialize;
 pub mod record_log;
 
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
-use record_log::{LogRecord, RecordLog};
 use crate::store::{ChunkStore, ContentRef, StoreError};
+use record_log::{LogRecord, RecordLog};
 
 /// Errors while recording.
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +147,8 @@ impl Journal {
     pub fn open_with_log(meta: Meta, store: Arc<dyn ChunkStore>, log_path: Option<&Path>) -> JournalResult<Journal> {
         let log = match log_path {
             Some(p) => {
-                let (log, left) = RecordLog::open(p).map_err(|e| JournalError::Read { what: p.display().to_string(), source: e })?;
+                let (log, left) =
+                    RecordLog::open(p).map_err(|e| JournalError::Read { what: p.display().to_string(), source: e })?;
                 if !left.is_empty() {
                     info!("folding {} records the previous daemon logged", left.len());
                     meta.transaction(|m| record_log::fold(m, &left))?;
@@ -167,7 +168,10 @@ impl Journal {
         let outside_since_ns = clean.or(last_created_ns);
         let unclean = last.is_some() && clean.is_none();
         if unclean {
-            log::warn!("the previous daemon did not unmount cleanly; checking for changes made since checkpoint {}", last.unwrap_or(0));
+            log::warn!(
+                "the previous daemon did not unmount cleanly; checking for changes made since checkpoint {}",
+                last.unwrap_or(0)
+            );
         }
         meta.transaction(|m| {
             m.insert_checkpoint(&Checkpoint {
@@ -210,8 +214,10 @@ impl Journal {
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`.
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
         let meta = Meta::open(&dir.join("meta.sqlite")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
-        let store = crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
-        let journal = Journal::open_with_log(meta, Arc::new(store), Some(&dir.join("journal.log"))).map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        let store =
+            crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        let journal = Journal::open_with_log(meta, Arc::new(store), Some(&dir.join("journal.log")))
+            .map_err(|e| crate::Error::Daemon(e.to_string()))?;
         if let Some(log) = &mut journal.lock().log {
             log.clear().map_err(|e| crate::Error::io("cannot empty the journal log", e))?;
         }
@@ -320,14 +326,26 @@ impl Journal {
     }
 
     /// Records what (dir, name) referred to before this turn's first change.
-    pub fn record_entry(&self, dir: ObjectId, name: &[u8], target: Option<ObjectId>, program: Option<&str>) -> JournalResult<()> {
+    pub fn record_entry(
+        &self,
+        dir: ObjectId,
+        name: &[u8],
+        target: Option<ObjectId>,
+        program: Option<&str>,
+    ) -> JournalResult<()> {
         let mut inner = self.lock();
         let key = (dir, name.to_vec());
         if inner.entries_done.contains(&key) {
             return Ok(());
         }
         let turn = inner.turn;
-        inner.append(LogRecord::Entry { turn, dir: dir.0, name: name.to_vec(), target: target.map(|t| t.0), program: program.map(str::to_string) })?;
+        inner.append(LogRecord::Entry {
+            turn,
+            dir: dir.0,
+            name: name.to_vec(),
+            target: target.map(|t| t.0),
+            program: program.map(str::to_string),
+        })?;
         inner.entries_done.insert(key);
         inner.changes += 1;
         inner.last_change = Some(Instant::now());
@@ -342,7 +360,12 @@ impl Journal {
     }
 
     /// Content already known for the object at this ctime and size.
-    pub fn known_content(&self, object: ObjectId, ctime_ns: i64, size: u64) -> JournalResult<Option<(Vec<u8>, Vec<u8>)>> {
+    pub fn known_content(
+        &self,
+        object: ObjectId,
+        ctime_ns: i64,
+        size: u64,
+    ) -> JournalResult<Option<(Vec<u8>, Vec<u8>)>> {
         let mut inner = self.lock();
         inner.fold()?;
         Ok(inner.meta.known_content(object, ctime_ns, size)?)
@@ -356,13 +379,30 @@ impl Journal {
     /// Records the object's state before this turn's first change. With
     /// `cacheable`, its content is remembered for its (ctime, size), so a
     /// later capture at the same (ctime, size) need not read the file.
-    pub fn record_object(&self, object: ObjectId, state: &ObjectState, program: Option<&str>, cacheable: bool) -> JournalResult<()> {
+    pub fn record_object(
+        &self,
+        object: ObjectId,
+        state: &ObjectState,
+        program: Option<&str>,
+        cacheable: bool,
+    ) -> JournalResult<()> {
         let mut inner = self.lock();
         let turn = inner.turn;
-        inner.append(LogRecord::ObjectPre { turn, object: object.0, state: state.clone(), program: program.map(str::to_string) })?;
+        inner.append(LogRecord::ObjectPre {
+            turn,
+            object: object.0,
+            state: state.clone(),
+            program: program.map(str::to_string),
+        })?;
         if let Some((hash, chunks)) = &state.content {
             if cacheable {
-                inner.append(LogRecord::Known { object: object.0, ctime_ns: state.ctime_ns, size: state.size, hash: hash.clone(), chunks: chunks.clone() })?;
+                inner.append(LogRecord::Known {
+                    object: object.0,
+                    ctime_ns: state.ctime_ns,
+                    size: state.size,
+                    hash: hash.clone(),
+                    chunks: chunks.clone(),
+                })?;
             }
             inner.content_done.insert(object);
         }
@@ -388,7 +428,13 @@ impl Journal {
 
     /// Like `seal`, but the new checkpoint's parent in the history graph is
     /// `parent` (a rewind starts a branch from the checkpoint rewound to).
-    pub fn seal_on(&self, info: &TurnInfo, reason: Reason, parent: Option<i64>, recapture: impl FnOnce()) -> JournalResult<CheckpointId> {
+    pub fn seal_on(
+        &self,
+        info: &TurnInfo,
+        reason: Reason,
+        parent: Option<i64>,
+        recapture: impl FnOnce(),
+    ) -> JournalResult<CheckpointId> {
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let store_bytes = self.store.stats()?.stored_bytes as i64;
         self.store.sync()?;
@@ -463,7 +509,9 @@ impl Journal {
             Ok(())
         })?;
         if n > 0 {
-            log::warn!("{n} objects were changed outside the mount; checkpoints before {turn} will report them as unknown");
+            log::warn!(
+                "{n} objects were changed outside the mount; checkpoints before {turn} will report them as unknown"
+            );
         }
         Ok(n)
     }
@@ -506,8 +554,10 @@ impl Journal {
             let idx = all.len().checked_sub(1 + n).ok_or_else(unknown)?;
             return Ok(CheckpointId(all[idx].checkpoint));
         }
-        let by_msg: Vec<i64> = all.iter().filter(|c| c.message_id.as_deref() == Some(reference)).map(|c| c.checkpoint).collect();
-        let by_num: Vec<i64> = reference.parse::<i64>().ok().into_iter().filter(|n| all.iter().any(|c| c.checkpoint == *n)).collect();
+        let by_msg: Vec<i64> =
+            all.iter().filter(|c| c.message_id.as_deref() == Some(reference)).map(|c| c.checkpoint).collect();
+        let by_num: Vec<i64> =
+            reference.parse::<i64>().ok().into_iter().filter(|n| all.iter().any(|c| c.checkpoint == *n)).collect();
         let mut matches: Vec<i64> = by_num.into_iter().chain(by_msg).collect();
         matches.dedup();
         match matches.as_slice() {

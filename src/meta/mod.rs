@@ -31,7 +31,9 @@ impl std::fmt::Display for CheckpointId {
 pub enum MetaError {
     #[error("metadata database: {context}: {source}")]
     Sqlite { context: String, source: rusqlite::Error },
-    #[error("metadata database {path} has schema version {found}, newer than this rewindfs ({supported}); upgrade rewindfs")]
+    #[error(
+        "metadata database {path} has schema version {found}, newer than this rewindfs ({supported}); upgrade rewindfs"
+    )]
     TooNew { path: String, found: i64, supported: i64 },
     #[error("metadata database: malformed {what}")]
     Malformed { what: &'static str },
@@ -276,7 +278,8 @@ fn object_state_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result
     })
 }
 
-const OBJECT_COLUMNS: &str = "kind, perm, uid, gid, rdev, size, mtime_ns, ctime_ns, nlink, target, xattrs, content_hash, chunks";
+const OBJECT_COLUMNS: &str =
+    "kind, perm, uid, gid, rdev, size, mtime_ns, ctime_ns, nlink, target, xattrs, content_hash, chunks";
 
 impl Meta {
     /// Opens (creating and migrating as needed) the database at `path`.
@@ -308,15 +311,15 @@ impl Meta {
     }
 
     pub fn get_state(&self, key: &str) -> MetaResult<Option<String>> {
-        self.conn
-            .query_row("SELECT value FROM state WHERE key = ?1", [key], |r| r.get(0))
-            .optional()
-            .ctx("read state")
+        self.conn.query_row("SELECT value FROM state WHERE key = ?1", [key], |r| r.get(0)).optional().ctx("read state")
     }
 
     pub fn set_state(&self, key: &str, value: &str) -> MetaResult<()> {
         self.conn
-            .execute("INSERT INTO state(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value", params![key, value])
+            .execute(
+                "INSERT INTO state(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
             .ctx("write state")?;
         Ok(())
     }
@@ -430,10 +433,19 @@ impl Meta {
     /// Records that `name` in `dir` referred to `target` at the start of
     /// `turn`, unless already recorded for that turn. Returns whether a row
     /// was written.
-    pub fn record_entry(&self, turn: i64, dir: ObjectId, name: &[u8], target: Option<ObjectId>, program: Option<&str>) -> MetaResult<bool> {
+    pub fn record_entry(
+        &self,
+        turn: i64,
+        dir: ObjectId,
+        name: &[u8],
+        target: Option<ObjectId>,
+        program: Option<&str>,
+    ) -> MetaResult<bool> {
         let n = self
             .conn
-            .prepare_cached("INSERT OR IGNORE INTO entry_pre(turn, dir, name, target, program) VALUES (?1, ?2, ?3, ?4, ?5)")
+            .prepare_cached(
+                "INSERT OR IGNORE INTO entry_pre(turn, dir, name, target, program) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
             .ctx("prepare")?
             .execute(params![turn, dir.0, name, target.map(|t| t.0), program])
             .ctx("record entry pre-image")?;
@@ -480,7 +492,9 @@ impl Meta {
     /// The earliest entry record for (dir, name) in a turn >= `from`.
     pub fn entry_at(&self, dir: ObjectId, name: &[u8], from: i64) -> MetaResult<Option<Option<ObjectId>>> {
         self.conn
-            .prepare_cached("SELECT target FROM entry_pre WHERE dir = ?1 AND name = ?2 AND turn >= ?3 ORDER BY turn LIMIT 1")
+            .prepare_cached(
+                "SELECT target FROM entry_pre WHERE dir = ?1 AND name = ?2 AND turn >= ?3 ORDER BY turn LIMIT 1",
+            )
             .ctx("prepare")?
             .query_row(params![dir.0, name, from], |r| r.get::<_, Option<i64>>(0))
             .optional()
@@ -499,7 +513,9 @@ impl Meta {
             )
             .ctx("prepare")?;
         let rows = stmt
-            .query_map(params![dir.0, from], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Option<i64>>(1)?.map(ObjectId))))
+            .query_map(params![dir.0, from], |r| {
+                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Option<i64>>(1)?.map(ObjectId)))
+            })
             .ctx("list entry pre-images")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entry pre-images")
     }
@@ -507,7 +523,8 @@ impl Meta {
     /// The earliest object record in a turn >= `from` (content may come
     /// from a later record of the same turn range if this one lacks it).
     pub fn object_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<ObjectState>> {
-        let sql = format!("SELECT {OBJECT_COLUMNS} FROM object_pre WHERE object = ?1 AND turn >= ?2 ORDER BY turn LIMIT 1");
+        let sql =
+            format!("SELECT {OBJECT_COLUMNS} FROM object_pre WHERE object = ?1 AND turn >= ?2 ORDER BY turn LIMIT 1");
         self.conn
             .prepare_cached(&sql)
             .ctx("prepare")?
@@ -529,14 +546,23 @@ impl Meta {
     /// Content known for an object at a given ctime (no re-read needed).
     pub fn known_content(&self, object: ObjectId, ctime_ns: i64, size: u64) -> MetaResult<Option<(Vec<u8>, Vec<u8>)>> {
         self.conn
-            .prepare_cached("SELECT content_hash, chunks FROM known_content WHERE object = ?1 AND ctime_ns = ?2 AND size = ?3")
+            .prepare_cached(
+                "SELECT content_hash, chunks FROM known_content WHERE object = ?1 AND ctime_ns = ?2 AND size = ?3",
+            )
             .ctx("prepare")?
             .query_row(params![object.0, ctime_ns, size as i64], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()
             .ctx("read known content")
     }
 
-    pub fn set_known_content(&self, object: ObjectId, ctime_ns: i64, size: u64, hash: &[u8], chunks: &[u8]) -> MetaResult<()> {
+    pub fn set_known_content(
+        &self,
+        object: ObjectId,
+        ctime_ns: i64,
+        size: u64,
+        hash: &[u8],
+        chunks: &[u8],
+    ) -> MetaResult<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO known_content(object, ctime_ns, size, content_hash, chunks) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -551,7 +577,10 @@ impl Meta {
 
     /// Entry records of one turn.
     pub fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>> {
-        let mut stmt = self.conn.prepare_cached("SELECT dir, name, target, program FROM entry_pre WHERE turn = ?1").ctx("prepare")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT dir, name, target, program FROM entry_pre WHERE turn = ?1")
+            .ctx("prepare")?;
         let rows = stmt
             .query_map([turn], |r| {
                 Ok(EntryRecord {
@@ -578,14 +607,18 @@ impl Meta {
 
     /// Turns in which an object has a record.
     pub fn turns_of_object(&self, object: ObjectId) -> MetaResult<Vec<i64>> {
-        let mut stmt = self.conn.prepare_cached("SELECT turn FROM object_pre WHERE object = ?1 ORDER BY turn").ctx("prepare")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT turn FROM object_pre WHERE object = ?1 ORDER BY turn").ctx("prepare")?;
         let rows = stmt.query_map([object.0], |r| r.get(0)).ctx("list turns of object")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list turns of object")
     }
 
     /// Turns in which (dir, name) has a record.
     pub fn turns_of_entry(&self, dir: ObjectId, name: &[u8]) -> MetaResult<Vec<i64>> {
-        let mut stmt = self.conn.prepare_cached("SELECT turn FROM entry_pre WHERE dir = ?1 AND name = ?2 ORDER BY turn").ctx("prepare")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT turn FROM entry_pre WHERE dir = ?1 AND name = ?2 ORDER BY turn")
+            .ctx("prepare")?;
         let rows = stmt.query_map(params![dir.0, name], |r| r.get(0)).ctx("list turns of entry")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list turns of entry")
     }
@@ -609,7 +642,9 @@ impl Meta {
         self.conn
             .execute("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
             .ctx("release handle")?;
-        self.conn.execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0]).ctx("rebind object")?;
+        self.conn
+            .execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0])
+            .ctx("rebind object")?;
         Ok(())
     }
 
@@ -630,14 +665,18 @@ impl Meta {
 
     /// Every file still waiting for its content: (handle, hash, chunks, mtime).
     pub fn all_pending(&self) -> MetaResult<Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)>> {
-        let mut stmt = self.conn.prepare("SELECT handle, content_hash, chunks, mtime_ns FROM pending").ctx("prepare")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).ctx("list pending content")?;
+        let mut stmt =
+            self.conn.prepare("SELECT handle, content_hash, chunks, mtime_ns FROM pending").ctx("prepare")?;
+        let rows =
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).ctx("list pending content")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
     }
 
     /// Sets the label of a checkpoint.
     pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
-        self.conn.execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint]).ctx("label checkpoint")?;
+        self.conn
+            .execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint])
+            .ctx("label checkpoint")?;
         Ok(())
     }
 
@@ -682,7 +721,10 @@ impl Meta {
     /// Objects that some name referred to at the start of `turn`, among
     /// the names recorded in that turn (renamed, replaced or removed).
     pub fn entry_targets_in_turn(&self, turn: i64) -> MetaResult<std::collections::HashSet<ObjectId>> {
-        let mut stmt = self.conn.prepare_cached("SELECT target FROM entry_pre WHERE turn = ?1 AND target IS NOT NULL").ctx("prepare")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT target FROM entry_pre WHERE turn = ?1 AND target IS NOT NULL")
+            .ctx("prepare")?;
         let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
         rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
     }

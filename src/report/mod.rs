@@ -76,9 +76,10 @@ fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeSta
         return Ok(ha == hb);
     }
     if let (Content::Live(ha), Content::Live(hb)) = (&sa.content, &sb.content)
-        && ha == hb {
-            return Ok(true);
-        }
+        && ha == hb
+    {
+        return Ok(true);
+    }
     Ok(a.read_all(sa)? == b.read_all(sb)?)
 }
 
@@ -110,7 +111,14 @@ fn change(
     let old = read(a, sa)?;
     let new = read(b, sb)?;
     let display = path.to_string_lossy().into_owned();
-    let mut fc = FileChange { path: display.clone(), change: kind, binary: false, lines_added: 0, lines_removed: 0, patch: String::new() };
+    let mut fc = FileChange {
+        path: display.clone(),
+        change: kind,
+        binary: false,
+        lines_added: 0,
+        lines_removed: 0,
+        patch: String::new(),
+    };
     let (Some(old), Some(new)) = (old, new) else {
         fc.binary = true;
         return Ok(fc);
@@ -167,7 +175,8 @@ fn walk(
     let states = (na.as_ref().map(|n| a.state(n)).transpose(), nb.as_ref().map(|n| b.state(n)).transpose());
     let (sa, sb) = match states {
         (Ok(x), Ok(y)) => (x, y),
-        (Err(e @ crate::view::ViewError::ChangedOutside(..)), _) | (_, Err(e @ crate::view::ViewError::ChangedOutside(..))) => {
+        (Err(e @ crate::view::ViewError::ChangedOutside(..)), _)
+        | (_, Err(e @ crate::view::ViewError::ChangedOutside(..))) => {
             log::info!("{}: {e}", path.display());
             out.push(FileChange {
                 path: path.to_string_lossy().into_owned(),
@@ -271,7 +280,13 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     Ok(out)
 }
 
-fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, turn: i64, s: &mut TurnSummary) -> ViewResult<()> {
+fn summarize_turn(
+    pre: &TreeView<'_>,
+    post: &TreeView<'_>,
+    journal: &Journal,
+    turn: i64,
+    s: &mut TurnSummary,
+) -> ViewResult<()> {
     let entries = journal.with_meta(|m| m.entries_in_turn(turn))?;
     let objects = journal.with_meta(|m| m.objects_in_turn(turn))?;
     let mut seen: HashSet<ObjectId> = HashSet::new();
@@ -302,17 +317,26 @@ fn summarize_turn(pre: &TreeView<'_>, post: &TreeView<'_>, journal: &Journal, tu
         let name = std::ffi::OsStr::from_bytes(&e.name);
         let before = e.target.map(|t| Node { id: Some(t), handle: None });
         let before = match before {
-            Some(n) => Some(Node { handle: journal.with_meta(|m| m.object_handle(n.id.expect("set above")))?.and_then(|h| crate::sys::FileHandle::from_bytes(&h)), ..n }),
+            Some(n) => Some(Node {
+                handle: journal
+                    .with_meta(|m| m.object_handle(n.id.expect("set above")))?
+                    .and_then(|h| crate::sys::FileHandle::from_bytes(&h)),
+                ..n
+            }),
             None => None,
         };
-        let dir_post = Node { handle: journal.with_meta(|m| m.object_handle(e.dir))?.and_then(|h| crate::sys::FileHandle::from_bytes(&h)), ..dir };
+        let dir_post = Node {
+            handle: journal.with_meta(|m| m.object_handle(e.dir))?.and_then(|h| crate::sys::FileHandle::from_bytes(&h)),
+            ..dir
+        };
         let after = post.lookup(&dir_post, name)?;
         let sa = before.as_ref().map(|n| pre.state(n)).transpose().ok().flatten();
         let sb = after.as_ref().map(|n| post.state(n)).transpose().ok().flatten();
         let (fa, fb) = (sa.as_ref().filter(|x| !x.is_dir()), sb.as_ref().filter(|x| !x.is_dir()));
         let dir_a = sa.as_ref().is_some_and(|x| x.is_dir());
         let dir_b = sb.as_ref().is_some_and(|x| x.is_dir());
-        let same_object = before.as_ref().and_then(|n| n.id).is_some() && before.as_ref().map(|n| n.id) == after.as_ref().map(|n| n.id);
+        let same_object = before.as_ref().and_then(|n| n.id).is_some()
+            && before.as_ref().map(|n| n.id) == after.as_ref().map(|n| n.id);
         if (dir_a || dir_b) && !same_object {
             dir_changes.push((before.clone().filter(|_| dir_a), after.clone().filter(|_| dir_b)));
         }
@@ -391,7 +415,12 @@ fn count_subtree(
         }
         let lines = if state.is_file() && state.size <= MAX_DIFF_BYTES {
             let data = view.read_all(&state)?;
-            if is_binary(&data) { 0 } else { data.iter().filter(|b| **b == b'\n').count() as u64 + u64::from(!data.is_empty() && data.last() != Some(&b'\n')) }
+            if is_binary(&data) {
+                0
+            } else {
+                data.iter().filter(|b| **b == b'\n').count() as u64
+                    + u64::from(!data.is_empty() && data.last() != Some(&b'\n'))
+            }
         } else {
             0
         };
@@ -440,7 +469,12 @@ pub fn history(tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Ve
             _ => None,
         };
         if let Some(change) = kind {
-            out.push(PathEvent { checkpoint: c.checkpoint, message_id: c.message_id.clone(), label: c.label.clone(), change });
+            out.push(PathEvent {
+                checkpoint: c.checkpoint,
+                message_id: c.message_id.clone(),
+                label: c.label.clone(),
+                change,
+            });
         }
     }
     Ok(out)

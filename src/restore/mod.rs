@@ -80,9 +80,23 @@ fn live_err(path: &Path, errno: Errno) -> RestoreError {
 
 /// Restores `paths` (relative to the root; empty = the whole tree) to
 /// their state at `checkpoint`. Returns what changed.
-pub fn restore(tree: &LiveTree, journal: &Journal, checkpoint: i64, paths: &[PathBuf], dry_run: bool) -> Result<(Vec<Planned>, Touched), RestoreError> {
+pub fn restore(
+    tree: &LiveTree,
+    journal: &Journal,
+    checkpoint: i64,
+    paths: &[PathBuf],
+    dry_run: bool,
+) -> Result<(Vec<Planned>, Touched), RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
-    let mut ctx = Ctx { tree, view: TreeView::at(tree, journal, checkpoint), dry_run, caller, out: Vec::new(), touched: Touched::default(), temp_counter: 0 };
+    let mut ctx = Ctx {
+        tree,
+        view: TreeView::at(tree, journal, checkpoint),
+        dry_run,
+        caller,
+        out: Vec::new(),
+        touched: Touched::default(),
+        temp_counter: 0,
+    };
     let targets: Vec<PathBuf> = if paths.is_empty() { vec![PathBuf::new()] } else { paths.to_vec() };
     for p in targets {
         let comps: Vec<OsString> = p
@@ -180,7 +194,9 @@ impl Ctx<'_> {
             Kind::File => {
                 let same_content = match (&state.content, live) {
                     (Content::Live(_), Some(a)) if same_object && a.kind == Kind::File => true,
-                    (_, Some(a)) if a.kind == Kind::File && a.size == state.size => self.live_content_equals(a.ino, &state)?,
+                    (_, Some(a)) if a.kind == Kind::File && a.size == state.size => {
+                        self.live_content_equals(a.ino, &state)?
+                    }
                     _ => false,
                 };
                 if same_content {
@@ -196,7 +212,9 @@ impl Ctx<'_> {
             Kind::Symlink => {
                 let target_bytes = state.target.clone().unwrap_or_default();
                 let same = match live {
-                    Some(a) if a.kind == Kind::Symlink => self.tree.readlink(a.ino).map_err(|e| live_err(&path, e))? == target_bytes,
+                    Some(a) if a.kind == Kind::Symlink => {
+                        self.tree.readlink(a.ino).map_err(|e| live_err(&path, e))? == target_bytes
+                    }
                     _ => false,
                 };
                 if !same {
@@ -230,7 +248,10 @@ impl Ctx<'_> {
 
     fn live_content_equals(&self, ino: Ino, state: &NodeState) -> Result<bool, RestoreError> {
         let want = self.view.read_all(state)?;
-        let fh = self.tree.open(ino, libc::O_RDONLY, self.caller).map_err(|e| RestoreError::Live { path: format!("inode {}", ino.0), errno: e })?;
+        let fh = self
+            .tree
+            .open(ino, libc::O_RDONLY, self.caller)
+            .map_err(|e| RestoreError::Live { path: format!("inode {}", ino.0), errno: e })?;
         let got = self.tree.read(fh.0, 0, (state.size as u32).saturating_add(1));
         self.tree.release(fh.0);
         Ok(got.map(|g| g == want).unwrap_or(false))
@@ -324,10 +345,8 @@ impl Ctx<'_> {
         self.temp_counter += 1;
         let temp = OsString::from(format!(".rewindfs-restore-{}-{}", std::process::id(), self.temp_counter));
         let caller = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
-        let (attr, fh, _) = self
-            .tree
-            .create(dir, &temp, state.perm, libc::O_WRONLY, caller)
-            .map_err(|e| live_err(path, e))?;
+        let (attr, fh, _) =
+            self.tree.create(dir, &temp, state.perm, libc::O_WRONLY, caller).map_err(|e| live_err(path, e))?;
         let mut offset = 0u64;
         let mut buf = vec![0u8; 1 << 20];
         let result = (|| -> Result<(), RestoreError> {
@@ -347,9 +366,10 @@ impl Ctx<'_> {
             return Err(e);
         }
         if let Some(live) = self.tree.child(dir, name).map_err(|e| live_err(path, e))?
-            && live.kind == Kind::Dir {
-                self.remove_quiet(dir, name, live, path)?;
-            }
+            && live.kind == Kind::Dir
+        {
+            self.remove_quiet(dir, name, live, path)?;
+        }
         self.tree.rename(dir, &temp, dir, name, 0, self.caller).map_err(|e| live_err(path, e))?;
         self.touch(dir, &temp);
         self.touch(dir, name);
@@ -420,7 +440,13 @@ pub(crate) fn owner_and_mode_changes(live: &Attr, state: &NodeState) -> SetAttr 
 }
 
 /// Makes the xattrs of `ino` exactly `want` (recorded through the tree).
-pub(crate) fn replace_xattrs(tree: &LiveTree, ino: Ino, live: &[(Vec<u8>, Vec<u8>)], want: &[(Vec<u8>, Vec<u8>)], caller: Caller) {
+pub(crate) fn replace_xattrs(
+    tree: &LiveTree,
+    ino: Ino,
+    live: &[(Vec<u8>, Vec<u8>)],
+    want: &[(Vec<u8>, Vec<u8>)],
+    caller: Caller,
+) {
     for (n, _) in live {
         if !want.iter().any(|(m, _)| m == n) {
             let _ = tree.removexattr(ino, OsStr::from_bytes(n), caller);

@@ -186,7 +186,8 @@ impl Rewinder<'_> {
         match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
-                let h = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+                let h =
+                    sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
                 let kind = kind_code(Kind::from_mode(st.st_mode));
                 Ok(Some(self.journal.object_id(&h.to_bytes(), kind)?))
             }
@@ -201,22 +202,30 @@ impl Rewinder<'_> {
 
     fn touch(&mut self, dir: BorrowedFd<'_>, name: &OsStr) {
         if let Ok(h) = sys::name_to_handle_at(dir, OsStr::new(""))
-            && let Some(ino) = self.tree.known_ino(&h) {
-                self.touched.entries.insert((ino, name.to_os_string()));
-                self.touched.inodes.insert(ino);
-            }
+            && let Some(ino) = self.tree.known_ino(&h)
+        {
+            self.touched.entries.insert((ino, name.to_os_string()));
+            self.touched.inodes.insert(ino);
+        }
     }
 
     /// Step 1: the object at `name` leaves for the attic, whole.
-    fn move_aside(&mut self, dir: BorrowedFd<'_>, _dir_id: ObjectId, name: &[u8], obj: ObjectId) -> Result<(), RestoreError> {
+    fn move_aside(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        _dir_id: ObjectId,
+        name: &[u8],
+        obj: ObjectId,
+    ) -> Result<(), RestoreError> {
         let os = OsStr::from_bytes(name);
         self.tree.capture_entry(self.journal, dir, os, self.caller).map_err(|e| err(self.display(name), e))?;
         self.tree.capture_named(self.journal, dir, os, false, self.caller).map_err(|e| err(self.display(name), e))?;
         if let Ok(fd) = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
             && let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))
-                && let Some(ino) = self.tree.known_ino(&h) {
-                    self.touched.inodes.insert(ino);
-                }
+            && let Some(ino) = self.tree.known_ino(&h)
+        {
+            self.touched.inodes.insert(ino);
+        }
         let st = rustix::fs::statat(dir, os, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
             // One of several names: the object stays alive under the others.
@@ -226,7 +235,10 @@ impl Rewinder<'_> {
             return Ok(());
         }
         if !self.tree.to_attic(dir, os, obj).map_err(|e| err(self.display(name), e))? {
-            return Err(err(format!("{}: the attic already holds object {}", self.display(name), obj.0), Errno::EEXIST));
+            return Err(err(
+                format!("{}: the attic already holds object {}", self.display(name), obj.0),
+                Errno::EEXIST,
+            ));
         }
         self.in_attic.insert(obj);
         self.touch(dir, os);
@@ -235,14 +247,21 @@ impl Rewinder<'_> {
     }
 
     /// Step 2: `target` goes back to `name` in `dir`.
-    fn place(&mut self, dir: BorrowedFd<'_>, _dir_id: ObjectId, name: &[u8], target: ObjectId) -> Result<(), RestoreError> {
+    fn place(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        _dir_id: ObjectId,
+        name: &[u8],
+        target: ObjectId,
+    ) -> Result<(), RestoreError> {
         let os = OsStr::from_bytes(name);
         self.tree.capture_entry(self.journal, dir, os, self.caller).map_err(|e| err(self.display(name), e))?;
         let attic = self.tree.attic_fd().ok_or_else(|| err("no attic".into(), Errno::EIO))?;
         let slot = target.0.to_string();
         let in_attic = rustix::fs::statat(attic, slot.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok();
         if in_attic {
-            rustix::fs::renameat_with(attic, slot.as_str(), dir, os, RenameFlags::NOREPLACE).map_err(from_rustix("put back from the attic"))?;
+            rustix::fs::renameat_with(attic, slot.as_str(), dir, os, RenameFlags::NOREPLACE)
+                .map_err(from_rustix("put back from the attic"))?;
             self.in_attic.remove(&target);
             self.out.push(Planned { path: self.display(name), action: Action::Recreate });
         } else if let Some(fd) = self.object_fd(target) {
@@ -276,8 +295,9 @@ impl Rewinder<'_> {
                 rustix::fs::symlinkat(OsStr::from_bytes(&t), dir, os).map_err(from_rustix("symlink"))?
             }
             k if k == kind_code(Kind::File) => {
-                let fd = rustix::fs::openat(dir, os, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
-                    .map_err(from_rustix("create"))?;
+                let fd =
+                    rustix::fs::openat(dir, os, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
+                        .map_err(from_rustix("create"))?;
                 rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
             }
             _ => {
@@ -290,7 +310,8 @@ impl Rewinder<'_> {
                 rustix::fs::mknodat(dir, os, t, mode, 0).map_err(from_rustix("mknod"))?
             }
         }
-        let fd = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
+        let fd = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+            .map_err(from_rustix("open"))?;
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         self.journal.rebind_object(target, &handle.to_bytes())?;
         if state.kind == kind_code(Kind::File) {
@@ -329,9 +350,22 @@ impl Rewinder<'_> {
         );
         if state.kind != kind_code(Kind::Symlink) {
             let path = sys::proc_fd_path(fd);
-            let _ = rustix::fs::chmodat(rustix::fs::CWD, path.as_c_str(), Mode::from_raw_mode(state.perm), AtFlags::empty());
-            let t = rustix::fs::Timespec { tv_sec: state.mtime_ns.div_euclid(1_000_000_000), tv_nsec: state.mtime_ns.rem_euclid(1_000_000_000) as _ };
-            let _ = rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &rustix::fs::Timestamps { last_access: t, last_modification: t }, AtFlags::empty());
+            let _ = rustix::fs::chmodat(
+                rustix::fs::CWD,
+                path.as_c_str(),
+                Mode::from_raw_mode(state.perm),
+                AtFlags::empty(),
+            );
+            let t = rustix::fs::Timespec {
+                tv_sec: state.mtime_ns.div_euclid(1_000_000_000),
+                tv_nsec: state.mtime_ns.rem_euclid(1_000_000_000) as _,
+            };
+            let _ = rustix::fs::utimensat(
+                rustix::fs::CWD,
+                path.as_c_str(),
+                &rustix::fs::Timestamps { last_access: t, last_modification: t },
+                AtFlags::empty(),
+            );
         }
         Ok(())
     }
@@ -359,7 +393,8 @@ impl Rewinder<'_> {
             self.tree.capture_ino(self.journal, ino, true, self.caller).map_err(|e| err("record".into(), e))?;
             let content = self.stored_content(&node, &state)?;
             let path = sys::proc_fd_path(fd);
-            let file = rustix::fs::open(path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
+            let file = rustix::fs::open(path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(from_rustix("open"))?;
             rustix::fs::ftruncate(&file, state.size).map_err(from_rustix("truncate"))?;
             let handle = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
             self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err("pending".into(), e))?;
@@ -384,8 +419,14 @@ impl Rewinder<'_> {
 
     /// Where the object behind `fd` is below directory `base`, found from
     /// the kernel's path of the descriptor and checked against its handle.
-    fn locate_under(&self, fd: BorrowedFd<'_>, base: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
-        let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))) else { return Ok(None) };
+    fn locate_under(
+        &self,
+        fd: BorrowedFd<'_>,
+        base: BorrowedFd<'_>,
+    ) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+        let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))) else {
+            return Ok(None);
+        };
         let root = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&base)))
             .map_err(|e| err("base path".into(), e.into()))?;
         let Ok(rel) = path.strip_prefix(&root) else { return Ok(None) };
@@ -394,7 +435,12 @@ impl Rewinder<'_> {
         let mut dir = rustix::fs::openat(base, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(from_rustix("open root"))?;
         for c in parents {
-            match rustix::fs::openat(&dir, *c, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+            match rustix::fs::openat(
+                &dir,
+                *c,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
                 Ok(d) => dir = d,
                 Err(_) => return Ok(None),
             }
@@ -409,27 +455,44 @@ impl Rewinder<'_> {
     /// A file whose bytes changed in place: the current inode (and its
     /// bytes) goes to the attic, still as object `id`, for history; a new
     /// inode with the old bytes, pending, takes its name as a new object.
-    fn replace_content(&mut self, dir: BorrowedFd<'_>, name: &OsStr, id: ObjectId, node: &Node, state: &NodeState) -> Result<(), RestoreError> {
+    fn replace_content(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        id: ObjectId,
+        node: &Node,
+        state: &NodeState,
+    ) -> Result<(), RestoreError> {
         let content = self.stored_content(node, state)?;
         let bytes = name.as_bytes().to_vec();
         self.tree.capture_entry(self.journal, dir, name, self.caller).map_err(|e| err(self.display(&bytes), e))?;
-        self.tree.capture_named(self.journal, dir, name, false, self.caller).map_err(|e| err(self.display(&bytes), e))?;
+        self.tree
+            .capture_named(self.journal, dir, name, false, self.caller)
+            .map_err(|e| err(self.display(&bytes), e))?;
         let dir_handle = sys::name_to_handle_at(dir, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
         self.dirs_touched.insert(dir_id);
         let temp = format!(".rewindfs-rewind-{}", id.0);
         let mode = Mode::from_raw_mode(state.perm);
-        let fd = rustix::fs::openat(dir, temp.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
-            .map_err(from_rustix("create"))?;
+        let fd = rustix::fs::openat(
+            dir,
+            temp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            mode,
+        )
+        .map_err(from_rustix("create"))?;
         rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
         // The new inode carries the file's xattrs as they were (step 3
         // does not visit it again).
         for (n, v) in &state.xattrs {
-            sys::setxattr(fd.as_fd(), OsStr::from_bytes(n), v, 0).map_err(|e| err(format!("{}: xattr", self.display(&bytes)), e.into()))?;
+            sys::setxattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)
+                .map_err(|e| err(format!("{}: xattr", self.display(&bytes)), e.into()))?;
         }
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-        let old_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
-        let old_handle = sys::name_to_handle_at(old_fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        let old_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+            .map_err(from_rustix("open"))?;
+        let old_handle =
+            sys::name_to_handle_at(old_fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         rustix::fs::renameat_with(dir, temp.as_str(), dir, name, RenameFlags::EXCHANGE).map_err(from_rustix("swap"))?;
         // The old inode, now under the temporary name, keeps the current
         // bytes and its object id (history reads it from the attic); the new
@@ -439,7 +502,8 @@ impl Rewinder<'_> {
             rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()).map_err(from_rustix("unlink"))?;
         }
         self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err(self.display(&bytes), e))?;
-        let new_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(from_rustix("open"))?;
+        let new_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+            .map_err(from_rustix("open"))?;
         self.set_owner_and_times(new_fd.as_fd(), state)?;
         if let Some(ino) = self.tree.known_ino(&old_handle) {
             self.touched.inodes.insert(ino);

@@ -54,13 +54,8 @@ impl ContentRef {
     /// Decodes [`ContentRef::encode_chunks`] output, rejecting anything
     /// truncated, trailing, zero-length or of an unknown format.
     pub fn decode_chunks(bytes: &[u8]) -> Result<Vec<ChunkSpan>, StoreError> {
-        let err = |detail: String| StoreError::Decode {
-            what: "chunk list",
-            detail,
-        };
-        let (&format, mut rest) = bytes
-            .split_first()
-            .ok_or_else(|| err("empty".to_string()))?;
+        let err = |detail: String| StoreError::Decode { what: "chunk list", detail };
+        let (&format, mut rest) = bytes.split_first().ok_or_else(|| err("empty".to_string()))?;
         if format != CHUNK_LIST_FORMAT {
             return Err(err(format!("unknown format {format}")));
         }
@@ -68,16 +63,11 @@ impl ContentRef {
         // Each span takes at least 33 bytes; refusing impossible counts
         // keeps a damaged count from sizing a huge allocation.
         if count > (rest.len() / (ChunkId::LEN + 1)) as u64 {
-            return Err(err(format!(
-                "{count} chunks cannot fit in {} bytes",
-                rest.len()
-            )));
+            return Err(err(format!("{count} chunks cannot fit in {} bytes", rest.len())));
         }
         let mut spans = Vec::with_capacity(count as usize);
         for i in 0..count {
-            let (id, tail) = rest
-                .split_at_checked(ChunkId::LEN)
-                .ok_or_else(|| err(format!("chunk {i} truncated")))?;
+            let (id, tail) = rest.split_at_checked(ChunkId::LEN).ok_or_else(|| err(format!("chunk {i} truncated")))?;
             rest = tail;
             let id = ChunkId::from_slice(id)?;
             let len = take_varint(&mut rest)
@@ -137,18 +127,9 @@ impl<R: Read> Read for HashingReader<R> {
 /// Chunks everything `reader` yields into `store`, holding at most one
 /// maximum-size chunk in memory, and returns how to find it again.
 pub fn store_content(store: &dyn ChunkStore, reader: impl Read) -> Result<ContentRef, StoreError> {
-    let mut hashing = HashingReader {
-        inner: reader,
-        hasher: blake3::Hasher::new(),
-        size: 0,
-    };
+    let mut hashing = HashingReader { inner: reader, hasher: blake3::Hasher::new(), size: 0 };
     let mut chunks = Vec::new();
-    for chunk in StreamCDC::new(
-        &mut hashing,
-        MIN_CHUNK as usize,
-        AVG_CHUNK as usize,
-        MAX_CHUNK as usize,
-    ) {
+    for chunk in StreamCDC::new(&mut hashing, MIN_CHUNK as usize, AVG_CHUNK as usize, MAX_CHUNK as usize) {
         let chunk = chunk.map_err(|e| StoreError::io("reading content to chunk", e.into()))?;
         let id = store.put(&chunk.data)?;
         // StreamCDC never yields more than MAX_CHUNK bytes.
@@ -156,16 +137,8 @@ pub fn store_content(store: &dyn ChunkStore, reader: impl Read) -> Result<Conten
         chunks.push(ChunkSpan { id, len });
     }
     let hash = ChunkId::from_bytes(*hashing.hasher.finalize().as_bytes());
-    log::debug!(
-        "Stored content {hash} of {} bytes as {} chunks.",
-        hashing.size,
-        chunks.len()
-    );
-    Ok(ContentRef {
-        hash,
-        size: hashing.size,
-        chunks,
-    })
+    log::debug!("Stored content {hash} of {} bytes as {} chunks.", hashing.size, chunks.len());
+    Ok(ContentRef { hash, size: hashing.size, chunks })
 }
 
 /// Fetches a chunk and checks it has the length the span promised.
@@ -174,11 +147,7 @@ fn get_span(store: &dyn ChunkStore, span: &ChunkSpan) -> Result<Vec<u8>, StoreEr
     if data.len() != span.len as usize {
         return Err(StoreError::corrupt(
             span.id,
-            format!(
-                "chunk has {} bytes, the content list says {}",
-                data.len(),
-                span.len
-            ),
+            format!("chunk has {} bytes, the content list says {}", data.len(), span.len),
         ));
     }
     Ok(data)
@@ -226,19 +195,14 @@ pub fn read_content_to(
     for span in &content.chunks {
         let data = get_span(store, span)?;
         hasher.update(&data);
-        writer
-            .write_all(&data)
-            .map_err(|e| StoreError::io(format!("writing out content {}", content.hash), e))?;
+        writer.write_all(&data).map_err(|e| StoreError::io(format!("writing out content {}", content.hash), e))?;
         written += data.len() as u64;
     }
     let actual = ChunkId::from_bytes(*hasher.finalize().as_bytes());
     if actual != content.hash || written != content.size {
         return Err(StoreError::corrupt(
             content.hash,
-            format!(
-                "reassembled {written} bytes hashing to {actual}, expected {} bytes",
-                content.size
-            ),
+            format!("reassembled {written} bytes hashing to {actual}, expected {} bytes", content.size),
         ));
     }
     Ok(written)
@@ -256,9 +220,7 @@ mod tests {
         let mut i = 0u64;
         while out.len() < 1 << 20 {
             let words = pseudo_random(i, 8);
-            out.extend_from_slice(
-                format!("line {i:06}: value {:?} and some text\n", words).as_bytes(),
-            );
+            out.extend_from_slice(format!("line {i:06}: value {:?} and some text\n", words).as_bytes());
             i += 1;
         }
         out.truncate(1 << 20);
@@ -273,14 +235,8 @@ mod tests {
         let mut total_logical = 0u64;
         for edit in 0..100u64 {
             // Rewrite one line somewhere in the file, changing its length.
-            let at = (pseudo_random(edit, 4)
-                .iter()
-                .fold(0usize, |a, b| a * 256 + *b as usize))
-                % (file.len() - 200);
-            let line_start = file[..at]
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |p| p + 1);
+            let at = (pseudo_random(edit, 4).iter().fold(0usize, |a, b| a * 256 + *b as usize)) % (file.len() - 200);
+            let line_start = file[..at].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
             let line_end = at + file[at..].iter().position(|&b| b == b'\n').unwrap_or(0);
             let new_line = format!("edited line {edit}: something different here");
             file.splice(line_start..line_end, new_line.bytes());
@@ -300,12 +256,7 @@ mod tests {
             100.0 * stats.stored_bytes as f64 / total_logical as f64,
         );
         // Deduplication alone (raw bytes, before compression) must do it.
-        assert!(
-            stats.raw_bytes < total_logical / 10,
-            "raw {} of {}",
-            stats.raw_bytes,
-            total_logical
-        );
+        assert!(stats.raw_bytes < total_logical / 10, "raw {} of {}", stats.raw_bytes, total_logical);
         assert!(stats.stored_bytes < stats.raw_bytes);
     }
 
@@ -314,37 +265,22 @@ mod tests {
         let store = MemoryStore::new();
         let data = pseudo_random(7, 700_000);
         let content = store_content(&store, data.as_slice()).expect("store");
-        assert!(
-            content.chunks.len() > 5,
-            "expected several chunks, got {}",
-            content.chunks.len()
-        );
+        assert!(content.chunks.len() > 5, "expected several chunks, got {}", content.chunks.len());
         assert!(content.chunks.iter().all(|s| s.len <= MAX_CHUNK));
-        assert_eq!(
-            content.chunks.iter().map(|s| u64::from(s.len)).sum::<u64>(),
-            data.len() as u64
-        );
+        assert_eq!(content.chunks.iter().map(|s| u64::from(s.len)).sum::<u64>(), data.len() as u64);
         for i in 0..200u64 {
             let r = pseudo_random(1000 + i, 8);
-            let offset =
-                u64::from_le_bytes(r[..8].try_into().expect("8 bytes")) % (data.len() as u64 + 100);
+            let offset = u64::from_le_bytes(r[..8].try_into().expect("8 bytes")) % (data.len() as u64 + 100);
             let len = (r[0] as usize * 700) % 150_000;
             let mut buf = vec![0u8; len];
             let n = read_content_at(&store, &content, offset, &mut buf).expect("read_content_at");
             let start = (offset as usize).min(data.len());
             let end = (start + len).min(data.len());
             assert_eq!(n, end - start, "length at offset {offset} len {len}");
-            assert_eq!(
-                &buf[..n],
-                &data[start..end],
-                "bytes at offset {offset} len {len}"
-            );
+            assert_eq!(&buf[..n], &data[start..end], "bytes at offset {offset} len {len}");
         }
         let mut out = Vec::new();
-        assert_eq!(
-            read_content_to(&store, &content, &mut out).expect("read_content_to"),
-            data.len() as u64
-        );
+        assert_eq!(read_content_to(&store, &content, &mut out).expect("read_content_to"), data.len() as u64);
         assert_eq!(out, data);
     }
 
@@ -356,14 +292,8 @@ mod tests {
         assert!(content.chunks.is_empty());
         assert_eq!(content.hash, ChunkId::of(b""));
         let mut out = Vec::new();
-        assert_eq!(
-            read_content_to(&store, &content, &mut out).expect("read"),
-            0
-        );
-        assert_eq!(
-            read_content_at(&store, &content, 0, &mut [0u8; 10]).expect("read_at"),
-            0
-        );
+        assert_eq!(read_content_to(&store, &content, &mut out).expect("read"), 0);
+        assert_eq!(read_content_at(&store, &content, 0, &mut [0u8; 10]).expect("read_at"), 0);
         let decoded = ContentRef::decode_chunks(&content.encode_chunks()).expect("decode");
         assert!(decoded.is_empty());
     }
@@ -376,10 +306,7 @@ mod tests {
         swapped.chunks.swap(0, 1);
         let result = read_content_to(&store, &swapped, std::io::sink());
         // Either the lengths disagree or the whole hash does; both are Corrupt.
-        assert!(
-            matches!(result, Err(StoreError::Corrupt { .. })),
-            "got {result:?}"
-        );
+        assert!(matches!(result, Err(StoreError::Corrupt { .. })), "got {result:?}");
     }
 
     #[test]
@@ -387,39 +314,16 @@ mod tests {
         let store = MemoryStore::new();
         let content = store_content(&store, pseudo_random(4, 300_000).as_slice()).expect("store");
         let encoded = content.encode_chunks();
-        assert!(
-            encoded.len() < content.chunks.len() * 36 + 8,
-            "encoding is not compact: {}",
-            encoded.len()
-        );
-        assert_eq!(
-            ContentRef::decode_chunks(&encoded).expect("decode"),
-            content.chunks
-        );
+        assert!(encoded.len() < content.chunks.len() * 36 + 8, "encoding is not compact: {}", encoded.len());
+        assert_eq!(ContentRef::decode_chunks(&encoded).expect("decode"), content.chunks);
         // Lengths that need multi-byte varints.
         let spans = vec![
-            ChunkSpan {
-                id: ChunkId::of(b"a"),
-                len: 1,
-            },
-            ChunkSpan {
-                id: ChunkId::of(b"b"),
-                len: 128,
-            },
-            ChunkSpan {
-                id: ChunkId::of(b"c"),
-                len: u32::MAX,
-            },
+            ChunkSpan { id: ChunkId::of(b"a"), len: 1 },
+            ChunkSpan { id: ChunkId::of(b"b"), len: 128 },
+            ChunkSpan { id: ChunkId::of(b"c"), len: u32::MAX },
         ];
-        let synthetic = ContentRef {
-            hash: ChunkId::of(b""),
-            size: 0,
-            chunks: spans.clone(),
-        };
-        assert_eq!(
-            ContentRef::decode_chunks(&synthetic.encode_chunks()).expect("decode"),
-            spans
-        );
+        let synthetic = ContentRef { hash: ChunkId::of(b""), size: 0, chunks: spans.clone() };
+        assert_eq!(ContentRef::decode_chunks(&synthetic.encode_chunks()).expect("decode"), spans);
     }
 
     #[test]
@@ -428,33 +332,18 @@ mod tests {
         let content = store_content(&store, pseudo_random(5, 100_000).as_slice()).expect("store");
         let good = content.encode_chunks();
         assert!(ContentRef::decode_chunks(&[]).is_err());
-        assert!(
-            ContentRef::decode_chunks(&[9, 0]).is_err(),
-            "unknown format accepted"
-        );
-        assert!(
-            ContentRef::decode_chunks(&good[..good.len() - 1]).is_err(),
-            "truncated accepted"
-        );
+        assert!(ContentRef::decode_chunks(&[9, 0]).is_err(), "unknown format accepted");
+        assert!(ContentRef::decode_chunks(&good[..good.len() - 1]).is_err(), "truncated accepted");
         let mut trailing = good.clone();
         trailing.push(0);
-        assert!(
-            ContentRef::decode_chunks(&trailing).is_err(),
-            "trailing byte accepted"
-        );
+        assert!(ContentRef::decode_chunks(&trailing).is_err(), "trailing byte accepted");
         let mut huge_count = vec![CHUNK_LIST_FORMAT];
         put_varint(&mut huge_count, u64::MAX);
-        assert!(
-            ContentRef::decode_chunks(&huge_count).is_err(),
-            "impossible count accepted"
-        );
+        assert!(ContentRef::decode_chunks(&huge_count).is_err(), "impossible count accepted");
         let mut zero_len = vec![CHUNK_LIST_FORMAT, 1];
         zero_len.extend_from_slice(&[0u8; 32]);
         zero_len.push(0);
-        assert!(
-            ContentRef::decode_chunks(&zero_len).is_err(),
-            "zero-length chunk accepted"
-        );
+        assert!(ContentRef::decode_chunks(&zero_len).is_err(), "zero-length chunk accepted");
         for seed in 0..200 {
             let noise = pseudo_random(seed, (seed as usize * 7) % 300);
             if let Ok(spans) = ContentRef::decode_chunks(&noise) {

@@ -45,10 +45,7 @@ fn idempotent_put(store: &dyn ChunkStore) {
     assert_eq!(first, second);
     assert_eq!(after_first.chunks, before.chunks + 1);
     assert_eq!(after_first.raw_bytes, before.raw_bytes + 10_000);
-    assert_eq!(
-        after_second, after_first,
-        "a second put of the same bytes stored something"
-    );
+    assert_eq!(after_second, after_first, "a second put of the same bytes stored something");
 }
 
 fn contains_and_missing(store: &dyn ChunkStore) {
@@ -83,27 +80,18 @@ fn concurrent_puts(store: &dyn ChunkStore) {
     // Half of each thread's chunks are shared with every other thread, so
     // the same id is raced for and must still be stored once.
     let chunk_for = |thread: u64, i: u64| {
-        let seed = if i.is_multiple_of(2) {
-            1000 + i
-        } else {
-            2000 + thread * PER_THREAD + i
-        };
+        let seed = if i.is_multiple_of(2) { 1000 + i } else { 2000 + thread * PER_THREAD + i };
         pseudo_random(seed, 1000 + (seed as usize % 5000))
     };
     let ids: Vec<Vec<ChunkId>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 scope.spawn(move || {
-                    (0..PER_THREAD)
-                        .map(|i| store.put(&chunk_for(t, i)).expect("concurrent put"))
-                        .collect()
+                    (0..PER_THREAD).map(|i| store.put(&chunk_for(t, i)).expect("concurrent put")).collect()
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("thread panicked")).collect()
     });
     let mut distinct = HashSet::new();
     for (t, thread_ids) in ids.iter().enumerate() {
@@ -114,29 +102,16 @@ fn concurrent_puts(store: &dyn ChunkStore) {
         }
     }
     let shared = PER_THREAD / 2;
-    assert_eq!(
-        distinct.len() as u64,
-        shared + THREADS * (PER_THREAD - shared)
-    );
-    assert_eq!(
-        store.stats().expect("stats").chunks,
-        before + distinct.len() as u64
-    );
+    assert_eq!(distinct.len() as u64, shared + THREADS * (PER_THREAD - shared));
+    assert_eq!(store.stats().expect("stats").chunks, before + distinct.len() as u64);
 }
 
 fn list_and_verify(store: &dyn ChunkStore) {
     let listed = store.list().expect("list");
     let stats = store.stats().expect("stats");
     assert_eq!(listed.len() as u64, stats.chunks);
-    assert!(
-        listed.windows(2).all(|w| w[0] < w[1]),
-        "list is not sorted and distinct"
-    );
+    assert!(listed.windows(2).all(|w| w[0] < w[1]), "list is not sorted and distinct");
     let report = store.verify().expect("verify");
     assert_eq!(report.checked, stats.chunks);
-    assert!(
-        report.corrupt.is_empty(),
-        "healthy store reported corrupt: {:?}",
-        report.corrupt
-    );
+    assert!(report.corrupt.is_empty(), "healthy store reported corrupt: {:?}", report.corrupt);
 }

@@ -32,10 +32,7 @@ fn os_error(context: String, errno: i32) -> StoreError {
 
 impl<S: ChunkStore> FaultyStore<S> {
     pub fn new(inner: S) -> FaultyStore<S> {
-        FaultyStore {
-            inner,
-            faults: Mutex::new(Faults::default()),
-        }
+        FaultyStore { inner, faults: Mutex::new(Faults::default()) }
     }
 
     pub fn inner(&self) -> &S {
@@ -83,10 +80,7 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
             match faults.puts_left {
                 Some(0) => {
                     let id = ChunkId::of(data);
-                    return Err(os_error(
-                        format!("injected failure storing chunk {id}"),
-                        faults.put_errno,
-                    ));
+                    return Err(os_error(format!("injected failure storing chunk {id}"), faults.put_errno));
                 }
                 Some(ref mut left) => *left -= 1,
                 None => {}
@@ -101,10 +95,7 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
             (faults.get_errno, faults.corrupt_gets)
         };
         if let Some(errno) = errno {
-            return Err(os_error(
-                format!("injected failure reading chunk {id}"),
-                errno,
-            ));
+            return Err(os_error(format!("injected failure reading chunk {id}"), errno));
         }
         let mut data = self.inner.get(id)?;
         if corrupt {
@@ -123,10 +114,7 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
 
     fn sync(&self) -> Result<(), StoreError> {
         if let Some(errno) = self.faults().sync_errno {
-            return Err(os_error(
-                "injected failure syncing the chunk store".to_string(),
-                errno,
-            ));
+            return Err(os_error("injected failure syncing the chunk store".to_string(), errno));
         }
         self.inner.sync()
     }
@@ -158,10 +146,7 @@ mod tests {
         store.put(b"two").expect("second put");
         let err = store.put(b"three").expect_err("third put must fail");
         assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
-        assert!(
-            !store.contains(&ChunkId::of(b"three")).expect("contains"),
-            "failed put stored data"
-        );
+        assert!(!store.contains(&ChunkId::of(b"three")).expect("contains"), "failed put stored data");
         assert_eq!(store.stats().expect("stats").chunks, 2);
         store.heal();
         store.put(b"three").expect("put after heal");
@@ -186,13 +171,7 @@ mod tests {
         let id = store.put(b"data").expect("put");
         store.fail_gets(Some(libc::EIO));
         store.fail_syncs(Some(libc::EIO));
-        assert_eq!(
-            store.get(&id).expect_err("get must fail").raw_os_error(),
-            Some(libc::EIO)
-        );
-        assert_eq!(
-            store.sync().expect_err("sync must fail").raw_os_error(),
-            Some(libc::EIO)
-        );
+        assert_eq!(store.get(&id).expect_err("get must fail").raw_os_error(), Some(libc::EIO));
+        assert_eq!(store.sync().expect_err("sync must fail").raw_os_error(), Some(libc::EIO));
     }
 }

@@ -22,9 +22,7 @@ impl MemoryStore {
     /// half-updated (every update is a single insert), so the data is still
     /// good and the poison flag is ignored.
     fn chunks(&self) -> MutexGuard<'_, HashMap<ChunkId, Vec<u8>>> {
-        self.chunks
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.chunks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Replaces the bytes held for `id` without changing the id, so tests can
@@ -43,11 +41,7 @@ impl ChunkStore for MemoryStore {
     }
 
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
-        let data = self
-            .chunks()
-            .get(id)
-            .cloned()
-            .ok_or(StoreError::Missing { chunk: *id })?;
+        let data = self.chunks().get(id).cloned().ok_or(StoreError::Missing { chunk: *id })?;
         verified(id, data)
     }
 
@@ -62,11 +56,7 @@ impl ChunkStore for MemoryStore {
     fn stats(&self) -> Result<StoreStats, StoreError> {
         let chunks = self.chunks();
         let raw_bytes = chunks.values().map(|v| v.len() as u64).sum();
-        Ok(StoreStats {
-            chunks: chunks.len() as u64,
-            raw_bytes,
-            stored_bytes: raw_bytes,
-        })
+        Ok(StoreStats { chunks: chunks.len() as u64, raw_bytes, stored_bytes: raw_bytes })
     }
 
     fn verify(&self) -> Result<VerifyReport, StoreError> {

@@ -83,11 +83,7 @@ impl FromStr for ChunkId {
     fn from_str(s: &str) -> Result<ChunkId, StoreError> {
         let invalid = |detail: String| StoreError::InvalidId { detail };
         if s.len() != Self::LEN * 2 {
-            return Err(invalid(format!(
-                "expected {} hex digits, got {} characters",
-                Self::LEN * 2,
-                s.len()
-            )));
+            return Err(invalid(format!("expected {} hex digits, got {} characters", Self::LEN * 2, s.len())));
         }
         let mut out = [0u8; 32];
         for (i, pair) in s.as_bytes().chunks_exact(2).enumerate() {
@@ -150,10 +146,7 @@ impl StoreError {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             StoreError::Io { source, .. } => source.raw_os_error(),
-            StoreError::Sqlite {
-                source: rusqlite::Error::SqliteFailure(e, _),
-                ..
-            } => match e.code {
+            StoreError::Sqlite { source: rusqlite::Error::SqliteFailure(e, _), .. } => match e.code {
                 rusqlite::ErrorCode::DiskFull => Some(libc::ENOSPC),
                 rusqlite::ErrorCode::SystemIoFailure => Some(libc::EIO),
                 _ => None,
@@ -163,24 +156,15 @@ impl StoreError {
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> StoreError {
-        StoreError::Io {
-            context: context.into(),
-            source,
-        }
+        StoreError::Io { context: context.into(), source }
     }
 
     pub(crate) fn sqlite(context: impl Into<String>, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite {
-            context: context.into(),
-            source,
-        }
+        StoreError::Sqlite { context: context.into(), source }
     }
 
     pub(crate) fn corrupt(chunk: ChunkId, detail: impl Into<String>) -> StoreError {
-        StoreError::Corrupt {
-            chunk,
-            detail: detail.into(),
-        }
+        StoreError::Corrupt { chunk, detail: detail.into() }
     }
 }
 
@@ -246,14 +230,7 @@ pub trait ChunkStore: Send + Sync {
 /// goes through, so no path can return unverified bytes.
 pub(crate) fn verified(id: &ChunkId, data: Vec<u8>) -> Result<Vec<u8>, StoreError> {
     let actual = ChunkId::of(&data);
-    if actual == *id {
-        Ok(data)
-    } else {
-        Err(StoreError::corrupt(
-            *id,
-            format!("content hashes to {actual}"),
-        ))
-    }
+    if actual == *id { Ok(data) } else { Err(StoreError::corrupt(*id, format!("content hashes to {actual}"))) }
 }
 
 /// Verifies every listed chunk through `get`; backends without a cheaper
@@ -264,13 +241,10 @@ pub(crate) fn verify_by_get(store: &dyn ChunkStore) -> Result<VerifyReport, Stor
         report.checked += 1;
         match store.get(&id) {
             Ok(_) => {}
-            Err(StoreError::Corrupt { detail, .. }) => {
-                report.corrupt.push(CorruptChunk { id, detail })
+            Err(StoreError::Corrupt { detail, .. }) => report.corrupt.push(CorruptChunk { id, detail }),
+            Err(StoreError::Missing { .. }) => {
+                report.corrupt.push(CorruptChunk { id, detail: "listed but not readable".to_string() })
             }
-            Err(StoreError::Missing { .. }) => report.corrupt.push(CorruptChunk {
-                id,
-                detail: "listed but not readable".to_string(),
-            }),
             Err(other) => return Err(other),
         }
     }
@@ -287,25 +261,14 @@ mod tests {
         let hex = id.to_string();
         assert_eq!(hex, blake3::hash(b"hello").to_hex().as_str());
         assert_eq!(hex.parse::<ChunkId>().expect("parse own hex"), id);
-        assert_eq!(
-            hex.to_uppercase()
-                .parse::<ChunkId>()
-                .expect("parse upper hex"),
-            id
-        );
+        assert_eq!(hex.to_uppercase().parse::<ChunkId>().expect("parse upper hex"), id);
     }
 
     #[test]
     fn chunk_id_rejects_bad_hex_and_lengths() {
-        assert!(matches!(
-            "abc".parse::<ChunkId>(),
-            Err(StoreError::InvalidId { .. })
-        ));
+        assert!(matches!("abc".parse::<ChunkId>(), Err(StoreError::InvalidId { .. })));
         let bad = "g".repeat(64);
-        assert!(matches!(
-            bad.parse::<ChunkId>(),
-            Err(StoreError::InvalidId { .. })
-        ));
+        assert!(matches!(bad.parse::<ChunkId>(), Err(StoreError::InvalidId { .. })));
         // A multi-byte character must not panic on a char boundary.
         let mut multi = "é".to_string();
         multi.push_str(&"0".repeat(62));

@@ -75,10 +75,7 @@ pub struct PackStoreOptions {
 
 impl Default for PackStoreOptions {
     fn default() -> Self {
-        PackStoreOptions {
-            pack_size_limit: 256 << 20,
-            max_open_packs: 8,
-        }
+        PackStoreOptions { pack_size_limit: 256 << 20, max_open_packs: 8 }
     }
 }
 
@@ -107,10 +104,7 @@ impl RecordHeader {
     /// Parses and checks a header; the error says what is wrong with it.
     fn decode(bytes: &[u8]) -> Result<RecordHeader, String> {
         if bytes.len() < RECORD_HEADER_LEN as usize {
-            return Err(format!(
-                "header is {} bytes, expected {RECORD_HEADER_LEN}",
-                bytes.len()
-            ));
+            return Err(format!("header is {} bytes, expected {RECORD_HEADER_LEN}", bytes.len()));
         }
         if &bytes[0..4] != RECORD_MAGIC {
             return Err("bad record magic".to_string());
@@ -118,17 +112,11 @@ impl RecordHeader {
         if bytes[56..64] != header_checksum(&bytes[..56]) {
             return Err("record header checksum mismatch".to_string());
         }
-        let codec =
-            Codec::from_u8(bytes[4]).ok_or_else(|| format!("unknown codec {}", bytes[4]))?;
+        let codec = Codec::from_u8(bytes[4]).ok_or_else(|| format!("unknown codec {}", bytes[4]))?;
         let raw_len = le_u64(&bytes[8..16]);
         let stored_len = le_u64(&bytes[16..24]);
         let id = ChunkId::from_slice(&bytes[24..56]).map_err(|e| e.to_string())?;
-        let header = RecordHeader {
-            id,
-            codec,
-            raw_len,
-            stored_len,
-        };
+        let header = RecordHeader { id, codec, raw_len, stored_len };
         header.check_lengths()?;
         Ok(header)
     }
@@ -158,9 +146,8 @@ impl RecordHeader {
     fn decode_payload(&self, payload: &[u8]) -> Result<Vec<u8>, StoreError> {
         let data = match self.codec {
             Codec::Raw => payload.to_vec(),
-            Codec::Zstd => zstd::bulk::decompress(payload, self.raw_len as usize).map_err(|e| {
-                StoreError::corrupt(self.id, format!("zstd decompression failed: {e}"))
-            })?,
+            Codec::Zstd => zstd::bulk::decompress(payload, self.raw_len as usize)
+                .map_err(|e| StoreError::corrupt(self.id, format!("zstd decompression failed: {e}")))?,
         };
         if data.len() as u64 != self.raw_len {
             return Err(StoreError::corrupt(
@@ -201,10 +188,7 @@ fn encode_chunk(data: &[u8]) -> (Codec, Cow<'_, [u8]>) {
                 return (Codec::Zstd, Cow::Owned(compressed));
             }
             Ok(_) => {}
-            Err(e) => log::debug!(
-                "zstd failed to compress a chunk of {} bytes, storing it raw: {e}",
-                data.len()
-            ),
+            Err(e) => log::debug!("zstd failed to compress a chunk of {} bytes, storing it raw: {e}", data.len()),
         }
     }
     (Codec::Raw, Cow::Borrowed(data))
@@ -226,10 +210,8 @@ fn i64_of(value: u64) -> i64 {
 }
 
 fn u64_of(value: i64, what: &str) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| StoreError::Decode {
-        what: "chunk index row",
-        detail: format!("negative {what} {value}"),
-    })
+    u64::try_from(value)
+        .map_err(|_| StoreError::Decode { what: "chunk index row", detail: format!("negative {what} {value}") })
 }
 
 type RawLocation = (i64, i64, i64, i64, i64);
@@ -253,15 +235,12 @@ impl Location {
 fn open_index(path: &Path) -> Result<Connection, StoreError> {
     let context = || format!("opening chunk index {}", path.display());
     let conn = Connection::open(path).map_err(|e| StoreError::sqlite(context(), e))?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))
-        .map_err(|e| StoreError::sqlite(context(), e))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| StoreError::sqlite(context(), e))?;
     // WAL lets gets read while a put commits; NORMAL syncs only at
     // checkpoints, which `sync` forces: a put survives a crash of the process
     // at once and power loss after `sync`.
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(|e| StoreError::sqlite(context(), e))?;
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(|e| StoreError::sqlite(context(), e))?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| StoreError::sqlite(context(), e))?;
+    conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| StoreError::sqlite(context(), e))?;
     Ok(conn)
 }
 
@@ -270,9 +249,7 @@ fn open_index(path: &Path) -> Result<Connection, StoreError> {
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let sql_err = |e| StoreError::sqlite("migrating the chunk index schema", e);
     let tx = conn.transaction().map_err(sql_err)?;
-    let version: i64 = tx
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(sql_err)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(sql_err)?;
     if version > SCHEMA_VERSION {
         return Err(StoreError::Decode {
             what: "chunk index",
@@ -294,8 +271,7 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         )
         .map_err(sql_err)?;
     }
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-        .map_err(sql_err)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(sql_err)?;
     tx.commit().map_err(sql_err)
 }
 
@@ -391,12 +367,8 @@ impl PackStore {
     /// loss before `sync`) are dropped.
     pub fn open_with(dir: &Path, options: PackStoreOptions) -> Result<PackStore, StoreError> {
         let packs_dir = dir.join("packs");
-        std::fs::create_dir_all(&packs_dir).map_err(|e| {
-            StoreError::io(
-                format!("creating chunk store directory {}", packs_dir.display()),
-                e,
-            )
-        })?;
+        std::fs::create_dir_all(&packs_dir)
+            .map_err(|e| StoreError::io(format!("creating chunk store directory {}", packs_dir.display()), e))?;
         let lock = lock_store(dir)?;
         let index_path = dir.join("chunks.sqlite");
         let mut conn = open_index(&index_path)?;
@@ -406,18 +378,11 @@ impl PackStore {
         log::info!(
             "Opened chunk store {} (appending to {}).",
             dir.display(),
-            current.as_ref().map_or_else(
-                || "a new pack".to_string(),
-                |p| p.path.display().to_string()
-            )
+            current.as_ref().map_or_else(|| "a new pack".to_string(), |p| p.path.display().to_string())
         );
         Ok(PackStore {
             dir: dir.to_path_buf(),
-            packs: PackFiles {
-                dir: packs_dir,
-                limit: options.max_open_packs,
-                open: Mutex::new(Vec::new()),
-            },
+            packs: PackFiles { dir: packs_dir, limit: options.max_open_packs, open: Mutex::new(Vec::new()) },
             options,
             writer: Mutex::new(Writer {
                 conn,
@@ -439,10 +404,7 @@ impl PackStore {
 
     /// Paths of the pack files, oldest first (for tests and `fsck`).
     pub fn pack_paths(&self) -> Result<Vec<PathBuf>, StoreError> {
-        Ok(list_packs(&self.packs.dir)?
-            .into_iter()
-            .map(|n| self.packs.dir.join(pack_file_name(n)))
-            .collect())
+        Ok(list_packs(&self.packs.dir)?.into_iter().map(|n| self.packs.dir.join(pack_file_name(n))).collect())
     }
 
     /// A panic while holding the writer may have left an append half done;
@@ -462,48 +424,23 @@ impl PackStore {
     /// Reads and checks the record at `loc`, which the index says holds `id`.
     fn read_record(&self, id: &ChunkId, loc: &Location) -> Result<Vec<u8>, StoreError> {
         if loc.stored_len > MAX_CHUNK_LEN {
-            return Err(StoreError::corrupt(
-                *id,
-                format!("index gives stored length {}", loc.stored_len),
-            ));
+            return Err(StoreError::corrupt(*id, format!("index gives stored length {}", loc.stored_len)));
         }
         let path = || self.packs.dir.join(pack_file_name(loc.pack));
         let file = self.packs.get(loc.pack).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => {
-                StoreError::corrupt(*id, format!("pack {} is missing", path().display()))
-            }
-            _ => StoreError::io(
-                format!("opening pack {} to read chunk {id}", path().display()),
-                e,
-            ),
+            ErrorKind::NotFound => StoreError::corrupt(*id, format!("pack {} is missing", path().display())),
+            _ => StoreError::io(format!("opening pack {} to read chunk {id}", path().display()), e),
         })?;
         let mut buf = vec![0u8; (RECORD_HEADER_LEN + loc.stored_len) as usize];
-        file.read_exact_at(&mut buf, loc.offset)
-            .map_err(|e| match e.kind() {
-                ErrorKind::UnexpectedEof => StoreError::corrupt(
-                    *id,
-                    format!(
-                        "record at {}:{} runs past the end of the pack",
-                        path().display(),
-                        loc.offset
-                    ),
-                ),
-                _ => StoreError::io(
-                    format!(
-                        "reading chunk {id} from {}:{}",
-                        path().display(),
-                        loc.offset
-                    ),
-                    e,
-                ),
-            })?;
-        let header =
-            RecordHeader::decode(&buf[..RECORD_HEADER_LEN as usize]).map_err(|detail| {
-                StoreError::corrupt(
-                    *id,
-                    format!("{detail} at {}:{}", path().display(), loc.offset),
-                )
-            })?;
+        file.read_exact_at(&mut buf, loc.offset).map_err(|e| match e.kind() {
+            ErrorKind::UnexpectedEof => StoreError::corrupt(
+                *id,
+                format!("record at {}:{} runs past the end of the pack", path().display(), loc.offset),
+            ),
+            _ => StoreError::io(format!("reading chunk {id} from {}:{}", path().display(), loc.offset), e),
+        })?;
+        let header = RecordHeader::decode(&buf[..RECORD_HEADER_LEN as usize])
+            .map_err(|detail| StoreError::corrupt(*id, format!("{detail} at {}:{}", path().display(), loc.offset)))?;
         if header.id != *id
             || header.stored_len != loc.stored_len
             || header.raw_len != loc.raw_len
@@ -511,11 +448,7 @@ impl PackStore {
         {
             return Err(StoreError::corrupt(
                 *id,
-                format!(
-                    "record at {}:{} does not match the index",
-                    path().display(),
-                    loc.offset
-                ),
+                format!("record at {}:{} does not match the index", path().display(), loc.offset),
             ));
         }
         header.decode_payload(&buf[RECORD_HEADER_LEN as usize..])
@@ -536,9 +469,7 @@ fn lock_store(dir: &Path) -> Result<File, StoreError> {
             format!("chunk store {} is in use by another process", dir.display()),
             std::io::Error::from(ErrorKind::WouldBlock),
         )),
-        Err(TryLockError::Error(e)) => {
-            Err(StoreError::io(format!("locking {}", path.display()), e))
-        }
+        Err(TryLockError::Error(e)) => Err(StoreError::io(format!("locking {}", path.display()), e)),
     }
 }
 
@@ -546,10 +477,8 @@ fn lookup(conn: &Connection, id: &ChunkId) -> Result<Option<Location>, StoreErro
     let raw: Option<RawLocation> = conn
         .prepare_cached("SELECT pack, offset, stored_len, raw_len, codec FROM chunks WHERE id = ?1")
         .and_then(|mut stmt| {
-            stmt.query_row([id.as_bytes().as_slice()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .optional()
+            stmt.query_row([id.as_bytes().as_slice()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                .optional()
         })
         .map_err(|e| StoreError::sqlite(format!("looking up chunk {id}"), e))?;
     raw.map(Location::from_raw).transpose()
@@ -603,11 +532,7 @@ struct Scan {
 
 /// Reads the record at `offset` and checks it completely (header, length,
 /// hash of the decoded bytes). `None` if it is torn or damaged.
-fn read_valid_record(
-    file: &File,
-    offset: u64,
-    len: u64,
-) -> Result<Option<RecordHeader>, std::io::Error> {
+fn read_valid_record(file: &File, offset: u64, len: u64) -> Result<Option<RecordHeader>, std::io::Error> {
     if offset + RECORD_HEADER_LEN > len {
         return Ok(None);
     }
@@ -630,10 +555,7 @@ fn resync(file: &File, from: u64, len: u64) -> Result<Option<u64>, std::io::Erro
     let mut rest = vec![0u8; (len - from) as usize];
     file.read_exact_at(&mut rest, from)?;
     let mut pos = 1;
-    while let Some(found) = rest[pos..]
-        .windows(RECORD_MAGIC.len())
-        .position(|w| w == RECORD_MAGIC)
-    {
+    while let Some(found) = rest[pos..].windows(RECORD_MAGIC.len()).position(|w| w == RECORD_MAGIC) {
         let candidate = from + (pos + found) as u64;
         if read_valid_record(file, candidate, len)?.is_some() {
             return Ok(Some(candidate));
@@ -644,10 +566,7 @@ fn resync(file: &File, from: u64, len: u64) -> Result<Option<u64>, std::io::Erro
 }
 
 fn scan_pack(file: &File, start: u64, len: u64) -> Result<Scan, std::io::Error> {
-    let mut scan = Scan {
-        valid_end: start,
-        ..Scan::default()
-    };
+    let mut scan = Scan { valid_end: start, ..Scan::default() };
     let mut offset = start;
     while offset < len {
         if let Some(header) = read_valid_record(file, offset, len)? {
@@ -699,33 +618,20 @@ fn recover_pack(
 ) -> Result<Option<OpenPack>, StoreError> {
     let io_err = |what: &str, e| StoreError::io(format!("{what} pack {}", path.display()), e);
     let sql_err = |e| StoreError::sqlite(format!("recovering pack {}", path.display()), e);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(newest)
-        .open(path)
-        .map_err(|e| io_err("opening", e))?;
-    let mut len = file
-        .metadata()
-        .map_err(|e| io_err("reading the size of", e))?
-        .len();
+    let file = OpenOptions::new().read(true).write(newest).open(path).map_err(|e| io_err("opening", e))?;
+    let mut len = file.metadata().map_err(|e| io_err("reading the size of", e))?.len();
 
     let mut header = [0u8; PACK_HEADER_LEN as usize];
-    let header_ok = len >= PACK_HEADER_LEN
-        && file.read_exact_at(&mut header, 0).is_ok()
-        && header == pack_header();
+    let header_ok = len >= PACK_HEADER_LEN && file.read_exact_at(&mut header, 0).is_ok() && header == pack_header();
     if !header_ok {
         if newest && len < PACK_HEADER_LEN {
             // Crash while the pack was being created: nothing else was in it.
             log::warn!("Pack {} has a torn header; rewriting it.", path.display());
             file.set_len(0).map_err(|e| io_err("truncating", e))?;
-            file.write_all_at(&pack_header(), 0)
-                .map_err(|e| io_err("writing the header of", e))?;
+            file.write_all_at(&pack_header(), 0).map_err(|e| io_err("writing the header of", e))?;
             len = PACK_HEADER_LEN;
         } else {
-            log::error!(
-                "Pack {} has no valid header; its chunks are not indexed.",
-                path.display()
-            );
+            log::error!("Pack {} has no valid header; its chunks are not indexed.", path.display());
             return Ok(None);
         }
     }
@@ -738,9 +644,7 @@ fn recover_pack(
                 |r| r.get(0),
             )
             .map_err(sql_err)?;
-        Ok(end
-            .map_or(Ok(PACK_HEADER_LEN), |e| u64_of(e, "record end"))?
-            .max(PACK_HEADER_LEN))
+        Ok(end.map_or(Ok(PACK_HEADER_LEN), |e| u64_of(e, "record end"))?.max(PACK_HEADER_LEN))
     };
     let mut start = indexed_end(tx)?;
     if start > len {
@@ -772,66 +676,36 @@ fn recover_pack(
             insert_location(tx, &h.id, &loc).map_err(sql_err)?;
         }
         if !scan.records.is_empty() {
-            log::info!(
-                "Indexed {} chunks found unindexed in pack {}.",
-                scan.records.len(),
-                path.display()
-            );
+            log::info!("Indexed {} chunks found unindexed in pack {}.", scan.records.len(), path.display());
         }
         for (from, to) in &scan.skipped {
-            log::error!(
-                "Pack {} has damaged bytes {from}..{to}; skipped them.",
-                path.display()
-            );
+            log::error!("Pack {} has damaged bytes {from}..{to}; skipped them.", path.display());
         }
         if let Some(torn) = scan.torn_from {
             if newest {
-                log::warn!(
-                    "Pack {} ends in a torn record at {torn}; truncating it.",
-                    path.display()
-                );
+                log::warn!("Pack {} ends in a torn record at {torn}; truncating it.", path.display());
                 file.set_len(torn).map_err(|e| io_err("truncating", e))?;
                 len = torn;
             } else {
-                log::error!(
-                    "Pack {} has unreadable bytes from {torn} to its end; left as is.",
-                    path.display()
-                );
+                log::error!("Pack {} has unreadable bytes from {torn} to its end; left as is.", path.display());
             }
         }
     }
-    Ok(newest.then(|| OpenPack {
-        number,
-        path: path.to_path_buf(),
-        file,
-        end: len,
-    }))
+    Ok(newest.then(|| OpenPack { number, path: path.to_path_buf(), file, end: len }))
 }
 
 impl Writer {
     /// Makes sure there is a pack with room for `record_len` more bytes.
-    fn pack_for(
-        &mut self,
-        dir: &Path,
-        record_len: u64,
-        limit: u64,
-    ) -> Result<&mut OpenPack, StoreError> {
-        let full = self
-            .current
-            .as_ref()
-            .is_none_or(|p| p.end > PACK_HEADER_LEN && p.end + record_len > limit);
+    fn pack_for(&mut self, dir: &Path, record_len: u64, limit: u64) -> Result<&mut OpenPack, StoreError> {
+        let full = self.current.as_ref().is_none_or(|p| p.end > PACK_HEADER_LEN && p.end + record_len > limit);
         if full {
             if let Some(old) = self.current.take() {
                 // Sealed packs are never written again; syncing now keeps
                 // `sync` to one file.
-                old.file.sync_data().map_err(|e| {
-                    StoreError::io(format!("syncing full pack {}", old.path.display()), e)
-                })?;
-                log::info!(
-                    "Pack {} is full at {} bytes; starting a new one.",
-                    old.path.display(),
-                    old.end
-                );
+                old.file
+                    .sync_data()
+                    .map_err(|e| StoreError::io(format!("syncing full pack {}", old.path.display()), e))?;
+                log::info!("Pack {} is full at {} bytes; starting a new one.", old.path.display(), old.end);
             }
             let number = self.next_number;
             let path = dir.join(pack_file_name(number));
@@ -841,17 +715,11 @@ impl Writer {
                 .create_new(true)
                 .open(&path)
                 .map_err(|e| StoreError::io(format!("creating pack {}", path.display()), e))?;
-            file.write_all_at(&pack_header(), 0).map_err(|e| {
-                StoreError::io(format!("writing the header of pack {}", path.display()), e)
-            })?;
+            file.write_all_at(&pack_header(), 0)
+                .map_err(|e| StoreError::io(format!("writing the header of pack {}", path.display()), e))?;
             self.next_number += 1;
             self.dir_unsynced = true;
-            self.current = Some(OpenPack {
-                number,
-                path,
-                file,
-                end: PACK_HEADER_LEN,
-            });
+            self.current = Some(OpenPack { number, path, file, end: PACK_HEADER_LEN });
         }
         self.current.as_mut().ok_or(StoreError::Poisoned)
     }
@@ -864,13 +732,7 @@ impl Writer {
     }
 
     /// Appends one record and indexes it; the caller poisons on failure.
-    fn append(
-        &mut self,
-        dir: &Path,
-        limit: u64,
-        header: &RecordHeader,
-        payload: &[u8],
-    ) -> Result<(), AppendError> {
+    fn append(&mut self, dir: &Path, limit: u64, header: &RecordHeader, payload: &[u8]) -> Result<(), AppendError> {
         let mut record = Vec::with_capacity(header.record_len() as usize);
         record.extend_from_slice(&header.encode());
         record.extend_from_slice(payload);
@@ -900,7 +762,12 @@ impl Writer {
         result.map_err(AppendError::RolledBack)
     }
 
-    fn append_at(conn: &Connection, pack: &mut OpenPack, header: &RecordHeader, record: &[u8]) -> Result<(), StoreError> {
+    fn append_at(
+        conn: &Connection,
+        pack: &mut OpenPack,
+        header: &RecordHeader,
+        record: &[u8],
+    ) -> Result<(), StoreError> {
         let loc = Location {
             pack: pack.number,
             offset: pack.end,
@@ -908,16 +775,9 @@ impl Writer {
             raw_len: header.raw_len,
             codec: header.codec as u8,
         };
-        pack.file.write_all_at(record, loc.offset).map_err(|e| {
-            StoreError::io(
-                format!(
-                    "appending chunk {} to pack {}",
-                    header.id,
-                    pack.path.display()
-                ),
-                e,
-            )
-        })?;
+        pack.file
+            .write_all_at(record, loc.offset)
+            .map_err(|e| StoreError::io(format!("appending chunk {} to pack {}", header.id, pack.path.display()), e))?;
         pack.end += record.len() as u64;
         insert_location(conn, &header.id, &loc)
             .map_err(|e| StoreError::sqlite(format!("indexing chunk {}", header.id), e))
@@ -927,10 +787,7 @@ impl Writer {
 impl ChunkStore for PackStore {
     fn put(&self, data: &[u8]) -> Result<ChunkId, StoreError> {
         if data.len() as u64 > MAX_CHUNK_LEN {
-            return Err(StoreError::TooLarge {
-                len: data.len() as u64,
-                limit: MAX_CHUNK_LEN,
-            });
+            return Err(StoreError::TooLarge { len: data.len() as u64, limit: MAX_CHUNK_LEN });
         }
         let id = ChunkId::of(data);
         if self.lookup(&id)?.is_some() {
@@ -938,12 +795,7 @@ impl ChunkStore for PackStore {
         }
         // Compress before taking the lock so threads compress in parallel.
         let (codec, payload) = encode_chunk(data);
-        let header = RecordHeader {
-            id,
-            codec,
-            raw_len: data.len() as u64,
-            stored_len: payload.len() as u64,
-        };
+        let header = RecordHeader { id, codec, raw_len: data.len() as u64, stored_len: payload.len() as u64 };
         let mut writer = self.writer()?;
         if writer.poisoned {
             return Err(StoreError::Poisoned);
@@ -977,9 +829,9 @@ impl ChunkStore for PackStore {
         let mut writer = self.writer()?;
         if writer.pack_unsynced {
             if let Some(pack) = &writer.current {
-                pack.file.sync_data().map_err(|e| {
-                    StoreError::io(format!("syncing pack {}", pack.path.display()), e)
-                })?;
+                pack.file
+                    .sync_data()
+                    .map_err(|e| StoreError::io(format!("syncing pack {}", pack.path.display()), e))?;
             }
             writer.pack_unsynced = false;
         }
@@ -995,15 +847,10 @@ impl ChunkStore for PackStore {
         // the index becomes durable here, after the packs it points into.
         let (busy, _, _): (i64, i64, i64) = writer
             .conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .map_err(|e| StoreError::sqlite("checkpointing the chunk index", e))?;
         if busy != 0 {
-            log::warn!(
-                "Chunk index checkpoint in {} was blocked by a reader.",
-                self.dir.display()
-            );
+            log::warn!("Chunk index checkpoint in {} was blocked by a reader.", self.dir.display());
         }
         Ok(())
     }
@@ -1032,14 +879,9 @@ impl ChunkStore for PackStore {
             let mut stmt = conn
                 .prepare("SELECT id, pack, offset, stored_len, raw_len, codec FROM chunks ORDER BY pack, offset")
                 .map_err(|e| StoreError::sqlite("listing chunks to verify", e))?;
-            stmt.query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?),
-                ))
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(|e| StoreError::sqlite("listing chunks to verify", e))?
+            stmt.query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))))
+                .and_then(|rows| rows.collect())
+                .map_err(|e| StoreError::sqlite("listing chunks to verify", e))?
         };
         let mut report = VerifyReport::default();
         for (raw_id, raw_loc) in rows {
@@ -1048,14 +890,9 @@ impl ChunkStore for PackStore {
             let result = Location::from_raw(raw_loc).and_then(|loc| self.read_record(&id, &loc));
             match result {
                 Ok(_) => {}
-                Err(StoreError::Corrupt { detail, .. }) => {
-                    report.corrupt.push(CorruptChunk { id, detail })
-                }
+                Err(StoreError::Corrupt { detail, .. }) => report.corrupt.push(CorruptChunk { id, detail }),
                 Err(e @ (StoreError::Io { .. } | StoreError::Decode { .. })) => {
-                    report.corrupt.push(CorruptChunk {
-                        id,
-                        detail: e.to_string(),
-                    })
+                    report.corrupt.push(CorruptChunk { id, detail: e.to_string() })
                 }
                 Err(other) => return Err(other),
             }
@@ -1068,9 +905,8 @@ impl ChunkStore for PackStore {
 
     fn list(&self) -> Result<Vec<ChunkId>, StoreError> {
         let conn = self.reader();
-        let mut stmt = conn
-            .prepare("SELECT id FROM chunks ORDER BY id")
-            .map_err(|e| StoreError::sqlite("listing chunks", e))?;
+        let mut stmt =
+            conn.prepare("SELECT id FROM chunks ORDER BY id").map_err(|e| StoreError::sqlite("listing chunks", e))?;
         let raw: Vec<Vec<u8>> = stmt
             .query_map([], |r| r.get(0))
             .and_then(|rows| rows.collect())

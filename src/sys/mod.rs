@@ -55,7 +55,8 @@ fn cstring(name: &OsStr) -> io::Result<CString> {
 /// never following a final symlink.
 pub fn name_to_handle_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<FileHandle> {
     let cname = cstring(name)?;
-    let mut raw = RawHandle { handle_bytes: MAX_HANDLE_SZ as libc::c_uint, handle_type: 0, f_handle: [0; MAX_HANDLE_SZ] };
+    let mut raw =
+        RawHandle { handle_bytes: MAX_HANDLE_SZ as libc::c_uint, handle_type: 0, f_handle: [0; MAX_HANDLE_SZ] };
     let mut mount_id: libc::c_int = 0;
     let flags = if name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
     // SAFETY: `raw` is a properly sized `struct file_handle` with
@@ -153,7 +154,13 @@ pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> io::Result<i64> {
 }
 
 /// `copy_file_range` between two open files; returns bytes copied.
-pub fn copy_file_range(src: BorrowedFd<'_>, src_off: u64, dst: BorrowedFd<'_>, dst_off: u64, len: usize) -> io::Result<usize> {
+pub fn copy_file_range(
+    src: BorrowedFd<'_>,
+    src_off: u64,
+    dst: BorrowedFd<'_>,
+    dst_off: u64,
+    len: usize,
+) -> io::Result<usize> {
     let mut so = src_off as i64;
     let mut doff = dst_off as i64;
     // SAFETY: offsets are valid out pointers; descriptors are borrowed.

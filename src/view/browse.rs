@@ -40,7 +40,10 @@ enum Slot {
     CheckpointsDir,
     MessagesDir,
     /// An object inside the tree at a checkpoint.
-    Object { checkpoint: i64, node: Node },
+    Object {
+        checkpoint: i64,
+        node: Node,
+    },
 }
 
 #[derive(Default)]
@@ -109,14 +112,28 @@ impl Browser {
     /// A browser of every checkpoint, with inode numbers from `base` up
     /// (the hidden directory is `base` itself).
     pub fn hidden(tree: Arc<LiveTree>, journal: Arc<Journal>, base: u64) -> Browser {
-        let b = Browser { tree, journal, table: Mutex::new(Table { next: base, ..Default::default() }), base, single: None, stored_states: Mutex::new(HashMap::new()) };
+        let b = Browser {
+            tree,
+            journal,
+            table: Mutex::new(Table { next: base, ..Default::default() }),
+            base,
+            single: None,
+            stored_states: Mutex::new(HashMap::new()),
+        };
         b.intern(Slot::Top);
         b
     }
 
     /// A browser of one checkpoint whose root is inode 1.
     pub fn single(tree: Arc<LiveTree>, journal: Arc<Journal>, checkpoint: i64) -> ViewResult<Browser> {
-        let b = Browser { tree, journal, table: Mutex::new(Table { next: 1, ..Default::default() }), base: 1, single: Some(checkpoint), stored_states: Mutex::new(HashMap::new()) };
+        let b = Browser {
+            tree,
+            journal,
+            table: Mutex::new(Table { next: 1, ..Default::default() }),
+            base: 1,
+            single: Some(checkpoint),
+            stored_states: Mutex::new(HashMap::new()),
+        };
         let root = b.view(checkpoint).root()?;
         b.intern(Slot::Object { checkpoint, node: root });
         Ok(b)
@@ -139,7 +156,11 @@ impl Browser {
     }
 
     fn slot(&self, ino: Ino) -> ViewResult<Slot> {
-        self.lock().by_ino.get(&ino.0).cloned().ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))
+        self.lock()
+            .by_ino
+            .get(&ino.0)
+            .cloned()
+            .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))
     }
 
     /// Whether an inode number belongs to this browser.
@@ -255,7 +276,8 @@ impl Browser {
             }
             Slot::MessagesDir => {
                 for c in self.journal.with_meta(|m| m.checkpoints())? {
-                    if let Some(m) = c.message_id.filter(|m| !m.is_empty() && !m.contains('/') && m != "." && m != "..") {
+                    if let Some(m) = c.message_id.filter(|m| !m.is_empty() && !m.contains('/') && m != "." && m != "..")
+                    {
                         out.push(dir_entry(m, self.checkpoint_root(c.checkpoint)?));
                     }
                 }
@@ -323,9 +345,11 @@ impl Browser {
 
     pub fn readlink(&self, ino: Ino) -> ViewResult<Vec<u8>> {
         match self.slot(ino)? {
-            Slot::Object { checkpoint, node } => {
-                self.view(checkpoint).state(&node)?.target.ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL)))
-            }
+            Slot::Object { checkpoint, node } => self
+                .view(checkpoint)
+                .state(&node)?
+                .target
+                .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
             _ => Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
         }
     }

@@ -15,9 +15,9 @@ use crate::journal::{Journal, ns};
 use crate::meta::{ObjectId, decode_xattrs};
 use crate::store::{ContentRef, read_content_at};
 use crate::sys::{self, FileHandle};
+use crate::workspace::Kind;
 use crate::workspace::LiveTree;
 use crate::workspace::capture::kind_code;
-use crate::workspace::Kind;
 
 /// Errors while reading a view.
 #[derive(Debug, thiserror::Error)]
@@ -166,9 +166,10 @@ impl<'a> TreeView<'a> {
             return Ok(());
         }
         if let Some(t) = self.journal.with_meta(|m| m.taint_after(id, self.from))?
-            && recorded_turn.is_none_or(|r| r >= t) {
-                return Err(ViewError::ChangedOutside(id, t));
-            }
+            && recorded_turn.is_none_or(|r| r >= t)
+        {
+            return Err(ViewError::ChangedOutside(id, t));
+        }
         Ok(())
     }
 
@@ -199,7 +200,8 @@ impl<'a> TreeView<'a> {
         }
         let mut entries: std::collections::BTreeMap<Vec<u8>, Node> = std::collections::BTreeMap::new();
         if let Some(fd) = self.live_dir(dir) {
-            let dirfd = rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            let dirfd =
+                rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
             let mut listing = rustix::fs::Dir::new(dirfd)?;
             while let Some(entry) = listing.read() {
                 let entry = entry?;
@@ -258,7 +260,14 @@ impl<'a> TreeView<'a> {
                     Some((_, hash, chunks)) => {
                         let spans = ContentRef::decode_chunks(&chunks)?;
                         let h = crate::store::ChunkId::from_slice(&hash)?;
-                        (Content::Stored(ContentRef { hash: h, size: spans.iter().map(|s| s.len as u64).sum(), chunks: spans }), Some(hash))
+                        (
+                            Content::Stored(ContentRef {
+                                hash: h,
+                                size: spans.iter().map(|s| s.len as u64).sum(),
+                                chunks: spans,
+                            }),
+                            Some(hash),
+                        )
                     }
                     None if rec.kind == kind_code(Kind::File) => match &node.handle {
                         Some(h) if self.live_fd(node).is_some() => (Content::Live(h.clone()), None),
@@ -288,7 +297,8 @@ impl<'a> TreeView<'a> {
         let fd = self.live_fd(node).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
         let st = rustix::fs::fstat(&fd)?;
         let kind = Kind::from_mode(st.st_mode);
-        let target = if kind == Kind::Symlink { Some(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes()) } else { None };
+        let target =
+            if kind == Kind::Symlink { Some(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes()) } else { None };
         let content = match (&node.handle, kind) {
             (Some(h), Kind::File) => Content::Live(h.clone()),
             _ => Content::None,
@@ -313,7 +323,8 @@ impl<'a> TreeView<'a> {
         match &state.content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
             Content::Live(h) if self.tree.pending_content(h).is_some() => {
-                let c = self.tree.pending_content(h).ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
+                let c =
+                    self.tree.pending_content(h).ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
                 Ok(read_content_at(self.journal.store(), &c, offset, buf)?)
             }
             Content::Live(h) => {

@@ -79,18 +79,25 @@ impl LiveTree {
     /// Records what `name` in directory `dir` refers to now (or that it
     /// does not exist), plus the directory's own attributes, before the
     /// first change to that name in this turn.
-    pub(crate) fn capture_entry(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
+    pub(crate) fn capture_entry(
+        &self,
+        journal: &Journal,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        caller: Caller,
+    ) -> Res<()> {
         let dir_id = self.object_id_of_fd(journal, dir, Kind::Dir)?;
         let program = journal.program(caller.pid);
         if journal.needs_entry(dir_id, name.as_bytes()) {
-            let target = match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
-                Ok(fd) => {
-                    let st = rustix::fs::fstat(&fd)?;
-                    Some(self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?)
-                }
-                Err(rustix::io::Errno::NOENT) => None,
-                Err(e) => return Err(e.into()),
-            };
+            let target =
+                match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+                    Ok(fd) => {
+                        let st = rustix::fs::fstat(&fd)?;
+                        Some(self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?)
+                    }
+                    Err(rustix::io::Errno::NOENT) => None,
+                    Err(e) => return Err(e.into()),
+                };
             journal.record_entry(dir_id, name.as_bytes(), target, program.as_deref()).map_err(refused)?;
         }
         self.capture_fd(journal, dir, dir_id, false, program.as_deref())
@@ -98,7 +105,12 @@ impl LiveTree {
 
     /// The object id of `name` in `dir`, if it exists (nothing recorded
     /// but the id).
-    pub(crate) fn object_id_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<ObjectId>> {
+    pub(crate) fn object_id_named(
+        &self,
+        journal: &Journal,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+    ) -> Res<Option<ObjectId>> {
         match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd)?;
@@ -111,7 +123,14 @@ impl LiveTree {
 
     /// Records the state of the object `name` in `dir` (with its content
     /// when `content`), if it exists; returns its id.
-    pub(crate) fn capture_named(&self, journal: &Journal, dir: BorrowedFd<'_>, name: &OsStr, content: bool, caller: Caller) -> Res<Option<ObjectId>> {
+    pub(crate) fn capture_named(
+        &self,
+        journal: &Journal,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        content: bool,
+        caller: Caller,
+    ) -> Res<Option<ObjectId>> {
         match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd)?;
@@ -139,21 +158,40 @@ impl LiveTree {
 
     /// Records an object's attributes, xattrs, symlink target and (for
     /// regular files, when asked) content.
-    pub(crate) fn capture_fd(&self, journal: &Journal, fd: BorrowedFd<'_>, id: ObjectId, content: bool, program: Option<&str>) -> Res<()> {
+    pub(crate) fn capture_fd(
+        &self,
+        journal: &Journal,
+        fd: BorrowedFd<'_>,
+        id: ObjectId,
+        content: bool,
+        program: Option<&str>,
+    ) -> Res<()> {
         self.capture_fd_with(journal, fd, id, content, program, true)
     }
 
     /// As `capture_fd`; `trust_known` allows reusing content known for the
     /// same (ctime, size) instead of reading the file.
-    fn capture_fd_with(&self, journal: &Journal, fd: BorrowedFd<'_>, id: ObjectId, content: bool, program: Option<&str>, trust_known: bool) -> Res<()> {
+    fn capture_fd_with(
+        &self,
+        journal: &Journal,
+        fd: BorrowedFd<'_>,
+        id: ObjectId,
+        content: bool,
+        program: Option<&str>,
+        trust_known: bool,
+    ) -> Res<()> {
         if !journal.needs_object(id, content) {
             return Ok(());
         }
-        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(0);
         let st = rustix::fs::fstat(fd)?;
         let kind = Kind::from_mode(st.st_mode);
         let ctime_ns = ns(st.st_ctime, st.st_ctime_nsec as i64);
-        let target = if kind == Kind::Symlink { Some(rustix::fs::readlinkat(fd, "", Vec::new())?.into_bytes()) } else { None };
+        let target =
+            if kind == Kind::Symlink { Some(rustix::fs::readlinkat(fd, "", Vec::new())?.into_bytes()) } else { None };
         let pending = if content && kind == Kind::File {
             sys::name_to_handle_at(fd, OsStr::new("")).ok().and_then(|h| self.pending_content(&h))
         } else {

@@ -143,7 +143,10 @@ impl LiveTree {
             .map_err(|e| crate::Error::io(format!("cannot open workspace {}", path.display()), e.into()))?;
         let handle = sys::name_to_handle_at(root.as_fd(), OsStr::new("")).map_err(|e| {
             crate::Error::io(
-                format!("cannot get a file handle for {} (the filesystem must support NFS-style file handles)", path.display()),
+                format!(
+                    "cannot get a file handle for {} (the filesystem must support NFS-style file handles)",
+                    path.display()
+                ),
                 e,
             )
         })?;
@@ -169,7 +172,8 @@ impl LiveTree {
     /// (renames cannot cross filesystems); otherwise removed files are
     /// copied into the chunk store before deletion.
     pub fn with_attic(mut self, dir: &Path) -> crate::Result<LiveTree> {
-        std::fs::create_dir_all(dir).map_err(|e| crate::Error::io(format!("cannot create attic {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| crate::Error::io(format!("cannot create attic {}", dir.display()), e))?;
         let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| crate::Error::io(format!("cannot open attic {}", dir.display()), e.into()))?;
         let (a, w) = (rustix::fs::fstat(&fd), rustix::fs::fstat(&self.root));
@@ -392,9 +396,10 @@ impl LiveTree {
 
     pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>, caller: Caller) -> Res<Attr> {
         if set.size.is_some()
-            && let Some((handle, _)) = self.objects.get(ino) {
-                self.settle(&handle)?;
-            }
+            && let Some((handle, _)) = self.objects.get(ino)
+        {
+            self.settle(&handle)?;
+        }
         let rec = self.recording();
         if let Some(r) = &rec {
             self.capture_ino(r.journal, ino, set.size.is_some(), caller)?;
@@ -413,7 +418,12 @@ impl LiveTree {
             )?;
         }
         if let Some(mode) = set.mode {
-            rustix::fs::chmodat(rustix::fs::CWD, proc_path.as_c_str(), Mode::from_raw_mode(mode & 0o7777), AtFlags::empty())?;
+            rustix::fs::chmodat(
+                rustix::fs::CWD,
+                proc_path.as_c_str(),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )?;
         }
         if let Some(size) = set.size {
             match fh.and_then(|fh| self.file(fh).ok()).filter(|f| f.writable) {
@@ -451,7 +461,12 @@ impl LiveTree {
         if let Some(mode) = mode.filter(|m| m & 0o6000 != 0) {
             let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
             let path = sys::proc_fd_path(fd.as_fd());
-            rustix::fs::chmodat(rustix::fs::CWD, path.as_c_str(), Mode::from_raw_mode(mode & 0o7777), AtFlags::empty())?;
+            rustix::fs::chmodat(
+                rustix::fs::CWD,
+                path.as_c_str(),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )?;
         }
         Ok(())
     }
@@ -552,7 +567,15 @@ impl LiveTree {
         Ok(())
     }
 
-    pub fn rename(&self, parent: Ino, name: &OsStr, new_parent: Ino, new_name: &OsStr, flags: u32, caller: Caller) -> Res<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: u32,
+        caller: Caller,
+    ) -> Res<()> {
         check_name(new_name)?;
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
@@ -600,9 +623,10 @@ impl LiveTree {
         if let Some(victim) = replaced {
             // Renaming a name onto a hard link of itself changes nothing.
             if let Ok((ino, _)) = self.peek(to.as_fd(), new_name)
-                && ino != victim.ino {
-                    self.note_removed(victim);
-                }
+                && ino != victim.ino
+            {
+                self.note_removed(victim);
+            }
         }
         Ok(())
     }
@@ -635,7 +659,14 @@ impl LiveTree {
         Ok(self.register_open(ino, File::from(fd), writable))
     }
 
-    pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<(Entry, Fh, Arc<OpenFile>)> {
+    pub fn create(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> Res<(Entry, Fh, Arc<OpenFile>)> {
         check_name(name)?;
         let dir = self.dir(parent)?;
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
@@ -749,7 +780,8 @@ impl LiveTree {
         // Never resolve "..": from a top-level directory of an in-place
         // mount it would land on the mount itself and call the daemon back.
         let parent = ino;
-        let fd = rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let fd =
+            rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
         let mut listing = rustix::fs::Dir::new(fd)?;
         let mut entries = vec![
             DirEntry { name: ".".into(), ino, kind: Kind::Dir },
@@ -780,7 +812,8 @@ impl LiveTree {
 
     pub fn fsyncdir(&self, ino: Ino) -> Res<()> {
         let dir = self.dir(ino)?;
-        let fd = rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let fd =
+            rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
         rustix::fs::fsync(&fd)?;
         Ok(())
     }
@@ -838,9 +871,10 @@ impl LiveTree {
         for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
             let os = OsStr::from_bytes(name);
             if let Ok(XattrReply::Size(len)) = self.getxattr(ino, os, 0)
-                && let Ok(XattrReply::Data(v)) = self.getxattr(ino, os, len.max(1)) {
-                    out.push((name.to_vec(), v));
-                }
+                && let Ok(XattrReply::Data(v)) = self.getxattr(ino, os, len.max(1))
+            {
+                out.push((name.to_vec(), v));
+            }
         }
         out.sort();
         out
@@ -886,14 +920,18 @@ impl LiveTree {
         let mut out = Vec::new();
         let root = rustix::fs::fstat(&self.root)?;
         if crate::journal::ns(root.st_ctime, root.st_ctime_nsec as i64) > since_ns {
-            out.push((sys::name_to_handle_at(self.root.as_fd(), OsStr::new(""))?.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir)));
+            out.push((
+                sys::name_to_handle_at(self.root.as_fd(), OsStr::new(""))?.to_bytes(),
+                crate::workspace::capture::kind_code(Kind::Dir),
+            ));
         }
         // Directories to visit, by handle: holding a descriptor for each
         // pending directory could exhaust the descriptor limit.
         let mut stack = vec![sys::name_to_handle_at(self.root.as_fd(), OsStr::new(""))?];
         while let Some(handle) = stack.pop() {
             let Ok(dir) = self.open_handle(&handle, libc::O_PATH | libc::O_DIRECTORY) else { continue };
-            let listing_fd = rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            let listing_fd =
+                rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
             let mut listing = rustix::fs::Dir::new(listing_fd)?;
             while let Some(entry) = listing.read() {
                 let entry = entry?;
@@ -903,13 +941,15 @@ impl LiveTree {
                 }
                 let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
                 if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns
-                    && let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name) {
-                        out.push((h.to_bytes(), crate::workspace::capture::kind_code(Kind::from_mode(st.st_mode))));
-                    }
+                    && let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name)
+                {
+                    out.push((h.to_bytes(), crate::workspace::capture::kind_code(Kind::from_mode(st.st_mode))));
+                }
                 if st.st_mode & libc::S_IFMT == libc::S_IFDIR
-                    && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name) {
-                        stack.push(sub);
-                    }
+                    && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name)
+                {
+                    stack.push(sub);
+                }
             }
         }
         Ok(out)

@@ -89,11 +89,20 @@ impl LiveTree {
         match self.open_handle(handle, libc::O_WRONLY) {
             Ok(fd) => {
                 let mut file = std::fs::File::from(fd);
-                crate::store::read_content_to(journal.store(), &p.content, &mut file).map_err(eio("cannot write a rewound file"))?;
+                crate::store::read_content_to(journal.store(), &p.content, &mut file)
+                    .map_err(eio("cannot write a rewound file"))?;
                 file.sync_data().map_err(Errno::from)?;
                 let path = sys::proc_fd_path(file.as_fd());
-                let t = Timespec { tv_sec: p.mtime_ns.div_euclid(1_000_000_000), tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _ };
-                let _ = rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &Timestamps { last_access: t, last_modification: t }, AtFlags::empty());
+                let t = Timespec {
+                    tv_sec: p.mtime_ns.div_euclid(1_000_000_000),
+                    tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _,
+                };
+                let _ = rustix::fs::utimensat(
+                    rustix::fs::CWD,
+                    path.as_c_str(),
+                    &Timestamps { last_access: t, last_modification: t },
+                    AtFlags::empty(),
+                );
             }
             // Removed since: nothing to fill.
             Err(e) if e == Errno::ENOENT => {}

@@ -78,7 +78,10 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
 /// Waits for a spawned child (stdout/stderr piped) with a timeout.
 pub fn wait_child(child: &mut Child, timeout: Duration, desc: &str) -> Output {
     let mut readers = Vec::new();
-    for pipe in [child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)] {
+    for pipe in [
+        child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ] {
         readers.push(std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(mut p) = pipe {
@@ -136,7 +139,10 @@ pub fn stderr(out: &Output) -> String {
 
 /// Runs a shell script in `dir`, asserting success; returns stdout.
 pub fn sh(dir: &Path, script: &str) -> String {
-    let out = run_with_timeout(Command::new("bash").arg("-euo").arg("pipefail").arg("-c").arg(script).current_dir(dir), CHILD_TIMEOUT);
+    let out = run_with_timeout(
+        Command::new("bash").arg("-euo").arg("pipefail").arg("-c").arg(script).current_dir(dir),
+        CHILD_TIMEOUT,
+    );
     stdout(&check(out, &format!("bash script in {}:\n{script}\n", dir.display())))
 }
 
@@ -176,7 +182,10 @@ pub fn test_user() -> (u32, u32) {
     ONCE.call_once(|| {
         let exists = run_with_timeout(Command::new("id").arg("-u").arg(TEST_USER), CHILD_TIMEOUT).status.success();
         if !exists {
-            let out = run_with_timeout(Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", TEST_USER]), CHILD_TIMEOUT);
+            let out = run_with_timeout(
+                Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", TEST_USER]),
+                CHILD_TIMEOUT,
+            );
             // Two test binaries may race to create it.
             let again = run_with_timeout(Command::new("id").arg("-u").arg(TEST_USER), CHILD_TIMEOUT);
             assert!(again.status.success(), "cannot create user {TEST_USER}: {}", stderr(&out));
@@ -411,8 +420,18 @@ pub fn manifest(root: &Path) -> String {
 /// nothing and the manifests (modes, owners, mtimes, symlink targets, hard
 /// links, xattrs) are equal.
 pub fn assert_same_tree(expected: &Path, actual: &Path, what: &str) {
-    let d = run_with_timeout(Command::new("diff").arg("-r").arg("--no-dereference").arg(expected).arg(actual), CHILD_TIMEOUT);
-    assert!(d.status.success(), "{what}: diff -r {} {} finds differences:\n{}{}", expected.display(), actual.display(), stdout(&d), stderr(&d));
+    let d = run_with_timeout(
+        Command::new("diff").arg("-r").arg("--no-dereference").arg(expected).arg(actual),
+        CHILD_TIMEOUT,
+    );
+    assert!(
+        d.status.success(),
+        "{what}: diff -r {} {} finds differences:\n{}{}",
+        expected.display(),
+        actual.display(),
+        stdout(&d),
+        stderr(&d)
+    );
     let (e, a) = (manifest(expected), manifest(actual));
     let diffs: Vec<String> = e
         .lines()

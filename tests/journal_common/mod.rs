@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
@@ -33,7 +33,13 @@ impl std::fmt::Debug for Obj {
             Obj::Dir { perm } => write!(f, "dir {perm:o}"),
             Obj::File { perm, data } => {
                 let shown = String::from_utf8_lossy(&data[..data.len().min(80)]);
-                write!(f, "file {perm:o} {} bytes {:?} blake3 {}", data.len(), shown, &blake3::hash(data).to_hex()[..12])
+                write!(
+                    f,
+                    "file {perm:o} {} bytes {:?} blake3 {}",
+                    data.len(),
+                    shown,
+                    &blake3::hash(data).to_hex()[..12]
+                )
             }
             Obj::Symlink { target } => write!(f, "symlink -> {:?}", String::from_utf8_lossy(target)),
             Obj::Other { kind } => write!(f, "special kind {kind}"),
@@ -49,7 +55,10 @@ pub fn read_tree(root: &Path) -> Tree {
     let mut out = Tree::new();
     fn walk(root: &Path, rel: &Path, out: &mut Tree) {
         let dir = root.join(rel);
-        let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display())).map(|e| e.unwrap().file_name()).collect();
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+            .map(|e| e.unwrap().file_name())
+            .collect();
         names.sort();
         for name in names {
             let r = rel.join(&name);
@@ -138,7 +147,12 @@ pub fn run_timeout(secs: u32, program: &str, args: &[&OsStr], dir: Option<&Path>
 }
 
 fn show(o: &Output) -> String {
-    format!("status {:?}\nstdout: {}\nstderr: {}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// A workspace, mountpoint and store in one temp dir.
@@ -154,10 +168,21 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new() -> Fixture {
-        assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing: these tests mount a FUSE filesystem and cannot run here");
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "/dev/fuse is missing: these tests mount a FUSE filesystem and cannot run here"
+        );
         let tmp = tempfile::Builder::new().prefix("rwfs-journal-").tempdir().unwrap();
         let p = tmp.path().to_path_buf();
-        let f = Fixture { ws: p.join("ws"), mnt: p.join("mnt"), store: p.join("store"), run: p.join("run"), copies: p.join("copies"), tmp, mounted: false };
+        let f = Fixture {
+            ws: p.join("ws"),
+            mnt: p.join("mnt"),
+            store: p.join("store"),
+            run: p.join("run"),
+            copies: p.join("copies"),
+            tmp,
+            mounted: false,
+        };
         for d in [&f.ws, &f.mnt, &f.run, &f.copies] {
             std::fs::create_dir_all(d).unwrap();
         }
@@ -186,7 +211,11 @@ impl Fixture {
     }
 
     pub fn mount(&mut self) {
-        let (ws, mnt, store) = (self.ws.to_str().unwrap().to_string(), self.mnt.to_str().unwrap().to_string(), self.store.to_str().unwrap().to_string());
+        let (ws, mnt, store) = (
+            self.ws.to_str().unwrap().to_string(),
+            self.mnt.to_str().unwrap().to_string(),
+            self.store.to_str().unwrap().to_string(),
+        );
         self.cli(&["mount", &ws, &mnt, "--store", &store, "--auto-turn", "0"]);
         self.mounted = true;
     }
@@ -206,7 +235,15 @@ impl Fixture {
 
     /// Seals a checkpoint; returns its number.
     pub fn turn(&self, message_id: &str) -> i64 {
-        let v = self.json(&["turn", "--message-id", message_id, "--session", "s1", "--label", &format!("label {message_id}")]);
+        let v = self.json(&[
+            "turn",
+            "--message-id",
+            message_id,
+            "--session",
+            "s1",
+            "--label",
+            &format!("label {message_id}"),
+        ]);
         v["checkpoint"].as_i64().unwrap_or_else(|| panic!("no checkpoint in {v}"))
     }
 
@@ -261,8 +298,10 @@ pub struct Offline {
 
 impl Offline {
     pub fn open(ws: &Path, store: &Path) -> Offline {
-        let journal = Arc::new(Journal::open_dir(store).unwrap_or_else(|e| panic!("open journal {}: {e}", store.display())));
-        let tree = LiveTree::new(ws, Some(journal.clone())).unwrap_or_else(|e| panic!("open workspace {}: {e}", ws.display()));
+        let journal =
+            Arc::new(Journal::open_dir(store).unwrap_or_else(|e| panic!("open journal {}: {e}", store.display())));
+        let tree =
+            LiveTree::new(ws, Some(journal.clone())).unwrap_or_else(|e| panic!("open workspace {}: {e}", ws.display()));
         Offline { journal, tree }
     }
 
@@ -304,7 +343,10 @@ impl Offline {
         if d.is_empty() {
             Ok(())
         } else {
-            Err(format!("checkpoint {n} ({what}) does not rebuild as the copy (A = copy, B = rebuilt):\n  {}", d.join("\n  ")))
+            Err(format!(
+                "checkpoint {n} ({what}) does not rebuild as the copy (A = copy, B = rebuilt):\n  {}",
+                d.join("\n  ")
+            ))
         }
     }
 }

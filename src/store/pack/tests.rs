@@ -8,10 +8,7 @@ use crate::store::FaultyStore;
 use crate::store::conformance::{self, pseudo_random};
 
 fn small_packs() -> PackStoreOptions {
-    PackStoreOptions {
-        pack_size_limit: 64 * 1024,
-        max_open_packs: 2,
-    }
+    PackStoreOptions { pack_size_limit: 64 * 1024, max_open_packs: 2 }
 }
 
 /// Puts `n` incompressible chunks of 10 KB and returns their ids and bytes.
@@ -35,12 +32,7 @@ fn location(store: &PackStore, id: &ChunkId) -> Location {
 }
 
 /// A store in a temp dir holding ten 10 KB chunks in a single pack.
-fn ten_chunks() -> (
-    tempfile::TempDir,
-    PackStore,
-    Vec<(ChunkId, Vec<u8>)>,
-    PathBuf,
-) {
+fn ten_chunks() -> (tempfile::TempDir, PackStore, Vec<(ChunkId, Vec<u8>)>, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = PackStore::open(dir.path()).expect("open");
     let chunks = put_chunks(&store, 1, 10);
@@ -59,11 +51,7 @@ fn delete_index(dir: &Path) {
 fn unindex(dir: &Path, ids: &[ChunkId]) {
     let conn = Connection::open(dir.join("chunks.sqlite")).expect("index");
     for id in ids {
-        conn.execute(
-            "DELETE FROM chunks WHERE id = ?1",
-            [id.as_bytes().as_slice()],
-        )
-        .expect("delete row");
+        conn.execute("DELETE FROM chunks WHERE id = ?1", [id.as_bytes().as_slice()]).expect("delete row");
     }
 }
 
@@ -110,10 +98,7 @@ fn deleted_index_is_rebuilt_from_packs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = PackStore::open_with(dir.path(), small_packs()).expect("open");
     let mut chunks = put_chunks(&store, 1, 30);
-    chunks.push((
-        store.put(&[b'z'; 50_000]).expect("put compressible"),
-        vec![b'z'; 50_000],
-    ));
+    chunks.push((store.put(&[b'z'; 50_000]).expect("put compressible"), vec![b'z'; 50_000]));
     let stats = store.stats().expect("stats");
     drop(store);
     delete_index(dir.path());
@@ -130,19 +115,11 @@ fn torn_tail_is_truncated_and_earlier_chunks_survive() {
     drop(store);
     // Simulate a crash mid-append: the record is half written and, as the
     // index commit follows the write, not indexed.
-    let file = OpenOptions::new()
-        .write(true)
-        .open(&pack)
-        .expect("open pack");
-    file.set_len(loc.offset + RECORD_HEADER_LEN + 100)
-        .expect("truncate");
+    let file = OpenOptions::new().write(true).open(&pack).expect("open pack");
+    file.set_len(loc.offset + RECORD_HEADER_LEN + 100).expect("truncate");
     unindex(dir.path(), &[last.0]);
     let store = PackStore::open(dir.path()).expect("reopen");
-    assert_eq!(
-        std::fs::metadata(&pack).expect("stat").len(),
-        loc.offset,
-        "torn record not cut off"
-    );
+    assert_eq!(std::fs::metadata(&pack).expect("stat").len(), loc.offset, "torn record not cut off");
     assert_all_readable(&store, &chunks);
     assert!(!store.contains(&last.0).expect("contains"));
     // The store appends cleanly after the cut.
@@ -156,10 +133,7 @@ fn unindexed_complete_records_are_indexed_on_open() {
     let (dir, store, chunks, _) = ten_chunks();
     drop(store);
     // Crash after the pack write but before the index commit.
-    unindex(
-        dir.path(),
-        &chunks[7..].iter().map(|c| c.0).collect::<Vec<_>>(),
-    );
+    unindex(dir.path(), &chunks[7..].iter().map(|c| c.0).collect::<Vec<_>>());
     let store = PackStore::open(dir.path()).expect("reopen");
     assert_eq!(store.stats().expect("stats").chunks, 10);
     assert_all_readable(&store, &chunks);
@@ -171,19 +145,11 @@ fn index_rows_past_end_of_pack_are_dropped() {
     let loc = location(&store, &chunks[8].0);
     drop(store);
     // Power loss before sync: the index survived, the pack's tail did not.
-    OpenOptions::new()
-        .write(true)
-        .open(&pack)
-        .expect("open pack")
-        .set_len(loc.offset)
-        .expect("truncate");
+    OpenOptions::new().write(true).open(&pack).expect("open pack").set_len(loc.offset).expect("truncate");
     let store = PackStore::open(dir.path()).expect("reopen");
     assert_eq!(store.stats().expect("stats").chunks, 8);
     assert_all_readable(&store, &chunks[..8]);
-    assert!(matches!(
-        store.get(&chunks[9].0),
-        Err(StoreError::Missing { .. })
-    ));
+    assert!(matches!(store.get(&chunks[9].0), Err(StoreError::Missing { .. })));
 }
 
 #[test]
@@ -195,11 +161,7 @@ fn rolls_to_several_packs_and_bounds_open_descriptors() {
     assert!(packs.len() >= 6, "only {} packs", packs.len());
     for pack in &packs {
         let len = std::fs::metadata(pack).expect("stat").len();
-        assert!(
-            len <= small_packs().pack_size_limit,
-            "{} is {len} bytes",
-            pack.display()
-        );
+        assert!(len <= small_packs().pack_size_limit, "{} is {len} bytes", pack.display());
     }
     assert_all_readable(&store, &chunks);
     assert!(store.packs.open.lock().expect("lock").len() <= 2);
@@ -217,11 +179,7 @@ fn flipped_byte_is_reported_as_corrupt_for_that_chunk_only() {
     let (_dir, store, chunks, pack) = ten_chunks();
     let victim = chunks[4].0;
     let loc = location(&store, &victim);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&pack)
-        .expect("open pack");
+    let file = OpenOptions::new().read(true).write(true).open(&pack).expect("open pack");
     let at = loc.offset + RECORD_HEADER_LEN + 1234;
     let mut byte = [0u8];
     file.read_exact_at(&mut byte, at).expect("read byte");
@@ -231,27 +189,17 @@ fn flipped_byte_is_reported_as_corrupt_for_that_chunk_only() {
         Err(StoreError::Corrupt { chunk, .. }) => assert_eq!(chunk, victim),
         other => panic!("expected Corrupt for {victim}, got {other:?}"),
     }
-    let others: Vec<_> = chunks
-        .iter()
-        .filter(|(id, _)| *id != victim)
-        .cloned()
-        .collect();
+    let others: Vec<_> = chunks.iter().filter(|(id, _)| *id != victim).cloned().collect();
     assert_all_readable(&store, &others);
     let report = store.verify().expect("verify");
     assert_eq!(report.checked, 10);
-    assert_eq!(
-        report.corrupt.iter().map(|c| c.id).collect::<Vec<_>>(),
-        vec![victim]
-    );
+    assert_eq!(report.corrupt.iter().map(|c| c.id).collect::<Vec<_>>(), vec![victim]);
 
     // A damaged header is caught as well, and names the chunk.
     let header_victim = chunks[6].0;
     let hloc = location(&store, &header_victim);
-    file.write_all_at(&[0xff], hloc.offset + 9)
-        .expect("damage header");
-    assert!(
-        matches!(store.get(&header_victim), Err(StoreError::Corrupt { chunk, .. }) if chunk == header_victim)
-    );
+    file.write_all_at(&[0xff], hloc.offset + 9).expect("damage header");
+    assert!(matches!(store.get(&header_victim), Err(StoreError::Corrupt { chunk, .. }) if chunk == header_victim));
     assert_eq!(store.verify().expect("verify").corrupt.len(), 2);
 }
 
@@ -261,26 +209,13 @@ fn rebuild_skips_damaged_record_in_the_middle() {
     let loc = location(&store, &chunks[3].0);
     let len_before = std::fs::metadata(&pack).expect("stat").len();
     drop(store);
-    let file = OpenOptions::new()
-        .write(true)
-        .open(&pack)
-        .expect("open pack");
-    file.write_all_at(b"XXXX", loc.offset)
-        .expect("damage magic");
+    let file = OpenOptions::new().write(true).open(&pack).expect("open pack");
+    file.write_all_at(b"XXXX", loc.offset).expect("damage magic");
     delete_index(dir.path());
     let store = PackStore::open(dir.path()).expect("reopen");
-    assert_eq!(
-        std::fs::metadata(&pack).expect("stat").len(),
-        len_before,
-        "pack was truncated"
-    );
+    assert_eq!(std::fs::metadata(&pack).expect("stat").len(), len_before, "pack was truncated");
     assert_eq!(store.stats().expect("stats").chunks, 9);
-    let survivors: Vec<_> = chunks
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != 3)
-        .map(|(_, c)| c.clone())
-        .collect();
+    let survivors: Vec<_> = chunks.iter().enumerate().filter(|(i, _)| *i != 3).map(|(_, c)| c.clone()).collect();
     assert_all_readable(&store, &survivors);
 }
 
@@ -292,20 +227,11 @@ fn compressible_chunk_is_stored_smaller() {
     let id = store.put(&text).expect("put text");
     let loc = location(&store, &id);
     assert_eq!(loc.codec, Codec::Zstd as u8);
-    assert!(
-        loc.stored_len < text.len() as u64 / 4,
-        "stored {} of {}",
-        loc.stored_len,
-        text.len()
-    );
+    assert!(loc.stored_len < text.len() as u64 / 4, "stored {} of {}", loc.stored_len, text.len());
     let noise = pseudo_random(5, 10_000);
     let noise_id = store.put(&noise).expect("put noise");
     let noise_loc = location(&store, &noise_id);
-    assert_eq!(
-        noise_loc.codec,
-        Codec::Raw as u8,
-        "incompressible data should be stored raw"
-    );
+    assert_eq!(noise_loc.codec, Codec::Raw as u8, "incompressible data should be stored raw");
     assert_eq!(noise_loc.stored_len, 10_000);
     let stats = store.stats().expect("stats");
     assert_eq!(stats.raw_bytes, text.len() as u64 + 10_000);
@@ -363,28 +289,15 @@ fn sync_succeeds_and_data_survives_it() {
 
 #[test]
 fn header_roundtrip_and_damage() {
-    let header = RecordHeader {
-        id: ChunkId::of(b"x"),
-        codec: Codec::Zstd,
-        raw_len: 100,
-        stored_len: 50,
-    };
+    let header = RecordHeader { id: ChunkId::of(b"x"), codec: Codec::Zstd, raw_len: 100, stored_len: 50 };
     let bytes = header.encode();
     assert_eq!(RecordHeader::decode(&bytes).expect("decode"), header);
     for i in 0..bytes.len() {
         let mut damaged = bytes;
         damaged[i] ^= 0x10;
-        assert!(
-            RecordHeader::decode(&damaged).is_err(),
-            "flip at byte {i} went unnoticed"
-        );
+        assert!(RecordHeader::decode(&damaged).is_err(), "flip at byte {i} went unnoticed");
     }
-    let absurd = RecordHeader {
-        id: ChunkId::of(b"x"),
-        codec: Codec::Raw,
-        raw_len: 10,
-        stored_len: 11,
-    };
+    let absurd = RecordHeader { id: ChunkId::of(b"x"), codec: Codec::Raw, raw_len: 10, stored_len: 11 };
     assert!(RecordHeader::decode(&absurd.encode()).is_err());
 }
 
@@ -394,8 +307,7 @@ fn newer_schema_is_refused() {
     drop(PackStore::open(dir.path()).expect("open"));
     {
         let conn = Connection::open(dir.path().join("chunks.sqlite")).expect("index");
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
-            .expect("bump version");
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).expect("bump version");
     }
     let err = PackStore::open(dir.path()).expect_err("newer schema must be refused");
     assert!(err.to_string().contains("newer"), "{err}");
@@ -411,10 +323,7 @@ fn empty_newest_pack_from_a_crash_is_reused() {
     let store = PackStore::open(dir.path()).expect("reopen");
     let id = store.put(b"goes into pack 2").expect("put");
     assert_eq!(location(&store, &id).pack, 2);
-    assert_eq!(
-        std::fs::metadata(&empty).expect("stat").len(),
-        PACK_HEADER_LEN + RECORD_HEADER_LEN + 16
-    );
+    assert_eq!(std::fs::metadata(&empty).expect("stat").len(), PACK_HEADER_LEN + RECORD_HEADER_LEN + 16);
     assert_all_readable(&store, &chunks);
 }
 
@@ -443,32 +352,20 @@ fn puts_survive_kill_9() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "store::pack::tests::puts_survive_kill_9",
-            "--nocapture",
-        ])
+        .args(["--exact", "store::pack::tests::puts_survive_kill_9", "--nocapture"])
         .env(CRASH_DIR_VAR, dir.path())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn child");
     let stdout = child.stdout.take().expect("child stdout");
-    let stored = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.contains("CHUNKS STORED"));
+    let stored = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("CHUNKS STORED"));
     child.kill().expect("SIGKILL child");
     child.wait().expect("reap child");
     assert!(stored, "child did not report storing its chunks");
     let store = PackStore::open_with(dir.path(), small_packs()).expect("open after kill -9");
-    let expected: Vec<Vec<u8>> = (0..CRASH_CHUNKS)
-        .map(|i| pseudo_random(7000 + i, 10_000))
-        .collect();
+    let expected: Vec<Vec<u8>> = (0..CRASH_CHUNKS).map(|i| pseudo_random(7000 + i, 10_000)).collect();
     for data in &expected {
-        assert_eq!(
-            &store.get(&ChunkId::of(data)).expect("get after kill -9"),
-            data
-        );
+        assert_eq!(&store.get(&ChunkId::of(data)).expect("get after kill -9"), data);
     }
     assert_eq!(store.stats().expect("stats").chunks, CRASH_CHUNKS);
 }
