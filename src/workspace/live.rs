@@ -71,7 +71,7 @@ pub struct FsStats {
 pub struct LiveTree {
     /// The backing directory, opened before any mount so that an in-place
     /// mount does not hide it from us.
-    root: OwnedFd,
+    root: Arc<OwnedFd>,
     objects: ObjectTable,
     dir_cache: Mutex<HashMap<Ino, Arc<OwnedFd>>>,
     files: Mutex<HashMap<Fh, Arc<OpenFile>>>,
@@ -155,7 +155,7 @@ impl LiveTree {
             crate::Error::io("cannot open files by handle (rewindfs must run as root or with CAP_DAC_READ_SEARCH)", e)
         })?;
         Ok(LiveTree {
-            root,
+            root: Arc::new(root),
             objects: ObjectTable::new(handle),
             dir_cache: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
@@ -292,7 +292,7 @@ impl LiveTree {
     fn dir(&self, ino: Ino) -> Res<Arc<OwnedFd>> {
         if ino == Ino::ROOT {
             // The root descriptor lives as long as the tree.
-            return Ok(Arc::new(self.root.try_clone().map_err(Errno::from)?));
+            return Ok(self.root.clone());
         }
         if let Some(fd) = self.dir_cache.lock().unwrap_or_else(|p| p.into_inner()).get(&ino) {
             return Ok(fd.clone());
