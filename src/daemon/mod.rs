@@ -171,7 +171,9 @@ fn start(spec: &MountSpec) -> Result<Started> {
         journal: journal.clone(),
         harness_seen: AtomicBool::new(false),
         views: std::sync::Mutex::new(Vec::new()),
-        invalidator: session.invalidator(),
+        invalidator: session
+            .invalidator()
+            .map_err(|e| Error::io("cannot duplicate the FUSE device descriptor".to_string(), e))?,
         world,
     });
     let handler_ctx = ctx.clone();
@@ -379,6 +381,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             data["message_id"] = message.into();
             data["turn_changes"] = changes.into();
             data["idle_secs"] = idle.into();
+            data["pending_files"] = tree.pending_count().into();
             Response::ok(data)
         }
         Request::Unmount { lazy } => {
@@ -423,6 +426,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
         Ok(n) => n,
         Err(e) => return Response::err(e),
     };
+    let sealed_safety = started.elapsed();
     let result = if crate::rewind::instant_available(tree) {
         crate::rewind::rewind(tree, journal, k)
     } else {
@@ -437,19 +441,33 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
             ));
         }
     };
+    let swapped = started.elapsed();
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
     let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
     drop(world);
+    let sealed_result = started.elapsed();
     // After the lock: the kernel may need locks held by requests that were
     // waiting for it.
     for (dir, name) in &touched.entries {
         ctx.invalidator.entry(*dir, name);
     }
+    let entries_done = started.elapsed();
     for ino in &touched.inodes {
         ctx.invalidator.inode(*ino);
     }
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    info!("rewound to checkpoint {k} in {elapsed_ms:.1} ms ({} changes; safety checkpoint {safety})", changes.len());
+    info!(
+        "rewound to checkpoint {k} in {elapsed_ms:.1} ms ({} changes; safety checkpoint {safety}): safety seal {:.1} ms, \
+         tree switched {:.1} ms, result sealed {:.1} ms, {} entries invalidated {:.1} ms, {} inodes {:.1} ms",
+        changes.len(),
+        ms(sealed_safety),
+        ms(swapped - sealed_safety),
+        ms(sealed_result - swapped),
+        touched.entries.len(),
+        ms(entries_done - sealed_result),
+        touched.inodes.len(),
+        elapsed_ms - ms(entries_done),
+    );
     match result {
         Ok(n) => json(&serde_json::json!({
             "checkpoint": k, "dry_run": false, "safety_checkpoint": safety, "result_checkpoint": n,
@@ -457,6 +475,10 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
         })),
         Err(e) => Response::err(e),
     }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// Writes the bytes of rewound files in the background.

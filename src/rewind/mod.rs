@@ -74,18 +74,10 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         out: Vec::new(),
         touched: Touched::default(),
     };
-    let keys = journal.with_meta(|m| m.entry_keys_since(checkpoint))?;
-    let objects = journal.with_meta(|m| m.objects_since(checkpoint))?;
-
     // Directories created since the checkpoint leave whole with their
     // parent's entry: their own entries need no visit.
-    let mut born_after: HashSet<ObjectId> = HashSet::new();
-    for dir in keys.iter().map(|(d, _)| *d).collect::<BTreeSet<_>>() {
-        if journal.with_meta(|m| m.born_turn(dir))?.is_some_and(|t| t >= checkpoint) {
-            born_after.insert(dir);
-        }
-    }
-    let keys: Vec<(ObjectId, Vec<u8>)> = keys.into_iter().filter(|(d, _)| !born_after.contains(d)).collect();
+    let keys = journal.with_meta(|m| m.entry_keys_since_in_older_dirs(checkpoint))?;
+    let objects = journal.with_meta(|m| m.objects_since(checkpoint))?;
 
     // 1. Move aside whatever is not where it was.
     let mut placements: Vec<(ObjectId, Vec<u8>, ObjectId)> = Vec::new();
