@@ -333,6 +333,11 @@ struct Writer {
     pack_unsynced: bool,
     /// A pack file was created since the directory was last fsynced.
     dir_unsynced: bool,
+    /// Running totals of the index, counted once on first use and kept up
+    /// to date by every append: every seal asks for them, and counting a
+    /// store of millions of chunks each time would make sealing grow with
+    /// the store.
+    totals: Option<StoreStats>,
 }
 
 /// Chunks appended to pack files under `dir/packs`, indexed in
@@ -391,6 +396,7 @@ impl PackStore {
                 poisoned: false,
                 pack_unsynced: true,
                 dir_unsynced: true,
+                totals: None,
             }),
             reader: Mutex::new(reader),
             _lock: lock,
@@ -806,7 +812,13 @@ impl ChunkStore for PackStore {
         }
         let limit = self.options.pack_size_limit;
         match writer.append(&self.packs.dir, limit, &header, &payload) {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some(t) = writer.totals.as_mut() {
+                    t.chunks += 1;
+                    t.raw_bytes += header.raw_len;
+                    t.stored_bytes += header.stored_len;
+                }
+            }
             Err(AppendError::RolledBack(e)) => return Err(e),
             Err(AppendError::Torn(e)) => {
                 writer.poison(&id, &e);
@@ -856,19 +868,25 @@ impl ChunkStore for PackStore {
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
-        let (chunks, raw, stored): (i64, i64, i64) = self
-            .reader()
+        let mut writer = self.writer()?;
+        if let Some(t) = writer.totals {
+            return Ok(t);
+        }
+        let (chunks, raw, stored): (i64, i64, i64) = writer
+            .conn
             .query_row(
                 "SELECT COUNT(*), COALESCE(SUM(raw_len), 0), COALESCE(SUM(stored_len), 0) FROM chunks",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .map_err(|e| StoreError::sqlite("counting chunks", e))?;
-        Ok(StoreStats {
+        let totals = StoreStats {
             chunks: u64_of(chunks, "chunk count")?,
             raw_bytes: u64_of(raw, "raw bytes")?,
             stored_bytes: u64_of(stored, "stored bytes")?,
-        })
+        };
+        writer.totals = Some(totals);
+        Ok(totals)
     }
 
     fn verify(&self) -> Result<VerifyReport, StoreError> {
