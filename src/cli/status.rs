@@ -56,6 +56,10 @@ pub fn run(args: StatusArgs) -> Result<()> {
         println!("  passthrough: {}", if s["passthrough"].as_bool() == Some(true) { "on" } else { "off" });
         let message = s["message_id"].as_str().map(|m| format!(" (message {m})")).unwrap_or_default();
         println!("  turn:        {}{message}, {} changes recorded", s["turn"], s["turn_changes"]);
+        match s["pending_files"].as_u64() {
+            Some(0) | None => {}
+            Some(n) => println!("  settling:    {n} rewound files still being written to the workspace"),
+        }
     }
     Ok(())
 }

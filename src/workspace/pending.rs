@@ -42,6 +42,12 @@ impl LiveTree {
         self.pending.files.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// How many rewound files still wait for the settler to write their
+    /// bytes into the workspace (0: the workspace on disk is up to date).
+    pub fn pending_count(&self) -> usize {
+        self.pending_map().len()
+    }
+
     /// Loads the pending files recorded by an earlier daemon (a crash
     /// during a settle resumes here).
     pub fn load_pending(&self) -> Res<usize> {
@@ -71,10 +77,6 @@ impl LiveTree {
     /// The content a pending file will receive, if it is pending.
     pub fn pending_content(&self, handle: &FileHandle) -> Option<ContentRef> {
         self.pending_map().get(&handle.to_bytes()).map(|p| p.content.clone())
-    }
-
-    pub fn pending_count(&self) -> usize {
-        self.pending_map().len()
     }
 
     /// Writes a pending file's bytes now (no-op when it is not pending).
