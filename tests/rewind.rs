@@ -310,3 +310,48 @@ fn rewind_and_restore_never_touch_outside_through_symlinks() {
     assert_eq!(sh(&outside, "cat d/f file x"), "outside-f\noutside-file\noutside-x\n");
     let _ = Path::new(out);
 }
+
+#[test]
+fn cached_names_of_a_removed_tree_are_gone_and_status_reports_the_settler() {
+    let mut fx = MountFixture::manual_turns();
+    fx.sh("head -c 64M /dev/urandom > big.bin");
+    let c1 = fx.turn("m1");
+    let copy = fx.copy_tree("c1");
+    // A build tree the kernel has cached whole (find stats every name), and
+    // the big file rewritten in place.
+    fx.sh(
+        "for d in $(seq 1 20); do mkdir -p gen/d$d; for f in $(seq 1 50); do echo $d$f > gen/d$d/f$f.o; done; done; \
+         find gen -type f | wc -l; dd if=/dev/urandom of=big.bin bs=1M count=64 conv=notrunc status=none",
+    );
+    fx.turn("m2");
+    rewind(&fx, c1);
+    let root = fx.path();
+    assert!(!root.join("gen").exists(), "gen/ still visible after the rewind");
+    assert!(!root.join("gen/d3").exists(), "gen/d3 still visible after the rewind");
+    assert!(!root.join("gen/d3/f7.o").exists(), "a cached file under gen/ still visible after the rewind");
+    let listing = fx.sh("ls -A");
+    assert!(!listing.lines().any(|l| l == "gen"), "gen listed after the rewind: {listing}");
+    // status --json says when the settler has written every rewound file:
+    // once it reports 0, the plain workspace holds the rewound bytes.
+    let first = fx.status_json()["pending_files"].as_u64().expect("pending_files in status --json");
+    eprintln!("pending files right after the rewind: {first}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let n = fx.status_json()["pending_files"].as_u64().expect("pending_files");
+        if n == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the settler did not finish within 120 s ({n} pending)");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let on_disk = std::fs::read(fx.ws.join("big.bin")).expect("read the workspace's big.bin");
+    let expected = std::fs::read(copy.join("big.bin")).expect("read the copy");
+    assert!(on_disk == expected, "pending_files was 0 but the workspace's big.bin is not the rewound content");
+    assert_same_tree(&copy, fx.path(), "the mount after the rewind");
+    // Names come back when the tree is made again (the expired entries are
+    // looked up afresh, not served from the old cache).
+    fx.sh("mkdir -p gen/d3 && echo new > gen/d3/f7.o");
+    assert_eq!(std::fs::read_to_string(root.join("gen/d3/f7.o")).unwrap(), "new\n");
+    assert!(!root.join("gen/d4").exists(), "gen/d4 of the removed tree came back");
+    fx.unmount();
+}
