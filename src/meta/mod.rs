@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -155,6 +155,27 @@ impl std::fmt::Debug for Meta {
     }
 }
 
+/// A content pre-image: (turn of the record, content hash, chunk list).
+pub type ContentRecord = (i64, Vec<u8>, Vec<u8>);
+
+/// Where a pending file's chunk list is kept.
+#[derive(Clone, Copy, Debug)]
+pub enum PendingList<'a> {
+    /// In the pending row itself (encoded).
+    Inline(&'a [u8]),
+    /// In the pre-image record (turn, object) of `object_pre`.
+    Record(i64, ObjectId),
+}
+
+/// A pending file as stored.
+#[derive(Debug)]
+pub struct PendingRow {
+    pub handle: Vec<u8>,
+    pub hash: Vec<u8>,
+    pub chunks: Option<Vec<u8>>,
+    pub mtime_ns: i64,
+}
+
 fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
     if version > SCHEMA_VERSION {
@@ -255,6 +276,29 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("migrate to schema version 4")?;
+    }
+    if version < 5 {
+        // A pending file may point at the pre-image record that holds its
+        // chunk list instead of carrying a copy: a rewound 1 GiB file's list
+        // is ~2 MiB, written while the tree is frozen.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE pending_v5(
+                 handle BLOB PRIMARY KEY,
+                 content_hash BLOB NOT NULL,
+                 chunks BLOB,
+                 source_turn INTEGER,
+                 source_object INTEGER,
+                 mtime_ns INTEGER NOT NULL,
+                 CHECK (chunks IS NOT NULL OR (source_turn IS NOT NULL AND source_object IS NOT NULL)));
+             INSERT INTO pending_v5(handle, content_hash, chunks, mtime_ns)
+                 SELECT handle, content_hash, chunks, mtime_ns FROM pending;
+             DROP TABLE pending;
+             ALTER TABLE pending_v5 RENAME TO pending;
+             PRAGMA user_version = 5;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 5")?;
     }
     Ok(())
 }
@@ -534,7 +578,7 @@ impl Meta {
     }
 
     /// Earliest recorded content of `object` in a turn >= `from`.
-    pub fn content_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<(i64, Vec<u8>, Vec<u8>)>> {
+    pub fn content_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<ContentRecord>> {
         self.conn
             .prepare_cached("SELECT turn, content_hash, chunks FROM object_pre WHERE object = ?1 AND turn >= ?2 AND chunks IS NOT NULL ORDER BY turn LIMIT 1")
             .ctx("prepare")?
@@ -657,11 +701,18 @@ impl Meta {
         Ok(())
     }
 
-    pub fn add_pending(&self, handle: &[u8], hash: &[u8], chunks: &[u8], mtime_ns: i64) -> MetaResult<()> {
+    /// Records a pending file: its chunk list is either `chunks` or that of
+    /// the pre-image record `source` (turn, object).
+    pub fn add_pending(&self, handle: &[u8], hash: &[u8], list: PendingList<'_>, mtime_ns: i64) -> MetaResult<()> {
+        let (chunks, turn, object) = match list {
+            PendingList::Inline(c) => (Some(c), None, None),
+            PendingList::Record(turn, object) => (None, Some(turn), Some(object.0)),
+        };
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, mtime_ns) VALUES (?1, ?2, ?3, ?4)",
-                params![handle, hash, chunks, mtime_ns],
+                "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, source_turn, source_object, mtime_ns) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![handle, hash, chunks, turn, object, mtime_ns],
             )
             .ctx("record pending content")?;
         Ok(())
@@ -672,12 +723,21 @@ impl Meta {
         Ok(())
     }
 
-    /// Every file still waiting for its content: (handle, hash, chunks, mtime).
-    pub fn all_pending(&self) -> MetaResult<Vec<(Vec<u8>, Vec<u8>, Vec<u8>, i64)>> {
-        let mut stmt =
-            self.conn.prepare("SELECT handle, content_hash, chunks, mtime_ns FROM pending").ctx("prepare")?;
-        let rows =
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).ctx("list pending content")?;
+    /// Every file still waiting for its content, with its chunk list
+    /// (None: the pre-image record it points at is gone).
+    pub fn all_pending(&self) -> MetaResult<Vec<PendingRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT p.handle, p.content_hash, COALESCE(p.chunks, o.chunks), p.mtime_ns FROM pending p \
+                 LEFT JOIN object_pre o ON o.turn = p.source_turn AND o.object = p.source_object",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(PendingRow { handle: r.get(0)?, hash: r.get(1)?, chunks: r.get(2)?, mtime_ns: r.get(3)? })
+            })
+            .ctx("list pending content")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
     }
 
@@ -849,6 +909,39 @@ mod tests {
         m.taint(a, 4).unwrap();
         assert_eq!(m.taint_after(a, 2).unwrap(), Some(4));
         assert_eq!(m.taint_after(a, 4).unwrap(), None);
+    }
+
+    #[test]
+    fn pending_rows_carry_their_chunk_list_or_point_at_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            // A version 4 database with an inline pending row.
+            let m = Meta::open(&p).unwrap();
+            m.conn
+                .execute_batch(
+                    "DROP TABLE pending; CREATE TABLE pending(handle BLOB PRIMARY KEY, content_hash BLOB NOT NULL, \
+                     chunks BLOB NOT NULL, mtime_ns INTEGER NOT NULL); \
+                     INSERT INTO pending VALUES (x'01', x'aa', x'bb', 7); PRAGMA user_version = 4",
+                )
+                .unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let a = m.intern_object(b"a", 1).unwrap();
+        let mut with = state(3);
+        with.content = Some((vec![0xcc], vec![0xdd, 0xee]));
+        m.record_object(2, a, &with, None).unwrap();
+        m.add_pending(b"\x02", &[0xcc], PendingList::Record(2, a), 8).unwrap();
+        m.add_pending(b"\x03", &[0xcc], PendingList::Record(9, a), 9).unwrap();
+        let rows = m.all_pending().unwrap();
+        let by_handle = |h: u8| rows.iter().find(|r| r.handle == [h]).unwrap();
+        assert_eq!(by_handle(1).chunks.as_deref(), Some(&[0xbb][..]), "the migrated inline row");
+        assert_eq!(by_handle(1).mtime_ns, 7);
+        assert_eq!(by_handle(2).chunks.as_deref(), Some(&[0xdd, 0xee][..]), "resolved from object_pre");
+        assert_eq!(by_handle(3).chunks, None, "a record that does not exist resolves to nothing");
+        assert!(
+            m.conn.execute("INSERT INTO pending(handle, content_hash, mtime_ns) VALUES (x'04', x'aa', 1)", []).is_err()
+        );
     }
 
     #[test]

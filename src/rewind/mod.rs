@@ -144,10 +144,10 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         if r.in_attic.contains(&id) {
             continue;
         }
-        if let Some(fd) = r.object_fd(id) {
-            if r.locate_in_attic(fd.as_fd())?.is_none() {
-                r.restore_attrs(id, fd.as_fd())?;
-            }
+        if let Some(fd) = r.object_fd(id)
+            && r.locate_in_attic(fd.as_fd())?.is_none()
+        {
+            r.restore_attrs(id, fd.as_fd())?;
         }
     }
     Ok((r.out, r.touched))
@@ -307,8 +307,8 @@ impl Rewinder<'_> {
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         self.journal.rebind_object(target, &handle.to_bytes())?;
         if state.kind == kind_code(Kind::File) {
-            let content = self.stored_content(&node, &state)?;
-            self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err(self.display(name), e))?;
+            let (content, record) = self.stored_content(&node, &state)?;
+            self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(self.display(name), e))?;
         }
         self.set_owner_and_times(fd.as_fd(), &state)?;
         self.out.push(Planned { path: self.display(name), action: Action::Recreate });
@@ -316,17 +316,23 @@ impl Rewinder<'_> {
     }
 
     /// The recorded bytes of a file at the checkpoint.
-    fn stored_content(&self, node: &Node, state: &NodeState) -> Result<ContentRef, RestoreError> {
+    /// The content to put back, and the pre-image record that already holds
+    /// its chunk list (if any; then the pending row points at it).
+    fn stored_content(
+        &self,
+        node: &Node,
+        state: &NodeState,
+    ) -> Result<(ContentRef, Option<(i64, ObjectId)>), RestoreError> {
         match &state.content {
-            Content::Stored(c) => Ok(c.clone()),
+            Content::Stored(c) => Ok((c.clone(), state.content_record)),
             Content::Live(h) => {
                 // Still readable live (e.g. pending): store it so the new
                 // inode can be filled from the store.
                 if let Some(c) = self.tree.pending_content(h) {
-                    return Ok(c);
+                    return Ok((c, None));
                 }
                 let fd = self.tree.open_handle(h, libc::O_RDONLY).map_err(|e| err("read".into(), e))?;
-                Ok(self.journal.store_content(std::fs::File::from(fd))?)
+                Ok((self.journal.store_content(std::fs::File::from(fd))?, None))
             }
             Content::None => Err(err(format!("object {:?} has no recorded content", node.id), Errno::EIO)),
         }
@@ -372,10 +378,10 @@ impl Rewinder<'_> {
             // them (and the hard link between them) come back together;
             // swapping in a new inode would fix only the one name found.
             let nlink = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?.st_nlink;
-            if nlink == 1 {
-                if let Some((dir, name)) = self.location(fd)? {
-                    return self.replace_content(dir.as_fd(), &name, id, &node, &state);
-                }
+            if nlink == 1
+                && let Some((dir, name)) = self.location(fd)?
+            {
+                return self.replace_content(dir.as_fd(), &name, id, &node, &state);
             }
             // Linked elsewhere (several names, or only through a name in
             // the attic): keep its current bytes in the store, then refill
@@ -383,13 +389,13 @@ impl Rewinder<'_> {
             log::info!("object {} has no single place in the tree; rewriting it in place", id.0);
             let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
             self.tree.capture_ino(self.journal, ino, true, self.caller).map_err(|e| err("record".into(), e))?;
-            let content = self.stored_content(&node, &state)?;
+            let (content, record) = self.stored_content(&node, &state)?;
             let path = sys::proc_fd_path(fd);
             let file = rustix::fs::open(path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(from_rustix("open"))?;
             rustix::fs::ftruncate(&file, state.size).map_err(from_rustix("truncate"))?;
             let handle = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-            self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err("pending".into(), e))?;
+            self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err("pending".into(), e))?;
             self.touched.inodes.insert(ino);
             self.out.push(Planned { path: format!("object {}", id.0), action: Action::Restore });
         }
@@ -455,7 +461,7 @@ impl Rewinder<'_> {
         node: &Node,
         state: &NodeState,
     ) -> Result<(), RestoreError> {
-        let content = self.stored_content(node, state)?;
+        let (content, record) = self.stored_content(node, state)?;
         let bytes = name.as_bytes().to_vec();
         self.tree.capture_entry(self.journal, dir, name, self.caller).map_err(|e| err(self.display(&bytes), e))?;
         self.tree
@@ -493,7 +499,7 @@ impl Rewinder<'_> {
         if !self.tree.to_attic(dir, OsStr::new(&temp), current_id).map_err(|e| err(temp.clone(), e))? {
             rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()).map_err(from_rustix("unlink"))?;
         }
-        self.tree.add_pending(&handle, content, state.mtime_ns).map_err(|e| err(self.display(&bytes), e))?;
+        self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(self.display(&bytes), e))?;
         let new_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
             .map_err(from_rustix("open"))?;
         self.set_owner_and_times(new_fd.as_fd(), state)?;

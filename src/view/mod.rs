@@ -90,6 +90,9 @@ pub struct NodeState {
     pub content: Content,
     /// blake3 of the content when it is known without reading.
     pub content_hash: Option<Vec<u8>>,
+    /// For stored content: the pre-image record (turn, object) that holds
+    /// its chunk list, so a rewind can point at it instead of copying it.
+    pub content_record: Option<(i64, ObjectId)>,
 }
 
 impl NodeState {
@@ -256,6 +259,7 @@ impl<'a> TreeView<'a> {
             self.check_outside(id, turn)?;
             if let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))? {
                 let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
+                let record = content.as_ref().map(|(turn, _, _)| (*turn, id));
                 let (content, hash) = match content {
                     Some((_, hash, chunks)) => {
                         let spans = ContentRef::decode_chunks(&chunks)?;
@@ -291,6 +295,7 @@ impl<'a> TreeView<'a> {
                     xattrs: decode_xattrs(&rec.xattrs)?,
                     content,
                     content_hash: hash,
+                    content_record: record,
                 });
             }
         }
@@ -315,6 +320,7 @@ impl<'a> TreeView<'a> {
             xattrs: live_xattrs(&fd),
             content,
             content_hash: None,
+            content_record: None,
         })
     }
 

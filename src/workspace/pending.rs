@@ -9,6 +9,7 @@ use std::os::fd::AsFd;
 use rustix::fs::{AtFlags, Timespec, Timestamps};
 
 use crate::error::Errno;
+use crate::meta::{ObjectId, PendingList};
 use crate::store::ContentRef;
 use crate::sys::{self, FileHandle};
 use crate::workspace::live::LiveTree;
@@ -54,21 +55,42 @@ impl LiveTree {
         let Some(journal) = self.journal() else { return Ok(0) };
         let rows = journal.with_meta(|m| m.all_pending()).map_err(eio("cannot read pending files"))?;
         let mut map = self.pending_map();
-        for (handle, hash, chunks, mtime_ns) in rows {
+        for row in rows {
+            let Some(chunks) = row.chunks else {
+                log::error!("the chunk list of a pending file is missing from the journal");
+                return Err(Errno::EIO);
+            };
             let spans = ContentRef::decode_chunks(&chunks).map_err(eio("malformed pending content"))?;
-            let hash = crate::store::ChunkId::from_slice(&hash).map_err(eio("malformed pending hash"))?;
+            let hash = crate::store::ChunkId::from_slice(&row.hash).map_err(eio("malformed pending hash"))?;
             let size = spans.iter().map(|s| s.len as u64).sum();
-            map.insert(handle, PendingContent { content: ContentRef { hash, size, chunks: spans }, mtime_ns });
+            let content = ContentRef { hash, size, chunks: spans };
+            map.insert(row.handle, PendingContent { content, mtime_ns: row.mtime_ns });
         }
         Ok(map.len())
     }
 
-    /// Records that the file `handle` must receive `content`.
-    pub(crate) fn add_pending(&self, handle: &FileHandle, content: ContentRef, mtime_ns: i64) -> Res<()> {
+    /// Records that the file `handle` must receive `content`, whose chunk
+    /// list is also held by the pre-image record `record` (turn, object)
+    /// when given (then it is not copied).
+    pub(crate) fn add_pending(
+        &self,
+        handle: &FileHandle,
+        content: ContentRef,
+        record: Option<(i64, ObjectId)>,
+        mtime_ns: i64,
+    ) -> Res<()> {
         let Some(journal) = self.journal() else { return Err(Errno::EIO) };
         let key = handle.to_bytes();
+        let inline;
+        let list = match record {
+            Some((turn, object)) => PendingList::Record(turn, object),
+            None => {
+                inline = content.encode_chunks();
+                PendingList::Inline(&inline)
+            }
+        };
         journal
-            .with_meta(|m| m.add_pending(&key, content.hash.as_bytes(), &content.encode_chunks(), mtime_ns))
+            .with_meta(|m| m.add_pending(&key, content.hash.as_bytes(), list, mtime_ns))
             .map_err(eio("cannot record pending content"))?;
         self.pending_map().insert(key, PendingContent { content, mtime_ns });
         Ok(())

@@ -71,8 +71,8 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     let desc = format!("{cmd:?}");
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {desc}: {e}"));
-    let out = wait_child(&mut child, timeout, &desc);
-    out
+
+    wait_child(&mut child, timeout, &desc)
 }
 
 /// Waits for a spawned child (stdout/stderr piped) with a timeout.
