@@ -172,3 +172,34 @@ for root, dirs, files in sorted(os.walk('.')):
 "#;
     fx.assert_parity(setup, |dir| common::stdout(&check(py_as_in(dir, uid, gid, script), "script as the test user")));
 }
+
+/// Writes by an unprivileged user clear setuid/setgid in the cases where
+/// the daemon must do it itself (FUSE_HANDLE_KILLPRIV_V2): a file the user
+/// created setuid and then wrote, and a setuid file that root holds open
+/// (so the kernel insists on passthrough for the user's open too). Root's
+/// own writes keep the bits, as on ext4.
+#[test]
+fn special_bits_cleared_by_writes_the_daemon_cannot_see() {
+    let (uid, gid) = test_user();
+    let fx = MountFixture::new();
+    let setup = "mkdir -m 777 open && printf data > held && chmod 4777 held && printf data > rootw && chmod 4777 rootw";
+    let script = r#"
+import os
+fd = os.open('open/c4755', os.O_WRONLY | os.O_CREAT, 0o4755); os.write(fd, b'x'); os.close(fd)
+fd = os.open('open/c2775', os.O_WRONLY | os.O_CREAT, 0o2775); os.close(fd)
+fd = os.open('held', os.O_WRONLY); os.pwrite(fd, b'y', 0); os.close(fd)
+for p in ('open/c4755', 'open/c2775', 'held'):
+    st = os.lstat(p); print(p, oct(st.st_mode), st.st_size)
+"#;
+    fx.assert_parity(setup, |dir| {
+        // Root holds `held` open for writing while the user writes it.
+        let holder = std::fs::OpenOptions::new().read(true).write(true).open(dir.join("held")).expect("open held");
+        let out = common::stdout(&check(py_as_in(dir, uid, gid, script), "script as the test user"));
+        drop(holder);
+        let mut f = std::fs::OpenOptions::new().append(true).open(dir.join("rootw")).expect("open rootw");
+        std::io::Write::write_all(&mut f, b"root").expect("root write");
+        drop(f);
+        let m = std::fs::metadata(dir.join("rootw")).expect("stat rootw");
+        format!("{out}rootw {:o}\n", std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
+    });
+}

@@ -22,7 +22,7 @@ pub mod view;
 
 use crate::error::Errno;
 use crate::view::browse::{Browser, HIDDEN_DIR};
-use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, SetAttr, SetTime, XattrReply};
+use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime, XattrReply};
 
 /// Inode numbers of `.rewindfs/` and the views under it start here, far
 /// above any backing inode number.
@@ -40,6 +40,17 @@ pub enum Passthrough {
     All,
     /// Every read and write goes through the daemon.
     Off,
+}
+
+/// How the data of one open file moves (see `LiveFs::open_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpenMode {
+    /// The kernel reads and writes the backing file.
+    Passthrough,
+    /// Through the daemon, with the kernel's page cache.
+    Daemon,
+    /// Through the daemon, every read and write (FOPEN_DIRECT_IO).
+    DirectThroughDaemon,
 }
 
 /// Options for the FUSE session.
@@ -108,6 +119,31 @@ impl LiveFs {
     /// Whether the kernel is reading and writing backing files directly.
     pub fn passthrough_active(&self) -> bool {
         self.passthrough.load(Ordering::Relaxed)
+    }
+
+    /// How an open's data should move. With FUSE_HANDLE_KILLPRIV_V2 the
+    /// kernel no longer clears setuid/setgid on write: a passthrough write
+    /// would keep them where ext4 clears them. So a file with such bits,
+    /// opened for writing by a user without CAP_FSETID, is served by the
+    /// daemon (direct I/O: it stays out of the kernel's cached-I/O mode,
+    /// which would lock out passthrough opens of the same inode), and its
+    /// writes clear the bits. If the inode is already open through
+    /// passthrough, the kernel requires passthrough for this open too: the
+    /// bits are then cleared now, at open, a little earlier than ext4 would.
+    fn open_mode(&self, i: Ino, fh: Fh, file: &OpenFile, req: &Request) -> Result<OpenMode, Errno> {
+        if !self.passthrough_active() {
+            return Ok(OpenMode::Daemon);
+        }
+        if !file.writable || req.uid() == 0 || !self.tree.has_privileges_to_drop(file)? {
+            return Ok(OpenMode::Passthrough);
+        }
+        let open_elsewhere = self.backing().by_ino.get(&i).and_then(Weak::upgrade).is_some();
+        if open_elsewhere {
+            self.tree.drop_privileges(file, caller(req))?;
+            return Ok(OpenMode::Passthrough);
+        }
+        debug!("inode {i:?} (setuid/setgid) opened for writing by uid {} without passthrough (fh {fh:?})", req.uid());
+        Ok(OpenMode::DirectThroughDaemon)
     }
 
     /// Finds or creates the backing id for `ino`, remembering it for `fh`.
@@ -207,6 +243,10 @@ impl Filesystem for LiveFs {
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_MAX_PAGES,
+            // The kernel stops asking for security.capability before every
+            // write (one round trip each); clearing setuid/setgid on write
+            // and truncation becomes ours (see `open_reply`).
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ];
         for flag in wanted {
             if config.add_capabilities(flag).is_err() {
@@ -404,9 +444,17 @@ impl Filesystem for LiveFs {
             Ok(x) => x,
             Err(e) => return reply.error(errno(e)),
         };
-        match self.backing_for(ino(i), fh, || reply.open_backing(&file.file)) {
-            Some(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
-            None => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+        match self.open_mode(ino(i), fh, &file, req) {
+            Ok(OpenMode::Passthrough) => match self.backing_for(ino(i), fh, || reply.open_backing(&file.file)) {
+                Some(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
+                None => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+            },
+            Ok(OpenMode::Daemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(OpenMode::DirectThroughDaemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_DIRECT_IO),
+            Err(e) => {
+                self.tree.release(fh);
+                reply.error(errno(e))
+            }
         }
     }
 
@@ -429,7 +477,21 @@ impl Filesystem for LiveFs {
             Err(e) => return reply.error(errno(e)),
         };
         let ttl = self.ttl();
-        match self.backing_for(attr.ino, fh, || reply.open_backing(&file.file)) {
+        let mode = match self.open_mode(attr.ino, fh, &file, req) {
+            Ok(m) => m,
+            Err(e) => {
+                self.tree.release(fh);
+                return reply.error(errno(e));
+            }
+        };
+        if mode == OpenMode::DirectThroughDaemon {
+            let flags = FopenFlags::FOPEN_DIRECT_IO;
+            return reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), flags);
+        }
+        match self
+            .backing_for(attr.ino, fh, || reply.open_backing(&file.file))
+            .filter(|_| mode == OpenMode::Passthrough)
+        {
             Some(id) => reply.created_passthrough(
                 &ttl,
                 &file_attr(&attr),
@@ -467,18 +529,19 @@ impl Filesystem for LiveFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        match self.tree.write(Fh(fh.0), offset, data) {
+        let drop_privileges = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) || req.uid() != 0;
+        match self.tree.write(Fh(fh.0), offset, data, drop_privileges, caller(req)) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }

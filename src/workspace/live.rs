@@ -38,6 +38,17 @@ pub struct OpenFile {
     pub writable: bool,
 }
 
+/// The mode bits a write or truncation by a user without CAP_FSETID
+/// clears: setuid, and setgid when group execute is set (setgid without it
+/// marks mandatory locking, which stays).
+fn privileged_bits(mode: u32) -> u32 {
+    let mut bits = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
+        bits |= libc::S_ISGID;
+    }
+    bits
+}
+
 /// One entry of a directory listing.
 #[derive(Clone, Debug)]
 pub struct DirEntry {
@@ -433,6 +444,19 @@ impl LiveTree {
                     rustix::fs::ftruncate(&f, size)?;
                 }
             }
+            // A truncation by a user without CAP_FSETID clears setuid/setgid
+            // as on ext4 (the daemon, as root, keeps them; the kernel leaves
+            // this to us under FUSE_HANDLE_KILLPRIV_V2).
+            let st = rustix::fs::fstat(&fd)?;
+            let bits = privileged_bits(st.st_mode);
+            if caller.uid != 0 && set.mode.is_none() && st.st_mode & libc::S_IFMT == libc::S_IFREG && bits != 0 {
+                rustix::fs::chmodat(
+                    rustix::fs::CWD,
+                    proc_path.as_c_str(),
+                    Mode::from_raw_mode(st.st_mode & 0o7777 & !bits),
+                    AtFlags::empty(),
+                )?;
+            }
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let times = Timestamps { last_access: ts(set.atime), last_modification: ts(set.mtime) };
@@ -724,15 +748,44 @@ impl LiveTree {
         Ok(buf)
     }
 
-    pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Res<u32> {
+    /// Writes through the daemon. `drop_privileges`: the writer lacks
+    /// CAP_FSETID, so setuid (and setgid with group execute) go, as ext4
+    /// does on write; the kernel leaves that to us (FUSE_HANDLE_KILLPRIV_V2).
+    pub fn write(&self, fh: Fh, offset: u64, data: &[u8], drop_privileges: bool, caller: Caller) -> Res<u32> {
         let file = self.file(fh)?;
         // Recorded when opened for writing (and again at each turn boundary).
         let _rec = self.recording();
         if let Some(r) = &_rec {
             r.journal.touch();
         }
+        if drop_privileges {
+            self.drop_privileges(&file, caller)?;
+        }
         file.file.write_all_at(data, offset).map_err(Errno::from)?;
         Ok(data.len() as u32)
+    }
+
+    /// Whether a write to this open file by a writer without CAP_FSETID
+    /// must clear mode bits: setuid, or setgid with group execute.
+    pub fn has_privileges_to_drop(&self, file: &OpenFile) -> Res<bool> {
+        let st = rustix::fs::fstat(&file.file)?;
+        Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG && privileged_bits(st.st_mode) != 0)
+    }
+
+    /// Clears setuid, and setgid with group execute, recording the mode
+    /// first like any attribute change.
+    pub fn drop_privileges(&self, file: &OpenFile, caller: Caller) -> Res<()> {
+        let st = rustix::fs::fstat(&file.file)?;
+        let bits = privileged_bits(st.st_mode);
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || bits == 0 {
+            return Ok(());
+        }
+        let rec = self.recording();
+        if let Some(r) = &rec {
+            self.capture_ino(r.journal, file.ino, false, caller)?;
+        }
+        rustix::fs::fchmod(&file.file, Mode::from_raw_mode(st.st_mode & 0o7777 & !bits))?;
+        Ok(())
     }
 
     pub fn release(&self, fh: Fh) {
