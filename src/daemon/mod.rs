@@ -471,7 +471,14 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
     match result {
         Ok(n) => json(&serde_json::json!({
             "checkpoint": k, "dry_run": false, "safety_checkpoint": safety, "result_checkpoint": n,
-            "elapsed_ms": elapsed_ms, "changes": changes
+            "elapsed_ms": elapsed_ms,
+            "phases_ms": {
+                "safety_seal": ms(sealed_safety),
+                "switch": ms(swapped - sealed_safety),
+                "result_seal": ms(sealed_result - swapped),
+                "invalidate": elapsed_ms - ms(sealed_result),
+            },
+            "changes": changes
         })),
         Err(e) => Response::err(e),
     }

@@ -755,6 +755,7 @@ def bench_rewind(ctx, base_files, new_files, big_mib):
         try:
             j = json.loads(r.stdout)
             res[f"{name}_daemon_ms"] = j.get("elapsed_ms")
+            res[f"{name}_phases_ms"] = j.get("phases_ms")
             res[f"{name}_changes"] = len(j.get("changes", []))
         except ValueError:
             pass
@@ -890,6 +891,12 @@ def report_special(sp, meta):
               f"{fmt_s(r[f'git_{k}_rewind'])} | {r[f'git_{k}_rewind'] / r[f'{k}_rewind']:.1f}x | "
               f"{fmt_s(r[f'{k}_change'])} |")
         w("")
+        phases = [(k, r.get(f"{k}_phases_ms")) for k in ("small", "large")]
+        if all(p for _, p in phases):
+            w("Inside the daemon (`phases_ms` of `rewind --json`): " + "; ".join(
+                f"{k}: safety seal {p['safety_seal']:.1f}, switch {p['switch']:.1f}, result seal "
+                f"{p['result_seal']:.1f}, invalidation {p['invalidate']:.1f} ms" for k, p in phases) + ".")
+            w("")
         w(f"Large/small rewind latency: rewindfs {r['large_rewind'] / r['small_rewind']:.1f}x, shadow git "
           f"{r['git_large_rewind'] / r['git_small_rewind']:.1f}x. Unmount after the rewinds: "
           f"{fmt_s(r['unmount'])}.")
