@@ -683,9 +683,18 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed entries")
     }
 
-    /// Every object with a record in a turn >= `from`.
-    pub fn objects_since(&self, from: i64) -> MetaResult<Vec<ObjectId>> {
-        let mut stmt = self.conn.prepare("SELECT DISTINCT object FROM object_pre WHERE turn >= ?1").ctx("prepare")?;
+    /// Every object with a record in a turn >= `from` that existed before
+    /// it: one born in such a turn (a directory a build created, whose
+    /// attributes changed as files went in) is not part of the tree at
+    /// `from`, and a rewind there moves it aside whole.
+    pub fn objects_since_born_before(&self, from: i64) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT DISTINCT p.object FROM object_pre p LEFT JOIN objects o ON o.id = p.object \
+                 WHERE p.turn >= ?1 AND (o.born_turn IS NULL OR o.born_turn < ?1)",
+            )
+            .ctx("prepare")?;
         let rows = stmt.query_map([from], |r| Ok(ObjectId(r.get(0)?))).ctx("list changed objects")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed objects")
     }

@@ -76,8 +76,15 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
     };
     // Directories created since the checkpoint leave whole with their
     // parent's entry: their own entries need no visit.
+    let started = std::time::Instant::now();
     let keys = journal.with_meta(|m| m.entry_keys_since_in_older_dirs(checkpoint))?;
-    let objects = journal.with_meta(|m| m.objects_since(checkpoint))?;
+    let objects = journal.with_meta(|m| m.objects_since_born_before(checkpoint))?;
+    log::debug!(
+        "rewind to {checkpoint}: {} entries and {} objects to visit, listed in {:?}",
+        keys.len(),
+        objects.len(),
+        started.elapsed()
+    );
 
     // 1. Move aside whatever is not where it was.
     let mut placements: Vec<(ObjectId, Vec<u8>, ObjectId)> = Vec::new();
@@ -98,6 +105,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         }
     }
 
+    log::debug!("rewind to {checkpoint}: step 1 (moved aside) done at {:?}", started.elapsed());
     // 2. Put back what was there, parents before children.
     let mut placed: Vec<ObjectId> = Vec::new();
     let mut waiting = placements;
@@ -120,6 +128,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         waiting = later;
     }
 
+    log::debug!("rewind to {checkpoint}: step 2 (put back) done at {:?}", started.elapsed());
     // 3. Attributes and in-place content changes; directories last, since
     // putting names back changes their times.
     let mut dirs: BTreeSet<ObjectId> = keys.iter().map(|(d, _)| *d).collect();
@@ -139,6 +148,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         }
         r.restore_object(*id, fd.as_fd())?;
     }
+    log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
     dirs.extend(std::mem::take(&mut r.dirs_touched));
     for id in dirs {
         if r.in_attic.contains(&id) {
