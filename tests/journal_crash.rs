@@ -7,6 +7,7 @@
 mod journal_common;
 
 use std::ffi::OsStr;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -48,6 +49,9 @@ fn sealed_checkpoints_survive_kill_9_mid_turn() {
         .current_dir(&f.mnt)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        // Its own process group, so that the shell dies with `timeout`
+        // (killing `timeout` alone left the loop running for ever).
+        .process_group(0)
         .spawn()
         .unwrap();
     let pid = f.daemon_pid();
@@ -60,7 +64,8 @@ fn sealed_checkpoints_survive_kill_9_mid_turn() {
     // SIGKILL the daemon while the writer keeps going.
     let o = run_timeout(10, "kill", &[OsStr::new("-9"), OsStr::new(&pid.to_string())], None, &[]);
     assert!(o.status.success(), "kill -9 {pid}");
-    let _ = writer.kill();
+    // SAFETY: kill has no memory preconditions; the group is the writer's own.
+    unsafe { libc::kill(-(writer.id() as i32), libc::SIGKILL) };
     let _ = writer.wait();
     let mut gone = 0;
     while Path::new(&format!("/proc/{pid}")).exists() && gone < 600 {

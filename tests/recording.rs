@@ -435,3 +435,37 @@ fn hundred_edits_of_a_big_file_stay_small() {
         }
     }
 }
+
+/// A file created and removed (or replaced) within one turn was never in a
+/// checkpoint: removing it keeps nothing, while files that a checkpoint
+/// had are kept and every checkpoint still reads back exactly.
+#[test]
+fn files_born_and_gone_in_one_turn_leave_nothing_behind() {
+    let mut fx = Fixture::new();
+    fx.mount();
+    let root = fx.mnt.clone();
+    fx.turn("m1");
+    write(&root.join("a"), "a at 2\n");
+    write(&root.join("b"), "b at 2\n");
+    let c2 = fx.turn("m2");
+    // Build temporaries and an editor's atomic save, all within turn 2.
+    fx.sh("for i in $(seq 1 50); do echo tmp$i > t$i.o; done; rm t*.o; \
+         echo new a > .a.swp && mv .a.swp a; \
+         echo x > scratch && echo y > scratch2 && mv scratch2 scratch && rm scratch; rm b");
+    let c3 = fx.turn("m3");
+    let attic: Vec<_> = std::fs::read_dir(fx.store.join("attic")).expect("attic").collect();
+    assert_eq!(attic.len(), 2, "only the old a and b (which checkpoint {c2} had) belong in the attic: {attic:?}");
+    let view = |c: i64, name: &str| std::fs::read_to_string(root.join(format!(".rewindfs/checkpoints/{c}/{name}")));
+    assert_eq!(view(c2, "a").unwrap(), "a at 2\n");
+    assert_eq!(view(c2, "b").unwrap(), "b at 2\n");
+    assert!(view(c2, "t1.o").is_err() && view(c2, "scratch").is_err());
+    assert_eq!(view(c3, "a").unwrap(), "new a\n");
+    assert!(view(c3, "b").is_err() && view(c3, "scratch").is_err() && view(c3, "t7.o").is_err());
+    // A file that survives a turn boundary is kept when removed later.
+    write(&root.join("kept"), "kept\n");
+    let c4 = fx.turn("m4");
+    std::fs::remove_file(root.join("kept")).unwrap();
+    fx.turn("m5");
+    assert_eq!(view(c4, "kept").unwrap(), "kept\n");
+    assert_eq!(std::fs::read_dir(fx.store.join("attic")).unwrap().count(), 3);
+}

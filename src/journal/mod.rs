@@ -66,6 +66,9 @@ struct Inner {
     entries_done: HashSet<(ObjectId, Vec<u8>)>,
     meta_done: HashSet<ObjectId>,
     content_done: HashSet<ObjectId>,
+    /// Files created in the current turn (by file handle): no checkpoint
+    /// has seen them, so removing one needs no pre-image.
+    born: HashSet<Vec<u8>>,
     ids: HashMap<Vec<u8>, ObjectId>,
     /// Records written in the current turn.
     changes: u64,
@@ -195,6 +198,7 @@ impl Journal {
                 entries_done: HashSet::new(),
                 meta_done: HashSet::new(),
                 content_done: HashSet::new(),
+                born: HashSet::new(),
                 ids: HashMap::new(),
                 changes: 0,
                 last_change: None,
@@ -318,6 +322,21 @@ impl Journal {
             inner.ids.insert(handle.to_vec(), id);
         }
         Ok(id)
+    }
+
+    /// Notes that the file with this handle was created in the current
+    /// turn. The caller holds the turn gate, so the note and the creation
+    /// fall in the same turn.
+    pub fn note_file_born(&self, handle: &[u8]) {
+        self.lock().born.insert(handle.to_vec());
+    }
+
+    /// Whether the file with this handle was created in the current turn
+    /// (then no checkpoint has it, and its removal keeps nothing); forgets
+    /// it when `removing`.
+    pub fn born_this_turn(&self, handle: &[u8], removing: bool) -> bool {
+        let mut inner = self.lock();
+        if removing { inner.born.remove(handle) } else { inner.born.contains(handle) }
     }
 
     /// Whether (dir, name) still needs its pre-image in this turn.
@@ -461,6 +480,7 @@ impl Journal {
             inner.entries_done.clear();
             inner.meta_done.clear();
             inner.content_done.clear();
+            inner.born.clear();
             inner.changes = 0;
             inner.last_change = None;
             inner.turn_started = Instant::now();

@@ -543,6 +543,12 @@ impl LiveTree {
         self.entry_at(dir.as_fd(), new_name, true)
     }
 
+    /// Whether the file `ino` was created in the current turn (see
+    /// `Journal::born_this_turn`).
+    fn born_this_turn(&self, journal: &Journal, ino: Ino, removing: bool) -> bool {
+        self.objects.get(ino).is_some_and(|(handle, _)| journal.born_this_turn(&handle.to_bytes(), removing))
+    }
+
     /// Marks `victim` unlinked if removing one name removed its last one.
     fn note_removed(&self, victim: Attr) {
         if victim.kind == Kind::Dir || victim.nlink <= 1 {
@@ -561,6 +567,13 @@ impl LiveTree {
         if let Some(r) = &rec {
             self.capture_entry(r.journal, dir.as_fd(), name, caller)?;
             let last = Self::is_last_link(dir.as_fd(), name);
+            if last && self.born_this_turn(r.journal, victim.ino, true) {
+                // Created in this turn and now gone: no checkpoint ever had
+                // it (build temporaries, editor swap files), nothing to keep.
+                rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())?;
+                self.note_removed(victim);
+                return Ok(());
+            }
             // Moved to the attic, the object keeps its attributes, xattrs
             // and bytes: history reads them there, nothing to copy.
             let oid = if last && self.attic.is_some() {
@@ -614,8 +627,16 @@ impl LiveTree {
             if plain && Self::is_last_link(to.as_fd(), new_name) {
                 let source = self.peek(from.as_fd(), name)?.1;
                 let victim = self.peek(to.as_fd(), new_name)?.1;
-                let movable = self.attic.is_some() && source.kind != Kind::Dir && source.ino != victim.ino;
-                let oid = if movable {
+                // A file created in this turn and replaced in it (a temp
+                // file renamed over another) was never in a checkpoint: the
+                // plain rename below may drop it.
+                let unseen = victim.kind != Kind::Dir
+                    && source.ino != victim.ino
+                    && self.born_this_turn(r.journal, victim.ino, true);
+                let movable = !unseen && self.attic.is_some() && source.kind != Kind::Dir && source.ino != victim.ino;
+                let oid = if unseen {
+                    None
+                } else if movable {
                     self.object_id_named(r.journal, to.as_fd(), new_name)?
                 } else {
                     self.capture_named(r.journal, to.as_fd(), new_name, true, caller)?
@@ -699,6 +720,9 @@ impl LiveTree {
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
         let st = rustix::fs::fstat(&fd)?;
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))?;
+        if let Some(r) = &_rec {
+            r.journal.note_file_born(&handle.to_bytes());
+        }
         let ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), true);
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if writable {
