@@ -188,6 +188,10 @@ import os
 fd = os.open('open/c4755', os.O_WRONLY | os.O_CREAT, 0o4755); os.write(fd, b'x'); os.close(fd)
 fd = os.open('open/c2775', os.O_WRONLY | os.O_CREAT, 0o2775); os.close(fd)
 fd = os.open('held', os.O_WRONLY); os.pwrite(fd, b'y', 0); os.close(fd)
+# `stat -c %a` asks for the mode alone (statx STATX_MODE), which the kernel
+# answers from its attribute cache unless told that the mode changed.
+import subprocess
+print(subprocess.run(['stat', '-c', '%n %a', 'held', 'open/c4755'], capture_output=True, text=True).stdout, end='')
 for p in ('open/c4755', 'open/c2775', 'held'):
     st = os.lstat(p); print(p, oct(st.st_mode), st.st_size)
 "#;

@@ -11,6 +11,13 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// Rows of the store's `pending` table, read directly (for a daemon that
+/// is dead or gone).
+fn pending_rows(fx: &MountFixture) -> i64 {
+    let query = format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display());
+    sh(fx.dir.path(), &query).trim().parse().unwrap()
+}
+
 /// Rewinds; returns the safety checkpoint.
 fn rewind(fx: &MountFixture, to: i64) -> i64 {
     let v = fx.cli_json(&["rewind", &to.to_string()]);
@@ -254,13 +261,7 @@ fn kill_during_settle_resumes_on_next_mount() {
     // SAFETY: kill has no memory preconditions.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     check(out, "rewind");
-    let pending: i64 = sh(
-        fx.dir.path(),
-        &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display()),
-    )
-    .trim()
-    .parse()
-    .unwrap();
+    let pending = pending_rows(&fx);
     eprintln!("pending files left by the killed daemon: {pending}");
     check(fx.rewindfs(&["unmount", &mp]), "unmount of the dead mount");
     fx.forget_mount();
@@ -269,13 +270,7 @@ fn kill_during_settle_resumes_on_next_mount() {
     assert_same_tree(&copy, fx.path(), "after kill -9 during the settle and remount");
     fx.unmount();
     assert_same_tree(&copy, &fx.ws, "plain workspace after the resumed settle");
-    let left: i64 = sh(
-        fx.dir.path(),
-        &format!("sqlite3 {} 'select count(*) from pending'", fx.store.join("meta.sqlite").display()),
-    )
-    .trim()
-    .parse()
-    .unwrap();
+    let left = pending_rows(&fx);
     assert_eq!(left, 0, "pending files left after a clean unmount");
 }
 

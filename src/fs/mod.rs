@@ -87,6 +87,9 @@ pub struct LiveFs {
     options: FsOptions,
     passthrough: AtomicBool,
     backing: Mutex<BackingIds>,
+    /// Filled once the session exists: to tell the kernel about attribute
+    /// changes the daemon makes while serving another request.
+    invalidator: Arc<std::sync::OnceLock<Invalidator>>,
 }
 
 impl LiveFs {
@@ -100,6 +103,7 @@ impl LiveFs {
             options,
             passthrough: AtomicBool::new(passthrough),
             backing: Mutex::new(BackingIds::default()),
+            invalidator: Arc::new(std::sync::OnceLock::new()),
         }
     }
 
@@ -139,11 +143,22 @@ impl LiveFs {
         }
         let open_elsewhere = self.backing().by_ino.get(&i).and_then(Weak::upgrade).is_some();
         if open_elsewhere {
-            self.tree.drop_privileges(file, caller(req))?;
+            self.drop_privileges(i, fh, req)?;
             return Ok(OpenMode::Passthrough);
         }
         debug!("inode {i:?} (setuid/setgid) opened for writing by uid {} without passthrough (fh {fh:?})", req.uid());
         Ok(OpenMode::DirectThroughDaemon)
+    }
+
+    /// Clears setuid/setgid before a write by `req`'s user, and makes the
+    /// kernel forget the mode it caches (no reply carries attributes here).
+    fn drop_privileges(&self, i: Ino, fh: Fh, req: &Request) -> Result<(), Errno> {
+        if self.tree.drop_privileges(fh, caller(req))?
+            && let Some(inv) = self.invalidator.get()
+        {
+            inv.attributes(i);
+        }
+        Ok(())
     }
 
     /// Finds or creates the backing id for `ino`, remembering it for `fh`.
@@ -476,34 +491,29 @@ impl Filesystem for LiveFs {
             Ok(x) => x,
             Err(e) => return reply.error(errno(e)),
         };
-        let ttl = self.ttl();
-        let mode = match self.open_mode(attr.ino, fh, &file, req) {
-            Ok(m) => m,
+        let (ttl, fattr) = (self.ttl(), file_attr(&attr));
+        let flags = match self.open_mode(attr.ino, fh, &file, req) {
+            Ok(OpenMode::Passthrough) => match self.backing_for(attr.ino, fh, || reply.open_backing(&file.file)) {
+                Some(id) => {
+                    return reply.created_passthrough(
+                        &ttl,
+                        &fattr,
+                        Generation(0),
+                        FileHandle(fh.0),
+                        FopenFlags::empty(),
+                        &id,
+                    );
+                }
+                None => FopenFlags::FOPEN_KEEP_CACHE,
+            },
+            Ok(OpenMode::Daemon) => FopenFlags::FOPEN_KEEP_CACHE,
+            Ok(OpenMode::DirectThroughDaemon) => FopenFlags::FOPEN_DIRECT_IO,
             Err(e) => {
                 self.tree.release(fh);
                 return reply.error(errno(e));
             }
         };
-        if mode == OpenMode::DirectThroughDaemon {
-            let flags = FopenFlags::FOPEN_DIRECT_IO;
-            return reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), flags);
-        }
-        match self
-            .backing_for(attr.ino, fh, || reply.open_backing(&file.file))
-            .filter(|_| mode == OpenMode::Passthrough)
-        {
-            Some(id) => reply.created_passthrough(
-                &ttl,
-                &file_attr(&attr),
-                Generation(0),
-                FileHandle(fh.0),
-                FopenFlags::empty(),
-                &id,
-            ),
-            None => {
-                reply.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE)
-            }
-        }
+        reply.created(&ttl, &fattr, Generation(0), FileHandle(fh.0), flags)
     }
 
     fn read(
@@ -530,7 +540,7 @@ impl Filesystem for LiveFs {
     fn write(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        i: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -540,8 +550,13 @@ impl Filesystem for LiveFs {
         reply: ReplyWrite,
     ) {
         let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        let drop_privileges = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) || req.uid() != 0;
-        match self.tree.write(Fh(fh.0), offset, data, drop_privileges, caller(req)) {
+        // The kernel marks writes by users without CAP_FSETID.
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            && let Err(e) = self.drop_privileges(ino(i), Fh(fh.0), req)
+        {
+            return reply.error(errno(e));
+        }
+        match self.tree.write(Fh(fh.0), offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -829,6 +844,13 @@ impl Invalidator {
         }
     }
 
+    /// Forget the cached attributes of `ino` (not its pages).
+    pub fn attributes(&self, ino: Ino) {
+        if let Err(e) = self.notifier.inval_inode(INodeNo(ino.0), -1, 0) {
+            debug!("cannot invalidate the attributes of inode {ino:?}: {e}");
+        }
+    }
+
     /// Forget the cached attributes and pages of `ino`.
     pub fn inode(&self, ino: Ino) {
         if let Err(e) = self.notifier.inval_inode(INodeNo(ino.0), 0, 0) {
@@ -861,8 +883,10 @@ pub struct MountedSession {
 impl MountedSession {
     /// Mounts `fs` at `mountpoint`.
     pub fn mount(fs: LiveFs, mountpoint: &Path, fsname: &str, threads: usize) -> io::Result<MountedSession> {
-        let session = fuser::Session::new(fs, mountpoint, &mount_config(fsname, threads))?;
-        Ok(MountedSession { session })
+        let slot = fs.invalidator.clone();
+        let session = MountedSession { session: fuser::Session::new(fs, mountpoint, &mount_config(fsname, threads))? };
+        let _ = slot.set(session.invalidator()?);
+        Ok(session)
     }
 
     pub fn invalidator(&self) -> io::Result<Invalidator> {

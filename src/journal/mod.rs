@@ -332,11 +332,10 @@ impl Journal {
     }
 
     /// Whether the file with this handle was created in the current turn
-    /// (then no checkpoint has it, and its removal keeps nothing); forgets
-    /// it when `removing`.
-    pub fn born_this_turn(&self, handle: &[u8], removing: bool) -> bool {
-        let mut inner = self.lock();
-        if removing { inner.born.remove(handle) } else { inner.born.contains(handle) }
+    /// (then no checkpoint has it, and its removal keeps nothing); the
+    /// caller is removing it, so it is forgotten.
+    pub fn take_born(&self, handle: &[u8]) -> bool {
+        self.lock().born.remove(handle)
     }
 
     /// Whether (dir, name) still needs its pre-image in this turn.

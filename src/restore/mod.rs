@@ -355,7 +355,7 @@ impl Ctx<'_> {
                 if n == 0 {
                     break;
                 }
-                self.tree.write(fh, offset, &buf[..n], false, self.caller).map_err(|e| live_err(path, e))?;
+                self.tree.write(fh, offset, &buf[..n]).map_err(|e| live_err(path, e))?;
                 offset += n as u64;
             }
             Ok(())

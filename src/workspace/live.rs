@@ -38,10 +38,20 @@ pub struct OpenFile {
     pub writable: bool,
 }
 
+/// Sets the permission bits of `mode` on the object behind a
+/// `/proc/self/fd/N` path (an O_PATH descriptor cannot be fchmod'ed).
+fn chmod_by_path(path: &std::ffi::CStr, mode: u32) -> Res<()> {
+    rustix::fs::chmodat(rustix::fs::CWD, path, Mode::from_raw_mode(mode & 0o7777), AtFlags::empty())?;
+    Ok(())
+}
+
 /// The mode bits a write or truncation by a user without CAP_FSETID
-/// clears: setuid, and setgid when group execute is set (setgid without it
-/// marks mandatory locking, which stays).
+/// clears on a regular file: setuid, and setgid when group execute is set
+/// (setgid without it marks mandatory locking, which stays).
 fn privileged_bits(mode: u32) -> u32 {
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return 0;
+    }
     let mut bits = mode & libc::S_ISUID;
     if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
         bits |= libc::S_ISGID;
@@ -429,12 +439,7 @@ impl LiveTree {
             )?;
         }
         if let Some(mode) = set.mode {
-            rustix::fs::chmodat(
-                rustix::fs::CWD,
-                proc_path.as_c_str(),
-                Mode::from_raw_mode(mode & 0o7777),
-                AtFlags::empty(),
-            )?;
+            chmod_by_path(&proc_path, mode)?;
         }
         if let Some(size) = set.size {
             match fh.and_then(|fh| self.file(fh).ok()).filter(|f| f.writable) {
@@ -449,13 +454,8 @@ impl LiveTree {
             // this to us under FUSE_HANDLE_KILLPRIV_V2).
             let st = rustix::fs::fstat(&fd)?;
             let bits = privileged_bits(st.st_mode);
-            if caller.uid != 0 && set.mode.is_none() && st.st_mode & libc::S_IFMT == libc::S_IFREG && bits != 0 {
-                rustix::fs::chmodat(
-                    rustix::fs::CWD,
-                    proc_path.as_c_str(),
-                    Mode::from_raw_mode(st.st_mode & 0o7777 & !bits),
-                    AtFlags::empty(),
-                )?;
+            if caller.uid != 0 && set.mode.is_none() && bits != 0 {
+                chmod_by_path(&proc_path, st.st_mode & !bits)?;
             }
         }
         if set.atime.is_some() || set.mtime.is_some() {
@@ -484,13 +484,7 @@ impl LiveTree {
         // chown cleared setuid/setgid: put back what was asked for.
         if let Some(mode) = mode.filter(|m| m & 0o6000 != 0) {
             let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-            let path = sys::proc_fd_path(fd.as_fd());
-            rustix::fs::chmodat(
-                rustix::fs::CWD,
-                path.as_c_str(),
-                Mode::from_raw_mode(mode & 0o7777),
-                AtFlags::empty(),
-            )?;
+            chmod_by_path(&sys::proc_fd_path(fd.as_fd()), mode)?;
         }
         Ok(())
     }
@@ -543,10 +537,10 @@ impl LiveTree {
         self.entry_at(dir.as_fd(), new_name, true)
     }
 
-    /// Whether the file `ino` was created in the current turn (see
-    /// `Journal::born_this_turn`).
-    fn born_this_turn(&self, journal: &Journal, ino: Ino, removing: bool) -> bool {
-        self.objects.get(ino).is_some_and(|(handle, _)| journal.born_this_turn(&handle.to_bytes(), removing))
+    /// Whether the file `ino`, about to be removed, was created in the
+    /// current turn (see `Journal::take_born`).
+    fn take_born(&self, journal: &Journal, ino: Ino) -> bool {
+        self.objects.get(ino).is_some_and(|(handle, _)| journal.take_born(&handle.to_bytes()))
     }
 
     /// Marks `victim` unlinked if removing one name removed its last one.
@@ -567,7 +561,7 @@ impl LiveTree {
         if let Some(r) = &rec {
             self.capture_entry(r.journal, dir.as_fd(), name, caller)?;
             let last = Self::is_last_link(dir.as_fd(), name);
-            if last && self.born_this_turn(r.journal, victim.ino, true) {
+            if last && self.take_born(r.journal, victim.ino) {
                 // Created in this turn and now gone: no checkpoint ever had
                 // it (build temporaries, editor swap files), nothing to keep.
                 rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())?;
@@ -630,9 +624,8 @@ impl LiveTree {
                 // A file created in this turn and replaced in it (a temp
                 // file renamed over another) was never in a checkpoint: the
                 // plain rename below may drop it.
-                let unseen = victim.kind != Kind::Dir
-                    && source.ino != victim.ino
-                    && self.born_this_turn(r.journal, victim.ino, true);
+                let unseen =
+                    victim.kind != Kind::Dir && source.ino != victim.ino && self.take_born(r.journal, victim.ino);
                 let movable = !unseen && self.attic.is_some() && source.kind != Kind::Dir && source.ino != victim.ino;
                 let oid = if unseen {
                     None
@@ -772,18 +765,12 @@ impl LiveTree {
         Ok(buf)
     }
 
-    /// Writes through the daemon. `drop_privileges`: the writer lacks
-    /// CAP_FSETID, so setuid (and setgid with group execute) go, as ext4
-    /// does on write; the kernel leaves that to us (FUSE_HANDLE_KILLPRIV_V2).
-    pub fn write(&self, fh: Fh, offset: u64, data: &[u8], drop_privileges: bool, caller: Caller) -> Res<u32> {
+    pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Res<u32> {
         let file = self.file(fh)?;
         // Recorded when opened for writing (and again at each turn boundary).
         let _rec = self.recording();
         if let Some(r) = &_rec {
             r.journal.touch();
-        }
-        if drop_privileges {
-            self.drop_privileges(&file, caller)?;
         }
         file.file.write_all_at(data, offset).map_err(Errno::from)?;
         Ok(data.len() as u32)
@@ -792,24 +779,27 @@ impl LiveTree {
     /// Whether a write to this open file by a writer without CAP_FSETID
     /// must clear mode bits: setuid, or setgid with group execute.
     pub fn has_privileges_to_drop(&self, file: &OpenFile) -> Res<bool> {
-        let st = rustix::fs::fstat(&file.file)?;
-        Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG && privileged_bits(st.st_mode) != 0)
+        Ok(privileged_bits(rustix::fs::fstat(&file.file)?.st_mode) != 0)
     }
 
-    /// Clears setuid, and setgid with group execute, recording the mode
-    /// first like any attribute change.
-    pub fn drop_privileges(&self, file: &OpenFile, caller: Caller) -> Res<()> {
+    /// Before a write by a user without CAP_FSETID (ext4 clears the bits on
+    /// write; under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves it to us):
+    /// clears setuid, and setgid with group execute, recording the mode
+    /// first like any attribute change. Returns whether the mode changed,
+    /// so that the caller can tell the kernel.
+    pub fn drop_privileges(&self, fh: Fh, caller: Caller) -> Res<bool> {
+        let file = self.file(fh)?;
         let st = rustix::fs::fstat(&file.file)?;
         let bits = privileged_bits(st.st_mode);
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || bits == 0 {
-            return Ok(());
+        if bits == 0 {
+            return Ok(false);
         }
         let rec = self.recording();
         if let Some(r) = &rec {
             self.capture_ino(r.journal, file.ino, false, caller)?;
         }
         rustix::fs::fchmod(&file.file, Mode::from_raw_mode(st.st_mode & 0o7777 & !bits))?;
-        Ok(())
+        Ok(true)
     }
 
     pub fn release(&self, fh: Fh) {
