@@ -244,7 +244,8 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
 /// The mount a command acts on: `-C MOUNT`, else the one containing the
 /// current directory.
 pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
-    let live: Vec<MountInfo> = registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect();
+    let (trusted, refused) = registry::list_checked();
+    let live: Vec<MountInfo> = trusted.into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect();
     let target = match explicit {
         Some(p) => absolute_no_follow(p)?,
         None => std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?,
@@ -252,9 +253,16 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
     live.into_iter()
         .filter(|i| target.starts_with(&i.mountpoint) || target.starts_with(&i.workspace))
         .max_by_key(|i| i.mountpoint.as_os_str().len())
-        .ok_or_else(|| match explicit {
-            Some(p) => Error::Usage(format!("{} is not inside a rewindfs mount", p.display())),
-            None => Error::Usage("the current directory is not inside a rewindfs mount (use -C <MOUNT>)".into()),
+        .ok_or_else(|| {
+            let base = match explicit {
+                Some(p) => format!("{} is not inside a rewindfs mount", p.display()),
+                None => "the current directory is not inside a rewindfs mount (use -C <MOUNT>)".to_string(),
+            };
+            if refused.is_empty() {
+                Error::Usage(base)
+            } else {
+                Error::Usage(format!("{base}; runtime files refused: {}", refused.join("; ")))
+            }
         })
 }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -17,7 +18,7 @@ use crate::error::Errno;
 use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::capture::kind_code;
-use crate::workspace::{Attr, Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
+use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime};
 
 /// Errors while restoring.
 #[derive(Debug, thiserror::Error)]
@@ -339,14 +340,37 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Creates a file under an unpredictable temporary name in `dir`. The
+    /// directory is the agent's too: a name it could guess (the daemon's pid
+    /// is public) could be taken first to make every restore fail, so the
+    /// name is random and a taken one is retried with another.
+    fn create_temp(
+        &mut self,
+        dir: Ino,
+        perm: u32,
+        caller: Caller,
+        path: &Path,
+    ) -> Result<(OsString, (Attr, Fh, Arc<OpenFile>)), RestoreError> {
+        const ATTEMPTS: u32 = 16;
+        let mut last = Errno(libc::EEXIST);
+        for _ in 0..ATTEMPTS {
+            self.temp_counter += 1;
+            let temp = OsString::from(format!(".rewindfs-restore-{:016x}", random_u64(self.temp_counter)));
+            match self.tree.create(dir, &temp, perm, libc::O_WRONLY, caller) {
+                Ok(created) => return Ok((temp, created)),
+                Err(e) if e == Errno(libc::EEXIST) => last = e,
+                Err(e) => return Err(live_err(path, e)),
+            }
+        }
+        log::warn!("{ATTEMPTS} random temporary names next to {} were all taken", path.display());
+        Err(live_err(path, last))
+    }
+
     /// Writes the file next to its place under a temporary name, then
     /// renames it over: a reader sees the old or the new file, never half.
     fn write_file(&mut self, dir: Ino, name: &OsStr, state: &NodeState, path: &Path) -> Result<(), RestoreError> {
-        self.temp_counter += 1;
-        let temp = OsString::from(format!(".rewindfs-restore-{}-{}", std::process::id(), self.temp_counter));
         let caller = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
-        let (attr, fh, _) =
-            self.tree.create(dir, &temp, state.perm, libc::O_WRONLY, caller).map_err(|e| live_err(path, e))?;
+        let (temp, (attr, fh, _)) = self.create_temp(dir, state.perm, caller, path)?;
         let mut offset = 0u64;
         let mut buf = vec![0u8; 1 << 20];
         let result = (|| -> Result<(), RestoreError> {
@@ -455,4 +479,13 @@ pub(crate) fn replace_xattrs(
     for (n, v) in want {
         let _ = tree.setxattr(ino, OsStr::from_bytes(n), v, 0, caller);
     }
+}
+
+/// 64 unpredictable bits: the standard library seeds `RandomState` from the
+/// operating system's random source.
+fn random_u64(salt: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(salt);
+    h.finish()
 }

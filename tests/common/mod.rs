@@ -170,6 +170,19 @@ pub fn py(dir: &Path, code: &str) -> String {
 }
 
 /// Whether `path` is a mountpoint in this process's mount table.
+/// Runs a python3 program in `dir` as `uid:gid` (no supplementary groups):
+/// the system python, since a per-user install (pyenv under /root) is not
+/// reachable by other users.
+pub fn py_as_in(dir: &Path, uid: u32, gid: u32, code: &str) -> Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", &py_program(code)])
+        .current_dir(dir);
+    run_with_timeout(&mut cmd, CHILD_TIMEOUT)
+}
+
 pub fn is_mounted(path: &Path) -> bool {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let p = path.to_string_lossy().replace(' ', "\\040");
