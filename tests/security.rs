@@ -175,3 +175,111 @@ fn a_restore_is_not_blocked_by_names_the_agent_made_in_advance() {
     assert!(out.status.success(), "restore failed: {}", stderr(&out));
     assert_eq!(std::fs::read_to_string(fx.path().join("d/f.txt")).expect("f.txt"), "one\n");
 }
+
+/// `rewindfs mount ARGS`, with the fixture's runtime dir; the output.
+fn mount_cmd(fx: &MountFixture, args: &[&str]) -> Output {
+    let mut full = vec!["mount"];
+    full.extend_from_slice(args);
+    fx.rewindfs(&full)
+}
+
+/// Asserts that a mount was refused with `why` in its message; a mount
+/// that went ahead anyway is taken down so it cannot outlive the test.
+fn assert_refused(fx: &MountFixture, out: &Output, mountpoint: &std::path::Path, why: &str) {
+    if out.status.success() {
+        let _ = fx.rewindfs(&["unmount", "--lazy", s(mountpoint)]);
+        panic!("the mount on {} was accepted; it must be refused because {why}", mountpoint.display());
+    }
+    assert!(stderr(out).contains(why), "the refusal does not say {why:?}: {}", stderr(out));
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn a_shared_directory_given_as_store_is_refused_and_left_as_it_was() {
+    let fx = MountFixture::unmounted();
+    let shared = fx.dir.path().join("shared");
+    std::fs::create_dir(&shared).expect("mkdir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let out = mount_cmd(&fx, &[s(&fx.ws), s(&fx.mnt), "--store", s(&shared)]);
+    assert_refused(&fx, &out, &fx.mnt, "writable by others");
+    let mode = std::fs::metadata(&shared).expect("stat").mode() & 0o7777;
+    assert_eq!(mode, 0o1777, "the directory's mode was changed");
+    // Someone's directory (as `--store ~` would be): refused, untouched.
+    let home = fx.dir.path().join("home-like");
+    std::fs::create_dir(&home).expect("mkdir");
+    std::fs::write(home.join("notes.txt"), "mine").expect("write");
+    let out = mount_cmd(&fx, &[s(&fx.ws), s(&fx.mnt), "--store", s(&home)]);
+    assert_refused(&fx, &out, &fx.mnt, "not a rewindfs store");
+    assert_eq!(std::fs::metadata(&home).expect("stat").mode() & 0o7777, 0o755, "the directory's mode was changed");
+    let names: Vec<_> = std::fs::read_dir(&home).expect("ls").filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("notes.txt")], "the refused store was written to");
+}
+
+#[test]
+fn a_store_that_contains_the_workspace_is_refused() {
+    let fx = MountFixture::unmounted();
+    let sp = fx.dir.path().join("sp");
+    std::fs::create_dir_all(sp.join("ws7")).expect("mkdir");
+    let out = mount_cmd(&fx, &[s(&sp.join("ws7")), s(&fx.mnt), "--store", s(&sp)]);
+    assert_refused(&fx, &out, &fx.mnt, "must not contain the workspace");
+    assert!(!common::is_mounted(&fx.mnt));
+}
+
+/// Mounts a second workspace on `<tmp>/NAME-mnt`; the output.
+fn second_mount(fx: &MountFixture, ws: &std::path::Path, name: &str, store: &std::path::Path) -> Output {
+    let mnt = fx.dir.path().join(format!("{name}-mnt"));
+    std::fs::create_dir_all(&mnt).expect("mkdir");
+    mount_cmd(fx, &[s(ws), s(&mnt), "--store", s(store), "--auto-turn", "0"])
+}
+
+#[test]
+fn a_store_inside_another_mounted_workspace_is_refused() {
+    let fx = MountFixture::manual_turns();
+    let other = fx.dir.path().join("other");
+    std::fs::create_dir(&other).expect("mkdir");
+    let out = second_mount(&fx, &other, "other", &fx.path().join("hidden-store"));
+    assert_refused(&fx, &out, &fx.dir.path().join("other-mnt"), "outside every workspace");
+    assert!(!fx.ws.join("hidden-store").exists(), "the refused store left a directory behind");
+}
+
+#[test]
+fn the_same_workspace_through_a_bind_mount_is_refused() {
+    let fx = MountFixture::manual_turns();
+    let alias = fx.dir.path().join("alias");
+    std::fs::create_dir(&alias).expect("mkdir");
+    check(
+        common::run_with_timeout(Command::new("mount").args(["--bind", s(&fx.ws), s(&alias)]), common::CHILD_TIMEOUT),
+        "mount --bind",
+    );
+    let out = second_mount(&fx, &alias, "alias", &fx.dir.path().join("store2"));
+    let _ = common::run_with_timeout(Command::new("umount").arg("-l").arg(&alias), common::CHILD_TIMEOUT);
+    assert_refused(&fx, &out, &fx.dir.path().join("alias-mnt"), "already mounted");
+}
+
+#[test]
+fn the_parent_of_a_mounted_workspace_is_refused() {
+    let fx = MountFixture::manual_turns();
+    // In place, so no other rule (a mountpoint inside the workspace) applies.
+    let store = tempfile::tempdir().expect("tempdir");
+    let parent = fx.dir.path();
+    let out = mount_cmd(&fx, &[s(parent), "--store", s(&store.path().join("s")), "--auto-turn", "0"]);
+    assert_refused(&fx, &out, parent, "mounting over it would hide that mount");
+}
+
+#[test]
+fn show_refuses_a_symlinked_mountpoint() {
+    let fx = MountFixture::manual_turns();
+    let first = fx.turn("m1");
+    let secret = fx.dir.path().join("root-only");
+    std::fs::create_dir(&secret).expect("mkdir");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let link = fx.dir.path().join("view");
+    std::os::unix::fs::symlink(&secret, &link).expect("symlink");
+    let out = fx.rewindfs(&["show", "-C", s(&fx.mountpoint), &first.to_string(), s(&link)]);
+    assert!(!out.status.success(), "show followed a symlinked mountpoint");
+    assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
+    assert!(!common::is_mounted(&secret), "the view was mounted on the symlink's target");
+}

@@ -65,6 +65,105 @@ fn is_within(path: &Path, dir: &Path) -> bool {
     path.starts_with(dir)
 }
 
+/// Device and inode of a directory, without following a final symlink.
+fn dir_id(path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| Error::path(path, format!("cannot stat: {e}")))?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// Whether `outer` is `inner` or one of its ancestors, by object: each
+/// ancestor of `inner` is compared by device and inode, so another path to
+/// the same directory (a bind mount, a symlinked parent) counts too.
+fn encloses(outer: &Path, inner: &Path) -> bool {
+    if is_within(inner, outer) {
+        return true;
+    }
+    let Ok(id) = dir_id(outer) else { return false };
+    // Ancestors only: `inner` itself may be a live mount whose root would
+    // be answered by its daemon.
+    inner.ancestors().skip(1).any(|a| dir_id(a).is_ok_and(|a| a == id))
+}
+
+/// Creates the store directory private to its owner, or checks that an
+/// existing one already is. An existing directory's mode is never changed:
+/// `--store /tmp` must not turn /tmp into a 0700 directory.
+fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => {
+            if !meta.file_type().is_dir() {
+                return Err(Error::path(dir, "the store is not a directory (a symlink is not followed)"));
+            }
+            let me = crate::sys::geteuid();
+            if meta.uid() != me {
+                return Err(Error::path(
+                    dir,
+                    format!(
+                        "the store belongs to uid {}, not to you (uid {me}); choose a directory of your own",
+                        meta.uid()
+                    ),
+                ));
+            }
+            if meta.mode() & 0o022 != 0 {
+                return Err(Error::path(
+                    dir,
+                    format!(
+                        "the store is writable by others (mode {:o}); choose a directory of its own (it is created private)",
+                        meta.mode() & 0o7777
+                    ),
+                ));
+            }
+            let names: Vec<std::ffi::OsString> = std::fs::read_dir(dir)
+                .map_err(|e| Error::io(format!("cannot read store {}", dir.display()), e))?
+                .filter_map(|e| e.ok().map(|e| e.file_name()))
+                .collect();
+            if names.is_empty() {
+                // An empty directory made for the store: make it private,
+                // as a store created by rewindfs is.
+                use std::os::unix::fs::PermissionsExt;
+                return std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| Error::io(format!("cannot set permissions of {}", dir.display()), e));
+            }
+            // What rewindfs puts in a store; anything else means the
+            // directory is someone's, not a store.
+            const STORE_NAMES: &[&str] = &[
+                "meta.sqlite",
+                "meta.sqlite-wal",
+                "meta.sqlite-shm",
+                "journal.log",
+                "daemon.log",
+                "lock",
+                "chunks",
+                "attic",
+                // A store on a filesystem of its own.
+                "lost+found",
+            ];
+            if let Some(other) = names.iter().find(|n| !STORE_NAMES.iter().any(|s| n.as_os_str() == *s)) {
+                return Err(Error::path(
+                    dir,
+                    format!(
+                        "the store holds {:?}, which rewindfs did not put there: it is not a rewindfs store; give an empty or new directory",
+                        other
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| Error::io(format!("cannot create store {}", dir.display()), e))
+        }
+        Err(e) => Err(Error::io(format!("cannot read store {}", dir.display()), e)),
+    }
+}
+
 /// Checks everything that can be checked before starting a daemon, and
 /// turns the arguments into a spec. Problems are usage errors (exit 2).
 pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) -> Result<MountSpec> {
@@ -114,30 +213,67 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             mp
         }
     };
-    for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
-        if info.workspace == ws {
+    let ws_id = dir_id(&ws)?;
+    let live: Vec<MountInfo> = registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect();
+    for info in &live {
+        // Compared by object: a bind mount or a symlink names the same
+        // directory under another path.
+        if info.workspace == ws || info.workspace_id == Some(ws_id) {
             return Err(Error::Usage(format!(
-                "workspace {} is already mounted on {} (daemon pid {}); unmount it first",
+                "workspace {} is already mounted on {} as {} (daemon pid {}); unmount it first",
                 ws.display(),
                 info.mountpoint.display(),
+                info.workspace.display(),
                 info.pid
             )));
+        }
+        for other in [&info.workspace, &info.mountpoint] {
+            if encloses(&ws, other) || encloses(&mp, other) {
+                return Err(Error::path(
+                    &ws,
+                    format!(
+                        "{} holds the rewindfs mount {} (daemon pid {}); mounting over it would hide that mount",
+                        if encloses(&ws, other) { ws.display() } else { mp.display() },
+                        other.display(),
+                        info.pid
+                    ),
+                ));
+            }
         }
     }
     let store_arg = opts.store.clone().unwrap_or_else(|| default_store(&ws));
     let store_abs = std::path::absolute(&store_arg).map_err(|e| Error::io("bad store path", e))?;
     // Checked before anything is created: a refused store leaves no trace.
     let store_parent = store_abs.ancestors().find(|a| a.exists()).and_then(|a| a.canonicalize().ok());
-    if let Some(existing) = store_parent
-        && (is_within(&existing, &ws) || is_within(&existing, &mp))
+    if let Some(existing) = store_parent.as_deref()
+        && (is_within(existing, &ws) || is_within(existing, &mp))
     {
         return Err(Error::path(
             &store_abs,
             "the store must be outside the workspace (the agent must not be able to write history)",
         ));
     }
-    std::fs::create_dir_all(&store_abs)
-        .map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
+    if is_within(&ws, &store_abs) || is_within(&mp, &store_abs) {
+        return Err(Error::path(
+            &store_abs,
+            "the store must not contain the workspace or the mountpoint (the daemon keeps the store private)",
+        ));
+    }
+    for info in &live {
+        if let Some(existing) = store_parent.as_deref()
+            && (is_within(existing, &info.workspace) || is_within(existing, &info.mountpoint))
+        {
+            return Err(Error::path(
+                &store_abs,
+                format!(
+                    "the store must be outside every workspace; it is inside {}, mounted by daemon pid {}",
+                    info.mountpoint.display(),
+                    info.pid
+                ),
+            ));
+        }
+    }
+    create_private_dir(&store_abs)?;
     let store =
         store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
     if is_within(&store, &ws) || is_within(&store, &mp) {
@@ -146,7 +282,13 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             "the store must be outside the workspace (the agent must not be able to write history)",
         ));
     }
-    for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
+    if encloses(&store, &ws) || encloses(&store, &mp) {
+        return Err(Error::path(
+            &store,
+            "the store must not contain the workspace or the mountpoint (the daemon keeps the store private)",
+        ));
+    }
+    for info in &live {
         if info.store == store {
             return Err(Error::Usage(format!(
                 "store {} is already in use by the mount on {} (daemon pid {})",

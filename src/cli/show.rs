@@ -8,6 +8,11 @@ use crate::error::{Error, Result};
 pub fn run(args: ShowArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
     let mp = common::absolute_no_follow(&args.mountpoint)?;
+    // mount(2) follows a final symlink: one the agent planted would put the
+    // view somewhere else than the path printed.
+    if std::fs::symlink_metadata(&mp).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::path(&mp, "mountpoint is a symlink; give the directory itself"));
+    }
     let empty = std::fs::read_dir(&mp).map(|mut d| d.next().is_none());
     match empty {
         Ok(true) => {}

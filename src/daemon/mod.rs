@@ -108,12 +108,18 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
 }
 
 fn start(spec: &MountSpec) -> Result<Started> {
-    // The store is private to the daemon's owner, whatever its creator's umask.
-    set_mode(&spec.store, 0o700)?;
+    // The store was created private (or checked to be) by `prepare`; an
+    // existing directory's mode is the user's and is left alone.
     sys::clear_umask();
     let store_lock = registry::lock(&spec.store.join("lock"), &format!("store {}", spec.store.display()))?;
+    let workspace_id = {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(&spec.workspace)
+            .map_err(|e| Error::io(format!("cannot stat workspace {}", spec.workspace.display()), e))?;
+        (meta.dev(), meta.ino())
+    };
     let ws_lock = registry::lock(
-        &registry::workspace_lock_path(&spec.workspace),
+        &registry::workspace_lock_path(workspace_id),
         &format!("workspace {}", spec.workspace.display()),
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
@@ -162,6 +168,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         socket: entry.socket.clone(),
         passthrough: spec.passthrough == Passthrough::All,
+        workspace_id: Some(workspace_id),
     };
     registry::publish(&info)?;
 

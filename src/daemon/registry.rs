@@ -25,6 +25,10 @@ pub struct MountInfo {
     pub started_at: u64,
     pub socket: PathBuf,
     pub passthrough: bool,
+    /// Device and inode of the workspace's backing directory: another path
+    /// to it (a bind mount) is the same workspace.
+    #[serde(default)]
+    pub workspace_id: Option<(u64, u64)>,
 }
 
 /// The runtime directory: `$REWINDFS_RUNTIME_DIR`, else `/run/rewindfs` for
@@ -283,7 +287,8 @@ pub fn lock(path: &Path, what: &str) -> Result<Lock> {
     }
 }
 
-/// The lock that stops two daemons from serving one workspace.
-pub fn workspace_lock_path(workspace: &Path) -> PathBuf {
-    runtime_dir().join(format!("workspace-{}.lock", key(workspace)))
+/// The lock that stops two daemons from serving one workspace, named by
+/// the directory's device and inode, not by a path to it.
+pub fn workspace_lock_path(workspace_id: (u64, u64)) -> PathBuf {
+    runtime_dir().join(format!("workspace-{:x}-{:x}.lock", workspace_id.0, workspace_id.1))
 }
