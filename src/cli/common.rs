@@ -310,6 +310,26 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     })
 }
 
+/// Refuses an in-place mount while processes other than `except` are
+/// inside the workspace: they would go on using the directory under the
+/// mount, and nothing they do would be recorded.
+pub fn refuse_occupied(spec: &MountSpec, except: &std::collections::HashSet<u32>) -> Result<()> {
+    if !spec.in_place() {
+        return Ok(());
+    }
+    let found = crate::cli::occupants::inside(&spec.workspace, except);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = found.iter().map(|o| format!("  pid {} ({}): {}", o.pid, o.command, o.how)).collect();
+    Err(Error::Usage(format!(
+        "{} cannot be mounted in place: these processes are inside it, and what they do there would bypass the mount and never be recorded:\n{}\nleave the directory (cd elsewhere, or close those files) and mount again, or use `rewindfs run {} -- COMMAND`, which starts COMMAND inside the mount",
+        spec.workspace.display(),
+        list.join("\n"),
+        spec.workspace.display()
+    )))
+}
+
 fn already_mounted(path: &Path) -> Error {
     match daemon::mount_state(path) {
         MountState::Dead(_) => Error::Usage(format!(

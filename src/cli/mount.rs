@@ -10,6 +10,7 @@ use crate::error::Result;
 pub fn run(args: MountArgs) -> Result<()> {
     let spec = common::prepare(&args.workspace, args.mountpoint.as_deref(), &args.opts)?;
     if !args.foreground {
+        common::refuse_occupied(&spec, &std::collections::HashSet::from([std::process::id()]))?;
         let info = common::spawn_daemon(&spec)?;
         let place = if info.in_place { "in place".to_string() } else { format!("on {}", info.mountpoint.display()) };
         println!(
