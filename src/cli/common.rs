@@ -398,7 +398,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     let _ = child.kill();
     let _ = child.wait();
     match line.strip_prefix("error: ") {
-        Some(msg) if !msg.trim().is_empty() => Err(Error::Usage(msg.trim().to_string())),
+        Some(msg) if !msg.trim().is_empty() => Err(Error::Usage(msg.trim().replace("\\n", "\n"))),
         _ => Err(Error::Daemon(format!("the daemon failed to start; see {}", log_path.display()))),
     }
 }

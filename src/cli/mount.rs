@@ -36,7 +36,8 @@ pub fn run(args: MountArgs) -> Result<()> {
             }
             (Err(e), true) => {
                 let mut out = std::io::stdout();
-                let _ = writeln!(out, "error: {e}");
+                // One line on the pipe: `spawn_daemon` reads one.
+                let _ = writeln!(out, "error: {}", e.to_string().replace('\n', "\\n"));
                 let _ = out.flush();
             }
             (Ok(info), false) => eprintln!(

@@ -17,6 +17,7 @@ use log::info;
 use serde::Serialize;
 
 pub mod record_log;
+pub mod store_check;
 
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
 use crate::store::{ChunkStore, ContentRef, StoreError};
@@ -215,9 +216,11 @@ impl Journal {
         })
     }
 
-    /// Opens the store directory layout: `meta.sqlite` and `chunks/`.
+    /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
+    /// after checking that they are sound and belong together
+    /// ([`crate::journal::store_check`]).
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
-        let meta = Meta::open(&dir.join("meta.sqlite")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        let meta = store_check::open_checked(dir)?;
         let store =
             crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
         let journal = Journal::open_with_log(meta, Arc::new(store), Some(&dir.join("journal.log")))

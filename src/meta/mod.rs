@@ -332,6 +332,21 @@ impl Meta {
         Self::setup(conn, &path.display().to_string())
     }
 
+    /// Runs SQLite's `integrity_check`: the problems it finds (at most
+    /// `limit`), none when the database is sound.
+    pub fn integrity_problems(&self, limit: u32) -> MetaResult<Vec<String>> {
+        let mut stmt = self.conn.prepare(&format!("PRAGMA integrity_check({limit})")).ctx("check integrity")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).ctx("check integrity")?;
+        let mut out = Vec::new();
+        for row in rows {
+            let line = row.ctx("check integrity")?;
+            if line != "ok" {
+                out.push(line);
+            }
+        }
+        Ok(out)
+    }
+
     /// An in-memory database (tests).
     pub fn open_in_memory() -> MetaResult<Meta> {
         Self::setup(Connection::open_in_memory().ctx("open in memory")?, ":memory:")
