@@ -276,8 +276,8 @@ impl Browser {
             }
             Slot::MessagesDir => {
                 for c in self.journal.with_meta(|m| m.checkpoints())? {
-                    if let Some(m) = c.message_id.filter(|m| !m.is_empty() && !m.contains('/') && m != "." && m != "..")
-                    {
+                    // Ids sealed before they were checked may not be names.
+                    if let Some(m) = c.message_id.filter(|m| crate::journal::check_message_id(m).is_ok()) {
                         out.push(dir_entry(m, self.checkpoint_root(c.checkpoint)?));
                     }
                 }
