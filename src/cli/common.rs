@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::cli::MountOpts;
 use crate::daemon::registry::{self, MountInfo};
 use crate::daemon::{self, MountSpec, MountState};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fs::Passthrough;
 
 /// Set in the environment of a daemon started by `mount`: it reports
@@ -116,12 +116,15 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     };
     for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
         if info.workspace == ws {
-            return Err(Error::Usage(format!(
-                "workspace {} is already mounted on {} (daemon pid {}); unmount it first",
-                ws.display(),
-                info.mountpoint.display(),
-                info.pid
-            )));
+            return Err(Error::kind_of(
+                ErrorKind::Busy,
+                format!(
+                    "workspace {} is already mounted on {} (daemon pid {}); unmount it first",
+                    ws.display(),
+                    info.mountpoint.display(),
+                    info.pid
+                ),
+            ));
         }
     }
     let store_arg = opts.store.clone().unwrap_or_else(|| default_store(&ws));
@@ -148,12 +151,15 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     }
     for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
         if info.store == store {
-            return Err(Error::Usage(format!(
-                "store {} is already in use by the mount on {} (daemon pid {})",
-                store.display(),
-                info.mountpoint.display(),
-                info.pid
-            )));
+            return Err(Error::kind_of(
+                ErrorKind::Busy,
+                format!(
+                    "store {} is already in use by the mount on {} (daemon pid {})",
+                    store.display(),
+                    info.mountpoint.display(),
+                    info.pid
+                ),
+            ));
         }
     }
     Ok(MountSpec {
@@ -170,17 +176,21 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
 
 fn already_mounted(path: &Path) -> Error {
     match daemon::mount_state(path) {
-        MountState::Dead(_) => Error::Usage(format!(
-            "{} is a dead rewindfs mount (its daemon is gone); run `rewindfs unmount {}` first",
-            path.display(),
-            path.display()
-        )),
-        MountState::Live(info) | MountState::Starting(info) => Error::Usage(format!(
-            "{} is already mounted by rewindfs (daemon pid {}); unmount it first",
-            path.display(),
-            info.pid
-        )),
-        MountState::NotMounted => Error::Usage(format!("{} is already a mountpoint", path.display())),
+        MountState::Dead(_) => Error::kind_of(
+            ErrorKind::Busy,
+            format!(
+                "{} is a dead rewindfs mount (its daemon is gone); run `rewindfs unmount {}` first",
+                path.display(),
+                path.display()
+            ),
+        ),
+        MountState::Live(info) | MountState::Starting(info) => Error::kind_of(
+            ErrorKind::Busy,
+            format!("{} is already mounted by rewindfs (daemon pid {}); unmount it first", path.display(), info.pid),
+        ),
+        MountState::NotMounted => {
+            Error::kind_of(ErrorKind::Busy, format!("{} is already a mountpoint", path.display()))
+        }
     }
 }
 
@@ -235,8 +245,10 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     }
     let _ = child.kill();
     let _ = child.wait();
-    match line.strip_prefix("error: ") {
-        Some(msg) if !msg.trim().is_empty() => Err(Error::Usage(msg.trim().to_string())),
+    match line.strip_prefix("error: ").map(str::trim) {
+        Some(msg) if !msg.is_empty() => Err(serde_json::from_str::<crate::error::Failure>(msg)
+            .map(Error::Failure)
+            .unwrap_or_else(|_| Error::Usage(msg.to_string()))),
         _ => Err(Error::Daemon(format!("the daemon failed to start; see {}", log_path.display()))),
     }
 }
@@ -253,19 +265,18 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
         .filter(|i| target.starts_with(&i.mountpoint) || target.starts_with(&i.workspace))
         .max_by_key(|i| i.mountpoint.as_os_str().len())
         .ok_or_else(|| match explicit {
-            Some(p) => Error::Usage(format!("{} is not inside a rewindfs mount", p.display())),
-            None => Error::Usage("the current directory is not inside a rewindfs mount (use -C <MOUNT>)".into()),
+            Some(p) => Error::kind_of(ErrorKind::NoMount, format!("{} is not inside a rewindfs mount", p.display())),
+            None => Error::kind_of(
+                ErrorKind::NoMount,
+                "the current directory is not inside a rewindfs mount (use -C <MOUNT>)",
+            ),
         })
 }
 
-/// Sends a request to the daemon of `info`; an error answer becomes an error.
-pub fn ask(info: &MountInfo, request: &crate::daemon::control::Request) -> Result<serde_json::Value> {
-    let answer = crate::daemon::control::call(&info.socket, request, Duration::from_secs(600))?;
-    if answer.ok {
-        Ok(answer.data)
-    } else {
-        Err(Error::Usage(answer.error.unwrap_or_else(|| "the daemon refused the request".into())))
-    }
+/// Sends a request to the daemon of `info` and returns its typed answer; a
+/// refusal keeps the daemon's kind (and so its exit status).
+pub fn ask<O: crate::daemon::control::Op>(info: &MountInfo, op: O) -> Result<O::Reply> {
+    crate::daemon::control::call(&info.socket, op, Duration::from_secs(600))
 }
 
 /// A path given on the command line, relative to the mount root.
@@ -296,8 +307,11 @@ pub fn path_in_mount(info: &MountInfo, path: &Path) -> Result<PathBuf> {
     Err(Error::Usage(format!("{} is not inside the mount {}", path.display(), info.mountpoint.display())))
 }
 
-/// Prints a JSON value for programs.
-pub fn print_json(v: &serde_json::Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v).map_err(|e| Error::Daemon(e.to_string()))?);
+/// Prints a reply as JSON for programs (keys sorted, as docs/cli.md shows).
+pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    let text = serde_json::to_value(v)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .map_err(|e| Error::Failure(crate::error::Failure::internal(format!("cannot encode JSON: {e}"))))?;
+    println!("{text}");
     Ok(())
 }

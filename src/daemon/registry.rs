@@ -137,7 +137,10 @@ pub fn lock(path: &Path, what: &str) -> Result<Lock> {
         }
         Err(rustix::io::Errno::WOULDBLOCK) => {
             let holder = fs::read_to_string(path).unwrap_or_default();
-            Err(Error::Usage(format!("{what} is already in use by rewindfs daemon pid {}", holder.trim())))
+            Err(Error::kind_of(
+                crate::error::ErrorKind::Busy,
+                format!("{what} is already in use by rewindfs daemon pid {}", holder.trim()),
+            ))
         }
         Err(e) => Err(Error::io(format!("cannot lock {}", path.display()), e.into())),
     }
