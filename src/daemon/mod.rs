@@ -143,6 +143,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough },
         world.clone(),
     );
+    let hidden_views = fs.browser();
     let fsname = format!("rewindfs:{}", spec.workspace.display());
     let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads)
         .map_err(|e| Error::io(format!("cannot mount on {}", spec.mountpoint.display()), e))?;
@@ -172,6 +173,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         journal: journal.clone(),
         harness_seen: AtomicBool::new(false),
         views: std::sync::Mutex::new(Vec::new()),
+        hidden_views,
         invalidator: session
             .invalidator()
             .map_err(|e| Error::io("cannot duplicate the FUSE device descriptor".to_string(), e))?,
@@ -199,6 +201,8 @@ struct Ctx {
     harness_seen: AtomicBool,
     /// Mountpoints of views served by this daemon.
     views: std::sync::Mutex<Vec<PathBuf>>,
+    /// What serves `.rewindfs/` in the live mount (for `status`).
+    hidden_views: Option<Arc<crate::view::browse::Browser>>,
     invalidator: crate::fs::Invalidator,
     /// Taken exclusively by a rewind (see `LiveFs`).
     world: Arc<std::sync::RwLock<()>>,
@@ -384,6 +388,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 turn_changes: changes,
                 idle_secs: idle,
                 pending_files: tree.pending_count() as u64,
+                view_inodes: ctx.hidden_views.as_ref().map(|b| b.inode_count() as u64).unwrap_or(0),
             })
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {

@@ -130,6 +130,10 @@ pub struct StatusReply {
     pub idle_secs: Option<f64>,
     /// Rewound files whose bytes the settler has not written yet.
     pub pending_files: u64,
+    /// Inode numbers `.rewindfs/` holds: the entries the kernel remembers
+    /// (freed when it forgets them) plus a bounded number listed by a plain
+    /// readdir.
+    pub view_inodes: u64,
 }
 
 /// `turn`: the checkpoint sealed and the labels it got.
