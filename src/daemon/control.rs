@@ -59,6 +59,27 @@ pub fn drain(limit: Duration) {
     }
 }
 
+/// Runs a handler; a panic becomes an `internal` answer and a log line
+/// naming the request, instead of a connection closed without an answer
+/// and a request counted in flight for ever.
+fn guarded(handle: &dyn Fn(Request) -> Response, req: Request) -> Response {
+    let op = req.name();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(req))) {
+        Ok(response) => response,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            log::error!("control request `{op}` panicked: {what}");
+            Response::failure(Failure::internal(format!(
+                "the daemon failed while handling `{op}` (a bug; see the daemon log): {what}"
+            )))
+        }
+    }
+}
+
 /// Serves requests on `listener` with `handle` until the process ends.
 /// Each connection is handled on its own thread so a slow request (an
 /// unmount waiting for files to close) does not block `status`.
@@ -78,7 +99,7 @@ where
             }
             IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
             let response = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => handle(req),
+                Ok(req) => guarded(&*handle, req),
                 Err(e) => Response::failure(Failure::internal(format!("malformed request: {e}"))),
             };
             if let Ok(mut out) = serde_json::to_vec(&response) {
@@ -87,5 +108,31 @@ where
             }
             IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_handler_answers_internal_and_is_not_left_in_flight() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("control.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        std::thread::spawn(move || {
+            serve(listener, |req| match req {
+                Request::Log(_) => panic!("deliberate panic in a handler"),
+                _ => Response::from_result::<()>(Ok(())),
+            })
+        });
+        let err = call(&socket, Log, Duration::from_secs(10)).expect_err("a panicking handler answered ok");
+        assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
+        assert!(err.to_string().contains("`log`"), "the answer should name the request: {err}");
+        // The daemon keeps serving, and nothing is counted in flight.
+        call(&socket, Unmount { lazy: false }, Duration::from_secs(10)).expect("the next request");
+        let started = Instant::now();
+        drain(Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(2), "a request stayed in flight after its handler panicked");
     }
 }

@@ -21,12 +21,20 @@ pub trait Op: Into<Request> {
 }
 
 macro_rules! ops {
-    ($($name:ident => $reply:ty),* $(,)?) => {
+    ($($name:ident $op:literal => $reply:ty),* $(,)?) => {
         /// What the CLI asks a daemon: one variant per command.
         #[derive(Clone, Debug, Serialize, Deserialize)]
-        #[serde(tag = "op", rename_all = "snake_case")]
+        #[serde(tag = "op")]
         pub enum Request {
-            $($name($name),)*
+            $(#[serde(rename = $op)] $name($name),)*
+        }
+        impl Request {
+            /// The `op` tag of this request.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Request::$name(_) => $op,)*
+                }
+            }
         }
         $(
             impl From<$name> for Request {
@@ -42,15 +50,15 @@ macro_rules! ops {
 }
 
 ops! {
-    Status => StatusReply,
-    Unmount => (),
-    Turn => TurnReply,
-    Log => Vec<TurnSummary>,
-    Diff => DiffReply,
-    History => Vec<PathEvent>,
-    Restore => RestoreReply,
-    Rewind => RewindReply,
-    Show => ShowReply,
+    Status "status" => StatusReply,
+    Unmount "unmount" => (),
+    Turn "turn" => TurnReply,
+    Log "log" => Vec<TurnSummary>,
+    Diff "diff" => DiffReply,
+    History "history" => Vec<PathEvent>,
+    Restore "restore" => RestoreReply,
+    Rewind "rewind" => RewindReply,
+    Show "show" => ShowReply,
 }
 
 /// What is mounted where, and the state of the current turn.
@@ -271,6 +279,7 @@ mod tests {
             ),
         ];
         for (req, want) in cases {
+            assert!(want.starts_with(&format!(r#"{{"op":"{}""#, req.name())), "{want}");
             assert_eq!(serde_json::to_string(&req).expect("encode"), want);
             let back: Request = serde_json::from_str(want).expect("decode");
             assert_eq!(serde_json::to_string(&back).expect("encode"), want);
