@@ -248,6 +248,54 @@ fn a_failing_operation_exits_1() {
     assert!(stderr(&out).contains("cannot compute the diff"), "{}", stderr(&out));
 }
 
+/// Issue 13: ENOSPC in the middle of a rewind was reported as a usage error
+/// (exit 2). The store lives on a small ext4 image, filled up before the
+/// rewind, so the rewind cannot store the live content it moves aside.
+#[test]
+fn a_rewind_that_runs_out_of_space_exits_1() {
+    let mut fx = MountFixture::unmounted();
+    let img = fx.dir.path().join("store.img");
+    common::check(
+        common::run_with_timeout(std::process::Command::new("truncate").args(["-s", "32M", s(&img)]), CHILD_TIMEOUT),
+        "truncate",
+    );
+    common::check(
+        common::run_with_timeout(std::process::Command::new("mkfs.ext4").args(["-q", s(&img)]), CHILD_TIMEOUT),
+        "mkfs.ext4",
+    );
+    common::check(
+        common::run_with_timeout(
+            std::process::Command::new("mount").args(["-o", "loop", s(&img), s(&fx.store)]),
+            CHILD_TIMEOUT,
+        ),
+        "mount -o loop (are loop devices available?)",
+    );
+    let _store = LazyUnmount(fx.store.clone());
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.sh("head -c 2000000 /dev/urandom > big.bin");
+    fx.turn("m1");
+    // Not in the store: only its pre-image (the m1 content) is.
+    fx.sh("head -c 2000000 /dev/urandom > big.bin");
+    let filler = fx.store.join("filler");
+    let _ = common::run_with_timeout(
+        std::process::Command::new("dd").args(["if=/dev/zero", &format!("of={}", s(&filler)), "bs=64k"]),
+        CHILD_TIMEOUT,
+    );
+    let out = fx.rewindfs(&["rewind", "-C", s(&fx.mnt), "m1"]);
+    assert_error(&out, FAILED, "No space left on device");
+    std::fs::remove_file(&filler).unwrap();
+    fx.unmount();
+}
+
+/// Lazily unmounts a filesystem the test mounted, however the test ends.
+struct LazyUnmount(std::path::PathBuf);
+
+impl Drop for LazyUnmount {
+    fn drop(&mut self) {
+        let _ = common::run_with_timeout(std::process::Command::new("umount").arg("-l").arg(&self.0), CHILD_TIMEOUT);
+    }
+}
+
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
