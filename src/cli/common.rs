@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::cli::MountOpts;
 use crate::daemon::registry::{self, MountInfo};
 use crate::daemon::{self, MountSpec, MountState};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fs::Passthrough;
 
 /// Set in the environment of a daemon started by `mount`: it reports
@@ -219,13 +219,16 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         // Compared by object: a bind mount or a symlink names the same
         // directory under another path.
         if info.workspace == ws || info.workspace_id == Some(ws_id) {
-            return Err(Error::Usage(format!(
-                "workspace {} is already mounted on {} as {} (daemon pid {}); unmount it first",
-                ws.display(),
-                info.mountpoint.display(),
-                info.workspace.display(),
-                info.pid
-            )));
+            return Err(Error::kind_of(
+                ErrorKind::Busy,
+                format!(
+                    "workspace {} is already mounted on {} as {} (daemon pid {}); unmount it first",
+                    ws.display(),
+                    info.mountpoint.display(),
+                    info.workspace.display(),
+                    info.pid
+                ),
+            ));
         }
         for other in [&info.workspace, &info.mountpoint] {
             if encloses(&ws, other) || encloses(&mp, other) {
@@ -290,12 +293,15 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
     }
     for info in &live {
         if info.store == store {
-            return Err(Error::Usage(format!(
-                "store {} is already in use by the mount on {} (daemon pid {})",
-                store.display(),
-                info.mountpoint.display(),
-                info.pid
-            )));
+            return Err(Error::kind_of(
+                ErrorKind::Busy,
+                format!(
+                    "store {} is already in use by the mount on {} (daemon pid {})",
+                    store.display(),
+                    info.mountpoint.display(),
+                    info.pid
+                ),
+            ));
         }
     }
     Ok(MountSpec {
@@ -322,27 +328,34 @@ pub fn refuse_occupied(spec: &MountSpec, except: &std::collections::HashSet<u32>
         return Ok(());
     }
     let list: Vec<String> = found.iter().map(|o| format!("  pid {} ({}): {}", o.pid, o.command, o.how)).collect();
-    Err(Error::Usage(format!(
-        "{} cannot be mounted in place: these processes are inside it, and what they do there would bypass the mount and never be recorded:\n{}\nleave the directory (cd elsewhere, or close those files) and mount again, or use `rewindfs run {} -- COMMAND`, which starts COMMAND inside the mount",
-        spec.workspace.display(),
-        list.join("\n"),
-        spec.workspace.display()
-    )))
+    Err(Error::kind_of(
+        ErrorKind::Busy,
+        format!(
+            "{} cannot be mounted in place: these processes are inside it, and what they do there would bypass the mount and never be recorded:\n{}\nleave the directory (cd elsewhere, or close those files) and mount again, or use `rewindfs run {} -- COMMAND`, which starts COMMAND inside the mount",
+            spec.workspace.display(),
+            list.join("\n"),
+            spec.workspace.display()
+        ),
+    ))
 }
 
 fn already_mounted(path: &Path) -> Error {
     match daemon::mount_state(path) {
-        MountState::Dead(_) => Error::Usage(format!(
-            "{} is a dead rewindfs mount (its daemon is gone); run `rewindfs unmount {}` first",
-            path.display(),
-            path.display()
-        )),
-        MountState::Live(info) | MountState::Starting(info) => Error::Usage(format!(
-            "{} is already mounted by rewindfs (daemon pid {}); unmount it first",
-            path.display(),
-            info.pid
-        )),
-        MountState::NotMounted => Error::Usage(format!("{} is already a mountpoint", path.display())),
+        MountState::Dead(_) => Error::kind_of(
+            ErrorKind::Busy,
+            format!(
+                "{} is a dead rewindfs mount (its daemon is gone); run `rewindfs unmount {}` first",
+                path.display(),
+                path.display()
+            ),
+        ),
+        MountState::Live(info) | MountState::Starting(info) => Error::kind_of(
+            ErrorKind::Busy,
+            format!("{} is already mounted by rewindfs (daemon pid {}); unmount it first", path.display(), info.pid),
+        ),
+        MountState::NotMounted => {
+            Error::kind_of(ErrorKind::Busy, format!("{} is already a mountpoint", path.display()))
+        }
     }
 }
 
@@ -397,8 +410,10 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     }
     let _ = child.kill();
     let _ = child.wait();
-    match line.strip_prefix("error: ") {
-        Some(msg) if !msg.trim().is_empty() => Err(Error::Usage(msg.trim().replace("\\n", "\n"))),
+    match line.strip_prefix("error: ").map(str::trim) {
+        Some(msg) if !msg.is_empty() => Err(serde_json::from_str::<crate::error::Failure>(msg)
+            .map(Error::Failure)
+            .unwrap_or_else(|_| Error::Usage(msg.to_string()))),
         _ => Err(Error::Daemon(format!("the daemon failed to start; see {}", log_path.display()))),
     }
 }
@@ -421,21 +436,17 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
                 None => "the current directory is not inside a rewindfs mount (use -C <MOUNT>)".to_string(),
             };
             if refused.is_empty() {
-                Error::Usage(base)
+                Error::kind_of(ErrorKind::NoMount, base)
             } else {
-                Error::Usage(format!("{base}; runtime files refused: {}", refused.join("; ")))
+                Error::kind_of(ErrorKind::NoMount, format!("{base}; runtime files refused: {}", refused.join("; ")))
             }
         })
 }
 
-/// Sends a request to the daemon of `info`; an error answer becomes an error.
-pub fn ask(info: &MountInfo, request: &crate::daemon::control::Request) -> Result<serde_json::Value> {
-    let answer = crate::daemon::control::call(&info.socket, request, Duration::from_secs(600))?;
-    if answer.ok {
-        Ok(answer.data)
-    } else {
-        Err(Error::Usage(answer.error.unwrap_or_else(|| "the daemon refused the request".into())))
-    }
+/// Sends a request to the daemon of `info` and returns its typed answer; a
+/// refusal keeps the daemon's kind (and so its exit status).
+pub fn ask<O: crate::daemon::control::Op>(info: &MountInfo, op: O) -> Result<O::Reply> {
+    crate::daemon::control::call(&info.socket, op, Duration::from_secs(600))
 }
 
 /// A path given on the command line, relative to the mount root.
@@ -466,8 +477,11 @@ pub fn path_in_mount(info: &MountInfo, path: &Path) -> Result<PathBuf> {
     Err(Error::Usage(format!("{} is not inside the mount {}", path.display(), info.mountpoint.display())))
 }
 
-/// Prints a JSON value for programs.
-pub fn print_json(v: &serde_json::Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v).map_err(|e| Error::Daemon(e.to_string()))?);
+/// Prints a reply as JSON for programs (keys sorted, as docs/cli.md shows).
+pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    let text = serde_json::to_value(v)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .map_err(|e| Error::Failure(crate::error::Failure::internal(format!("cannot encode JSON: {e}"))))?;
+    println!("{text}");
     Ok(())
 }

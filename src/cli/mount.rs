@@ -35,9 +35,10 @@ pub fn run(args: MountArgs) -> Result<()> {
                 let _ = out.flush();
             }
             (Err(e), true) => {
+                // Structured, so `mount` exits with the status of the kind.
+                let failure = serde_json::to_string(&e.to_failure()).unwrap_or_else(|_| e.to_string());
                 let mut out = std::io::stdout();
-                // One line on the pipe: `spawn_daemon` reads one.
-                let _ = writeln!(out, "error: {}", e.to_string().replace('\n', "\\n"));
+                let _ = writeln!(out, "error: {failure}");
                 let _ = out.flush();
             }
             (Ok(info), false) => eprintln!(

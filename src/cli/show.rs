@@ -2,7 +2,7 @@
 
 use crate::cli::ShowArgs;
 use crate::cli::common;
-use crate::daemon::control::Request;
+use crate::daemon::control as op;
 use crate::error::{Error, Result};
 
 pub fn run(args: ShowArgs) -> Result<()> {
@@ -22,13 +22,13 @@ pub fn run(args: ShowArgs) -> Result<()> {
     if mp.starts_with(&info.mountpoint) || mp.starts_with(&info.workspace) {
         return Err(Error::path(&mp, "a view cannot be mounted inside the workspace it shows"));
     }
-    let data = common::ask(&info, &Request::Show { checkpoint: args.checkpoint, mountpoint: mp.clone() })?;
+    let reply = common::ask(&info, op::Show { checkpoint: args.checkpoint, mountpoint: mp.clone() })?;
     if args.target.json {
-        return common::print_json(&data);
+        return common::print_json(&reply);
     }
     println!(
         "checkpoint {} of {} is on {} (read-only; `rewindfs unmount {}` to remove)",
-        data["checkpoint"],
+        reply.checkpoint,
         info.workspace.display(),
         mp.display(),
         mp.display()

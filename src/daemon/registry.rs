@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// What the daemon of one mount publishes about itself.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -83,11 +83,14 @@ fn ensure_runtime_dir() -> Result<PathBuf> {
     }
     let owner = trusted_dir(&dir)?;
     if owner != crate::sys::geteuid() {
-        return Err(Error::Usage(format!(
-            "runtime directory {} belongs to uid {owner}, not to this daemon's uid {}; remove it or set REWINDFS_RUNTIME_DIR",
-            dir.display(),
-            crate::sys::geteuid()
-        )));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "runtime directory {} belongs to uid {owner}, not to this daemon's uid {}; remove it or set REWINDFS_RUNTIME_DIR",
+                dir.display(),
+                crate::sys::geteuid()
+            ),
+        ));
     }
     Ok(dir)
 }
@@ -100,21 +103,30 @@ fn trusted_dir(dir: &Path) -> Result<u32> {
         .map_err(|e| Error::io(format!("cannot read runtime directory {}", dir.display()), e))?;
     let me = crate::sys::geteuid();
     if !meta.file_type().is_dir() {
-        return Err(Error::Usage(format!("runtime directory {} is not a directory (a symlink?)", dir.display())));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!("runtime directory {} is not a directory (a symlink?)", dir.display()),
+        ));
     }
     if meta.uid() != 0 && meta.uid() != me {
-        return Err(Error::Usage(format!(
-            "runtime directory {} belongs to uid {}, neither root nor you (uid {me}); refusing to trust it",
-            dir.display(),
-            meta.uid()
-        )));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "runtime directory {} belongs to uid {}, neither root nor you (uid {me}); refusing to trust it",
+                dir.display(),
+                meta.uid()
+            ),
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(Error::Usage(format!(
-            "runtime directory {} is writable by others (mode {:o}); refusing to trust it",
-            dir.display(),
-            meta.mode() & 0o7777
-        )));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "runtime directory {} is writable by others (mode {:o}); refusing to trust it",
+                dir.display(),
+                meta.mode() & 0o7777
+            ),
+        ));
     }
     Ok(meta.uid())
 }
@@ -129,21 +141,26 @@ fn trusted_file(path: &Path, owner: u32, socket: bool) -> Result<()> {
     let kind_ok = if socket { ty.is_socket() } else { ty.is_file() };
     if !kind_ok {
         let want = if socket { "a socket" } else { "a regular file" };
-        return Err(Error::Usage(format!("{} is not {want}; refusing to trust it", path.display())));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!("{} is not {want}; refusing to trust it", path.display()),
+        ));
     }
     if meta.uid() != owner {
-        return Err(Error::Usage(format!(
-            "{} belongs to uid {}, not to uid {owner} who runs the daemons; refusing to trust it",
-            path.display(),
-            meta.uid()
-        )));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "{} belongs to uid {}, not to uid {owner} who runs the daemons; refusing to trust it",
+                path.display(),
+                meta.uid()
+            ),
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(Error::Usage(format!(
-            "{} is writable by others (mode {:o}); refusing to trust it",
-            path.display(),
-            meta.mode() & 0o7777
-        )));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!("{} is writable by others (mode {:o}); refusing to trust it", path.display(), meta.mode() & 0o7777),
+        ));
     }
     Ok(())
 }
@@ -154,17 +171,21 @@ fn trusted_file(path: &Path, owner: u32, socket: bool) -> Result<()> {
 fn read_trusted(path: &Path, owner: u32) -> Result<MountInfo> {
     trusted_file(path, owner, false)?;
     let bytes = fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    let info: MountInfo = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::Usage(format!("{} is not a rewindfs mount file: {e}", path.display())))?;
+    let info: MountInfo = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::kind_of(ErrorKind::Refused, format!("{} is not a rewindfs mount file: {e}", path.display()))
+    })?;
     let entry = entry_for(&info.mountpoint);
     if entry.info != path || entry.socket != info.socket {
-        return Err(Error::Usage(format!(
-            "{} names socket {} for mountpoint {}, not {}; refusing to trust it",
-            path.display(),
-            info.socket.display(),
-            info.mountpoint.display(),
-            entry.socket.display()
-        )));
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "{} names socket {} for mountpoint {}, not {}; refusing to trust it",
+                path.display(),
+                info.socket.display(),
+                info.mountpoint.display(),
+                entry.socket.display()
+            ),
+        ));
     }
     trusted_file(&info.socket, owner, true)?;
     Ok(info)
@@ -281,7 +302,10 @@ pub fn lock(path: &Path, what: &str) -> Result<Lock> {
         }
         Err(rustix::io::Errno::WOULDBLOCK) => {
             let holder = fs::read_to_string(path).unwrap_or_default();
-            Err(Error::Usage(format!("{what} is already in use by rewindfs daemon pid {}", holder.trim())))
+            Err(Error::kind_of(
+                crate::error::ErrorKind::Busy,
+                format!("{what} is already in use by rewindfs daemon pid {}", holder.trim()),
+            ))
         }
         Err(e) => Err(Error::io(format!("cannot lock {}", path.display()), e.into())),
     }

@@ -107,6 +107,11 @@ impl LiveFs {
         }
     }
 
+    /// What serves `.rewindfs/` (None when not recording).
+    pub fn browser(&self) -> Option<Arc<Browser>> {
+        self.browser.clone()
+    }
+
     /// The browser, when `ino` is under `.rewindfs/`.
     fn hidden(&self, ino: INodeNo) -> Option<&Browser> {
         self.browser.as_deref().filter(|b| ino.0 >= HIDDEN_INO_BASE && b.owns(Ino(ino.0)))
@@ -310,7 +315,10 @@ impl Filesystem for LiveFs {
     }
 
     fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {
-        self.tree.forget(ino(i), nlookup);
+        match &self.browser {
+            Some(b) if i.0 >= HIDDEN_INO_BASE => b.forget(ino(i), nlookup),
+            _ => self.tree.forget(ino(i), nlookup),
+        }
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::meta::Meta;
 
 /// The file beside the packs that says which database they belong to; the
@@ -23,11 +23,14 @@ fn history_outside_db(dir: &Path) -> (usize, usize) {
 }
 
 fn refuse(dir: &Path, what: String) -> Error {
-    Error::Usage(format!(
-        "store {}: {what}; nothing was changed. Check it with `rewindfs fsck --store {}`",
-        dir.display(),
-        dir.display()
-    ))
+    Error::kind_of(
+        ErrorKind::Failed,
+        format!(
+            "store {}: {what}; nothing was changed. Check it with `rewindfs fsck --store {}`",
+            dir.display(),
+            dir.display()
+        ),
+    )
 }
 
 /// Opens `dir/meta.sqlite` after checking it: SQLite's integrity check,

@@ -67,7 +67,7 @@ impl<T> Ctx<T> for rusqlite::Result<T> {
 }
 
 /// Why a checkpoint was made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// The state when the workspace was mounted.

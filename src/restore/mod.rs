@@ -37,15 +37,29 @@ pub enum RestoreError {
     Store(#[from] crate::store::StoreError),
 }
 
+impl RestoreError {
+    /// The errno behind the failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            RestoreError::View(e) => e.errno(),
+            RestoreError::Live { errno, .. } => errno.0,
+            RestoreError::BadPath(_) => libc::EINVAL,
+            RestoreError::Meta(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            RestoreError::Journal(e) => e.errno(),
+            RestoreError::Store(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
 /// One change a restore makes (or would make, with --dry-run).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct Planned {
     pub path: String,
     #[serde(rename = "action")]
     pub action: Action,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Did not exist, is recreated.
