@@ -108,9 +108,26 @@ pub fn drain(limit: Duration) {
     }
 }
 
+/// A request counted in `IN_FLIGHT` until dropped, also by a panic.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Serves requests on `listener` with `handle` until the process ends.
 /// Each connection is handled on its own thread so a slow request (an
-/// unmount waiting for files to close) does not block `status`.
+/// unmount waiting for files to close) does not block `status`. A handler
+/// that panics answers an error (and is logged); the daemon goes on.
 pub fn serve<F>(listener: UnixListener, handle: F)
 where
     F: Fn(Request) -> Response + Send + Sync + 'static,
@@ -125,16 +142,48 @@ where
             if reader.read_line(&mut line).is_err() {
                 return;
             }
-            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+            let _in_flight = InFlight::enter();
             let response = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => handle(req),
+                Ok(req) => {
+                    let op = format!("{req:?}");
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(req))).unwrap_or_else(|_| {
+                        log::error!("the control request {op} panicked");
+                        Response::err("the daemon failed while handling this request (a bug; see daemon.log)")
+                    })
+                }
                 Err(e) => Response::err(format!("malformed request: {e}")),
             };
             if let Ok(mut out) = serde_json::to_vec(&response) {
                 out.push(b'\n');
                 let _ = (&stream).write_all(&out);
             }
-            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_handler_answers_an_error_and_is_not_left_in_flight() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("s.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        std::thread::spawn(move || {
+            serve(listener, |req| match req {
+                Request::Status => panic!("injected"),
+                _ => Response::ok(serde_json::Value::Null),
+            })
+        });
+        for _ in 0..3 {
+            let answer = call(&socket, &Request::Status, Duration::from_secs(10)).expect("an answer");
+            assert!(!answer.ok, "a panic must answer an error");
+            assert!(answer.error.unwrap_or_default().contains("failed"));
+        }
+        let answer = call(&socket, &Request::Log, Duration::from_secs(10)).expect("an answer");
+        assert!(answer.ok, "the daemon goes on after a panicking request");
+        drain(Duration::from_secs(5));
+        assert_eq!(IN_FLIGHT.load(Ordering::SeqCst), 0, "a panicked request is still counted in flight");
     }
 }

@@ -18,6 +18,7 @@ use crate::meta::Reason;
 use crate::sys;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
+use crate::world::World;
 use control::{Request, Response};
 use registry::MountInfo;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,6 +74,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             }
             // The workspace on disk must be the rewound tree once unmounted.
             loop {
+                let _op = ctx.world.op();
                 match ctx.tree.settle_one() {
                     Ok(true) => continue,
                     Ok(false) => break,
@@ -128,7 +130,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
         Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
         Err(e) => return Err(Error::Daemon(format!("cannot read pending files: {e}"))),
     }
-    spawn_settler(tree.clone());
+    let world = Arc::new(World::new());
+    spawn_settler(tree.clone(), world.clone());
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
         let changed = tree
@@ -136,7 +139,6 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }
-    let world = Arc::new(std::sync::RwLock::new(()));
     let fs = LiveFs::new(
         tree.clone(),
         FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough },
@@ -199,8 +201,9 @@ struct Ctx {
     /// Mountpoints of views served by this daemon.
     views: std::sync::Mutex<Vec<PathBuf>>,
     invalidator: crate::fs::Invalidator,
-    /// Taken exclusively by a rewind (see `LiveFs`).
-    world: Arc<std::sync::RwLock<()>>,
+    /// Shared by every FUSE request; history operations go one at a time
+    /// and freeze the tree while they change it.
+    world: Arc<World>,
 }
 
 /// The fsname prefix of view mounts (`rewindfs show`).
@@ -228,6 +231,8 @@ fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
                 info!("a harness announces turns; quiet-period checkpoints stop");
                 return;
             }
+            // A restore or rewind in progress seals its own checkpoints.
+            let Some(_history) = ctx.world.try_history() else { continue };
             let (changes, idle) = ctx.journal.activity();
             if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) && !ctx.tree.writers_active_within(quiet) {
                 match seal(&ctx, &TurnInfo::default(), Reason::Auto) {
@@ -251,6 +256,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
     match req {
         Request::Turn { info: turn } => {
             ctx.harness_seen.store(true, Ordering::Relaxed);
+            let _history = ctx.world.history();
             match seal(ctx, &turn, Reason::Turn) {
                 Ok(n) => json(&serde_json::json!({
                     "checkpoint": n, "message_id": turn.message_id, "session": turn.session, "label": turn.label
@@ -258,11 +264,15 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 Err(e) => Response::err(e),
             }
         }
-        Request::Log => match crate::report::log(tree, journal) {
-            Ok(turns) => json(&turns),
-            Err(e) => Response::err(format!("cannot read the history: {e}")),
-        },
+        Request::Log => {
+            let _op = ctx.world.op();
+            match crate::report::log(tree, journal) {
+                Ok(turns) => json(&turns),
+                Err(e) => Response::err(format!("cannot read the history: {e}")),
+            }
+        }
         Request::Diff { from, to, paths, patch } => {
+            let _op = ctx.world.op();
             let a = match journal.resolve(&from) {
                 Ok(c) => c.0,
                 Err(e) => return Response::err(e.to_string()),
@@ -292,6 +302,10 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             } else {
                 paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             };
+            // A restore is a turn of its own, and atomic for everyone else.
+            let history = (!dry_run).then(|| ctx.world.history());
+            let _op = dry_run.then(|| ctx.world.op());
+            let mut frozen = history.as_ref().map(|h| h.freeze(&ctx.invalidator));
             let before = if dry_run {
                 None
             } else {
@@ -304,8 +318,10 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     Err(e) => return Response::err(e),
                 }
             };
-            let result = crate::restore::restore(tree, journal, k, &paths, dry_run);
-            let (changes, touched) = match result {
+            let mut unused = crate::restore::Touched::default();
+            let touched = frozen.as_mut().map(|f| f.touched()).unwrap_or(&mut unused);
+            let result = crate::restore::restore(tree, journal, k, &paths, dry_run, touched);
+            let changes = match result {
                 Ok(x) => x,
                 Err(e) => {
                     return Response::err(format!(
@@ -314,12 +330,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     ));
                 }
             };
-            for (dir, name) in &touched.entries {
-                ctx.invalidator.entry(*dir, name);
-            }
-            for ino in &touched.inodes {
-                ctx.invalidator.inode(*ino);
-            }
+            crate::world::test_hooks::hold_frozen();
             let after = match before {
                 Some(_) => {
                     let label =
@@ -331,6 +342,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 }
                 None => None,
             };
+            // The kernel forgets what changed before anyone sees the tree.
+            drop(frozen);
             json(
                 &serde_json::json!({ "checkpoint": k, "dry_run": dry_run, "undo_checkpoint": before, "result_checkpoint": after, "changes": changes }),
             )
@@ -361,10 +374,13 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 Err(e) => Response::err(format!("cannot mount the view on {}: {e}", mountpoint.display())),
             }
         }
-        Request::History { path } => match crate::report::history(tree, journal, &path) {
-            Ok(events) => json(&events),
-            Err(e) => Response::err(format!("cannot read the history of {}: {e}", path.display())),
-        },
+        Request::History { path } => {
+            let _op = ctx.world.op();
+            match crate::report::history(tree, journal, &path) {
+                Ok(events) => json(&events),
+                Err(e) => Response::err(format!("cannot read the history of {}: {e}", path.display())),
+            }
+        }
         Request::Status => {
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
             let mut data = serde_json::to_value(info).unwrap_or_default();
@@ -385,6 +401,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             Response::ok(data)
         }
         Request::Unmount { lazy } => {
+            // After the history operation in progress, if any.
+            let _history = ctx.world.history();
             if let Err(e) = tree.syncfs() {
                 warn!("syncfs of {} before unmount failed: {e}", info.workspace.display());
             }
@@ -401,8 +419,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
     }
 }
 
-/// Rewinds the whole tree. The world lock keeps every other request out
-/// while the tree changes, so no process sees a mix of old and new.
+/// Rewinds the whole tree. The frozen tree keeps every other request out
+/// while it changes, so no process sees a mix of old and new.
 fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
     let (tree, journal) = (&*ctx.tree, &*ctx.journal);
     let k = match journal.resolve(checkpoint) {
@@ -410,6 +428,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
         Err(e) => return Response::err(e.to_string()),
     };
     if dry_run {
+        let _op = ctx.world.op();
         // The impact, as a diff from the live tree to the checkpoint.
         let live = TreeView::live(tree, journal);
         let past = TreeView::at(tree, journal, k);
@@ -418,8 +437,9 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
             Err(e) => Response::err(format!("cannot compute the rewind: {e}")),
         };
     }
+    let history = ctx.world.history();
     let started = std::time::Instant::now();
-    let world = ctx.world.write().unwrap_or_else(|p| p.into_inner());
+    let mut frozen = history.freeze(&ctx.invalidator);
     let safety_label =
         TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
     let safety = match seal(ctx, &safety_label, Reason::Turn) {
@@ -428,45 +448,37 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
     };
     let sealed_safety = started.elapsed();
     let result = if crate::rewind::instant_available(tree) {
-        crate::rewind::rewind(tree, journal, k)
+        crate::rewind::rewind(tree, journal, k, frozen.touched())
     } else {
-        crate::restore::restore(tree, journal, k, &[], false)
+        crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
     };
-    let (changes, touched) = match result {
+    let changes = match result {
         Ok(x) => x,
         Err(e) => {
-            drop(world);
+            // Dropping `frozen` tells the kernel what the part done changed.
             return Response::err(format!(
                 "rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"
             ));
         }
     };
     let swapped = started.elapsed();
+    crate::world::test_hooks::hold_frozen();
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
     let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
-    drop(world);
     let sealed_result = started.elapsed();
-    // After the lock: the kernel may need locks held by requests that were
-    // waiting for it.
-    for (dir, name) in &touched.entries {
-        ctx.invalidator.entry(*dir, name);
-    }
-    let entries_done = started.elapsed();
-    for ino in &touched.inodes {
-        ctx.invalidator.inode(*ino);
-    }
+    let thawed = frozen.thaw();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     info!(
         "rewound to checkpoint {k} in {elapsed_ms:.1} ms ({} changes; safety checkpoint {safety}): safety seal {:.1} ms, \
-         tree switched {:.1} ms, result sealed {:.1} ms, {} entries invalidated {:.1} ms, {} inodes {:.1} ms",
+         tree switched {:.1} ms, result sealed {:.1} ms, {} entries and {} inodes invalidated {:.1} ms{}",
         changes.len(),
         ms(sealed_safety),
         ms(swapped - sealed_safety),
         ms(sealed_result - swapped),
-        touched.entries.len(),
-        ms(entries_done - sealed_result),
-        touched.inodes.len(),
-        elapsed_ms - ms(entries_done),
+        thawed.entries,
+        thawed.inodes,
+        ms(thawed.invalidation),
+        if thawed.released_early { " (tree released before the end: invalidation stalled)" } else { "" },
     );
     match result {
         Ok(n) => json(&serde_json::json!({
@@ -488,11 +500,16 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Writes the bytes of rewound files in the background.
-fn spawn_settler(tree: Arc<LiveTree>) {
+/// Writes the bytes of rewound files in the background, one file per
+/// ordinary operation (never while a rewind or restore changes the tree).
+fn spawn_settler(tree: Arc<LiveTree>, world: Arc<World>) {
     let _ = std::thread::Builder::new().name("settler".into()).spawn(move || {
         loop {
-            match tree.settle_one() {
+            let settled = {
+                let _op = world.op();
+                tree.settle_one()
+            };
+            match settled {
                 Ok(true) => {}
                 Ok(false) => std::thread::sleep(Duration::from_millis(100)),
                 Err(e) => {

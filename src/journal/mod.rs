@@ -18,6 +18,7 @@ use serde::Serialize;
 
 pub mod record_log;
 
+use crate::error::{AsErrno, Errno};
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use record_log::{LogRecord, RecordLog};
@@ -37,14 +38,14 @@ pub enum JournalError {
     Ambiguous { reference: String, matches: String },
 }
 
-impl JournalError {
+impl AsErrno for JournalError {
     /// The errno a refused change answers with.
-    pub fn errno(&self) -> i32 {
+    fn errno(&self) -> Errno {
         match self {
-            JournalError::Meta(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            JournalError::Store(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            JournalError::Read { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            _ => libc::EIO,
+            JournalError::Meta(e) => e.errno(),
+            JournalError::Store(e) => e.errno(),
+            JournalError::Read { source, .. } => source.errno(),
+            JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Errno::EIO,
         }
     }
 }
