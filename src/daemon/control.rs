@@ -80,9 +80,26 @@ fn guarded(handle: &dyn Fn(Request) -> Response, req: Request) -> Response {
     }
 }
 
+/// A request counted in `IN_FLIGHT` until dropped, also by a panic.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Serves requests on `listener` with `handle` until the process ends.
 /// Each connection is handled on its own thread so a slow request (an
-/// unmount waiting for files to close) does not block `status`.
+/// unmount waiting for files to close) does not block `status`. A handler
+/// that panics answers an error (and is logged); the daemon goes on.
 pub fn serve<F>(listener: UnixListener, handle: F)
 where
     F: Fn(Request) -> Response + Send + Sync + 'static,
@@ -97,7 +114,7 @@ where
             if reader.read_line(&mut line).is_err() {
                 return;
             }
-            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+            let _in_flight = InFlight::enter();
             let response = match serde_json::from_str::<Request>(&line) {
                 Ok(req) => guarded(&*handle, req),
                 Err(e) => Response::failure(Failure::internal(format!("malformed request: {e}"))),
@@ -106,7 +123,6 @@ where
                 out.push(b'\n');
                 let _ = (&stream).write_all(&out);
             }
-            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }

@@ -12,13 +12,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use log::{info, warn};
 
-use crate::error::{Error, Failure, Result};
+use crate::error::{AsErrno, Error, Failure, Result};
 use crate::fs::{FsOptions, LiveFs, MountedSession, Passthrough};
 use crate::journal::{Journal, JournalError, TurnInfo};
 use crate::meta::Reason;
 use crate::sys;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
+use crate::world::World;
 use control::{Op, Request, Response};
 use registry::MountInfo;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,6 +75,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             }
             // The workspace on disk must be the rewound tree once unmounted.
             loop {
+                let _op = ctx.world.op();
                 match ctx.tree.settle_one() {
                     Ok(true) => continue,
                     Ok(false) => break,
@@ -135,7 +137,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
         Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
         Err(e) => return Err(Error::Daemon(format!("cannot read pending files: {e}"))),
     }
-    spawn_settler(tree.clone());
+    let world = Arc::new(World::new());
+    spawn_settler(tree.clone(), world.clone());
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
         let changed = tree
@@ -143,7 +146,6 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }
-    let world = Arc::new(std::sync::RwLock::new(()));
     let fs = LiveFs::new(
         tree.clone(),
         FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough },
@@ -211,8 +213,9 @@ struct Ctx {
     /// What serves `.rewindfs/` in the live mount (for `status`).
     hidden_views: Option<Arc<crate::view::browse::Browser>>,
     invalidator: crate::fs::Invalidator,
-    /// Taken exclusively by a rewind (see `LiveFs`).
-    world: Arc<std::sync::RwLock<()>>,
+    /// Shared by every FUSE request; history operations go one at a time
+    /// and freeze the tree while they change it.
+    world: Arc<World>,
 }
 
 /// The fsname prefix of view mounts (`rewindfs show`).
@@ -225,10 +228,11 @@ fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, 
 fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, Failure> {
     let tree = ctx.tree.clone();
     let journal = ctx.journal.clone();
-    ctx.journal
-        .seal_on(info, reason, parent, || tree.recapture_writers(&journal))
-        .map(|c| c.0)
-        .map_err(|e| Failure::failed(e.errno(), format!("cannot seal the checkpoint: {e}")))
+    ctx.journal.seal_on(info, reason, parent, || tree.recapture_writers(&journal)).map(|c| c.0).map_err(|e| match e {
+        // The caller's mistake, not a failure of the store.
+        JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => Failure::usage(e.to_string()),
+        e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
+    })
 }
 
 fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
@@ -240,6 +244,8 @@ fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
                 info!("a harness announces turns; quiet-period checkpoints stop");
                 return;
             }
+            // A restore or rewind in progress seals its own checkpoints.
+            let Some(_history) = ctx.world.try_history() else { continue };
             let (changes, idle) = ctx.journal.activity();
             if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) && !ctx.tree.writers_active_within(quiet) {
                 match seal(&ctx, &TurnInfo::default(), Reason::Auto) {
@@ -261,12 +267,12 @@ fn answer<O: Op>(op: O, handler: impl FnOnce(O) -> std::result::Result<O::Reply,
 fn resolve(journal: &Journal, reference: &str) -> std::result::Result<i64, Failure> {
     journal.resolve(reference).map(|c| c.0).map_err(|e| match e {
         JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Failure::usage(e.to_string()),
-        e => Failure::failed(e.errno(), format!("cannot read the checkpoints: {e}")),
+        e => Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}")),
     })
 }
 
 fn view_failure(what: &str, e: crate::view::ViewError) -> Failure {
-    Failure::failed(e.errno(), format!("{what}: {e}"))
+    Failure::failed(e.errno().0, format!("{what}: {e}"))
 }
 
 fn restore_failure(message: String, e: &crate::restore::RestoreError) -> Failure {
@@ -274,7 +280,7 @@ fn restore_failure(message: String, e: &crate::restore::RestoreError) -> Failure
         crate::restore::RestoreError::BadPath(_) => crate::error::ErrorKind::Usage,
         _ => crate::error::ErrorKind::Failed,
     };
-    Failure::new(kind, Some(e.errno()), message)
+    Failure::new(kind, Some(e.errno().0), message)
 }
 
 fn handle(req: Request, ctx: &Ctx) -> Response {
@@ -282,13 +288,16 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
     match req {
         Request::Turn(op) => answer(op, |protocol::Turn { info: turn }| {
             ctx.harness_seen.store(true, Ordering::Relaxed);
+            let _history = ctx.world.history();
             let n = seal(ctx, &turn, Reason::Turn)?;
             Ok(protocol::TurnReply { checkpoint: n, info: turn })
         }),
-        Request::Log(op) => {
-            answer(op, |_| crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e)))
-        }
+        Request::Log(op) => answer(op, |_| {
+            let _op = ctx.world.op();
+            crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e))
+        }),
         Request::Diff(op) => answer(op, |protocol::Diff { from, to, paths, patch }| {
+            let _op = ctx.world.op();
             let a = resolve(journal, &from)?;
             let b = to.as_deref().map(|t| resolve(journal, t)).transpose()?;
             let va = TreeView::at(tree, journal, a);
@@ -307,6 +316,10 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             } else {
                 paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             };
+            // A restore is a turn of its own, and atomic for everyone else.
+            let history = (!dry_run).then(|| ctx.world.history());
+            let _op = dry_run.then(|| ctx.world.op());
+            let mut frozen = history.as_ref().map(|h| h.freeze(&ctx.invalidator));
             let before = if dry_run {
                 None
             } else {
@@ -316,8 +329,10 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 };
                 Some(seal(ctx, &label, Reason::Turn)?)
             };
-            let result = crate::restore::restore(tree, journal, k, &paths, dry_run);
-            let (changes, touched) = match result {
+            let mut unused = crate::restore::Touched::default();
+            let touched = frozen.as_mut().map(|f| f.touched()).unwrap_or(&mut unused);
+            let result = crate::restore::restore(tree, journal, k, &paths, dry_run, touched);
+            let changes = match result {
                 Ok(x) => x,
                 Err(e) => {
                     return Err(restore_failure(
@@ -326,12 +341,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     ));
                 }
             };
-            for (dir, name) in &touched.entries {
-                ctx.invalidator.entry(*dir, name);
-            }
-            for ino in &touched.inodes {
-                ctx.invalidator.inode(*ino);
-            }
+            crate::world::test_hooks::hold_frozen();
             let after = match before {
                 Some(_) => {
                     let label =
@@ -340,6 +350,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 }
                 None => None,
             };
+            // The kernel forgets what changed before anyone sees the tree.
+            drop(frozen);
             Ok(protocol::RestoreReply {
                 checkpoint: k,
                 dry_run,
@@ -374,6 +386,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             }
         }),
         Request::History(op) => answer(op, |protocol::History { path }| {
+            let _op = ctx.world.op();
             crate::report::history(tree, journal, &path)
                 .map_err(|e| view_failure(&format!("cannot read the history of {}", path.display()), e))
         }),
@@ -399,6 +412,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             })
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {
+            // After the history operation in progress, if any.
+            let _history = ctx.world.history();
             if let Err(e) = tree.syncfs() {
                 warn!("syncfs of {} before unmount failed: {e}", info.workspace.display());
             }
@@ -421,12 +436,13 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
     }
 }
 
-/// Rewinds the whole tree. The world lock keeps every other request out
-/// while the tree changes, so no process sees a mix of old and new.
+/// Rewinds the whole tree. The frozen tree keeps every other request out
+/// while it changes, so no process sees a mix of old and new.
 fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<protocol::RewindReply, Failure> {
     let (tree, journal) = (&*ctx.tree, &*ctx.journal);
     let k = resolve(journal, checkpoint)?;
     if dry_run {
+        let _op = ctx.world.op();
         // The impact, as a diff from the live tree to the checkpoint.
         let live = TreeView::live(tree, journal);
         let past = TreeView::at(tree, journal, k);
@@ -434,21 +450,22 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
             crate::report::diff(&live, &past, &[], false).map_err(|e| view_failure("cannot compute the rewind", e))?;
         return Ok(protocol::RewindReply::Preview(protocol::RewindPreview { checkpoint: k, dry_run: true, changes }));
     }
+    let history = ctx.world.history();
     let started = std::time::Instant::now();
-    let world = ctx.world.write().unwrap_or_else(|p| p.into_inner());
+    let mut frozen = history.freeze(&ctx.invalidator);
     let safety_label =
         TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
     let safety = seal(ctx, &safety_label, Reason::Turn)?;
     let sealed_safety = started.elapsed();
     let result = if crate::rewind::instant_available(tree) {
-        crate::rewind::rewind(tree, journal, k)
+        crate::rewind::rewind(tree, journal, k, frozen.touched())
     } else {
-        crate::restore::restore(tree, journal, k, &[], false)
+        crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
     };
-    let (changes, touched) = match result {
+    let changes = match result {
         Ok(x) => x,
         Err(e) => {
-            drop(world);
+            // Dropping `frozen` tells the kernel what the part done changed.
             return Err(restore_failure(
                 format!("rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"),
                 &e,
@@ -456,31 +473,23 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
         }
     };
     let swapped = started.elapsed();
+    crate::world::test_hooks::hold_frozen();
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
     let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
-    drop(world);
     let sealed_result = started.elapsed();
-    // After the lock: the kernel may need locks held by requests that were
-    // waiting for it.
-    for (dir, name) in &touched.entries {
-        ctx.invalidator.entry(*dir, name);
-    }
-    let entries_done = started.elapsed();
-    for ino in &touched.inodes {
-        ctx.invalidator.inode(*ino);
-    }
+    let thawed = frozen.thaw();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     info!(
         "rewound to checkpoint {k} in {elapsed_ms:.1} ms ({} changes; safety checkpoint {safety}): safety seal {:.1} ms, \
-         tree switched {:.1} ms, result sealed {:.1} ms, {} entries invalidated {:.1} ms, {} inodes {:.1} ms",
+         tree switched {:.1} ms, result sealed {:.1} ms, {} entries and {} inodes invalidated {:.1} ms{}",
         changes.len(),
         ms(sealed_safety),
         ms(swapped - sealed_safety),
         ms(sealed_result - swapped),
-        touched.entries.len(),
-        ms(entries_done - sealed_result),
-        touched.inodes.len(),
-        elapsed_ms - ms(entries_done),
+        thawed.entries,
+        thawed.inodes,
+        ms(thawed.invalidation),
+        if thawed.released_early { " (tree released before the end: invalidation stalled)" } else { "" },
     );
     Ok(protocol::RewindReply::Done(protocol::RewindDone {
         checkpoint: k,
@@ -502,11 +511,16 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Writes the bytes of rewound files in the background.
-fn spawn_settler(tree: Arc<LiveTree>) {
+/// Writes the bytes of rewound files in the background, one file per
+/// ordinary operation (never while a rewind or restore changes the tree).
+fn spawn_settler(tree: Arc<LiveTree>, world: Arc<World>) {
     let _ = std::thread::Builder::new().name("settler".into()).spawn(move || {
         loop {
-            match tree.settle_one() {
+            let settled = {
+                let _op = world.op();
+                tree.settle_one()
+            };
+            match settled {
                 Ok(true) => {}
                 Ok(false) => std::thread::sleep(Duration::from_millis(100)),
                 Err(e) => {

@@ -27,7 +27,7 @@ pub(super) fn view_errno(e: &ViewError) -> fuser::Errno {
         ViewError::ChangedOutside(..) | ViewError::Lost(_) => warn!("a view cannot show an object: {e}"),
         _ => {}
     }
-    fuser::Errno::from_i32(e.errno())
+    super::errno(e)
 }
 
 fn ttl_for(b: &Browser, ino: Ino) -> Duration {

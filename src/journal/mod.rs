@@ -19,6 +19,7 @@ use serde::Serialize;
 pub mod record_log;
 pub mod store_check;
 
+use crate::error::{AsErrno, Errno};
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use record_log::{LogRecord, RecordLog};
@@ -85,14 +86,15 @@ fn truncate_for_message(s: &str) -> String {
     out
 }
 
-impl JournalError {
+impl AsErrno for JournalError {
     /// The errno a refused change answers with.
-    pub fn errno(&self) -> i32 {
+    fn errno(&self) -> Errno {
         match self {
-            JournalError::Meta(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            JournalError::Store(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            JournalError::Read { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            _ => libc::EIO,
+            JournalError::Meta(e) => e.errno(),
+            JournalError::Store(e) => e.errno(),
+            JournalError::Read { source, .. } => source.errno(),
+            JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Errno::EIO,
+            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => Errno::EINVAL,
         }
     }
 }

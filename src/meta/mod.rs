@@ -6,6 +6,8 @@
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
 /// Current schema version.
@@ -39,18 +41,35 @@ pub enum MetaError {
     Malformed { what: &'static str },
 }
 
-impl MetaError {
-    /// The errno to answer a filesystem call with.
-    pub fn raw_os_error(&self) -> Option<i32> {
-        match self {
-            MetaError::Sqlite { source: rusqlite::Error::SqliteFailure(e, _), .. } => match e.code {
-                rusqlite::ErrorCode::DiskFull => Some(libc::ENOSPC),
-                rusqlite::ErrorCode::SystemIoFailure => Some(libc::EIO),
-                rusqlite::ErrorCode::ReadOnly => Some(libc::EROFS),
-                _ => None,
-            },
+/// The errno behind a SQLite error, if it has one: the only map of SQLite
+/// codes to errnos (the chunk index uses it too).
+pub fn sqlite_errno(e: &rusqlite::Error) -> Option<Errno> {
+    match e {
+        rusqlite::Error::SqliteFailure(e, _) => match e.code {
+            rusqlite::ErrorCode::DiskFull => Some(Errno::ENOSPC),
+            rusqlite::ErrorCode::SystemIoFailure => Some(Errno::EIO),
+            rusqlite::ErrorCode::ReadOnly => Some(Errno::EROFS),
             _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl AsErrno for MetaError {
+    fn errno(&self) -> Errno {
+        match self {
+            MetaError::Sqlite { source, .. } => sqlite_errno(source).unwrap_or(Errno::EIO),
+            MetaError::TooNew { .. } | MetaError::Malformed { .. } => Errno::EIO,
         }
+    }
+}
+
+/// A SQLite failure with `code`, for tests of the errno mapping.
+#[cfg(test)]
+pub(crate) fn sqlite_failure(code: std::ffi::c_int) -> MetaError {
+    MetaError::Sqlite {
+        context: "test".into(),
+        source: rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
     }
 }
 

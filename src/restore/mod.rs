@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::error::Errno;
+use crate::error::{AsErrno, Errno};
 use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::capture::kind_code;
@@ -37,16 +37,15 @@ pub enum RestoreError {
     Store(#[from] crate::store::StoreError),
 }
 
-impl RestoreError {
-    /// The errno behind the failure.
-    pub fn errno(&self) -> i32 {
+impl AsErrno for RestoreError {
+    fn errno(&self) -> Errno {
         match self {
             RestoreError::View(e) => e.errno(),
-            RestoreError::Live { errno, .. } => errno.0,
-            RestoreError::BadPath(_) => libc::EINVAL,
-            RestoreError::Meta(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            RestoreError::Live { errno, .. } => *errno,
+            RestoreError::BadPath(_) => Errno::EINVAL,
+            RestoreError::Meta(e) => e.errno(),
             RestoreError::Journal(e) => e.errno(),
-            RestoreError::Store(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            RestoreError::Store(e) => e.errno(),
         }
     }
 }
@@ -85,7 +84,7 @@ struct Ctx<'a> {
     dry_run: bool,
     caller: Caller,
     out: Vec<Planned>,
-    touched: Touched,
+    touched: &'a mut Touched,
     temp_counter: u64,
 }
 
@@ -94,14 +93,16 @@ fn live_err(path: &Path, errno: Errno) -> RestoreError {
 }
 
 /// Restores `paths` (relative to the root; empty = the whole tree) to
-/// their state at `checkpoint`. Returns what changed.
+/// their state at `checkpoint`. Returns what changed; what the kernel must
+/// forget goes into `touched`, also when the restore fails part-way.
 pub fn restore(
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
     paths: &[PathBuf],
     dry_run: bool,
-) -> Result<(Vec<Planned>, Touched), RestoreError> {
+    touched: &mut Touched,
+) -> Result<Vec<Planned>, RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
     let mut ctx = Ctx {
         tree,
@@ -109,7 +110,7 @@ pub fn restore(
         dry_run,
         caller,
         out: Vec::new(),
-        touched: Touched::default(),
+        touched,
         temp_counter: 0,
     };
     let targets: Vec<PathBuf> = if paths.is_empty() { vec![PathBuf::new()] } else { paths.to_vec() };
@@ -159,7 +160,7 @@ pub fn restore(
         let target = ctx.view.lookup(&node, last)?;
         ctx.sync_entry(live_dir, last, target.as_ref(), path)?;
     }
-    Ok((ctx.out, ctx.touched))
+    Ok(ctx.out)
 }
 
 impl Ctx<'_> {

@@ -524,7 +524,7 @@ impl LiveTree {
             let handle = sys::name_to_handle_at(dir.as_fd(), name)?;
             r.journal
                 .note_born(&handle.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir))
-                .map_err(|e| Errno(e.errno()))?;
+                .map_err(|e| crate::error::AsErrno::errno(&e))?;
         }
         self.entry_at(dir.as_fd(), name, true)
     }
