@@ -214,7 +214,12 @@ fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> s
     let tree = ctx.tree.clone();
     let journal = ctx.journal.clone();
     ctx.journal
-        .seal_on(info, reason, parent, || tree.recapture_writers(&journal))
+        .seal_on(info, reason, parent, || {
+            // Before the writers are recorded again: the live tree is still
+            // the tree at the end of the sealed turn.
+            crate::report::note_sealed_turn(&tree, &journal);
+            tree.recapture_writers(&journal)
+        })
         .map(|c| c.0)
         .map_err(|e| format!("cannot seal the checkpoint: {e}"))
 }
