@@ -228,11 +228,21 @@ fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, 
 fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, Failure> {
     let tree = ctx.tree.clone();
     let journal = ctx.journal.clone();
-    ctx.journal.seal_on(info, reason, parent, || tree.recapture_writers(&journal)).map(|c| c.0).map_err(|e| match e {
-        // The caller's mistake, not a failure of the store.
-        JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => Failure::usage(e.to_string()),
-        e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
-    })
+    ctx.journal
+        .seal_on(info, reason, parent, || {
+            // Before the writers are recorded again: the live tree is still
+            // the tree at the end of the sealed turn.
+            crate::report::note_sealed_turn(&tree, &journal);
+            tree.recapture_writers(&journal)
+        })
+        .map(|c| c.0)
+        .map_err(|e| match e {
+            // The caller's mistake, not a failure of the store.
+            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => {
+                Failure::usage(e.to_string())
+            }
+            e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
+        })
 }
 
 fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {

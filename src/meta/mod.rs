@@ -11,7 +11,7 @@ use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -131,6 +131,26 @@ pub struct Checkpoint {
     pub created_at: i64,
     /// Store size when the turn that starts here began (for "bytes stored").
     pub store_bytes_at_start: i64,
+}
+
+/// One turn's `log` statistics: what `diff` between its two checkpoints
+/// reports, summed, and how many records each program caused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnStats {
+    pub files_added: u64,
+    pub files_modified: u64,
+    pub files_deleted: u64,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+    pub programs: std::collections::BTreeMap<String, u64>,
+}
+
+/// What a turn changed (`Meta::changed_in_turn`).
+pub struct TurnChanges {
+    /// Directories whose entries changed.
+    pub dirs: Vec<ObjectId>,
+    /// Objects whose own state changed, with their kind.
+    pub objects: Vec<(ObjectId, u8)>,
 }
 
 /// The recorded state of an object before the first change in a turn.
@@ -318,6 +338,32 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("migrate to schema version 5")?;
+    }
+    if version < 6 {
+        // Each sealed turn's `log` statistics, so that `log` reads one row
+        // per turn instead of comparing two views for every turn each time.
+        // `paths` says where the turn's changes are (found at the seal,
+        // while the live tree is the tree at its end), so that computing
+        // the statistics visits only those paths.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE turn_summaries(
+                 turn INTEGER PRIMARY KEY,
+                 paths BLOB,
+                 files_added INTEGER,
+                 files_modified INTEGER,
+                 files_deleted INTEGER,
+                 lines_added INTEGER,
+                 lines_removed INTEGER);
+             CREATE TABLE turn_programs(
+                 turn INTEGER NOT NULL,
+                 program TEXT NOT NULL,
+                 records INTEGER NOT NULL,
+                 PRIMARY KEY(turn, program)) WITHOUT ROWID;
+             PRAGMA user_version = 6;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 6")?;
     }
     Ok(())
 }
@@ -841,6 +887,142 @@ impl Meta {
         rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
     }
 
+    /// Where the changes of `turn` are in the tree at its end: `Some`
+    /// paths (encoded by `encode_paths`), or `None` when only a walk of the
+    /// whole tree can tell. Set when the turn is sealed.
+    pub fn set_turn_paths(&self, turn: i64, paths: Option<&[u8]>) -> MetaResult<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO turn_summaries(turn, paths) VALUES (?1, ?2)
+                 ON CONFLICT(turn) DO UPDATE SET paths = excluded.paths",
+            )
+            .ctx("prepare")?
+            .execute(params![turn, paths])
+            .ctx("record where a turn's changes are")?;
+        Ok(())
+    }
+
+    /// The paths recorded by `set_turn_paths` (`None`: no row, or the
+    /// whole tree).
+    pub fn turn_paths(&self, turn: i64) -> MetaResult<Option<Vec<u8>>> {
+        self.conn
+            .prepare_cached("SELECT paths FROM turn_summaries WHERE turn = ?1")
+            .ctx("prepare")?
+            .query_row([turn], |r| r.get::<_, Option<Vec<u8>>>(0))
+            .optional()
+            .map(Option::flatten)
+            .ctx("read where a turn's changes are")
+    }
+
+    /// Stores a sealed turn's statistics; its paths are no longer needed.
+    pub fn set_turn_stats(&self, turn: i64, stats: &TurnStats) -> MetaResult<()> {
+        self.transaction(|m| {
+            m.conn
+                .prepare_cached(
+                    "INSERT INTO turn_summaries(turn, paths, files_added, files_modified, files_deleted,
+                         lines_added, lines_removed) VALUES (?1, NULL, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT(turn) DO UPDATE SET paths = NULL, files_added = excluded.files_added,
+                         files_modified = excluded.files_modified, files_deleted = excluded.files_deleted,
+                         lines_added = excluded.lines_added, lines_removed = excluded.lines_removed",
+                )
+                .ctx("prepare")?
+                .execute(params![
+                    turn,
+                    stats.files_added as i64,
+                    stats.files_modified as i64,
+                    stats.files_deleted as i64,
+                    stats.lines_added as i64,
+                    stats.lines_removed as i64
+                ])
+                .ctx("store turn statistics")?;
+            m.conn.execute("DELETE FROM turn_programs WHERE turn = ?1", [turn]).ctx("store turn statistics")?;
+            let mut insert = m
+                .conn
+                .prepare_cached("INSERT INTO turn_programs(turn, program, records) VALUES (?1, ?2, ?3)")
+                .ctx("prepare")?;
+            for (program, n) in &stats.programs {
+                insert.execute(params![turn, program, *n as i64]).ctx("store turn statistics")?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Every stored turn's statistics, by turn.
+    pub fn turn_stats(&self) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
+        let mut out = std::collections::HashMap::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT turn, files_added, files_modified, files_deleted, lines_added, lines_removed
+                 FROM turn_summaries WHERE files_added IS NOT NULL",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    TurnStats {
+                        files_added: r.get::<_, i64>(1)? as u64,
+                        files_modified: r.get::<_, i64>(2)? as u64,
+                        files_deleted: r.get::<_, i64>(3)? as u64,
+                        lines_added: r.get::<_, i64>(4)? as u64,
+                        lines_removed: r.get::<_, i64>(5)? as u64,
+                        programs: Default::default(),
+                    },
+                ))
+            })
+            .ctx("read turn statistics")?;
+        for row in rows {
+            let (turn, stats) = row.ctx("read turn statistics")?;
+            out.insert(turn, stats);
+        }
+        let mut stmt = self.conn.prepare_cached("SELECT turn, program, records FROM turn_programs").ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+            .ctx("read turn statistics")?;
+        for row in rows {
+            let (turn, program, n) = row.ctx("read turn statistics")?;
+            if let Some(s) = out.get_mut(&turn) {
+                s.programs.insert(program, n as u64);
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many records each program caused in a turn.
+    pub fn programs_in_turn(&self, turn: i64) -> MetaResult<std::collections::BTreeMap<String, u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT program, COUNT(*) FROM (SELECT program FROM entry_pre WHERE turn = ?1
+                     UNION ALL SELECT program FROM object_pre WHERE turn = ?1)
+                 WHERE program IS NOT NULL GROUP BY program",
+            )
+            .ctx("prepare")?;
+        let rows =
+            stmt.query_map([turn], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))).ctx("count programs of turn")?;
+        rows.collect::<rusqlite::Result<_>>().ctx("count programs of turn")
+    }
+
+    /// Everything a turn changed: the directories with entry records in
+    /// it, and the objects with object records.
+    pub fn changed_in_turn(&self, turn: i64) -> MetaResult<TurnChanges> {
+        let mut stmt = self.conn.prepare_cached("SELECT DISTINCT dir FROM entry_pre WHERE turn = ?1").ctx("prepare")?;
+        let dirs = stmt
+            .query_map([turn], |r| r.get(0).map(ObjectId))
+            .ctx("list changed directories")?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .ctx("list changed directories")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT object, kind FROM object_pre WHERE turn = ?1").ctx("prepare")?;
+        let objects = stmt
+            .query_map([turn], |r| Ok((ObjectId(r.get(0)?), r.get(1)?)))
+            .ctx("list changed objects")?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .ctx("list changed objects")?;
+        Ok(TurnChanges { dirs, objects })
+    }
+
     /// Runs `f` in one transaction.
     pub fn transaction<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
         self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
@@ -945,7 +1127,7 @@ mod tests {
         let p = dir.path().join("m.sqlite");
         {
             let m = Meta::open(&p).unwrap();
-            m.conn.execute_batch("DROP TABLE tainted; DROP TABLE pending; ALTER TABLE objects DROP COLUMN born_turn; PRAGMA user_version = 1").unwrap();
+            m.conn.execute_batch(&format!("{DROP_V6} DROP TABLE tainted; DROP TABLE pending; ALTER TABLE objects DROP COLUMN born_turn; PRAGMA user_version = 1")).unwrap();
         }
         let m = Meta::open(&p).unwrap();
         let a = m.intern_object(b"a", 1).unwrap();
@@ -962,11 +1144,11 @@ mod tests {
             // A version 4 database with an inline pending row.
             let m = Meta::open(&p).unwrap();
             m.conn
-                .execute_batch(
-                    "DROP TABLE pending; CREATE TABLE pending(handle BLOB PRIMARY KEY, content_hash BLOB NOT NULL, \
-                     chunks BLOB NOT NULL, mtime_ns INTEGER NOT NULL); \
+                .execute_batch(&format!(
+                    "{DROP_V6} DROP TABLE pending; CREATE TABLE pending(handle BLOB PRIMARY KEY, \
+                     content_hash BLOB NOT NULL, chunks BLOB NOT NULL, mtime_ns INTEGER NOT NULL); \
                      INSERT INTO pending VALUES (x'01', x'aa', x'bb', 7); PRAGMA user_version = 4",
-                )
+                ))
                 .unwrap();
         }
         let m = Meta::open(&p).unwrap();
@@ -985,6 +1167,51 @@ mod tests {
         assert!(
             m.conn.execute("INSERT INTO pending(handle, content_hash, mtime_ns) VALUES (x'04', x'aa', 1)", []).is_err()
         );
+    }
+
+    /// What a version 5 database lacks.
+    const DROP_V6: &str = "DROP TABLE turn_summaries; DROP TABLE turn_programs;";
+
+    #[test]
+    fn version_five_database_gets_turn_summaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            let a = m.intern_object(b"a", 1).unwrap();
+            m.record_object(3, a, &state(1), Some("sh")).unwrap();
+            m.conn.execute_batch(&format!("{DROP_V6} PRAGMA user_version = 5")).unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 6);
+        assert!(m.turn_stats().unwrap().is_empty(), "a migrated database has no summaries yet");
+        assert_eq!(m.turn_paths(3).unwrap(), None);
+        assert_eq!(m.programs_in_turn(3).unwrap().get("sh"), Some(&1), "older records still count");
+    }
+
+    #[test]
+    fn turn_paths_then_stats_roundtrip() {
+        let m = Meta::open_in_memory().unwrap();
+        m.set_turn_paths(4, Some(b"a\0b/c\0")).unwrap();
+        assert_eq!(m.turn_paths(4).unwrap().as_deref(), Some(&b"a\0b/c\0"[..]));
+        m.set_turn_paths(5, None).unwrap();
+        assert_eq!(m.turn_paths(5).unwrap(), None, "a whole-tree turn");
+        assert!(m.turn_stats().unwrap().is_empty(), "paths alone are not statistics");
+        let stats = TurnStats {
+            files_added: 1,
+            files_modified: 2,
+            files_deleted: 3,
+            lines_added: 40,
+            lines_removed: 50,
+            programs: [("cp".to_string(), 7), ("sh".to_string(), 1)].into(),
+        };
+        m.set_turn_stats(4, &stats).unwrap();
+        m.set_turn_stats(4, &stats).unwrap();
+        let all = m.turn_stats().unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[&4], stats);
+        assert_eq!(m.turn_paths(4).unwrap(), None, "paths are dropped once the statistics are stored");
     }
 
     #[test]
