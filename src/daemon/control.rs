@@ -57,6 +57,9 @@ pub enum Request {
         checkpoint: String,
         mountpoint: std::path::PathBuf,
     },
+    /// Check the store (`rewindfs fsck` on a mounted workspace); the answer
+    /// is a `fsck::Report`. Never repairs: that needs the store unused.
+    Fsck,
 }
 
 /// A daemon's answer.

@@ -118,6 +118,10 @@ fn start(spec: &MountSpec) -> Result<Started> {
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
+    // So `fsck --store` can find the workspace whose inodes views read.
+    if let Err(e) = journal.with_meta(|m| m.set_state("workspace", &spec.workspace.to_string_lossy())) {
+        warn!("cannot record the workspace path in the store: {e}");
+    }
     let recording = if spec.record { Some(journal.clone()) } else { None };
     if !spec.record {
         warn!("recording is off for {}: nothing will be undoable", spec.workspace.display());
@@ -359,6 +363,14 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     json(&serde_json::json!({ "checkpoint": n, "mountpoint": mountpoint }))
                 }
                 Err(e) => Response::err(format!("cannot mount the view on {}: {e}", mountpoint.display())),
+            }
+        }
+        Request::Fsck => {
+            let attic = info.store.join("attic");
+            let target = crate::fsck::Target { journal, tree: Some(tree), attic: Some(&attic) };
+            match crate::fsck::check(&target, &mut |_| {}) {
+                Ok(report) => json(&report),
+                Err(e) => Response::err(format!("fsck could not finish: {e}")),
             }
         }
         Request::History { path } => match crate::report::history(tree, journal, &path) {

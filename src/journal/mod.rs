@@ -191,7 +191,18 @@ impl Journal {
             m.set_state("clean_unmount_ns", "")
         })?;
         info!("journal opened: checkpoint {turn} records the state at mount");
-        Ok(Journal {
+        Ok(Journal::assemble(meta, store, turn, outside_since_ns, unclean, log))
+    }
+
+    fn assemble(
+        meta: Meta,
+        store: Arc<dyn ChunkStore>,
+        turn: i64,
+        outside_since_ns: Option<i64>,
+        unclean: bool,
+        log: Option<RecordLog>,
+    ) -> Journal {
+        Journal {
             inner: Mutex::new(Inner {
                 meta,
                 turn,
@@ -212,7 +223,15 @@ impl Journal {
             }),
             store,
             gate: RwLock::new(()),
-        })
+        }
+    }
+
+    /// A journal over a database and store opened read-only, for `fsck`:
+    /// it records no checkpoint and folds no log, so views can be read
+    /// without changing anything. Any recording through it fails.
+    pub fn read_only(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
+        let turn = meta.checkpoints()?.last().map_or(0, |c| c.checkpoint);
+        Ok(Journal::assemble(meta, store, turn, None, false, None))
     }
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`.

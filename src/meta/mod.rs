@@ -144,6 +144,30 @@ pub struct EntryRecord {
     pub program: Option<String>,
 }
 
+/// What views may need from an object's live inode (see
+/// [`Meta::record_coverage`]).
+#[derive(Clone, Debug)]
+pub struct Coverage {
+    pub object: ObjectId,
+    /// `objects.kind`, None without an object row.
+    pub kind: Option<u8>,
+    pub handle: Option<Vec<u8>>,
+    pub newest_record: i64,
+    pub newest_cover: Option<i64>,
+    /// The object has a row in `objects`.
+    pub has_row: bool,
+}
+
+/// A pending row and the record its chunk list comes from.
+#[derive(Clone, Debug)]
+pub struct PendingSource {
+    pub handle: Vec<u8>,
+    pub inline: Option<Vec<u8>>,
+    pub source: Option<(i64, ObjectId)>,
+    pub source_chunks: Option<Vec<u8>>,
+    pub source_exists: bool,
+}
+
 /// The metadata database.
 pub struct Meta {
     conn: Connection,
@@ -330,6 +354,31 @@ impl Meta {
     pub fn open(path: &Path) -> MetaResult<Meta> {
         let conn = Connection::open(path).ctx("open")?;
         Self::setup(conn, &path.display().to_string())
+    }
+
+    /// Opens an existing database for reading only: no migration, no
+    /// pragma that writes, so `fsck` can read a store beside its daemon or
+    /// without altering it. A database at another schema version is refused
+    /// (a mount migrates it).
+    pub fn open_read_only(path: &Path) -> MetaResult<Meta> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).ctx("open read-only")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
+        if version > SCHEMA_VERSION {
+            return Err(MetaError::TooNew {
+                path: path.display().to_string(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if version < SCHEMA_VERSION {
+            return Err(MetaError::Malformed {
+                what: "schema version (older than this rewindfs; mount once to migrate)",
+            });
+        }
+        Ok(Meta { conn })
     }
 
     /// An in-memory database (tests).
@@ -805,6 +854,150 @@ impl Meta {
             .ctx("prepare")?;
         let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
         rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
+    }
+
+    /// Calls `f` with every pre-image record that holds content: (turn,
+    /// object, content hash, chunk list). One pass, in (turn, object)
+    /// order, without holding every chunk list in memory.
+    pub fn for_each_content_record(&self, mut f: impl FnMut(i64, ObjectId, &[u8], &[u8])) -> MetaResult<()> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT turn, object, content_hash, chunks FROM object_pre WHERE chunks IS NOT NULL ORDER BY turn, object")
+            .ctx("prepare")?;
+        let mut rows = stmt.query([]).ctx("list content records")?;
+        while let Some(r) = rows.next().ctx("list content records")? {
+            let hash: Vec<u8> = r.get::<_, Option<Vec<u8>>>(2).ctx("read content record")?.unwrap_or_default();
+            let chunks: Vec<u8> = r.get(3).ctx("read content record")?;
+            f(r.get(0).ctx("read content record")?, ObjectId(r.get(1).ctx("read content record")?), &hash, &chunks);
+        }
+        Ok(())
+    }
+
+    /// Every `known_content` row: (object, chunk list).
+    pub fn known_content_lists(&self) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
+        let mut stmt = self.conn.prepare("SELECT object, chunks FROM known_content").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list known content")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list known content")
+    }
+
+    /// For every object some record mentions, what a view may need from
+    /// its live inode (see `fsck`): its kind and handle, the newest turn of
+    /// a record that names it (as an entry target or with an object record),
+    /// and the newest turn of a record that says all a view needs without
+    /// the inode (content for a file; any object record for anything else).
+    pub fn record_coverage(&self) -> MetaResult<Vec<Coverage>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "WITH named AS (
+                     SELECT target AS object, MAX(turn) AS turn FROM entry_pre WHERE target IS NOT NULL GROUP BY target
+                     UNION ALL SELECT object, MAX(turn) FROM object_pre GROUP BY object),
+                 newest AS (SELECT object, MAX(turn) AS turn FROM named GROUP BY object),
+                 covered AS (
+                     SELECT object, MAX(turn) AS turn FROM object_pre
+                     WHERE chunks IS NOT NULL OR kind != 1 GROUP BY object)
+                 SELECT n.object, o.kind, o.handle, n.turn, c.turn, o.id IS NOT NULL FROM newest n
+                 LEFT JOIN objects o ON o.id = n.object LEFT JOIN covered c ON c.object = n.object",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Coverage {
+                    object: ObjectId(r.get(0)?),
+                    kind: r.get(1)?,
+                    handle: r.get(2)?,
+                    newest_record: r.get(3)?,
+                    newest_cover: r.get(4)?,
+                    has_row: r.get(5)?,
+                })
+            })
+            .ctx("list record coverage")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list record coverage")
+    }
+
+    /// Every object row: (id, handle).
+    pub fn object_handles(&self) -> MetaResult<Vec<(ObjectId, Option<Vec<u8>>)>> {
+        let mut stmt = self.conn.prepare("SELECT id, handle FROM objects").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list objects")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list objects")
+    }
+
+    /// Entry records naming a directory that has no object row: (turn, dir, name).
+    pub fn entries_in_unknown_dirs(&self) -> MetaResult<Vec<(i64, ObjectId, Vec<u8>)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT turn, dir, name FROM entry_pre WHERE dir NOT IN (SELECT id FROM objects) ORDER BY turn")
+            .ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, ObjectId(r.get(1)?), r.get(2)?))).ctx("list entries")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries")
+    }
+
+    /// Records (entry or object) of a turn that is no checkpoint: (turn, count).
+    pub fn records_of_unknown_turns(&self) -> MetaResult<Vec<(i64, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT turn, COUNT(*) FROM (SELECT turn FROM entry_pre UNION ALL SELECT turn FROM object_pre) \
+                 WHERE turn NOT IN (SELECT id FROM checkpoints) GROUP BY turn ORDER BY turn",
+            )
+            .ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).ctx("list record turns")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list record turns")
+    }
+
+    /// Pending rows with how their chunk list resolves: (handle, inline
+    /// list, source record (turn, object), the source's list if it exists).
+    pub fn pending_sources(&self) -> MetaResult<Vec<PendingSource>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT p.handle, p.chunks, p.source_turn, p.source_object, o.chunks, o.object IS NOT NULL \
+                 FROM pending p LEFT JOIN object_pre o ON o.turn = p.source_turn AND o.object = p.source_object",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                let turn: Option<i64> = r.get(2)?;
+                let object: Option<i64> = r.get(3)?;
+                Ok(PendingSource {
+                    handle: r.get(0)?,
+                    inline: r.get(1)?,
+                    source: turn.zip(object.map(ObjectId)),
+                    source_chunks: r.get(4)?,
+                    source_exists: r.get(5)?,
+                })
+            })
+            .ctx("list pending content")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
+    }
+
+    /// Entry records whose target is `object`: (turn, dir, name).
+    pub fn entries_targeting(&self, object: ObjectId) -> MetaResult<Vec<(i64, ObjectId, Vec<u8>)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT turn, dir, name FROM entry_pre WHERE target = ?1 ORDER BY turn")
+            .ctx("prepare")?;
+        let rows =
+            stmt.query_map([object.0], |r| Ok((r.get(0)?, ObjectId(r.get(1)?), r.get(2)?))).ctx("list entries")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries")
+    }
+
+    /// Drops the object record (turn, object) whose content is lost, and
+    /// marks the object's state unknown for the checkpoints that needed
+    /// it (a `tainted` row at `turn + 1`): their views then refuse to show
+    /// it, rather than show a later version as if it were that one.
+    pub fn drop_lost_record(&self, turn: i64, object: ObjectId) -> MetaResult<()> {
+        self.conn
+            .execute("DELETE FROM object_pre WHERE turn = ?1 AND object = ?2", params![turn, object.0])
+            .ctx("drop a record whose content is lost")?;
+        self.taint(object, turn + 1)
+    }
+
+    /// Forgets the cached content of an object (its chunk list is damaged):
+    /// the next capture reads the file again.
+    pub fn forget_known_content(&self, object: ObjectId) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM known_content WHERE object = ?1", [object.0]).ctx("forget known content")?;
+        Ok(())
     }
 
     /// Runs `f` in one transaction.
