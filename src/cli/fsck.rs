@@ -172,7 +172,6 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
         ));
     }
     if repair && !report.is_clean() {
-        drop(target);
         drop(journal);
         let meta = Meta::open(&meta_path).map_err(|e| Error::Daemon(e.to_string()))?;
         let pack = PackStore::open(&store.join("chunks")).map_err(|e| Error::Daemon(e.to_string()))?;

@@ -365,8 +365,14 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
         );
     }
     for c in journal.with_meta(|m| m.record_coverage())? {
+        // Checkpoints after the newest record that says all without the
+        // inode, up to the newest that names the object: their views read
+        // the inode, found through the object's row.
+        let from = c.newest_cover.unwrap_or(i64::MIN);
+        let ks: Vec<i64> =
+            checkpoints.iter().map(|k| k.checkpoint).filter(|k| *k > from && *k <= c.newest_record).collect();
         if !c.has_row {
-            report.problems.push(problem(ProblemKind::ObjectRowMissing, Some(c.object), None));
+            gone.push((problem(ProblemKind::ObjectRowMissing, Some(c.object), None), ks));
             continue;
         }
         let needs_inode = c.newest_cover.is_none_or(|t| c.newest_record > t);
@@ -388,13 +394,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
             },
         };
         if let Some(detail) = detail {
-            let p = problem(ProblemKind::InodeGone { detail }, Some(c.object), None);
-            // Checkpoints after the newest record that says all without
-            // the inode, up to the newest that names the object.
-            let from = c.newest_cover.unwrap_or(i64::MIN);
-            let ks: Vec<i64> =
-                checkpoints.iter().map(|k| k.checkpoint).filter(|k| *k > from && *k <= c.newest_record).collect();
-            gone.push((p, ks));
+            gone.push((problem(ProblemKind::InodeGone { detail }, Some(c.object), None), ks));
         }
     }
 

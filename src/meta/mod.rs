@@ -1063,25 +1063,31 @@ pub fn decode_xattrs(mut b: &[u8]) -> MetaResult<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
+/// A plain file's state of `size` bytes without content, for tests.
+#[cfg(test)]
+pub(crate) fn test_file_state(size: u64) -> ObjectState {
+    ObjectState {
+        kind: 1,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size,
+        mtime_ns: 1,
+        ctime_ns: 2,
+        nlink: 1,
+        target: None,
+        xattrs: Vec::new(),
+        content: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn state(size: u64) -> ObjectState {
-        ObjectState {
-            kind: 1,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size,
-            mtime_ns: 1,
-            ctime_ns: 2,
-            nlink: 1,
-            target: None,
-            xattrs: Vec::new(),
-            content: None,
-        }
+        test_file_state(size)
     }
 
     #[test]
