@@ -302,6 +302,7 @@ mod tests {
                 detail: "content hashes to cd".into(),
                 pack: Some(1),
                 offset: Some(16),
+                others: 0,
             },
             object: Some(7),
             record_turn: Some(3),

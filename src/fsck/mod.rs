@@ -83,9 +83,22 @@ pub struct Affected {
 pub enum ProblemKind {
     /// A chunk's stored bytes do not decode to it (bit rot, a truncated or
     /// missing pack).
-    ChunkCorrupt { chunk: String, detail: String, pack: Option<u32>, offset: Option<u64> },
+    /// `others`: further chunks of the same content damaged or missing (a
+    /// record is one problem, however many of its chunks are lost).
+    ChunkCorrupt {
+        chunk: String,
+        detail: String,
+        pack: Option<u32>,
+        offset: Option<u64>,
+        #[serde(default)]
+        others: u64,
+    },
     /// A record lists a chunk the store does not have.
-    ChunkMissing { chunk: String },
+    ChunkMissing {
+        chunk: String,
+        #[serde(default)]
+        others: u64,
+    },
     /// A record's chunk list cannot be decoded.
     ChunkListUndecodable { detail: String },
     /// Views need the object's inode (in the workspace or the attic) and it
@@ -114,14 +127,18 @@ pub enum ProblemKind {
 impl std::fmt::Display for ProblemKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ProblemKind::ChunkCorrupt { chunk, detail, pack, offset } => {
+            ProblemKind::ChunkCorrupt { chunk, detail, pack, offset, others } => {
                 write!(f, "chunk {chunk} is corrupt ({detail}")?;
                 if let (Some(p), Some(o)) = (pack, offset) {
                     write!(f, "; pack {p} at offset {o}")?;
                 }
-                write!(f, ")")
+                write!(f, ")")?;
+                write_others(f, *others)
             }
-            ProblemKind::ChunkMissing { chunk } => write!(f, "chunk {chunk} is missing from the store"),
+            ProblemKind::ChunkMissing { chunk, others } => {
+                write!(f, "chunk {chunk} is missing from the store")?;
+                write_others(f, *others)
+            }
             ProblemKind::ChunkListUndecodable { detail } => write!(f, "the chunk list is unreadable ({detail})"),
             ProblemKind::InodeGone { detail } => write!(f, "the recorded inode is gone ({detail})"),
             ProblemKind::ObjectRowMissing => write!(f, "records name an object that has no row in the database"),
@@ -146,6 +163,14 @@ impl std::fmt::Display for ProblemKind {
                 write!(f, "cached content lists damaged chunk {chunk} (only a cache: repair forgets it)")
             }
         }
+    }
+}
+
+fn write_others(f: &mut std::fmt::Formatter<'_>, others: u64) -> std::fmt::Result {
+    match others {
+        0 => Ok(()),
+        1 => write!(f, ", and 1 more chunk of this content is lost"),
+        n => write!(f, ", and {n} more chunks of this content are lost"),
     }
 }
 
@@ -175,6 +200,9 @@ pub struct Report {
     /// Pre-image records whose chunk lists were followed.
     pub records_checked: u64,
     pub checkpoints: u64,
+    /// Every chunk whose stored bytes are damaged or unreadable.
+    #[serde(default)]
+    pub damaged_chunks: Vec<String>,
     pub problems: Vec<Problem>,
     /// What could not be checked, and why.
     pub notes: Vec<String>,
@@ -221,27 +249,34 @@ impl Chunks {
         }
     }
 
-    /// The problems of a chunk list: undecodable, or chunks damaged or
-    /// missing (each chunk once).
-    fn problems_of_list(&self, list: &[u8], used: &mut HashSet<ChunkId>) -> Vec<ProblemKind> {
+    /// The problem of a chunk list, if any: undecodable, or chunks damaged
+    /// or missing (the first one named, the others counted).
+    fn problem_of_list(&self, list: &[u8], used: &mut HashSet<ChunkId>) -> Option<ProblemKind> {
         let spans = match ContentRef::decode_chunks(list) {
             Ok(s) => s,
-            Err(e) => return vec![ProblemKind::ChunkListUndecodable { detail: e.to_string() }],
+            Err(e) => return Some(ProblemKind::ChunkListUndecodable { detail: e.to_string() }),
         };
         let mut seen = HashSet::new();
-        let mut out = Vec::new();
+        let mut first = None;
+        let mut lost = 0u64;
         for span in spans {
             used.insert(span.id);
             if !seen.insert(span.id) {
                 continue;
             }
-            match self.state(&span.id) {
-                ChunkState::Good => {}
-                ChunkState::Corrupt(c) => out.push(corrupt_kind(c)),
-                ChunkState::Missing => out.push(ProblemKind::ChunkMissing { chunk: span.id.to_string() }),
-            }
+            let kind = match self.state(&span.id) {
+                ChunkState::Good => continue,
+                ChunkState::Corrupt(c) => corrupt_kind(c),
+                ChunkState::Missing => ProblemKind::ChunkMissing { chunk: span.id.to_string(), others: 0 },
+            };
+            lost += 1;
+            first.get_or_insert(kind);
         }
-        out
+        let mut kind = first?;
+        if let ProblemKind::ChunkCorrupt { others, .. } | ProblemKind::ChunkMissing { others, .. } = &mut kind {
+            *others = lost - 1;
+        }
+        Some(kind)
     }
 }
 
@@ -251,6 +286,7 @@ fn corrupt_kind(c: &CorruptChunk) -> ProblemKind {
         detail: c.detail.clone(),
         pack: c.location.map(|l| l.0),
         offset: c.location.map(|l| l.1),
+        others: 0,
     }
 }
 
@@ -295,6 +331,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
     progress(Progress::References);
     report.chunks_checked = verified.checked;
     report.bytes_checked = verified.bytes;
+    report.damaged_chunks = verified.corrupt.iter().map(|c| c.id.to_string()).collect();
     let chunks = Chunks { listed: store.list()?, corrupt: verified.corrupt.into_iter().map(|c| (c.id, c)).collect() };
     let mut used = HashSet::new();
 
@@ -304,7 +341,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
     journal.with_meta(|m| {
         m.for_each_content_record(|turn, object, _hash, list| {
             records += 1;
-            for kind in chunks.problems_of_list(list, &mut used) {
+            if let Some(kind) = chunks.problem_of_list(list, &mut used) {
                 damaged.push(problem(kind, Some(object), Some(turn)));
             }
         })
@@ -316,13 +353,13 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
     let mut pending_problems = Vec::new();
     for p in pending {
         let list = p.inline.clone().or(p.source_chunks.clone());
-        let kinds = match list {
-            Some(list) => chunks.problems_of_list(&list, &mut used),
+        let kind = match list {
+            Some(list) => chunks.problem_of_list(&list, &mut used),
             None => {
-                vec![ProblemKind::PendingSourceMissing { turn: p.source.map(|s| s.0), object: p.source.map(|s| s.1.0) }]
+                Some(ProblemKind::PendingSourceMissing { turn: p.source.map(|s| s.0), object: p.source.map(|s| s.1.0) })
             }
         };
-        for kind in kinds {
+        if let Some(kind) = kind {
             let object = journal.with_meta(|m| m.object_by_handle(&p.handle))?;
             let mut pr = problem(kind, object, None);
             // The workspace itself is affected, whatever a repair of the
@@ -333,15 +370,16 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
         }
     }
 
-    // The content cache -> chunks.
+    // The content cache -> chunks (reported last: it costs no history).
+    let mut cache_problems = Vec::new();
     for (object, list) in journal.with_meta(|m| m.known_content_lists())? {
-        for kind in chunks.problems_of_list(&list, &mut used) {
+        if let Some(kind) = chunks.problem_of_list(&list, &mut used) {
             let chunk = match &kind {
-                ProblemKind::ChunkCorrupt { chunk, .. } | ProblemKind::ChunkMissing { chunk } => chunk.clone(),
+                ProblemKind::ChunkCorrupt { chunk, .. } | ProblemKind::ChunkMissing { chunk, .. } => chunk.clone(),
                 ProblemKind::ChunkListUndecodable { detail } => detail.clone(),
                 _ => continue,
             };
-            report.problems.push(problem(ProblemKind::KnownContentDamaged { chunk }, Some(object), None));
+            cache_problems.push(problem(ProblemKind::KnownContentDamaged { chunk }, Some(object), None));
         }
     }
 
@@ -435,6 +473,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
         report.problems.push(p);
     }
     report.problems.extend(pending_problems);
+    report.problems.extend(cache_problems);
     Ok(report)
 }
 
@@ -513,6 +552,11 @@ struct Namer<'a> {
     target: &'a Target<'a>,
     messages: BTreeMap<i64, Option<String>>,
     root: Option<ObjectId>,
+    /// Entry records naming each object (a scan of `entry_pre` each): a
+    /// missing pack damages every record, and their paths share parents.
+    naming: HashMap<ObjectId, Vec<(i64, ObjectId, Vec<u8>)>>,
+    /// Candidate paths by (object, checkpoint).
+    paths: HashMap<(ObjectId, i64), Vec<Vec<u8>>>,
 }
 
 /// How deep a chain of entry records is followed up to the root.
@@ -527,7 +571,13 @@ impl<'a> Namer<'a> {
             },
             None => None,
         };
-        Ok(Namer { target, messages: checkpoints.iter().map(|c| (c.checkpoint, c.message_id.clone())).collect(), root })
+        Ok(Namer {
+            target,
+            messages: checkpoints.iter().map(|c| (c.checkpoint, c.message_id.clone())).collect(),
+            root,
+            naming: HashMap::new(),
+            paths: HashMap::new(),
+        })
     }
 
     /// The checkpoints among `ks` that show `object`, with its path there.
@@ -566,17 +616,28 @@ impl<'a> Namer<'a> {
     }
 
     /// Candidate paths (as bytes) of `object` in the view at `k`.
-    fn candidates(&self, object: ObjectId, k: i64, depth: usize) -> FsckResult<Vec<Vec<u8>>> {
+    fn candidates(&mut self, object: ObjectId, k: i64, depth: usize) -> FsckResult<Vec<Vec<u8>>> {
         if Some(object) == self.root {
             return Ok(vec![Vec::new()]);
         }
         if depth >= MAX_DEPTH {
             return Ok(Vec::new());
         }
+        if let Some(known) = self.paths.get(&(object, k)) {
+            return Ok(known.clone());
+        }
         let journal = self.target.journal;
+        let naming = match self.naming.get(&object) {
+            Some(n) => n.clone(),
+            None => {
+                let n = journal.with_meta(|m| m.entries_targeting(object))?;
+                self.naming.insert(object, n.clone());
+                n
+            }
+        };
         let mut out = Vec::new();
         // Where the view at k finds it by name: entry records at or after k.
-        for (turn, dir, name) in journal.with_meta(|m| m.entries_targeting(object))? {
+        for (turn, dir, name) in naming {
             if turn < k || journal.with_meta(|m| m.entry_turn_at(dir, &name, k))? != Some(turn) {
                 continue;
             }
@@ -602,6 +663,7 @@ impl<'a> Namer<'a> {
             out.push(p.into_bytes());
         }
         out.dedup();
+        self.paths.insert((object, k), out.clone());
         Ok(out)
     }
 }
@@ -631,14 +693,7 @@ impl RepairStore for crate::store::PackStore {
 /// Nothing else is changed: attic entries, object rows, pending files and
 /// the workspace stay as they are, and are still reported.
 pub fn repair(meta: &Meta, store: &dyn RepairStore, report: &mut Report) -> FsckResult<()> {
-    let mut forget: Vec<ChunkId> = Vec::new();
-    for p in &report.problems {
-        if let ProblemKind::ChunkCorrupt { chunk, .. } = &p.kind
-            && let Ok(id) = chunk.parse::<ChunkId>()
-        {
-            forget.push(id);
-        }
-    }
+    let mut forget: Vec<ChunkId> = report.damaged_chunks.iter().filter_map(|c| c.parse().ok()).collect();
     forget.sort_unstable();
     forget.dedup();
     meta.transaction(|m| {
