@@ -123,12 +123,29 @@ fn exit_status(report: &Report, repair: bool) -> i32 {
 /// `repair`, reopens it for writing to apply the repairs.
 fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress: bool) -> Result<Report> {
     let meta_path = store.join("meta.sqlite");
-    if !meta_path.is_file() {
+    if !meta_path.is_file() && !store.join("chunks").is_dir() {
         return Err(Error::path(store, "not a rewindfs store (no meta.sqlite)"));
     }
     // Held while checking too: a daemon starting on the store mid-check
     // would change what is being read.
     let _lock = registry::lock(&store.join("lock"), &format!("store {}", store.display()))?;
+    // A database that cannot be used at all: that is the whole report.
+    let fatal: Vec<fsck::StoreDamage> = fsck::store_damage(store).into_iter().filter(|d| d.fatal).collect();
+    if !fatal.is_empty() {
+        let mut report = Report::default();
+        for d in fatal {
+            report.problems.push(Problem {
+                kind: fsck::ProblemKind::StoreDamaged { detail: d.detail },
+                object: None,
+                record_turn: None,
+                affected: Vec::new(),
+                repairable: false,
+                repaired: None,
+            });
+        }
+        report.notes.push("nothing else could be checked without a usable database".to_string());
+        return Ok(report);
+    }
     let meta = Meta::open_read_only(&meta_path).map_err(|e| Error::Daemon(e.to_string()))?;
     let workspace = workspace.or_else(|| {
         let recorded = meta.get_state("workspace").ok().flatten().filter(|w| !w.is_empty())?;
@@ -141,7 +158,12 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
         None => None,
     };
     let attic = store.join("attic");
-    let target = Target { journal: &journal, tree: tree.as_ref(), attic: attic.is_dir().then_some(attic.as_path()) };
+    let target = Target {
+        journal: &journal,
+        tree: tree.as_ref(),
+        attic: attic.is_dir().then_some(attic.as_path()),
+        store_dir: Some(store),
+    };
     let bar = show_progress.then(progress_bar).flatten();
     let mut report = fsck::check(&target, &mut |p| {
         if let Some(bar) = &bar {

@@ -367,7 +367,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
         }
         Request::Fsck => {
             let attic = info.store.join("attic");
-            let target = crate::fsck::Target { journal, tree: Some(tree), attic: Some(&attic) };
+            let target =
+                crate::fsck::Target { journal, tree: Some(tree), attic: Some(&attic), store_dir: Some(&info.store) };
             match crate::fsck::check(&target, &mut |_| {}) {
                 Ok(report) => json(&report),
                 Err(e) => Response::err(format!("fsck could not finish: {e}")),

@@ -31,6 +31,9 @@ use crate::sys::{self, FileHandle};
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
 
+pub mod store_check;
+pub use store_check::{StoreDamage, store_damage};
+
 /// Errors that stop a check (as opposed to problems it finds).
 #[derive(Debug, thiserror::Error)]
 pub enum FsckError {
@@ -55,6 +58,9 @@ pub struct Target<'a> {
     pub tree: Option<&'a LiveTree>,
     /// The store's attic directory, if it has one.
     pub attic: Option<&'a Path>,
+    /// The store directory, for the checks of the store as a whole
+    /// ([`store_damage`]); None in tests of the rest.
+    pub store_dir: Option<&'a Path>,
 }
 
 /// How far a check got, for a progress bar.
@@ -114,6 +120,9 @@ pub enum ProblemKind {
     EntryDirUnknown { turn: i64, dir: i64, name: String },
     /// A checkpoint's parent does not exist (or is not older).
     ParentMissing { checkpoint: i64, parent: i64 },
+    /// The store as a whole: the database is damaged, or the packs or the
+    /// attic do not belong to it (see [`store_damage`]).
+    StoreDamaged { detail: String },
     /// Records of a turn that has no checkpoint.
     RecordsOfUnknownTurn { turn: i64, records: i64 },
     /// A rewound file's bytes cannot be written: the record holding its
@@ -152,6 +161,7 @@ impl std::fmt::Display for ProblemKind {
             ProblemKind::ParentMissing { checkpoint, parent } => {
                 write!(f, "checkpoint {checkpoint} has parent {parent}, which does not exist before it")
             }
+            ProblemKind::StoreDamaged { detail } => write!(f, "{detail}"),
             ProblemKind::RecordsOfUnknownTurn { turn, records } => {
                 write!(f, "{records} records belong to turn {turn}, which has no checkpoint")
             }
@@ -317,6 +327,11 @@ impl Inodes<'_> {
 pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckResult<Report> {
     let journal = target.journal;
     let mut report = Report::default();
+    if let Some(dir) = target.store_dir {
+        for d in store_damage(dir) {
+            report.problems.push(problem(ProblemKind::StoreDamaged { detail: d.detail }, None, None));
+        }
+    }
     let checkpoints = journal.with_meta(|m| m.checkpoints())?;
     report.checkpoints = checkpoints.len() as u64;
 

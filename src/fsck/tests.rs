@@ -59,7 +59,7 @@ fn fixture() -> Fixture {
 }
 
 fn run(journal: &Journal, attic: Option<&Path>) -> Report {
-    let target = Target { journal, tree: None, attic };
+    let target = Target { journal, tree: None, attic, store_dir: None };
     let mut calls = 0;
     let report = check(&target, &mut |_| calls += 1).expect("check");
     assert!(calls > 0, "progress is reported");

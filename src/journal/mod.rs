@@ -236,6 +236,18 @@ impl Journal {
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`.
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
+        // Before anything writes: an empty or damaged database would
+        // otherwise be recreated or used as if it were the history.
+        let damage = crate::fsck::store_damage(dir);
+        if !damage.is_empty() {
+            let what: Vec<String> = damage.into_iter().map(|d| d.detail).collect();
+            return Err(crate::Error::Usage(format!(
+                "store {} is damaged, so it was not mounted: {}. `rewindfs fsck --store {}` says what is lost",
+                dir.display(),
+                what.join("; "),
+                dir.display()
+            )));
+        }
         let meta = Meta::open(&dir.join("meta.sqlite")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
         let store =
             crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;

@@ -158,6 +158,18 @@ pub struct Coverage {
     pub has_row: bool,
 }
 
+/// What [`Meta::probe`] found.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// `PRAGMA user_version` (0: an empty or foreign file).
+    pub version: i64,
+    /// What `PRAGMA quick_check` reported (empty: sound).
+    pub damage: Vec<String>,
+    /// The chunk store's size when the newest checkpoint's turn began.
+    pub store_bytes: Option<i64>,
+    pub max_object_id: Option<i64>,
+}
+
 /// A pending row and the record its chunk list comes from.
 #[derive(Clone, Debug)]
 pub struct PendingSource {
@@ -327,6 +339,15 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
     Ok(())
 }
 
+fn quick_check(conn: &Connection) -> MetaResult<Vec<String>> {
+    let mut stmt = conn.prepare("PRAGMA quick_check").ctx("check the database")?;
+    let lines = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .ctx("check the database")?;
+    Ok(lines.into_iter().filter(|line| line != "ok").collect())
+}
+
 fn object_state_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ObjectState> {
     let hash: Option<Vec<u8>> = r.get(base + 11)?;
     let chunks: Option<Vec<u8>> = r.get(base + 12)?;
@@ -379,6 +400,33 @@ impl Meta {
             });
         }
         Ok(Meta { conn })
+    }
+
+    /// Checks a database file without changing it: SQLite's
+    /// `PRAGMA quick_check` (the structure of every table and index), and
+    /// what the store around it must agree with. For the checks at mount
+    /// and `fsck`; a database of any schema version can be probed.
+    pub fn probe(path: &Path) -> MetaResult<Probe> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).ctx("open read-only")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
+        let mut probe = Probe { version, damage: quick_check(&conn)?, store_bytes: None, max_object_id: None };
+        if version >= 1 && probe.damage.is_empty() {
+            probe.store_bytes = conn
+                .query_row("SELECT store_bytes_at_start FROM checkpoints ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+                .optional()
+                .ctx("read the newest checkpoint")?;
+            probe.max_object_id =
+                conn.query_row("SELECT MAX(id) FROM objects", [], |r| r.get(0)).ctx("read objects")?;
+        }
+        Ok(probe)
+    }
+
+    /// SQLite's `PRAGMA quick_check` of this database: empty when sound.
+    pub fn quick_check(&self) -> MetaResult<Vec<String>> {
+        quick_check(&self.conn)
     }
 
     /// An in-memory database (tests).
