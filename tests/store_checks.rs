@@ -44,7 +44,7 @@ fn an_emptied_database_is_refused() {
     for f in ["meta.sqlite-wal", "meta.sqlite-shm"] {
         let _ = std::fs::remove_file(fx.store.join(f));
     }
-    assert_mount_refused(&mut fx, "missing or empty");
+    assert_mount_refused(&mut fx, "is empty");
 }
 
 #[test]

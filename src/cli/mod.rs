@@ -1,6 +1,7 @@
 //! The command line: argument definitions and one file per subcommand.
 
 mod common;
+mod fsck;
 mod history;
 mod mount;
 mod occupants;
@@ -84,6 +85,35 @@ pub enum Command {
     /// `rewindfs rewind <safety>` undoes the rewind. New turns then grow a
     /// new branch from CHECKPOINT; the abandoned branch stays browsable.
     Rewind(RewindArgs),
+    /// Check that every checkpoint can be read back; name what damage costs.
+    ///
+    /// Reads every chunk and checks its hash, follows every reference
+    /// (records, chunks, packs, attic, checkpoints) and reports each problem
+    /// by checkpoint and path. Exit status 0: clean; 4: problems found;
+    /// 5: --repair dealt with every problem found (history was lost). On a
+    /// mounted workspace it asks the daemon; --repair needs the store
+    /// unmounted.
+    Fsck(FsckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FsckArgs {
+    /// A mounted workspace (checked through its daemon), or an unmounted
+    /// one (its store is opened read-only); default: the mount containing
+    /// the current directory.
+    #[arg(short = 'C', value_name = "MOUNT")]
+    pub mount: Option<PathBuf>,
+    /// The store directory to check (default: the workspace's default store).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Drop what cannot be recovered (records whose content is gone,
+    /// damaged chunks, cached content) and say which checkpoints and paths
+    /// lost what. Never touches the workspace. Needs the store unmounted.
+    #[arg(long)]
+    pub repair: bool,
+    /// Print JSON for programs.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -276,6 +306,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Show(a) => show::run(a).map(|_| 0),
         Command::Restore(a) => history::restore(a).map(|_| 0),
         Command::Rewind(a) => history::rewind(a).map(|_| 0),
+        Command::Fsck(a) => fsck::run(a),
     };
     match result {
         Ok(code) => code,

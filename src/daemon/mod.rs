@@ -127,6 +127,10 @@ fn start(spec: &MountSpec) -> Result<Started> {
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
+    // So `fsck --store` can find the workspace whose inodes views read.
+    if let Err(e) = journal.with_meta(|m| m.set_state("workspace", &spec.workspace.to_string_lossy())) {
+        warn!("cannot record the workspace path in the store: {e}");
+    }
     let recording = if spec.record { Some(journal.clone()) } else { None };
     if !spec.record {
         warn!("recording is off for {}: nothing will be undoable", spec.workspace.display());
@@ -394,6 +398,14 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     format!("cannot mount the view on {}: {e}", mountpoint.display()),
                 )),
             }
+        }),
+        Request::Fsck(op) => answer(op, |_| {
+            let _op = ctx.world.op();
+            let attic = info.store.join("attic");
+            let target =
+                crate::fsck::Target { journal, tree: Some(tree), attic: Some(&attic), store_dir: Some(&info.store) };
+            crate::fsck::check(&target, &mut |_| {})
+                .map_err(|e| Failure::failed(libc::EIO, format!("fsck could not finish: {e}")))
         }),
         Request::History(op) => answer(op, |protocol::History { path }| {
             let _op = ctx.world.op();
