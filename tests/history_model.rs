@@ -15,7 +15,7 @@
 //! Environment: HISTORY_MODEL_SEED=N runs that seed only;
 //! HISTORY_MODEL_SEQUENCES=N random sequences (default 1) after the fixed
 //! seeds (HISTORY_MODEL_FIXED=0 leaves those out); HISTORY_MODEL_STEPS=N
-//! steps per sequence (default 60); HISTORY_MODEL_SHRINK_SECS (default 180);
+//! steps per sequence (default 60); HISTORY_MODEL_SHRINK_SECS=N: shrinking stops N s after the test started (default 180);
 //! HISTORY_MODEL_LOG=1 also checks `log` statistics.
 
 mod common;
@@ -249,12 +249,14 @@ fn random_sequences_against_the_model() {
     eprintln!("history_model: seeds {seeds:?}, {steps} steps each");
     let (mut total_steps, mut failures) = (0usize, Vec::new());
     let started = Instant::now();
+    // Shrinking shares one budget: the fixture's watchdog ends a test binary after 600 s.
+    let shrink_until = started + shrink_budget;
     for &seed in &seeds {
         let (n, failed) = run_seed(seed, steps);
         total_steps += n;
         if let Some(f) = failed {
             eprintln!("history_model: seed {seed} failed ({}): {}; shrinking", f.failure.kind, f.failure.msg);
-            let text = report(Some(seed), &f, shrink_budget);
+            let text = report(Some(seed), &f, shrink_until.saturating_duration_since(Instant::now()));
             eprintln!("{text}");
             failures.push(text);
         }
