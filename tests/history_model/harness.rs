@@ -380,13 +380,18 @@ impl Runner {
             };
             if attached {
                 self.orphans.remove(&x);
-            } else if here.is_some() {
-                self.next_id += 1;
-                self.orphans.insert(self.next_id, before);
-                self.fds[slot].as_mut().expect("held").node = self.next_id;
-            } else {
-                self.orphans.insert(x, before);
+                continue;
             }
+            if here.is_some() {
+                // Another inode now stands for the object in the tree: it
+                // gets a new identity, the descriptor keeps the old one (a
+                // later rewind may bring that inode back).
+                self.next_id += 1;
+                let node = self.model.nodes.remove(&x).expect("in the tree");
+                self.model.nodes.insert(self.next_id, node);
+                self.model.entries.values_mut().filter(|id| **id == x).for_each(|id| *id = self.next_id);
+            }
+            self.orphans.insert(x, before);
         }
         self.forget_orphans();
         self.sealed(v["result_checkpoint"].as_i64(), self.model.clone(), "rewind (result)")?;
