@@ -293,7 +293,6 @@ impl Runner {
                 }
                 let v = self.cli_json(&args)?;
                 self.sealed(v["checkpoint"].as_i64(), self.model.clone(), "turn")?;
-                return self.check_new_diffs().map(|_| true);
             }
             Step::Rewind(k) => {
                 if !self.snaps.contains_key(k) {
@@ -433,7 +432,7 @@ impl Runner {
         Ok(())
     }
 
-    /// After a rewind, restore or remount: every checkpoint's view equals
+    /// After every history step: every checkpoint's view equals
     /// its snapshot; now and then one through `show`, and `history` of a path.
     fn check_history_state(&mut self) -> Res<()> {
         self.checks += 1;
