@@ -11,6 +11,8 @@
 //! - [`report`]: log statistics, diffs, path history.
 //! - [`restore`]: putting paths back as they were at a checkpoint.
 //! - [`rewind`]: whole-tree rewind at the cost of what changed.
+//! - [`world`]: the world lock: ordinary operations vs. rewind and restore,
+//!   and history-changing operations one at a time.
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
@@ -28,5 +30,6 @@ pub mod store;
 pub mod sys;
 pub mod view;
 pub mod workspace;
+pub mod world;
 
 pub use error::{Error, Result};

@@ -3,6 +3,7 @@
 mod common;
 mod history;
 mod mount;
+mod occupants;
 mod run;
 mod show;
 mod status;

@@ -65,6 +65,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
         }
     };
     let spec = common::prepare(&workspace, None, &args.opts)?;
+    // The shell that started `run` waits for it; the command itself starts
+    // inside the mount.
+    common::refuse_occupied(&spec, &crate::cli::occupants::self_and_ancestors())?;
     let info = common::spawn_daemon(&spec)?;
     eprintln!("rewindfs: mounted {} in place (daemon pid {})", info.workspace.display(), info.pid);
 

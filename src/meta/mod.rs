@@ -6,6 +6,8 @@
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
 /// Current schema version.
@@ -39,18 +41,35 @@ pub enum MetaError {
     Malformed { what: &'static str },
 }
 
-impl MetaError {
-    /// The errno to answer a filesystem call with.
-    pub fn raw_os_error(&self) -> Option<i32> {
-        match self {
-            MetaError::Sqlite { source: rusqlite::Error::SqliteFailure(e, _), .. } => match e.code {
-                rusqlite::ErrorCode::DiskFull => Some(libc::ENOSPC),
-                rusqlite::ErrorCode::SystemIoFailure => Some(libc::EIO),
-                rusqlite::ErrorCode::ReadOnly => Some(libc::EROFS),
-                _ => None,
-            },
+/// The errno behind a SQLite error, if it has one: the only map of SQLite
+/// codes to errnos (the chunk index uses it too).
+pub fn sqlite_errno(e: &rusqlite::Error) -> Option<Errno> {
+    match e {
+        rusqlite::Error::SqliteFailure(e, _) => match e.code {
+            rusqlite::ErrorCode::DiskFull => Some(Errno::ENOSPC),
+            rusqlite::ErrorCode::SystemIoFailure => Some(Errno::EIO),
+            rusqlite::ErrorCode::ReadOnly => Some(Errno::EROFS),
             _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl AsErrno for MetaError {
+    fn errno(&self) -> Errno {
+        match self {
+            MetaError::Sqlite { source, .. } => sqlite_errno(source).unwrap_or(Errno::EIO),
+            MetaError::TooNew { .. } | MetaError::Malformed { .. } => Errno::EIO,
         }
+    }
+}
+
+/// A SQLite failure with `code`, for tests of the errno mapping.
+#[cfg(test)]
+pub(crate) fn sqlite_failure(code: std::ffi::c_int) -> MetaError {
+    MetaError::Sqlite {
+        context: "test".into(),
+        source: rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
     }
 }
 
@@ -67,7 +86,7 @@ impl<T> Ctx<T> for rusqlite::Result<T> {
 }
 
 /// Why a checkpoint was made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// The state when the workspace was mounted.
@@ -330,6 +349,21 @@ impl Meta {
     pub fn open(path: &Path) -> MetaResult<Meta> {
         let conn = Connection::open(path).ctx("open")?;
         Self::setup(conn, &path.display().to_string())
+    }
+
+    /// Runs SQLite's `integrity_check`: the problems it finds (at most
+    /// `limit`), none when the database is sound.
+    pub fn integrity_problems(&self, limit: u32) -> MetaResult<Vec<String>> {
+        let mut stmt = self.conn.prepare(&format!("PRAGMA integrity_check({limit})")).ctx("check integrity")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).ctx("check integrity")?;
+        let mut out = Vec::new();
+        for row in rows {
+            let line = row.ctx("check integrity")?;
+            if line != "ok" {
+                out.push(line);
+            }
+        }
+        Ok(out)
     }
 
     /// An in-memory database (tests).

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, ObjectId};
@@ -18,7 +18,7 @@ use crate::workspace::LiveTree;
 const MAX_DIFF_BYTES: u64 = 8 << 20;
 
 /// How one path differs between two trees.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
     Added,
@@ -30,7 +30,7 @@ pub enum ChangeKind {
 }
 
 /// One changed path.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FileChange {
     pub path: String,
     pub change: ChangeKind,
@@ -38,12 +38,12 @@ pub struct FileChange {
     pub lines_added: u64,
     pub lines_removed: u64,
     /// Unified diff text (text files only; empty with `--stat`).
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub patch: String,
 }
 
 /// Statistics of one turn, for `log`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TurnSummary {
     pub checkpoint: i64,
     pub parent: Option<i64>,
@@ -440,7 +440,7 @@ fn count_subtree(
 }
 
 /// One turn that changed a path.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PathEvent {
     pub checkpoint: i64,
     pub message_id: Option<String>,

@@ -146,11 +146,7 @@ impl StoreError {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             StoreError::Io { source, .. } => source.raw_os_error(),
-            StoreError::Sqlite { source: rusqlite::Error::SqliteFailure(e, _), .. } => match e.code {
-                rusqlite::ErrorCode::DiskFull => Some(libc::ENOSPC),
-                rusqlite::ErrorCode::SystemIoFailure => Some(libc::EIO),
-                _ => None,
-            },
+            StoreError::Sqlite { source, .. } => crate::meta::sqlite_errno(source).map(|e| e.0),
             _ => None,
         }
     }
@@ -165,6 +161,13 @@ impl StoreError {
 
     pub(crate) fn corrupt(chunk: ChunkId, detail: impl Into<String>) -> StoreError {
         StoreError::Corrupt { chunk, detail: detail.into() }
+    }
+}
+
+impl crate::error::AsErrno for StoreError {
+    /// Corrupt or missing data, and writes refused after a failure, are EIO.
+    fn errno(&self) -> crate::error::Errno {
+        crate::error::Errno(self.raw_os_error().unwrap_or(libc::EIO))
     }
 }
 

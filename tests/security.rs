@@ -1,0 +1,285 @@
+//! The agent as an attacker (issue 13): an unprivileged user inside the
+//! mount tries to redirect the owner's commands, forge a view, and block a
+//! restore. Each attack ran as the test user through `setpriv`.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::{Command, Output};
+
+use common::{MountFixture, check, stderr, stdout, test_user};
+
+/// Runs a python3 program in `dir` as the unprivileged test user.
+fn py_as_agent(dir: &std::path::Path, code: &str) -> Output {
+    let (uid, gid) = test_user();
+    common::py_as_in(dir, uid, gid, code)
+}
+
+/// The mount's info file in the fixture's runtime directory.
+fn mount_file(fx: &MountFixture) -> std::path::PathBuf {
+    let files: Vec<_> = std::fs::read_dir(&fx.run)
+        .expect("runtime dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(files.len(), 1, "one mount file in {}: {files:?}", fx.run.display());
+    files[0].clone()
+}
+
+#[test]
+fn runtime_files_belong_to_the_daemon_and_are_not_writable_by_the_agent() {
+    let fx = MountFixture::manual_turns();
+    let info = mount_file(&fx);
+    let meta = std::fs::symlink_metadata(&info).expect("mount file");
+    assert_eq!(meta.uid(), 0, "mount file owner");
+    assert_eq!(meta.mode() & 0o7777, 0o644, "mount file mode");
+    let out = py_as_agent(
+        fx.dir.path(),
+        &format!(
+            r#"
+import errno
+try:
+    open({:?}, 'r+')
+    raise SystemExit('the agent could open the mount file for writing')
+except PermissionError:
+    pass
+"#,
+            info.to_str().expect("utf-8")
+        ),
+    );
+    check(out, "agent writes the mount file");
+}
+
+/// A mount file the agent could rewrite (as the old 0666 ones were) is not
+/// believed: the owner's command fails and says why, and never reaches the
+/// agent's socket.
+#[test]
+fn a_mount_file_writable_by_others_is_refused_and_its_socket_never_called() {
+    let fx = MountFixture::manual_turns();
+    fx.turn("m1");
+    let info = mount_file(&fx);
+    std::fs::set_permissions(&info, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let evil = fx.dir.path().join("evil");
+    std::fs::create_dir(&evil).expect("mkdir evil");
+    let (uid, gid) = test_user();
+    std::os::unix::fs::chown(&evil, Some(uid), Some(gid)).expect("chown evil");
+    let marker = evil.join("called");
+    // The agent points the file at a socket of its own that answers as a
+    // daemon would, and notes every connection.
+    let server = format!(
+        r#"
+import json, os, socket, threading, time
+info = {info:?}
+sock_path = {sock:?}
+s = socket.socket(socket.AF_UNIX); s.bind(sock_path); s.listen(4)
+d = json.load(open(info)); d['socket'] = sock_path
+open(info, 'w').write(json.dumps(d))
+def serve():
+    while True:
+        c, _ = s.accept()
+        open({marker:?}, 'a').write('called\n')
+        c.recv(65536); c.sendall(b'{{"ok":true,"data":{{"checkpoint":42}}}}\n'); c.close()
+threading.Thread(target=serve, daemon=True).start()
+open({ready:?}, 'w').write('ready')
+time.sleep(30)
+"#,
+        info = info.to_str().expect("utf-8"),
+        sock = evil.join("sock").to_str().expect("utf-8"),
+        marker = marker.to_str().expect("utf-8"),
+        ready = evil.join("ready").to_str().expect("utf-8"),
+    );
+    let mut attacker = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", &server])
+        .current_dir(&evil)
+        .process_group(0)
+        .spawn()
+        .expect("start the attacker");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !evil.join("ready").exists() {
+        assert!(std::time::Instant::now() < deadline, "the attacker's server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mp = fx.mountpoint.to_str().expect("utf-8").to_string();
+    let turn = fx.rewindfs(&["turn", "-C", &mp, "--message-id", "m2"]);
+    let rewind = fx.rewindfs(&["rewind", "-C", &mp, "0"]);
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    for (what, out) in [("turn", &turn), ("rewind", &rewind)] {
+        assert!(!out.status.success(), "{what} through a tampered mount file succeeded: {}", stdout(out));
+        assert!(
+            stderr(out).contains("writable by others") || stderr(out).contains("refusing to trust"),
+            "{what} does not say why the mount file is refused: {}",
+            stderr(out)
+        );
+    }
+    assert!(!marker.exists(), "the owner's command reached the agent's socket");
+}
+
+use std::os::unix::process::CommandExt;
+
+/// `sub/.rewindfs` renamed to the root would stand in for the checkpoints;
+/// no operation may create the reserved name at the root.
+#[test]
+fn the_agent_cannot_create_the_reserved_name_at_the_root() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("echo real > a.txt && chmod 777 .");
+    fx.turn("m1");
+    let out = py_as_agent(
+        fx.path(),
+        r#"
+import errno, os
+os.makedirs('sub/.rewindfs/messages/m1')
+open('sub/.rewindfs/messages/m1/a.txt', 'w').write('FORGED\n')
+open('sub/f', 'w').write('x')
+def refused(what, f, *args):
+    try:
+        f(*args)
+    except OSError as e:
+        return e.errno
+    raise SystemExit(what + ' of .rewindfs at the root succeeded')
+refused('rename', os.rename, 'sub/.rewindfs', '.rewindfs')
+refused('mkdir', os.mkdir, '.rewindfs')
+refused('symlink', os.symlink, 'sub/.rewindfs', '.rewindfs')
+refused('link', os.link, 'sub/f', '.rewindfs')
+refused('mkfifo', os.mkfifo, '.rewindfs')
+refused('create', os.open, '.rewindfs', os.O_CREAT | os.O_WRONLY | os.O_EXCL)
+"#,
+    );
+    check(out, "the agent's attempts at the reserved name");
+    let seen = std::fs::read_to_string(fx.path().join(".rewindfs/messages/m1/a.txt")).expect("the real view");
+    assert_eq!(seen, "real\n", "the view of m1 was forged");
+    assert!(!fx.ws.join(".rewindfs").exists(), "a .rewindfs appeared in the backing tree");
+}
+
+/// The restore's temporary file goes next to the target; a name the agent
+/// can guess (it once held the daemon's pid) lets it block every restore.
+#[test]
+fn a_restore_is_not_blocked_by_names_the_agent_made_in_advance() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("mkdir -m 777 d && echo one > d/f.txt");
+    let first = fx.turn("m1");
+    fx.sh("echo two > d/f.txt");
+    fx.turn("m2");
+    let pid = fx.daemon_pid();
+    let out = py_as_agent(
+        &fx.path().join("d"),
+        &format!("import os\nfor n in range(1, 200):\n    os.mkfifo('.rewindfs-restore-{pid}-%d' % n)\n"),
+    );
+    check(out, "the agent's FIFOs");
+    let mp = fx.mountpoint.to_str().expect("utf-8").to_string();
+    let out = fx.rewindfs(&["restore", "-C", &mp, &first.to_string(), "--", "d/f.txt"]);
+    assert!(out.status.success(), "restore failed: {}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(fx.path().join("d/f.txt")).expect("f.txt"), "one\n");
+}
+
+/// `rewindfs mount ARGS`, with the fixture's runtime dir; the output.
+fn mount_cmd(fx: &MountFixture, args: &[&str]) -> Output {
+    let mut full = vec!["mount"];
+    full.extend_from_slice(args);
+    fx.rewindfs(&full)
+}
+
+/// Asserts that a mount was refused with `why` in its message; a mount
+/// that went ahead anyway is taken down so it cannot outlive the test.
+fn assert_refused(fx: &MountFixture, out: &Output, mountpoint: &std::path::Path, why: &str) {
+    if out.status.success() {
+        let _ = fx.rewindfs(&["unmount", "--lazy", s(mountpoint)]);
+        panic!("the mount on {} was accepted; it must be refused because {why}", mountpoint.display());
+    }
+    assert!(stderr(out).contains(why), "the refusal does not say {why:?}: {}", stderr(out));
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn a_shared_directory_given_as_store_is_refused_and_left_as_it_was() {
+    let fx = MountFixture::unmounted();
+    let shared = fx.dir.path().join("shared");
+    std::fs::create_dir(&shared).expect("mkdir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let out = mount_cmd(&fx, &[s(&fx.ws), s(&fx.mnt), "--store", s(&shared)]);
+    assert_refused(&fx, &out, &fx.mnt, "writable by others");
+    let mode = std::fs::metadata(&shared).expect("stat").mode() & 0o7777;
+    assert_eq!(mode, 0o1777, "the directory's mode was changed");
+    // Someone's directory (as `--store ~` would be): refused, untouched.
+    let home = fx.dir.path().join("home-like");
+    std::fs::create_dir(&home).expect("mkdir");
+    std::fs::write(home.join("notes.txt"), "mine").expect("write");
+    let out = mount_cmd(&fx, &[s(&fx.ws), s(&fx.mnt), "--store", s(&home)]);
+    assert_refused(&fx, &out, &fx.mnt, "not a rewindfs store");
+    assert_eq!(std::fs::metadata(&home).expect("stat").mode() & 0o7777, 0o755, "the directory's mode was changed");
+    let names: Vec<_> = std::fs::read_dir(&home).expect("ls").filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("notes.txt")], "the refused store was written to");
+}
+
+#[test]
+fn a_store_that_contains_the_workspace_is_refused() {
+    let fx = MountFixture::unmounted();
+    let sp = fx.dir.path().join("sp");
+    std::fs::create_dir_all(sp.join("ws7")).expect("mkdir");
+    let out = mount_cmd(&fx, &[s(&sp.join("ws7")), s(&fx.mnt), "--store", s(&sp)]);
+    assert_refused(&fx, &out, &fx.mnt, "must not contain the workspace");
+    assert!(!common::is_mounted(&fx.mnt));
+}
+
+/// Mounts a second workspace on `<tmp>/NAME-mnt`; the output.
+fn second_mount(fx: &MountFixture, ws: &std::path::Path, name: &str, store: &std::path::Path) -> Output {
+    let mnt = fx.dir.path().join(format!("{name}-mnt"));
+    std::fs::create_dir_all(&mnt).expect("mkdir");
+    mount_cmd(fx, &[s(ws), s(&mnt), "--store", s(store), "--auto-turn", "0"])
+}
+
+#[test]
+fn a_store_inside_another_mounted_workspace_is_refused() {
+    let fx = MountFixture::manual_turns();
+    let other = fx.dir.path().join("other");
+    std::fs::create_dir(&other).expect("mkdir");
+    let out = second_mount(&fx, &other, "other", &fx.path().join("hidden-store"));
+    assert_refused(&fx, &out, &fx.dir.path().join("other-mnt"), "outside every workspace");
+    assert!(!fx.ws.join("hidden-store").exists(), "the refused store left a directory behind");
+}
+
+#[test]
+fn the_same_workspace_through_a_bind_mount_is_refused() {
+    let fx = MountFixture::manual_turns();
+    let alias = fx.dir.path().join("alias");
+    std::fs::create_dir(&alias).expect("mkdir");
+    check(
+        common::run_with_timeout(Command::new("mount").args(["--bind", s(&fx.ws), s(&alias)]), common::CHILD_TIMEOUT),
+        "mount --bind",
+    );
+    let out = second_mount(&fx, &alias, "alias", &fx.dir.path().join("store2"));
+    let _ = common::run_with_timeout(Command::new("umount").arg("-l").arg(&alias), common::CHILD_TIMEOUT);
+    assert_refused(&fx, &out, &fx.dir.path().join("alias-mnt"), "already mounted");
+}
+
+#[test]
+fn the_parent_of_a_mounted_workspace_is_refused() {
+    let fx = MountFixture::manual_turns();
+    // In place, so no other rule (a mountpoint inside the workspace) applies.
+    let store = tempfile::tempdir().expect("tempdir");
+    let parent = fx.dir.path();
+    let out = mount_cmd(&fx, &[s(parent), "--store", s(&store.path().join("s")), "--auto-turn", "0"]);
+    assert_refused(&fx, &out, parent, "mounting over it would hide that mount");
+}
+
+#[test]
+fn show_refuses_a_symlinked_mountpoint() {
+    let fx = MountFixture::manual_turns();
+    let first = fx.turn("m1");
+    let secret = fx.dir.path().join("root-only");
+    std::fs::create_dir(&secret).expect("mkdir");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let link = fx.dir.path().join("view");
+    std::os::unix::fs::symlink(&secret, &link).expect("symlink");
+    let out = fx.rewindfs(&["show", "-C", s(&fx.mountpoint), &first.to_string(), s(&link)]);
+    assert!(!out.status.success(), "show followed a symlinked mountpoint");
+    assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
+    assert!(!common::is_mounted(&secret), "the view was mounted on the symlink's target");
+}
