@@ -78,8 +78,9 @@ fn opts() -> Opts {
 
 fn setup() {
     common::require_fuse();
-    // Modes in the model are exactly those asked for.
-    rustix::process::umask(rustix::fs::Mode::empty());
+    // The model's files are made 644 and directories 755 whatever the
+    // caller's umask (the fixture's own directories must stay private).
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     start_step_watchdog();
 }
 
