@@ -224,11 +224,21 @@ impl Browser {
     }
 
     fn slot(&self, ino: Ino) -> ViewResult<Slot> {
-        self.lock()
+        let slot = self
+            .lock()
             .by_ino
             .get(&ino.0)
             .map(|e| e.slot.clone())
-            .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))
+            .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))?;
+        // An object first seen before anything was recorded of it had no id
+        // then; records written since (a rename out of this directory) are
+        // found by id, so look it up again.
+        if let Slot::Object { checkpoint, node: Node { id: None, handle: Some(h) } } = &slot
+            && let Some(id) = self.journal.known_object_id(&h.to_bytes())?
+        {
+            return Ok(Slot::Object { checkpoint: *checkpoint, node: Node { id: Some(id), handle: Some(h.clone()) } });
+        }
+        Ok(slot)
     }
 
     /// Whether an inode number belongs to this browser.
