@@ -283,3 +283,69 @@ fn show_refuses_a_symlinked_mountpoint() {
     assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
     assert!(!common::is_mounted(&secret), "the view was mounted on the symlink's target");
 }
+
+/// Defence in depth: even a trusted-looking socket file (root's, 0600, at
+/// the mount's own path) is not believed when another user's process
+/// serves it (SO_PEERCRED); no request reaches that process.
+#[test]
+fn a_socket_served_by_another_user_gets_no_request() {
+    let fx = MountFixture::manual_turns();
+    let info = mount_file(&fx);
+    let real = info.with_extension("sock");
+    assert!(real.exists(), "no socket beside {}", info.display());
+    let evil = fx.dir.path().join("evil2");
+    std::fs::create_dir(&evil).expect("mkdir evil");
+    let (uid, gid) = test_user();
+    std::os::unix::fs::chown(&evil, Some(uid), Some(gid)).expect("chown evil");
+    let heard = evil.join("heard");
+    let server = format!(
+        r#"
+import socket, time
+s = socket.socket(socket.AF_UNIX); s.bind({sock:?}); s.listen(4)
+open({ready:?}, 'w').write('ready')
+s.settimeout(30)
+while True:
+    c, _ = s.accept(); c.settimeout(3)
+    try:
+        data = c.recv(65536)
+    except Exception:
+        data = b''
+    open({heard:?}, 'ab').write(b'[' + data + b']')
+    c.close()
+"#,
+        sock = s(&evil.join("sock")),
+        ready = s(&evil.join("ready")),
+        heard = s(&heard),
+    );
+    let mut attacker = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", &server])
+        .current_dir(&evil)
+        .process_group(0)
+        .spawn()
+        .expect("start the attacker");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !evil.join("ready").exists() {
+        assert!(std::time::Instant::now() < deadline, "the attacker's server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Put the attacker's socket where the daemon's was, as root would find
+    // it: owned by root, mode 0600. The daemon's own is kept aside.
+    let aside = fx.dir.path().join("daemon.sock");
+    std::fs::hard_link(&real, &aside).expect("keep the daemon's socket");
+    std::os::unix::fs::chown(evil.join("sock"), Some(0), Some(0)).expect("chown");
+    std::fs::set_permissions(evil.join("sock"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::fs::rename(evil.join("sock"), &real).expect("replace the socket");
+    let out = fx.rewindfs(&["turn", "-C", s(&fx.mountpoint), "--message-id", "m2"]);
+    std::fs::rename(&aside, &real).expect("put the daemon's socket back");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert!(!out.status.success(), "turn through another user's socket succeeded: {}", stdout(&out));
+    assert!(stderr(&out).contains("refusing to talk to it"), "{}", stderr(&out));
+    let got = std::fs::read(&heard).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&got).contains("turn"), "the request reached the attacker: {got:?}");
+    fx.turn("m3");
+}
