@@ -15,6 +15,27 @@ fn py_as_agent(dir: &std::path::Path, code: &str) -> Output {
     common::py_as_in(dir, uid, gid, code)
 }
 
+/// Starts a python3 program as the unprivileged test user in `dir` (its
+/// own process group) and waits until it creates `dir/ready`.
+fn spawn_agent_server(dir: &std::path::Path, code: &str) -> std::process::Child {
+    let (uid, gid) = test_user();
+    let child = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", code])
+        .current_dir(dir)
+        .process_group(0)
+        .spawn()
+        .expect("start the attacker");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !dir.join("ready").exists() {
+        assert!(std::time::Instant::now() < deadline, "the attacker's server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child
+}
+
 /// The mount's info file in the fixture's runtime directory.
 fn mount_file(fx: &MountFixture) -> std::path::PathBuf {
     let files: Vec<_> = std::fs::read_dir(&fx.run)
@@ -89,20 +110,7 @@ time.sleep(30)
         marker = marker.to_str().expect("utf-8"),
         ready = evil.join("ready").to_str().expect("utf-8"),
     );
-    let mut attacker = Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .args(["/usr/bin/python3", "-c", &server])
-        .current_dir(&evil)
-        .process_group(0)
-        .spawn()
-        .expect("start the attacker");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !evil.join("ready").exists() {
-        assert!(std::time::Instant::now() < deadline, "the attacker's server did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let mut attacker = spawn_agent_server(&evil, &server);
     let mp = fx.mountpoint.to_str().expect("utf-8").to_string();
     let turn = fx.rewindfs(&["turn", "-C", &mp, "--message-id", "m2"]);
     let rewind = fx.rewindfs(&["rewind", "-C", &mp, "0"]);
@@ -317,20 +325,7 @@ while True:
         ready = s(&evil.join("ready")),
         heard = s(&heard),
     );
-    let mut attacker = Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .args(["/usr/bin/python3", "-c", &server])
-        .current_dir(&evil)
-        .process_group(0)
-        .spawn()
-        .expect("start the attacker");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !evil.join("ready").exists() {
-        assert!(std::time::Instant::now() < deadline, "the attacker's server did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let mut attacker = spawn_agent_server(&evil, &server);
     // Put the attacker's socket where the daemon's was, as root would find
     // it: owned by root, mode 0600. The daemon's own is kept aside.
     let aside = fx.dir.path().join("daemon.sock");
