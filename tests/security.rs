@@ -344,3 +344,38 @@ while True:
     assert!(!String::from_utf8_lossy(&got).contains("turn"), "the request reached the attacker: {got:?}");
     fx.turn("m3");
 }
+
+/// Names and labels come from the agent: printed for the owner, they must
+/// not fake lines of our output or reach the terminal as escapes.
+#[test]
+fn hostile_names_and_labels_are_quoted_in_human_output() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("echo one > plain.txt");
+    let first = fx.turn("m1");
+    let fake = "x | +1 -1 (modified)";
+    let escape = "red\u{1b}[31mtext";
+    let newline = "two\nlines";
+    for name in [fake, escape, newline] {
+        std::fs::write(fx.path().join(name), "agent\n").expect("create a hostile name");
+    }
+    let mp = fx.mountpoint.to_str().expect("utf-8").to_string();
+    check(
+        fx.rewindfs(&["turn", "-C", &mp, "--message-id", "m2", "--label", "fix\u{1b}]0;owned\u{7}\nnext"]),
+        "turn with a hostile label",
+    );
+    let outputs = [
+        fx.rewindfs(&["diff", "-C", &mp, &first.to_string(), "--stat"]),
+        fx.rewindfs(&["log", "-C", &mp]),
+        fx.rewindfs(&["log", "-C", &mp, "--graph"]),
+        fx.rewindfs(&["restore", "-C", &mp, "--dry-run", &first.to_string(), "--", "."]),
+        fx.rewindfs(&["rewind", "-C", &mp, "--dry-run", &first.to_string()]),
+    ];
+    for out in &outputs {
+        let text = stdout(&check(out.clone(), "human output"));
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "an escape reached the terminal:\n{text:?}");
+        assert!(!text.contains("two\nlines"), "a name broke a line:\n{text}");
+    }
+    let stat = stdout(&outputs[0]);
+    assert!(stat.contains(" \"x | +1 -1 (modified)\" | +1 -0 (added)"), "the fake line is not quoted:\n{stat}");
+    assert!(stat.contains("\"two\\nlines\""), "{stat}");
+}

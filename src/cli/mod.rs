@@ -5,6 +5,7 @@ mod fsck;
 mod history;
 mod mount;
 mod occupants;
+mod quote;
 mod run;
 mod show;
 mod status;
