@@ -379,3 +379,99 @@ fn hostile_names_and_labels_are_quoted_in_human_output() {
     assert!(stat.contains(" \"x | +1 -1 (modified)\" | +1 -0 (added)"), "the fake line is not quoted:\n{stat}");
     assert!(stat.contains("\"two\\nlines\""), "{stat}");
 }
+
+/// `rewindfs ARGS` run as the unprivileged test user, with the fixture's
+/// runtime dir, from a copy of the binary it can execute.
+fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
+    let bin = fx.dir.path().join("rewindfs-for-agent");
+    if !bin.exists() {
+        std::fs::copy(common::bin(), &bin).expect("copy the binary");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let (uid, gid) = test_user();
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg(&bin)
+        .args(args)
+        .env("REWINDFS_RUNTIME_DIR", &fx.run)
+        .current_dir(fx.dir.path());
+    common::run_with_timeout(&mut cmd, common::CHILD_TIMEOUT)
+}
+
+#[test]
+fn the_agent_user_may_mark_turns_and_preview_but_not_change_the_tree() {
+    let fx = MountFixture::with_args(false, &["--auto-turn", "0", "--agent-user", common::TEST_USER]);
+    fx.sh("echo one > f.txt && chmod 666 f.txt");
+    let first = fx.turn("m1").to_string();
+    fx.sh("echo two > f.txt");
+    let mp = s(&fx.mountpoint).to_string();
+    let turn = check(rewindfs_as_agent(&fx, &["turn", "-C", &mp, "--message-id", "agent-1"]), "the agent's turn");
+    assert!(stdout(&turn).contains("agent-1"), "{}", stdout(&turn));
+    for args in [
+        vec!["log", "-C", &mp],
+        vec!["diff", "-C", &mp, &first, "--stat"],
+        vec!["history", "-C", &mp, "f.txt"],
+        vec!["rewind", "-C", &mp, "--dry-run", &first],
+        vec!["restore", "-C", &mp, "--dry-run", &first, "--", "f.txt"],
+    ] {
+        check(rewindfs_as_agent(&fx, &args), &format!("the agent's {args:?}"));
+    }
+    for args in
+        [vec!["rewind", "-C", &mp, &first], vec!["restore", "-C", &mp, &first, "--", "f.txt"], vec!["unmount", &mp]]
+    {
+        let out = rewindfs_as_agent(&fx, &args);
+        assert_eq!(out.status.code(), Some(5), "the agent's {args:?} must be refused: {}", stderr(&out));
+        assert!(stderr(&out).contains("owner's"), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_to_string(fx.path().join("f.txt")).expect("f.txt"), "two\n", "the tree changed");
+    assert!(common::is_mounted(&fx.mountpoint));
+    // The owner still may.
+    fx.cli(&["rewind", &first]);
+    assert_eq!(std::fs::read_to_string(fx.path().join("f.txt")).expect("f.txt"), "one\n");
+}
+
+#[test]
+fn without_an_agent_user_no_other_user_reaches_the_daemon() {
+    let fx = MountFixture::manual_turns();
+    let mp = s(&fx.mountpoint).to_string();
+    for args in [vec!["turn", "-C", &mp], vec!["log", "-C", &mp]] {
+        let out = rewindfs_as_agent(&fx, &args);
+        assert_eq!(out.status.code(), Some(5), "{args:?} from another user: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn run_as_runs_the_command_as_the_agent_user_who_cannot_rewind() {
+    let fx = MountFixture::unmounted();
+    let (uid, _) = test_user();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    common::sh(fx.dir.path(), "chmod 777 ws && chmod 666 ws/f.txt");
+    let _ = rewindfs_as_agent(&fx, &["--version"]);
+    let agent_bin = fx.dir.path().join("rewindfs-for-agent");
+    let script = format!(
+        "id -u > whoami; echo two > f.txt; '{bin}' turn --message-id a1 > turned; '{bin}' rewind 0 2> refused; echo $? > status",
+        bin = s(&agent_bin)
+    );
+    let out = fx.rewindfs(&[
+        "run",
+        s(&fx.ws),
+        "--store",
+        s(&fx.store),
+        "--auto-turn",
+        "0",
+        "--as",
+        common::TEST_USER,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    check(out, "rewindfs run --as");
+    let read = |n: &str| std::fs::read_to_string(fx.ws.join(n)).unwrap_or_else(|e| panic!("{n}: {e}"));
+    assert_eq!(read("whoami").trim(), uid.to_string(), "the command did not run as the agent user");
+    assert!(read("turned").contains("a1"), "the agent could not mark a turn: {}", read("turned"));
+    assert_eq!(read("status").trim(), "5", "the agent's rewind was not refused: {}", read("refused"));
+    assert_eq!(read("f.txt"), "two\n");
+}

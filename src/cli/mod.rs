@@ -231,6 +231,13 @@ pub struct MountOpts {
     /// Seconds the kernel may cache names and attributes.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub cache_timeout: u64,
+    /// The user the agent runs as (name or uid; not root). That user may
+    /// mark turns (`rewindfs turn`, for its hooks), read the history
+    /// (`status`, `log`, `diff`, `history`, `fsck`) and preview (`--dry-run`),
+    /// but not rewind, restore, unmount or mount views. Without it, only
+    /// the owner can reach the daemon.
+    #[arg(long, value_name = "USER")]
+    pub agent_user: Option<String>,
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
@@ -277,6 +284,11 @@ pub struct RunArgs {
     pub workspace: Option<PathBuf>,
     #[command(flatten)]
     pub opts: MountOpts,
+    /// Run COMMAND as this user (name or uid; not root), who becomes the
+    /// mount's agent user (see --agent-user): it can mark turns and read
+    /// history, but not rewind or restore. Needs `setpriv` (util-linux).
+    #[arg(long = "as", value_name = "USER")]
+    pub as_user: Option<String>,
     /// The command to run and its arguments (after `--`). Default: $SHELL.
     #[arg(last = true)]
     pub command: Vec<String>,

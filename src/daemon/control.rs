@@ -123,7 +123,7 @@ impl Drop for InFlight {
 /// that panics answers an error (and is logged); the daemon goes on.
 pub fn serve<F>(listener: UnixListener, handle: F)
 where
-    F: Fn(Request) -> Response + Send + Sync + 'static,
+    F: Fn(Request, u32) -> Response + Send + Sync + 'static,
 {
     let handle = std::sync::Arc::new(handle);
     for stream in listener.incoming() {
@@ -136,8 +136,11 @@ where
                 return;
             }
             let _in_flight = InFlight::enter();
+            // Who asks, from the kernel: never from the request.
+            let Ok(peer) = rustix::net::sockopt::socket_peercred(&stream) else { return };
+            let uid = peer.uid.as_raw();
             let response = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => guarded(&*handle, req),
+                Ok(req) => guarded(&|req| handle(req, uid), req),
                 Err(e) => Response::failure(Failure::internal(format!("malformed request: {e}"))),
             };
             if let Ok(mut out) = serde_json::to_vec(&response) {
@@ -158,7 +161,7 @@ mod tests {
         let socket = dir.path().join("control.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
         std::thread::spawn(move || {
-            serve(listener, |req| match req {
+            serve(listener, |req, _| match req {
                 Request::Log(_) => panic!("deliberate panic in a handler"),
                 _ => Response::from_result::<()>(Ok(())),
             })

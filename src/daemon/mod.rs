@@ -1,6 +1,7 @@
 //! The daemon of one mount: takes the locks, opens the workspace, mounts,
 //! publishes itself, serves FUSE and control requests, and cleans up.
 
+pub mod access;
 pub mod control;
 pub mod protocol;
 pub mod registry;
@@ -41,6 +42,8 @@ pub struct MountSpec {
     pub auto_turn: Option<Duration>,
     /// Record pre-images (off only to measure what recording costs).
     pub record: bool,
+    /// The agent's user: may mark turns, read history and preview.
+    pub agent_uid: Option<u32>,
 }
 
 impl MountSpec {
@@ -164,9 +167,10 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let _ = std::fs::remove_file(&entry.socket);
     let listener = UnixListener::bind(&entry.socket)
         .map_err(|e| Error::io(format!("cannot create control socket {}", entry.socket.display()), e))?;
-    // Only the owner may change history or rewind: an agent running as
-    // another user cannot reach the socket.
-    set_mode(&entry.socket, 0o600)?;
+    // Only the owner may change history or rewind. Without an agent user
+    // nobody else can reach the socket; with one, the socket is open to all
+    // and the access policy decides by the caller's uid.
+    set_mode(&entry.socket, if spec.agent_uid.is_some() { 0o666 } else { 0o600 })?;
     let info = MountInfo {
         mountpoint: spec.mountpoint.clone(),
         workspace: spec.workspace.clone(),
@@ -181,6 +185,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     registry::publish(&info)?;
 
     let ctx = Arc::new(Ctx {
+        access: access::Policy { owner: sys::geteuid(), agent: spec.agent_uid },
         info: info.clone(),
         tree: tree.clone(),
         journal: journal.clone(),
@@ -195,7 +200,15 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
-        .spawn(move || control::serve(listener, move |req| handle(req, &handler_ctx)))
+        .spawn(move || {
+            control::serve(listener, move |req, uid| match handler_ctx.access.check(uid, &req) {
+                Ok(()) => handle(req, &handler_ctx),
+                Err(refusal) => {
+                    warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
+                    Response::failure(refusal)
+                }
+            })
+        })
         .map_err(|e| Error::io("cannot start the control thread", e))?;
     spawn_signal_watcher(spec.mountpoint.clone());
     if let Some(quiet) = spec.auto_turn {
@@ -207,6 +220,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
 /// What the control handlers work with.
 struct Ctx {
     info: MountInfo,
+    /// Who may ask what on the control socket.
+    access: access::Policy,
     tree: Arc<LiveTree>,
     journal: Arc<Journal>,
     /// Set by the first explicit `turn`: a harness announces turns, so
