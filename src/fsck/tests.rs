@@ -58,6 +58,16 @@ fn fixture() -> Fixture {
     Fixture { store, journal, dir, file, chunk3: chunk3.expect("turn 3 stored") }
 }
 
+/// Content of one chunk that was never put in the store.
+fn unstored(bytes: &[u8]) -> ContentRef {
+    let id = ChunkId::of(bytes);
+    ContentRef {
+        hash: id,
+        size: bytes.len() as u64,
+        chunks: vec![crate::store::ChunkSpan { id, len: bytes.len() as u32 }],
+    }
+}
+
 fn run(journal: &Journal, attic: Option<&Path>) -> Report {
     let target = Target { journal, tree: None, attic, store_dir: None };
     let mut calls = 0;
@@ -99,11 +109,7 @@ fn a_corrupt_chunk_is_named_by_the_checkpoints_and_path_that_show_it() {
 #[test]
 fn missing_chunks_and_unreadable_lists_are_found() {
     let f = fixture();
-    let ghost = ContentRef {
-        hash: ChunkId::of(b"never stored"),
-        size: 12,
-        chunks: vec![crate::store::ChunkSpan { id: ChunkId::of(b"never stored"), len: 12 }],
-    };
+    let ghost = unstored(b"never stored");
     f.journal
         .with_meta(|m| {
             m.record_object(4, f.file, &state(Some((ghost.hash.as_bytes().to_vec(), ghost.encode_chunks()))), None)?;
@@ -210,11 +216,7 @@ fn repair_drops_lost_records_and_marks_them_unknown() {
 #[test]
 fn pending_files_whose_content_is_gone_are_named_in_the_workspace_and_never_repaired() {
     let f = fixture();
-    let ghost = ContentRef {
-        hash: ChunkId::of(b"lost"),
-        size: 4,
-        chunks: vec![crate::store::ChunkSpan { id: ChunkId::of(b"lost"), len: 4 }],
-    };
+    let ghost = unstored(b"lost");
     f.journal
         .with_meta(|m| {
             // Points at a record that does not exist.
