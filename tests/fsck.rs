@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 /// Exit status of `fsck` when it found problems.
@@ -230,7 +230,7 @@ fn save_db(fx: &MountFixture) -> PathBuf {
     saved
 }
 
-fn restore_db(fx: &MountFixture, saved: &PathBuf) {
+fn restore_db(fx: &MountFixture, saved: &Path) {
     sh(
         fx.dir.path(),
         &format!("rm -f {0}/meta.sqlite* && cp -a {1}/meta.sqlite* {0}/", fx.store.display(), saved.display()),

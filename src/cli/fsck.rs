@@ -129,19 +129,7 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
     // A database that cannot be used at all: that is the whole report.
     let fatal: Vec<fsck::StoreDamage> = fsck::store_damage(store).into_iter().filter(|d| d.fatal).collect();
     if !fatal.is_empty() {
-        let mut report = Report::default();
-        for d in fatal {
-            report.problems.push(Problem {
-                kind: fsck::ProblemKind::StoreDamaged { detail: d.detail },
-                object: None,
-                record_turn: None,
-                affected: Vec::new(),
-                repairable: false,
-                repaired: None,
-            });
-        }
-        report.notes.push("nothing else could be checked without a usable database".to_string());
-        return Ok(report);
+        return Ok(Report::unusable(fatal));
     }
     let meta = Meta::open_read_only(&meta_path).map_err(|e| Error::Daemon(e.to_string()))?;
     let workspace = workspace.or_else(|| {

@@ -222,6 +222,17 @@ impl Report {
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// The report on a store whose database cannot be used: what is wrong
+    /// with the store as a whole, and nothing else.
+    pub fn unusable(damage: Vec<StoreDamage>) -> Report {
+        let mut report = Report::default();
+        for d in damage {
+            report.problems.push(problem(ProblemKind::StoreDamaged { detail: d.detail }, None, None));
+        }
+        report.notes.push("nothing else could be checked without a usable database".to_string());
+        report
+    }
 }
 
 fn problem(kind: ProblemKind, object: Option<ObjectId>, record_turn: Option<i64>) -> Problem {

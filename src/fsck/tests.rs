@@ -58,6 +58,16 @@ fn fixture() -> Fixture {
     Fixture { store, journal, dir, file, chunk3: chunk3.expect("turn 3 stored") }
 }
 
+/// Content of one chunk that was never put in the store.
+fn unstored(bytes: &[u8]) -> ContentRef {
+    let id = ChunkId::of(bytes);
+    ContentRef {
+        hash: id,
+        size: bytes.len() as u64,
+        chunks: vec![crate::store::ChunkSpan { id, len: bytes.len() as u32 }],
+    }
+}
+
 fn run(journal: &Journal, attic: Option<&Path>) -> Report {
     let target = Target { journal, tree: None, attic, store_dir: None };
     let mut calls = 0;
@@ -99,11 +109,7 @@ fn a_corrupt_chunk_is_named_by_the_checkpoints_and_path_that_show_it() {
 #[test]
 fn missing_chunks_and_unreadable_lists_are_found() {
     let f = fixture();
-    let ghost = ContentRef {
-        hash: ChunkId::of(b"never stored"),
-        size: 12,
-        chunks: vec![crate::store::ChunkSpan { id: ChunkId::of(b"never stored"), len: 12 }],
-    };
+    let ghost = unstored(b"never stored");
     f.journal
         .with_meta(|m| {
             m.record_object(4, f.file, &state(Some((ghost.hash.as_bytes().to_vec(), ghost.encode_chunks()))), None)?;
@@ -205,4 +211,33 @@ fn repair_drops_lost_records_and_marks_them_unknown() {
     let again = run(&f.journal, None);
     assert!(again.problems.iter().all(|p| p.affected.is_empty() && p.object.is_none()), "{:?}", again.problems);
     assert!(f.store.contains(&f.chunk3).expect("contains"));
+}
+
+#[test]
+fn pending_files_whose_content_is_gone_are_named_in_the_workspace_and_never_repaired() {
+    let f = fixture();
+    let ghost = unstored(b"lost");
+    f.journal
+        .with_meta(|m| {
+            // Points at a record that does not exist.
+            m.add_pending(b"h1", &[0; 32], crate::meta::PendingList::Record(9, f.file), 0)?;
+            // Carries a list whose chunk is not stored.
+            m.add_pending(b"h2", &[0; 32], crate::meta::PendingList::Inline(&ghost.encode_chunks()), 0)?;
+            // Points at a sound record: fine.
+            m.add_pending(b"h3", &[0; 32], crate::meta::PendingList::Record(1, f.file), 0)
+        })
+        .expect("pending rows");
+    let mut report = run(&f.journal, None);
+    let pending: Vec<&Problem> =
+        report.problems.iter().filter(|p| p.affected.iter().any(|a| a.checkpoint.is_none())).collect();
+    assert_eq!(pending.len(), 2, "{:?}", report.problems);
+    assert!(
+        pending.iter().any(|p| p.kind == ProblemKind::PendingSourceMissing { turn: Some(9), object: Some(f.file.0) })
+    );
+    assert!(pending.iter().any(|p| matches!(p.kind, ProblemKind::ChunkMissing { .. })));
+    assert!(pending.iter().all(|p| !p.repairable), "the workspace is never repaired");
+    let forgotten = Forgetful(Mutex::new(Vec::new()));
+    f.journal.with_meta(|m| repair(m, &forgotten, &mut report)).expect("repair");
+    assert!(report.problems.iter().all(|p| p.repaired.is_none()), "{:?}", report.problems);
+    assert_eq!(f.journal.with_meta(|m| m.all_pending()).expect("pending").len(), 3, "pending rows stay");
 }
