@@ -19,6 +19,14 @@ impl Drop for LoopMount {
     }
 }
 
+/// Bytes of records in the store's pack files (each starts with a 16-byte
+/// header).
+fn pack_bytes(store: &Path) -> u64 {
+    std::fs::read_dir(store.join("chunks/packs"))
+        .map(|d| d.filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).map(|m| m.len().saturating_sub(16)).sum())
+        .unwrap_or(0)
+}
+
 fn must(o: std::process::Output, what: &str) {
     assert!(o.status.success(), "{what}: {}", String::from_utf8_lossy(&o.stderr));
 }
@@ -71,6 +79,7 @@ fn full_store_refuses_the_change_with_enospc() {
 
     // Overwrite 1 MiB in place in the big file: needs its pre-image.
     let target = f.mnt.join("big.bin");
+    let packs_before = pack_bytes(&f.store);
     let o = run_timeout(
         120,
         "dd",
@@ -100,6 +109,11 @@ fn full_store_refuses_the_change_with_enospc() {
         "big.bin changed although its pre-image could not be recorded"
     );
     assert!(std::fs::read(f.ws.join("big.bin")).unwrap() == original, "backing big.bin changed");
+    // The refused pre-image left nothing behind: the chunks stored before
+    // the store ran out were taken back, so small edits still fit.
+    assert_eq!(pack_bytes(&f.store), packs_before, "a refused pre-image left chunks in the packs");
+    std::fs::write(f.mnt.join("small.txt"), "small, edited while the store is nearly full\n")
+        .expect("a small edit with the store nearly full");
 
     // Free space: the same change goes through.
     std::fs::remove_file(&filler).unwrap();

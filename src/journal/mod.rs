@@ -177,6 +177,8 @@ pub struct Journal {
     inner: Mutex<Inner>,
     store: Arc<dyn ChunkStore>,
     gate: RwLock<()>,
+    /// Held while one content is stored (see `store_content`).
+    content_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -273,6 +275,7 @@ impl Journal {
             }),
             store,
             gate: RwLock::new(()),
+            content_lock: Mutex::new(()),
         }
     }
 
@@ -477,6 +480,10 @@ impl Journal {
 
     /// Stores file content in the chunk store (outside the journal lock).
     pub fn store_content(&self, reader: impl std::io::Read) -> JournalResult<ContentRef> {
+        // One content at a time: a content that fails part-way takes back
+        // the chunks it added, which must not have been found meanwhile by
+        // another content with the same bytes.
+        let _one = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         Ok(crate::store::store_content(&*self.store, reader)?)
     }
 

@@ -129,12 +129,30 @@ impl<R: Read> Read for HashingReader<R> {
 pub fn store_content(store: &dyn ChunkStore, reader: impl Read) -> Result<ContentRef, StoreError> {
     let mut hashing = HashingReader { inner: reader, hasher: blake3::Hasher::new(), size: 0 };
     let mut chunks = Vec::new();
-    for chunk in StreamCDC::new(&mut hashing, MIN_CHUNK as usize, AVG_CHUNK as usize, MAX_CHUNK as usize) {
-        let chunk = chunk.map_err(|e| StoreError::io("reading content to chunk", e.into()))?;
-        let id = store.put(&chunk.data)?;
-        // StreamCDC never yields more than MAX_CHUNK bytes.
-        let len = u32::try_from(chunk.length).unwrap_or(u32::MAX);
-        chunks.push(ChunkSpan { id, len });
+    // What this call added: taken back if it fails part-way, so that a
+    // refused write leaves the store as it was (the caller makes sure no
+    // other content is stored meanwhile).
+    let mut added = Vec::new();
+    let mut stream = StreamCDC::new(&mut hashing, MIN_CHUNK as usize, AVG_CHUNK as usize, MAX_CHUNK as usize);
+    let stored = (|| {
+        for chunk in &mut stream {
+            let chunk = chunk.map_err(|e| StoreError::io("reading content to chunk", e.into()))?;
+            let (id, new) = store.put_new(&chunk.data)?;
+            if new {
+                added.push(id);
+            }
+            // StreamCDC never yields more than MAX_CHUNK bytes.
+            let len = u32::try_from(chunk.length).unwrap_or(u32::MAX);
+            chunks.push(ChunkSpan { id, len });
+        }
+        Ok::<(), StoreError>(())
+    })();
+    drop(stream);
+    if let Err(e) = stored {
+        if let Err(d) = store.discard(&added) {
+            log::warn!("cannot take back the {} chunks of a content stored part-way: {d}", added.len());
+        }
+        return Err(e);
     }
     let hash = ChunkId::from_bytes(*hashing.hasher.finalize().as_bytes());
     log::debug!("Stored content {hash} of {} bytes as {} chunks.", hashing.size, chunks.len());
@@ -225,6 +243,21 @@ mod tests {
         }
         out.truncate(1 << 20);
         out
+    }
+
+    #[test]
+    fn a_content_that_fails_part_way_leaves_the_store_as_it_was() {
+        let store = crate::store::FaultyStore::new(MemoryStore::new());
+        let known = text_file();
+        store_content(&store, &known[..]).expect("store a first content");
+        let before = store.stats().expect("stats");
+        // Half new bytes, half known: fails after a few puts.
+        let mut mixed = pseudo_random(7, 1 << 20);
+        mixed.extend_from_slice(&known);
+        store.fail_puts_after(5, libc::ENOSPC);
+        let err = store_content(&store, &mixed[..]).expect_err("the store refuses");
+        assert!(err.to_string().contains("injected"), "{err}");
+        assert_eq!(store.stats().expect("stats"), before, "chunks of the failed content stayed");
     }
 
     #[test]

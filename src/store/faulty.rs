@@ -89,6 +89,10 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
         self.inner.put(data)
     }
 
+    fn discard(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        self.inner.discard(ids)
+    }
+
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
         let (errno, corrupt) = {
             let faults = self.faults();

@@ -40,6 +40,22 @@ impl ChunkStore for MemoryStore {
         Ok(id)
     }
 
+    fn put_new(&self, data: &[u8]) -> Result<(ChunkId, bool), StoreError> {
+        let id = ChunkId::of(data);
+        let mut chunks = self.chunks();
+        let new = !chunks.contains_key(&id);
+        chunks.entry(id).or_insert_with(|| data.to_vec());
+        Ok((id, new))
+    }
+
+    fn discard(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        let mut chunks = self.chunks();
+        for id in ids {
+            chunks.remove(id);
+        }
+        Ok(())
+    }
+
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
         let data = self.chunks().get(id).cloned().ok_or(StoreError::Missing { chunk: *id })?;
         verified(id, data)

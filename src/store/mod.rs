@@ -219,6 +219,22 @@ pub trait ChunkStore: Send + Sync {
     /// success that writes nothing.
     fn put(&self, data: &[u8]) -> Result<ChunkId, StoreError>;
 
+    /// Stores `data` as `put` does, and says whether this call added it
+    /// (false: it was already there).
+    fn put_new(&self, data: &[u8]) -> Result<(ChunkId, bool), StoreError> {
+        let existed = self.contains(&ChunkId::of(data))?;
+        Ok((self.put(data)?, !existed))
+    }
+
+    /// Takes back chunks that `put_new` added and that nothing refers to
+    /// (a content stored part-way before a failure), so a refused write
+    /// leaves the store as it was. The caller guarantees nobody else came
+    /// to rely on them meanwhile. A backend that cannot take chunks back
+    /// leaves them (unreferenced).
+    fn discard(&self, _ids: &[ChunkId]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Returns the bytes of chunk `id`, checked against the id: damage is
     /// reported as [`StoreError::Corrupt`], never returned as data.
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError>;

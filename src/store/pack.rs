@@ -871,12 +871,16 @@ impl Writer {
 
 impl ChunkStore for PackStore {
     fn put(&self, data: &[u8]) -> Result<ChunkId, StoreError> {
+        self.put_new(data).map(|(id, _)| id)
+    }
+
+    fn put_new(&self, data: &[u8]) -> Result<(ChunkId, bool), StoreError> {
         if data.len() as u64 > MAX_CHUNK_LEN {
             return Err(StoreError::TooLarge { len: data.len() as u64, limit: MAX_CHUNK_LEN });
         }
         let id = ChunkId::of(data);
         if self.lookup(&id)?.is_some() {
-            return Ok(id);
+            return Ok((id, false));
         }
         if self.read_only {
             return Err(StoreError::ReadOnly { dir: self.dir.display().to_string() });
@@ -890,7 +894,7 @@ impl ChunkStore for PackStore {
         }
         // Another thread may have stored the same chunk while we compressed.
         if lookup(&writer.conn, &id)?.is_some() {
-            return Ok(id);
+            return Ok((id, false));
         }
         let limit = self.options.pack_size_limit;
         match writer.append(&self.packs.dir, limit, &header, &payload) {
@@ -907,7 +911,43 @@ impl ChunkStore for PackStore {
                 return Err(e);
             }
         }
-        Ok(id)
+        Ok((id, true))
+    }
+
+    /// Unindexes each chunk, and cuts the pack back while its last record
+    /// is one of them (newest first): the space comes back whenever the
+    /// chunks were the last appended, which they are unless another writer
+    /// appended in between (then their bytes stay, unreferenced).
+    fn discard(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        if self.read_only || ids.is_empty() {
+            return Ok(());
+        }
+        let mut writer = self.writer()?;
+        let mut freed = 0u64;
+        for id in ids.iter().rev() {
+            let Some(loc) = lookup(&writer.conn, id)? else { continue };
+            writer
+                .conn
+                .execute("DELETE FROM chunks WHERE id = ?1", params![id.as_bytes().as_slice()])
+                .map_err(|e| StoreError::sqlite(format!("unindexing chunk {id}"), e))?;
+            if let Some(t) = writer.totals.as_mut() {
+                t.chunks = t.chunks.saturating_sub(1);
+                t.raw_bytes = t.raw_bytes.saturating_sub(loc.raw_len);
+                t.stored_bytes = t.stored_bytes.saturating_sub(loc.stored_len);
+            }
+            if let Some(pack) = writer.current.as_mut()
+                && pack.number == loc.pack
+                && loc.offset + RECORD_HEADER_LEN + loc.stored_len == pack.end
+            {
+                pack.file.set_len(loc.offset).map_err(|e| {
+                    StoreError::io(format!("cutting pack {} back to {}", pack.path.display(), loc.offset), e)
+                })?;
+                pack.end = loc.offset;
+                freed += RECORD_HEADER_LEN + loc.stored_len;
+            }
+        }
+        log::info!("Took back {} chunks of a content stored part-way ({freed} bytes of pack freed).", ids.len());
+        Ok(())
     }
 
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {

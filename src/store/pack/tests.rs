@@ -369,3 +369,28 @@ fn puts_survive_kill_9() {
     }
     assert_eq!(store.stats().expect("stats").chunks, CRASH_CHUNKS);
 }
+
+#[test]
+fn discarded_chunks_give_their_pack_space_back() {
+    let (_dir, store, before, pack) = ten_chunks();
+    let len_before = std::fs::metadata(&pack).expect("pack").len();
+    let stats_before = store.stats().expect("stats");
+    let mut added = Vec::new();
+    for i in 0..5u64 {
+        let data = conformance::pseudo_random(777_000 + i, 10_000);
+        let (id, new) = store.put_new(&data).expect("put_new");
+        assert!(new, "a new chunk must say so");
+        added.push(id);
+    }
+    let (_, again) = store.put_new(&before[0].1).expect("put_new of a known chunk");
+    assert!(!again, "a known chunk is not new");
+    store.discard(&added).expect("discard");
+    assert_eq!(std::fs::metadata(&pack).expect("pack").len(), len_before, "the pack was not cut back");
+    assert_eq!(store.stats().expect("stats"), stats_before);
+    for id in &added {
+        assert!(!store.contains(id).expect("contains"), "discarded chunk {id} still indexed");
+    }
+    for (id, data) in &before {
+        assert_eq!(&store.get(id).expect("an earlier chunk"), data);
+    }
+}
