@@ -31,9 +31,8 @@ fn must(o: std::process::Output, what: &str) {
     assert!(o.status.success(), "{what}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-#[test]
-fn full_store_refuses_the_change_with_enospc() {
-    let mut f = Fixture::new();
+/// The store of `f` on a fresh 64 MiB ext4 image, loop-mounted.
+fn store_on_small_fs(f: &Fixture) -> LoopMount {
     let img = f.tmp.path().join("store.img");
     must(run_timeout(30, "truncate", &[OsStr::new("-s"), OsStr::new("64M"), img.as_os_str()], None, &[]), "truncate");
     must(run_timeout(60, "mkfs.ext4", &[OsStr::new("-q"), img.as_os_str()], None, &[]), "mkfs.ext4");
@@ -48,7 +47,13 @@ fn full_store_refuses_the_change_with_enospc() {
         ),
         "mount -o loop (are loop devices available?)",
     );
-    let _loop = LoopMount(f.store.clone());
+    LoopMount(f.store.clone())
+}
+
+#[test]
+fn full_store_refuses_the_change_with_enospc() {
+    let mut f = Fixture::new();
+    let _loop = store_on_small_fs(&f);
 
     // 24 MiB of incompressible data in the workspace.
     let original: Vec<u8> = {

@@ -454,6 +454,18 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             if let Err(e) = tree.syncfs() {
                 warn!("syncfs of {} before unmount failed: {e}", info.workspace.display());
             }
+            // The history must be durable before the mount goes: once it is
+            // gone, nothing could be recorded again, and the daemon could
+            // only log the failure. The mount stays, the command fails.
+            journal.sync().map_err(|e| {
+                Failure::failed(
+                    e.errno().0,
+                    format!(
+                        "cannot make the history durable ({e}); {} stays mounted: free space in the store and unmount again",
+                        info.mountpoint.display()
+                    ),
+                )
+            })?;
             sys::umount(&info.mountpoint, lazy).map_err(|e| match e.raw_os_error() {
                 Some(libc::EBUSY) => Failure::new(
                     crate::error::ErrorKind::Busy,
