@@ -158,7 +158,11 @@ fn a_truncated_pack_is_found_unmounted_and_after_a_remount() {
     let mut fx = history();
     let path = pack(&fx);
     let len = std::fs::metadata(&path).expect("pack").len();
-    std::fs::OpenOptions::new().write(true).open(&path).expect("open pack").set_len(len - 1000).expect("truncate");
+    // Less than the record headers the packs hold beyond the stored bytes
+    // the database counts (64 per record): the mount's coarse size check
+    // lets it through, and only fsck sees it. (1,000 bytes were more than
+    // that when the random data.bin happened to make few chunks.)
+    std::fs::OpenOptions::new().write(true).open(&path).expect("open pack").set_len(len - 100).expect("truncate");
     let text = fsck_finds(&fx);
     assert!(
         text.lines()
