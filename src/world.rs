@@ -230,7 +230,7 @@ pub mod test_hooks {
     /// (`REWINDFS_TEST_HOLD_FROZEN_MS`), so a test can race it.
     pub fn hold_frozen() {
         if let Some(ms) = std::env::var("REWINDFS_TEST_HOLD_FROZEN_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
-            log::info!("test hook: holding the frozen tree {ms} ms");
+            log::warn!("test hook: holding the frozen tree {ms} ms");
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }
