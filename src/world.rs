@@ -153,50 +153,39 @@ impl Frozen<'_> {
         let mut thawed = Thawed { entries: touched.entries.len(), inodes: touched.inodes.len(), ..Thawed::default() };
         if thawed.entries + thawed.inodes > 0 {
             let (cache, touched) = (self.cache, &touched);
-            let (progress, done) = mpsc::channel::<()>();
+            // Counted, not signalled per notification: this thread wakes
+            // only when the helper is done or every STALL to check on it.
+            let sent = AtomicUsize::new(0);
+            let (finished, done) = mpsc::channel::<()>();
             std::thread::scope(|s| {
+                let sent = &sent;
                 let helper = std::thread::Builder::new().name("invalidate".into()).spawn_scoped(s, move || {
-                    for (dir, name) in &touched.entries {
-                        cache.expire_entry(*dir, name);
-                        let _ = progress.send(());
-                    }
-                    for ino in &touched.inodes {
-                        cache.forget_inode(*ino);
-                        let _ = progress.send(());
-                    }
+                    notify(cache, touched, sent);
+                    drop(finished);
                 });
                 let helper = match helper {
                     Ok(h) => h,
                     Err(e) => {
-                        // No thread: invalidate here, after releasing.
                         log::warn!("cannot start the invalidation thread ({e}); invalidating after the release");
                         self.exclusive = None;
                         thawed.released_early = true;
-                        for (dir, name) in &touched.entries {
-                            cache.expire_entry(*dir, name);
-                        }
-                        for ino in &touched.inodes {
-                            cache.forget_inode(*ino);
-                        }
+                        notify(cache, touched, sent);
                         return;
                     }
                 };
-                loop {
-                    match done.recv_timeout(STALL) {
-                        Ok(()) => continue,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                        Err(RecvTimeoutError::Timeout) => {
-                            if self.exclusive.is_some() && self.world.waiting() > 0 {
-                                log::info!(
-                                    "invalidation stalled for {STALL:?} while {} operations wait; \
-                                     releasing the tree before it ends",
-                                    self.world.waiting()
-                                );
-                                self.exclusive = None;
-                                thawed.released_early = true;
-                            }
-                        }
+                let mut seen = 0;
+                while let Err(RecvTimeoutError::Timeout) = done.recv_timeout(STALL) {
+                    let now = sent.load(Ordering::SeqCst);
+                    if now == seen && self.exclusive.is_some() && self.world.waiting() > 0 {
+                        log::info!(
+                            "invalidation stalled for {STALL:?} while {} operations wait; \
+                             releasing the tree before it ends",
+                            self.world.waiting()
+                        );
+                        self.exclusive = None;
+                        thawed.released_early = true;
                     }
+                    seen = now;
                 }
                 if helper.join().is_err() {
                     log::error!("the invalidation thread panicked; some kernel cache entries may be stale");
@@ -206,6 +195,18 @@ impl Frozen<'_> {
         thawed.invalidation = started.elapsed();
         self.exclusive = None;
         thawed
+    }
+}
+
+/// Tells the kernel about every touched entry and inode, counting them.
+fn notify(cache: &dyn KernelCache, touched: &Touched, sent: &AtomicUsize) {
+    for (dir, name) in &touched.entries {
+        cache.expire_entry(*dir, name);
+        sent.fetch_add(1, Ordering::SeqCst);
+    }
+    for ino in &touched.inodes {
+        cache.forget_inode(*ino);
+        sent.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -230,7 +231,7 @@ pub mod test_hooks {
     /// (`REWINDFS_TEST_HOLD_FROZEN_MS`), so a test can race it.
     pub fn hold_frozen() {
         if let Some(ms) = std::env::var("REWINDFS_TEST_HOLD_FROZEN_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
-            log::info!("test hook: holding the frozen tree {ms} ms");
+            log::warn!("test hook: holding the frozen tree {ms} ms");
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }

@@ -6,13 +6,16 @@
 //!
 //! The races are made certain with the test hook
 //! `REWINDFS_TEST_HOLD_FROZEN_MS` (compiled into `cargo test` builds only):
-//! a rewind or restore holds its frozen tree that long after changing it.
+//! a rewind or restore holds its frozen tree that long after changing it,
+//! and says so in the daemon's log.
 
 mod common;
 
 use common::*;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Mounted on `mnt` with the daemon environment `env` and `extra` arguments.
@@ -31,6 +34,17 @@ fn spawn_cli(fx: &MountFixture, args: &[&str]) -> std::thread::JoinHandle<Output
     let mut cmd = fx.command();
     cmd.args(&full);
     std::thread::spawn(move || run_with_timeout(&mut cmd, CHILD_TIMEOUT))
+}
+
+/// Waits until the daemon holds a frozen tree for the test hook (its
+/// log says so), so that what follows happens inside it.
+fn wait_until_frozen(fx: &MountFixture) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let log = fx.store.join("daemon.log");
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("test hook: holding the frozen tree") {
+        assert!(Instant::now() < deadline, "the daemon never held a frozen tree");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn json_of(out: Output, what: &str) -> serde_json::Value {
@@ -65,7 +79,7 @@ fn a_restore_sent_during_a_rewind_runs_after_it_and_both_results_are_exact() {
 
     let rewind = spawn_cli(&fx, &["rewind", &k0.to_string()]);
     // The rewind holds its frozen tree 1.5 s: the restore arrives inside.
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until_frozen(&fx);
     let restore = spawn_cli(&fx, &["restore", &k1.to_string(), "--", "b"]);
     let rewind = json_of(rewind.join().expect("rewind thread"), "rewind");
     let restore = json_of(restore.join().expect("restore thread"), "restore");
@@ -188,14 +202,34 @@ fn a_request_holding_a_directory_lock_does_not_deadlock_the_invalidation() {
     let k = fx.turn("m0");
     fx.sh("rm d/old && echo new > d/new");
     fx.turn("m1");
+    // A process ready to create d/third, with everything else it needs
+    // cached, so that its only request is the create, sent while the
+    // kernel holds d's lock.
+    let mut creator = Command::new("python3")
+        .arg("-c")
+        .arg("import os, sys\nos.chdir(sys.argv[1])\nos.stat('d')\nprint('ready', flush=True)\nsys.stdin.readline()\nopen('d/third', 'w').write('third')")
+        .arg(fx.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("python3");
+    let mut ready = String::new();
+    let out = creator.stdout.take().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut ready).expect("read the creator's output");
+    assert_eq!(ready, "ready\n");
     let rewind = spawn_cli(&fx, &["rewind", &k.to_string()]);
-    std::thread::sleep(Duration::from_millis(400));
-    // The kernel holds d's lock while this create waits for the frozen
-    // tree; expiring d/new needs that lock.
+    wait_until_frozen(&fx);
     let started = Instant::now();
-    fx.sh("echo third > d/third");
+    creator.stdin.take().expect("stdin").write_all(b"go\n").expect("start the create");
+    check(wait_child(&mut creator, CHILD_TIMEOUT, "the create"), "the create");
     let v = json_of(rewind.join().expect("rewind thread"), "rewind");
     assert!(started.elapsed() < Duration::from_secs(30), "the create and the rewind took {:?}", started.elapsed());
     assert!(v["result_checkpoint"].is_i64());
     assert_eq!(fx.sh("ls d"), "old\nthird\n");
+    // The path taken: the helper stalled on d's lock and the tree was
+    // released for the create, then the helper finished.
+    let log = std::fs::read_to_string(fx.store.join("daemon.log")).expect("daemon log");
+    assert!(log.contains("invalidation stalled"), "the invalidation never waited for the create:\n{log}");
 }

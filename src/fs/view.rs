@@ -136,16 +136,16 @@ impl Filesystem for ViewFs {
         self.browser.forget(Ino(ino.0), nlookup)
     }
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        lookup(&self.browser, Ino(parent.0), name, reply)
+        super::no_lost_worker("lookup", || lookup(&self.browser, Ino(parent.0), name, reply))
     }
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        getattr(&self.browser, Ino(ino.0), reply)
+        super::no_lost_worker("getattr", || getattr(&self.browser, Ino(ino.0), reply))
     }
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        readlink(&self.browser, Ino(ino.0), reply)
+        super::no_lost_worker("readlink", || readlink(&self.browser, Ino(ino.0), reply))
     }
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        open(&self.browser, Ino(ino.0), flags.0, reply)
+        super::no_lost_worker("open", || open(&self.browser, Ino(ino.0), flags.0, reply))
     }
     fn read(
         &self,
@@ -158,25 +158,27 @@ impl Filesystem for ViewFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        read(&self.browser, Ino(ino.0), offset, size, reply)
+        super::no_lost_worker("read", || read(&self.browser, Ino(ino.0), offset, size, reply))
     }
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR)
+        super::no_lost_worker("opendir", || {
+            reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR)
+        })
     }
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        readdir(&self.browser, Ino(ino.0), offset, reply)
+        super::no_lost_worker("readdir", || readdir(&self.browser, Ino(ino.0), offset, reply))
     }
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        getxattr(&self.browser, Ino(ino.0), name, size, reply)
+        super::no_lost_worker("getxattr", || getxattr(&self.browser, Ino(ino.0), name, size, reply))
     }
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        listxattr(&self.browser, Ino(ino.0), size, reply)
+        super::no_lost_worker("listxattr", || listxattr(&self.browser, Ino(ino.0), size, reply))
     }
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.browser.statfs() {
+        super::no_lost_worker("statfs", || match self.browser.statfs() {
             Ok(s) => reply.statfs(s.blocks, 0, 0, s.files, 0, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(view_errno(&e)),
-        }
+        })
     }
 }
 
