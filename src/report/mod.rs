@@ -249,8 +249,8 @@ fn rfc3339(ms: i64) -> String {
 }
 
 /// The statistics of every turn, oldest first. A sealed turn's statistics
-/// are computed once, the first time they are asked for, and stored; the
-/// open turn's are computed each time.
+/// are computed once and stored (by the daemon right after the seal, or
+/// here when missing); the open turn's are computed each time.
 pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
     let current = journal.current_turn();
@@ -504,14 +504,17 @@ fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> View
         Err(e) if e.0 == libc::ENOENT => return Ok(Placed::Gone),
         Err(_) => return Ok(Placed::Unknown("cannot be opened by handle")),
     };
-    let st = rustix::fs::fstat(&fd)?;
+    let Ok(st) = rustix::fs::fstat(&fd) else { return Ok(Placed::Unknown("cannot be examined")) };
     if st.st_nlink == 0 {
         return Ok(Placed::Gone);
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
         return Ok(Placed::Unknown("has several names"));
     }
-    let name = rustix::fs::readlink(crate::sys::proc_fd_path(fd.as_fd()).as_c_str(), Vec::new())?.into_bytes();
+    let Ok(name) = rustix::fs::readlink(crate::sys::proc_fd_path(fd.as_fd()).as_c_str(), Vec::new()) else {
+        return Ok(Placed::Unknown("has no name the kernel can give"));
+    };
+    let name = name.into_bytes();
     let rel = match name.strip_prefix(root) {
         Some([]) => &[][..],
         Some([b'/', rest @ ..]) => rest,
