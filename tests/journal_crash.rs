@@ -4,14 +4,14 @@
 //! taken at its boundary, the state at remount is the live tree, and the
 //! chunk store verifies.
 
-mod journal_common;
+mod common;
 
 use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use journal_common::*;
+use common::*;
 
 #[test]
 fn sealed_checkpoints_survive_kill_9_mid_turn() {

@@ -4,13 +4,13 @@
 //! model's snapshot at that turn. Seeded: set JOURNAL_MODEL_SEED to repeat
 //! a run; the seed is printed in every failure.
 
-mod journal_common;
+mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use journal_common::*;
+use common::*;
 
 #[derive(Clone, Debug, PartialEq)]
 enum M {
@@ -71,6 +71,19 @@ fn pick<T: Clone>(rng: &mut Rng, v: &[T]) -> Option<T> {
     if v.is_empty() { None } else { Some(v[rng.below(v.len() as u64) as usize].clone()) }
 }
 
+/// Runs one file operation on the mount from this process, with a
+/// timeout: a daemon that stops answering fails the test instead of
+/// hanging it.
+fn on_mount<T: Send + 'static>(what: String, op: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> T {
+    io_timeout(&what, CHILD_TIMEOUT, op).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// `read_tree` of the mount, with a timeout.
+fn read_mount(mnt: &Path) -> Tree {
+    let mnt = mnt.to_path_buf();
+    io_timeout(&format!("read the tree of {}", mnt.display()), CHILD_TIMEOUT, move || read_tree(&mnt))
+}
+
 #[test]
 fn random_operations_and_turns_against_a_model() {
     let seed: u64 = std::env::var("JOURNAL_MODEL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -95,7 +108,7 @@ fn random_operations_and_turns_against_a_model() {
     let turns = 20;
     for step in 0..ops {
         if step > 0 && step % (ops / turns) == 0 {
-            let live = as_model(&read_tree(&mnt));
+            let live = as_model(&read_mount(&mnt));
             let d = model_diff(&model, &live);
             assert!(
                 d.is_empty(),
@@ -118,8 +131,8 @@ fn random_operations_and_turns_against_a_model() {
                 }
                 let n = rng.below(20000) as usize;
                 let data = rng.bytes(n);
-                std::fs::write(mnt.join(&p), &data)
-                    .unwrap_or_else(|e| panic!("seed {seed}: create {}: {e}", p.display()));
+                let (path, bytes) = (mnt.join(&p), data.clone());
+                on_mount(format!("seed {seed}: create {}", p.display()), move || std::fs::write(path, bytes));
                 model.insert(p.clone(), M::File(data));
                 format!("create {}", p.display())
             }
@@ -129,13 +142,12 @@ fn random_operations_and_turns_against_a_model() {
                 let off = rng.below(cur.len() as u64 + 100) as usize;
                 let n = 1 + rng.below(3000) as usize;
                 let data = rng.bytes(n);
-                let mut fh = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(mnt.join(&p))
-                    .unwrap_or_else(|e| panic!("seed {seed}: open {}: {e}", p.display()));
-                fh.seek(SeekFrom::Start(off as u64)).unwrap();
-                fh.write_all(&data).unwrap_or_else(|e| panic!("seed {seed}: write {}: {e}", p.display()));
-                drop(fh);
+                let (path, bytes) = (mnt.join(&p), data.clone());
+                on_mount(format!("seed {seed}: write {}", p.display()), move || {
+                    let mut fh = std::fs::OpenOptions::new().write(true).open(path)?;
+                    fh.seek(SeekFrom::Start(off as u64))?;
+                    fh.write_all(&bytes)
+                });
                 if cur.len() < off + data.len() {
                     cur.resize(off + data.len(), 0);
                 }
@@ -146,11 +158,10 @@ fn random_operations_and_turns_against_a_model() {
                 let Some(p) = pick(&mut rng, &files(&model)) else { continue };
                 let Some(M::File(cur)) = model.get_mut(&p) else { unreachable!() };
                 let len = rng.below(cur.len() as u64 + 2000) as usize;
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(mnt.join(&p))
-                    .and_then(|fh| fh.set_len(len as u64))
-                    .unwrap_or_else(|e| panic!("seed {seed}: truncate {}: {e}", p.display()));
+                let path = mnt.join(&p);
+                on_mount(format!("seed {seed}: truncate {}", p.display()), move || {
+                    std::fs::OpenOptions::new().write(true).open(path).and_then(|fh| fh.set_len(len as u64))
+                });
                 cur.resize(len, 0);
                 format!("truncate {} to {len}", p.display())
             }
@@ -168,8 +179,10 @@ fn random_operations_and_turns_against_a_model() {
                     Some(M::File(_)) if !is_dir => {}
                     _ => continue,
                 }
-                std::fs::rename(mnt.join(&src), mnt.join(&dst))
-                    .unwrap_or_else(|e| panic!("seed {seed}: rename {} {}: {e}", src.display(), dst.display()));
+                let (from, to) = (mnt.join(&src), mnt.join(&dst));
+                on_mount(format!("seed {seed}: rename {} {}", src.display(), dst.display()), move || {
+                    std::fs::rename(from, to)
+                });
                 let moved: Vec<(PathBuf, M)> = model
                     .range(src.clone()..)
                     .take_while(|(p, _)| p.starts_with(&src))
@@ -186,8 +199,8 @@ fn random_operations_and_turns_against_a_model() {
             }
             7 => {
                 let Some(p) = pick(&mut rng, &files(&model)) else { continue };
-                std::fs::remove_file(mnt.join(&p))
-                    .unwrap_or_else(|e| panic!("seed {seed}: unlink {}: {e}", p.display()));
+                let path = mnt.join(&p);
+                on_mount(format!("seed {seed}: unlink {}", p.display()), move || std::fs::remove_file(path));
                 model.remove(&p);
                 format!("unlink {}", p.display())
             }
@@ -200,7 +213,8 @@ fn random_operations_and_turns_against_a_model() {
                 if model.contains_key(&p) {
                     continue;
                 }
-                std::fs::create_dir(mnt.join(&p)).unwrap_or_else(|e| panic!("seed {seed}: mkdir {}: {e}", p.display()));
+                let path = mnt.join(&p);
+                on_mount(format!("seed {seed}: mkdir {}", p.display()), move || std::fs::create_dir(path));
                 model.insert(p.clone(), M::Dir);
                 format!("mkdir {}", p.display())
             }
@@ -210,14 +224,15 @@ fn random_operations_and_turns_against_a_model() {
                     .filter(|d| !d.as_os_str().is_empty() && !model.keys().any(|k| k != d && k.starts_with(d)))
                     .collect();
                 let Some(p) = pick(&mut rng, &empty) else { continue };
-                std::fs::remove_dir(mnt.join(&p)).unwrap_or_else(|e| panic!("seed {seed}: rmdir {}: {e}", p.display()));
+                let path = mnt.join(&p);
+                on_mount(format!("seed {seed}: rmdir {}", p.display()), move || std::fs::remove_dir(path));
                 model.remove(&p);
                 format!("rmdir {}", p.display())
             }
         };
         log.push(desc);
     }
-    let live = as_model(&read_tree(&mnt));
+    let live = as_model(&read_mount(&mnt));
     assert!(model_diff(&model, &live).is_empty(), "seed {seed}: the mount differs from the model at the end");
     f.unmount();
     let off = Offline::open(&f.ws, &f.store);

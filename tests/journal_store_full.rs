@@ -4,12 +4,12 @@
 //! leaves the file unchanged; once space is freed the same change works,
 //! and the checkpoint before it still rebuilds.
 
-mod journal_common;
+mod common;
 
 use std::ffi::OsStr;
 use std::path::Path;
 
-use journal_common::*;
+use common::*;
 
 struct LoopMount(std::path::PathBuf);
 
@@ -109,10 +109,7 @@ fn full_store_refuses_the_change_with_enospc() {
         t.status,
         String::from_utf8_lossy(&t.stderr)
     );
-    assert!(
-        std::fs::read(&target).unwrap() == original,
-        "big.bin changed although its pre-image could not be recorded"
-    );
+    assert!(read_mounted(&target) == original, "big.bin changed although its pre-image could not be recorded");
     assert!(std::fs::read(f.ws.join("big.bin")).unwrap() == original, "backing big.bin changed");
     // The refused pre-image left nothing behind: the chunks stored before
     // the store ran out were taken back, so small edits still fit.
@@ -136,7 +133,7 @@ fn full_store_refuses_the_change_with_enospc() {
         &[],
     );
     assert!(o.status.success(), "dd after freeing space: {}", String::from_utf8_lossy(&o.stderr));
-    let now = std::fs::read(&target).unwrap();
+    let now = read_mounted(&target);
     assert!(now[..1 << 20].iter().all(|b| *b == 0) && now[1 << 20..] == original[1 << 20..]);
     let snap1 = f.snapshot("1");
     assert_eq!(f.turn("after"), 1);
@@ -154,4 +151,10 @@ fn full_store_refuses_the_change_with_enospc() {
     assert!(errs.is_empty(), "{}", errs.join("\n"));
     drop(off);
     assert!(Path::new(&f.store).exists());
+}
+
+/// Reads a file on the mount, with a timeout.
+fn read_mounted(p: &std::path::Path) -> Vec<u8> {
+    let p = p.to_path_buf();
+    io_timeout(&format!("read {}", p.display()), CHILD_TIMEOUT, move || std::fs::read(p)).expect("read")
 }

@@ -86,7 +86,7 @@ fn a_turn_keeps_its_statistics_after_a_later_turn_deletes_the_file() {
 }
 
 #[test]
-fn the_same_statistics_when_first_asked_for_long_after_the_seal() {
+fn statistics_stay_exact_when_later_turns_change_the_same_files() {
     // No `log` between the turns: every sealed turn's statistics are
     // computed from the paths noted at its seal, after later turns changed
     // the same files. In place: the paths are found under the workspace
@@ -102,8 +102,8 @@ fn the_same_statistics_when_first_asked_for_long_after_the_seal() {
     f.sh("rm -r d");
     f.turn("m4");
     // Each seal noted where its turn's changes are, so computing the
-    // statistics later visits those paths only (turn 0 ends at the first
-    // `turn`; m1's turn appended to a.txt and created d/e/f.txt).
+    // statistics visits those paths only (turn 0 ends at the first `turn`;
+    // m1's turn appended to a.txt and created d/e/f.txt).
     let db = f.store.join("meta.sqlite");
     let sql = "SELECT turn || ':' || hex(paths) FROM turn_summaries ORDER BY turn";
     let noted = stdout(&check(

@@ -4,14 +4,14 @@
 //! sqlite3) must agree with those copies, and every checkpoint must rebuild
 //! byte for byte from the store after unmount.
 
-mod journal_common;
+mod common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use journal_common::*;
+use common::*;
 
 /// A python process holding a file open for writing (and optionally a
 /// shared writable mmap of it), driven one command at a time so that the
@@ -95,9 +95,14 @@ fn count_files(t: &Tree, under: &str) -> usize {
     t.iter().filter(|(p, o)| p.starts_with(under) && !matches!(o, Obj::Dir { .. })).count()
 }
 
+/// Writes a file (in the workspace or the mount), with a timeout.
 fn write(p: &Path, data: impl AsRef<[u8]>) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, data).unwrap();
+    let (p, data) = (p.to_path_buf(), data.as_ref().to_vec());
+    io_timeout(&format!("write {}", p.display()), CHILD_TIMEOUT, move || {
+        std::fs::create_dir_all(p.parent().expect("a parent"))?;
+        std::fs::write(&p, data)
+    })
+    .unwrap_or_else(|e| panic!("write: {e}"));
 }
 
 #[test]
@@ -453,7 +458,10 @@ fn files_born_and_gone_in_one_turn_leave_nothing_behind() {
     let c3 = fx.turn("m3");
     let attic: Vec<_> = std::fs::read_dir(fx.store.join("attic")).expect("attic").collect();
     assert_eq!(attic.len(), 2, "only the old a and b (which checkpoint {c2} had) belong in the attic: {attic:?}");
-    let view = |c: i64, name: &str| std::fs::read_to_string(root.join(format!(".rewindfs/checkpoints/{c}/{name}")));
+    let view = |c: i64, name: &str| {
+        let p = root.join(format!(".rewindfs/checkpoints/{c}/{name}"));
+        io_timeout(&format!("read {}", p.display()), CHILD_TIMEOUT, move || std::fs::read_to_string(p))
+    };
     assert_eq!(view(c2, "a").unwrap(), "a at 2\n");
     assert_eq!(view(c2, "b").unwrap(), "b at 2\n");
     assert!(view(c2, "t1.o").is_err() && view(c2, "scratch").is_err());
@@ -462,7 +470,8 @@ fn files_born_and_gone_in_one_turn_leave_nothing_behind() {
     // A file that survives a turn boundary is kept when removed later.
     write(&root.join("kept"), "kept\n");
     let c4 = fx.turn("m4");
-    std::fs::remove_file(root.join("kept")).unwrap();
+    let kept = root.join("kept");
+    io_timeout("rm kept", CHILD_TIMEOUT, move || std::fs::remove_file(kept)).expect("rm kept");
     fx.turn("m5");
     assert_eq!(view(c4, "kept").unwrap(), "kept\n");
     assert_eq!(std::fs::read_dir(fx.store.join("attic")).unwrap().count(), 3);

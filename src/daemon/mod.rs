@@ -247,7 +247,8 @@ fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, 
 fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, Failure> {
     let tree = ctx.tree.clone();
     let journal = ctx.journal.clone();
-    ctx.journal
+    let sealed = ctx
+        .journal
         .seal_on(info, reason, parent, || {
             // Before the writers are recorded again: the live tree is still
             // the tree at the end of the sealed turn.
@@ -261,7 +262,15 @@ fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> s
                 Failure::usage(e.to_string())
             }
             e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
-        })
+        })?;
+    // The turn's `log` statistics, off the turn gate and the caller's
+    // path: reading contents for line counts must not delay the next turn.
+    let _ = std::thread::Builder::new().name("turn-stats".into()).spawn(move || {
+        if let Err(e) = crate::report::summarize_sealed_turn(&tree, &journal, sealed - 1) {
+            warn!("cannot compute the statistics of turn {}: {e}", sealed - 1);
+        }
+    });
+    Ok(sealed)
 }
 
 fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {

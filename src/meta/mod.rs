@@ -996,14 +996,14 @@ impl Meta {
             .ctx("read where a turn's changes are")
     }
 
-    /// Stores a sealed turn's statistics; its paths are no longer needed.
+    /// Stores a sealed turn's statistics.
     pub fn set_turn_stats(&self, turn: i64, stats: &TurnStats) -> MetaResult<()> {
         self.transaction(|m| {
             m.conn
                 .prepare_cached(
-                    "INSERT INTO turn_summaries(turn, paths, files_added, files_modified, files_deleted,
-                         lines_added, lines_removed) VALUES (?1, NULL, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT(turn) DO UPDATE SET paths = NULL, files_added = excluded.files_added,
+                    "INSERT INTO turn_summaries(turn, files_added, files_modified, files_deleted,
+                         lines_added, lines_removed) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT(turn) DO UPDATE SET files_added = excluded.files_added,
                          files_modified = excluded.files_modified, files_deleted = excluded.files_deleted,
                          lines_added = excluded.lines_added, lines_removed = excluded.lines_removed",
                 )
@@ -1031,16 +1031,25 @@ impl Meta {
 
     /// Every stored turn's statistics, by turn.
     pub fn turn_stats(&self) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
+        self.stored_turn_stats(None)
+    }
+
+    /// One turn's stored statistics, if computed.
+    pub fn turn_stats_of(&self, turn: i64) -> MetaResult<Option<TurnStats>> {
+        Ok(self.stored_turn_stats(Some(turn))?.remove(&turn))
+    }
+
+    fn stored_turn_stats(&self, only: Option<i64>) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
         let mut out = std::collections::HashMap::new();
         let mut stmt = self
             .conn
             .prepare_cached(
                 "SELECT turn, files_added, files_modified, files_deleted, lines_added, lines_removed
-                 FROM turn_summaries WHERE files_added IS NOT NULL",
+                 FROM turn_summaries WHERE files_added IS NOT NULL AND (?1 IS NULL OR turn = ?1)",
             )
             .ctx("prepare")?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map([only], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     TurnStats {
@@ -1058,9 +1067,12 @@ impl Meta {
             let (turn, stats) = row.ctx("read turn statistics")?;
             out.insert(turn, stats);
         }
-        let mut stmt = self.conn.prepare_cached("SELECT turn, program, records FROM turn_programs").ctx("prepare")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT turn, program, records FROM turn_programs WHERE ?1 IS NULL OR turn = ?1")
+            .ctx("prepare")?;
         let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+            .query_map([only], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
             .ctx("read turn statistics")?;
         for row in rows {
             let (turn, program, n) = row.ctx("read turn statistics")?;
@@ -1443,7 +1455,9 @@ mod tests {
         let all = m.turn_stats().unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[&4], stats);
-        assert_eq!(m.turn_paths(4).unwrap(), None, "paths are dropped once the statistics are stored");
+        assert_eq!(m.turn_stats_of(4).unwrap(), Some(stats));
+        assert_eq!(m.turn_stats_of(5).unwrap(), None);
+        assert_eq!(m.turn_paths(4).unwrap().as_deref(), Some(&b"a\0b/c\0"[..]), "the paths stay");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and `history` of one path. Built on views, so every answer is what the
 //! trees at those checkpoints really contain.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -249,8 +249,8 @@ fn rfc3339(ms: i64) -> String {
 }
 
 /// The statistics of every turn, oldest first. A sealed turn's statistics
-/// are computed once, the first time they are asked for, and stored; the
-/// open turn's are computed each time.
+/// are computed once and stored (by the daemon right after the seal, or
+/// here when missing); the open turn's are computed each time.
 pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
     let current = journal.current_turn();
@@ -261,14 +261,7 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
         let next = checkpoints.get(i + 1);
         let stats = match (next, stored.remove(&c.checkpoint)) {
             (Some(_), Some(stats)) => stats,
-            (Some(n), None) => {
-                let paths = journal.with_meta(|m| m.turn_paths(c.checkpoint))?.map(|p| decode_paths(&p));
-                let stats = turn_stats(tree, journal, c.checkpoint, paths, &TreeView::at(tree, journal, n.checkpoint))?;
-                if let Err(e) = journal.with_meta(|m| m.set_turn_stats(c.checkpoint, &stats)) {
-                    log::warn!("cannot store the statistics of turn {}: {e}", c.checkpoint);
-                }
-                stats
-            }
+            (Some(_), None) => summarize_sealed_turn(tree, journal, c.checkpoint)?,
             (None, _) => {
                 let paths = locate_changes(tree, journal, c.checkpoint)?;
                 turn_stats(tree, journal, c.checkpoint, paths, &TreeView::live(tree, journal))?
@@ -295,6 +288,26 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     Ok(out)
 }
 
+/// Serializes the computing of sealed turns' statistics (the daemon's
+/// background summaries and `log`), so that none is computed twice.
+static SUMMARIZING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The statistics of sealed turn `turn`, computed and stored unless they
+/// already are. The daemon calls it in the background after each seal, so
+/// that `log` finds them stored.
+pub fn summarize_sealed_turn(tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<TurnStats> {
+    let _one_at_a_time = SUMMARIZING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(stats) = journal.with_meta(|m| m.turn_stats_of(turn))? {
+        return Ok(stats);
+    }
+    let paths = journal.with_meta(|m| m.turn_paths(turn))?.map(|p| decode_paths(&p));
+    let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(tree, journal, turn + 1))?;
+    if let Err(e) = journal.with_meta(|m| m.set_turn_stats(turn, &stats)) {
+        log::warn!("cannot store the statistics of turn {turn}: {e}");
+    }
+    Ok(stats)
+}
+
 /// The statistics of `turn`: the changes `diff` reports between checkpoint
 /// `turn` and `post` (the next checkpoint, or the live tree), summed. With
 /// `paths` (where the turn's changes are in `post`, from
@@ -309,13 +322,17 @@ fn turn_stats(
     let pre = TreeView::at(tree, journal, turn);
     let changes = match paths {
         None => diff(&pre, post, &[], false)?,
-        Some(paths) => {
-            let changed = journal.with_meta(|m| m.changed_in_turn(turn))?;
-            match Trie::of(&paths) {
-                Some(paths) => diff_scoped(&pre, post, &Scope { paths, files: changed_files(&changed).collect() })?,
-                None => Vec::new(),
+        Some(paths) => match Trie::of(&paths) {
+            Some(paths) => {
+                let changed = journal.with_meta(|m| m.changed_in_turn(turn))?;
+                let mut names: HashMap<ObjectId, BTreeSet<OsString>> = HashMap::new();
+                for e in journal.with_meta(|m| m.entries_in_turn(turn))? {
+                    names.entry(e.dir).or_default().insert(std::ffi::OsStr::from_bytes(&e.name).to_owned());
+                }
+                diff_scoped(&pre, post, &Scope { paths, files: changed_files(&changed).collect(), names })?
             }
-        }
+            None => Vec::new(),
+        },
     };
     let mut s = TurnStats { programs: journal.with_meta(|m| m.programs_in_turn(turn))?, ..TurnStats::default() };
     for c in &changes {
@@ -342,6 +359,8 @@ fn changed_files(changed: &crate::meta::TurnChanges) -> impl Iterator<Item = Obj
 struct Scope {
     paths: Trie,
     files: HashSet<ObjectId>,
+    /// The names each directory's entry records in the turn are about.
+    names: HashMap<ObjectId, BTreeSet<OsString>>,
 }
 
 /// A set of paths, as a tree of names.
@@ -377,18 +396,19 @@ fn same_object(x: &Node, y: &Node) -> bool {
 
 /// `diff` between two checkpoints one turn apart, visiting only the turn's
 /// scope. Sound because a view differs from the next one only by the
-/// records of that turn: a directory that is the same object on both sides
-/// lists the same names unless the turn changed its entries, and a file
-/// that is the same object has the same state unless the turn recorded it.
-/// So below a same-object directory nothing changed unless it is on a path
-/// to something the turn changed; where the two sides hold different
-/// objects (a rename, a replacement), both subtrees are compared whole, as
-/// `diff` does.
+/// records of that turn: a name in a directory that is the same object on
+/// both sides refers to the same object unless the turn recorded that
+/// name, and an object has the same state unless the turn recorded it. So
+/// below a same-object directory, only the names the turn recorded and the
+/// names on a path to something the turn changed can differ; where the two
+/// sides hold different objects (a rename, a replacement), both subtrees
+/// are compared whole, as `diff` does. Costs a few lookups per recorded
+/// name and per path component, whatever the size of the directories.
 fn diff_scoped(a: &TreeView<'_>, b: &TreeView<'_>, scope: &Scope) -> ViewResult<Vec<FileChange>> {
     let mut out = Vec::new();
     let (ra, rb) = (a.root()?, b.root()?);
     if same_object(&ra, &rb) {
-        walk_scoped(a, b, ra, rb, PathBuf::new(), &scope.paths, &scope.files, &mut out)?;
+        walk_scoped(a, b, ra, rb, PathBuf::new(), &scope.paths, scope, &mut out)?;
     } else {
         walk(a, b, Some(ra), Some(rb), PathBuf::new(), &[], false, &mut out)?;
     }
@@ -405,27 +425,24 @@ fn walk_scoped(
     nb: Node,
     path: PathBuf,
     paths: &Trie,
-    files: &HashSet<ObjectId>,
+    scope: &Scope,
     out: &mut Vec<FileChange>,
 ) -> ViewResult<()> {
     let dirs = matches!((a.state(&na), b.state(&nb)), (Ok(x), Ok(y)) if x.is_dir() && y.is_dir());
     if !dirs {
         return walk(a, b, Some(na), Some(nb), path, &[], false, out);
     }
-    let mut names: BTreeMap<OsString, (Option<Node>, Option<Node>)> = BTreeMap::new();
-    for (name, n) in a.list(&na)? {
-        names.entry(name).or_default().0 = Some(n);
+    let mut names: BTreeSet<OsString> = paths.children.keys().cloned().collect();
+    if let Some(recorded) = na.id.and_then(|id| scope.names.get(&id)) {
+        names.extend(recorded.iter().cloned());
     }
-    for (name, n) in b.list(&nb)? {
-        names.entry(name).or_default().1 = Some(n);
-    }
-    for (name, pair) in names {
+    for name in names {
         let child = path.join(&name);
-        match pair {
+        match (a.lookup(&na, &name)?, b.lookup(&nb, &name)?) {
             (Some(x), Some(y)) if same_object(&x, &y) => {
                 if let Some(below) = paths.children.get(&name) {
-                    walk_scoped(a, b, x, y, child, below, files, out)?;
-                } else if x.id.is_some_and(|id| files.contains(&id)) {
+                    walk_scoped(a, b, x, y, child, below, scope, out)?;
+                } else if x.id.is_some_and(|id| scope.files.contains(&id)) {
                     walk(a, b, Some(x), Some(y), child, &[], false, out)?;
                 }
             }
@@ -487,14 +504,17 @@ fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> View
         Err(e) if e.0 == libc::ENOENT => return Ok(Placed::Gone),
         Err(_) => return Ok(Placed::Unknown("cannot be opened by handle")),
     };
-    let st = rustix::fs::fstat(&fd)?;
+    let Ok(st) = rustix::fs::fstat(&fd) else { return Ok(Placed::Unknown("cannot be examined")) };
     if st.st_nlink == 0 {
         return Ok(Placed::Gone);
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
         return Ok(Placed::Unknown("has several names"));
     }
-    let name = rustix::fs::readlink(crate::sys::proc_fd_path(fd.as_fd()).as_c_str(), Vec::new())?.into_bytes();
+    let Ok(name) = rustix::fs::readlink(crate::sys::proc_fd_path(fd.as_fd()).as_c_str(), Vec::new()) else {
+        return Ok(Placed::Unknown("has no name the kernel can give"));
+    };
+    let name = name.into_bytes();
     let rel = match name.strip_prefix(root) {
         Some([]) => &[][..],
         Some([b'/', rest @ ..]) => rest,

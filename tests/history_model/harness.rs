@@ -9,6 +9,8 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, Per
 use std::path::{Path, PathBuf};
 
 use super::model::*;
+// Explicit: tests/common has its own `Rng` and `tree_diff`.
+use super::model::{Rng, tree_diff};
 use crate::common::*;
 
 /// Why a sequence failed: `kind` groups failures for shrinking.
