@@ -22,9 +22,16 @@ impl History {
     /// Mounts `ws` after `setup` ran in it (as plain files, before the
     /// mount); checkpoint 0 is that tree.
     fn new(setup: &str) -> History {
+        Self::with_args(setup, &[])
+    }
+
+    /// As `new`, with more `rewindfs mount` arguments.
+    fn with_args(setup: &str, extra: &[&str]) -> History {
         let mut fx = MountFixture::unmounted();
         sh(&fx.ws, setup);
-        fx.mount(false, &["--auto-turn", "0"]);
+        let mut args = vec!["--auto-turn", "0"];
+        args.extend_from_slice(extra);
+        fx.mount(false, &args);
         let mut h = History { fx, copies: BTreeMap::new(), n: 0 };
         let c0 = h.copy();
         h.copies.insert(0, c0);
@@ -118,4 +125,33 @@ fn rewind_that_puts_a_hard_link_back_records_the_link_count() {
     h.sh("rm -rf d2");
     h.rewind(c);
     h.check_views("after putting back a removed directory with a hard link");
+}
+
+/// While the settler wrote a rewound file's bytes, the backing file had the
+/// mtime of that write, and a `stat` in that moment put it in the kernel's
+/// cache for the whole cache timeout: the file kept a wrong mtime after the
+/// rewind. A pending file now shows its recorded mtime. (No kernel cache
+/// here, so that every `stat` asks the daemon.)
+#[test]
+fn a_rewound_file_shows_its_recorded_mtime_while_its_bytes_are_written() {
+    let mut h = History::with_args(
+        "head -c 64000000 /dev/urandom > big && ln big big-link && touch -d '2001-01-01' big && echo s > small",
+        &["--cache-timeout", "0"],
+    );
+    let c1 = h.turn();
+    h.sh("echo x >> big && echo y >> small");
+    h.turn();
+    let v = h.fx.cli_json(&["rewind", &c1.to_string()]);
+    assert!(v["result_checkpoint"].is_i64(), "{v}");
+    // Until the settler is done (status is asked once the stats are over).
+    let seen = h.fx.sh("for i in $(seq 1 400); do stat -c %Y big; sleep 0.002; done | sort | uniq -c");
+    assert_eq!(seen.split_whitespace().nth(1), Some("978307200"), "mtimes seen during the settle:\n{seen}");
+    assert_eq!(seen.lines().count(), 1, "mtimes seen during the settle:\n{seen}");
+    for _ in 0..600 {
+        if h.fx.status_json()["pending_files"] == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_same_tree(&h.copies[&c1], h.fx.path(), "the tree once settled");
 }

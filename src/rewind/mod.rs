@@ -420,6 +420,9 @@ impl Rewinder<'_> {
             rustix::fs::ftruncate(&file, state.size).map_err(from_rustix("truncate"))?;
             let handle = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
             self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err("pending".into(), e))?;
+            // Directly, not through `setattr`, which would write the bytes
+            // now (a pending file is settled before its attributes change).
+            self.set_owner_and_times(fd, &state)?;
             self.touched.inodes.insert(ino);
             self.out.push(Planned { path: format!("object {}", id.0), action: Action::Restore });
         }
