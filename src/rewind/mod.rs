@@ -132,21 +132,37 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
     // 3. Attributes and in-place content changes; directories last, since
     // putting names back changes their times.
     let mut dirs: BTreeSet<ObjectId> = keys.iter().map(|(d, _)| *d).collect();
+    let (mut linked, mut files): (Vec<ObjectId>, Vec<ObjectId>) = (Vec::new(), Vec::new());
     for id in objects.iter().chain(placed.iter()) {
         if r.in_attic.contains(id) {
             continue;
         }
         let Some(fd) = r.object_fd(*id) else { continue };
-        // Inside a directory moved aside whole: not part of the tree rewound to.
-        if r.locate_in_attic(fd.as_fd())?.is_some() {
+        let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        // Inside a directory moved aside whole: not part of the tree rewound
+        // to. A file with several names may be there under one name and in
+        // the tree under another (the kernel reports any one of them), so
+        // it is restored anyway.
+        if (is_dir || st.st_nlink == 1) && r.locate_in_attic(fd.as_fd())?.is_some() {
             continue;
         }
-        let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        if is_dir {
             dirs.insert(*id);
             continue;
         }
-        r.restore_object(*id, fd.as_fd())?;
+        if st.st_nlink > 1 {
+            linked.push(*id);
+        }
+        files.push(*id);
+    }
+    // Before the contents: a file left with one name can swap in a new
+    // inode instead of being rewritten in place.
+    r.drop_stray_links(&linked)?;
+    for id in files {
+        if let Some(fd) = r.object_fd(id) {
+            r.restore_object(id, fd.as_fd())?;
+        }
     }
     log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
     dirs.extend(std::mem::take(&mut r.dirs_touched));
@@ -427,6 +443,90 @@ impl Rewinder<'_> {
             self.out.push(Planned { path: format!("object {}", id.0), action: Action::Restore });
         }
         self.restore_attrs(id, fd)
+    }
+
+    /// A directory moved aside whole may hold a hard link of a file that is
+    /// in the tree rewound to: that name is not in the tree, but it counts
+    /// in the file's link count. Such names are removed (recorded, like any
+    /// change) until each file has the link count it had at the checkpoint.
+    fn drop_stray_links(&mut self, linked: &[ObjectId]) -> Result<(), RestoreError> {
+        let mut excess: std::collections::HashMap<(u64, u64), (ObjectId, u64)> = std::collections::HashMap::new();
+        for id in linked {
+            let Some(fd) = self.object_fd(*id) else { continue };
+            let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
+            let node = Node { id: Some(*id), handle: self.handle_of(*id) };
+            let want = u64::from(self.view.state(&node)?.nlink);
+            if st.st_nlink > want {
+                excess.insert((st.st_dev, st.st_ino), (*id, st.st_nlink - want));
+            }
+        }
+        if excess.is_empty() {
+            return Ok(());
+        }
+        let Some(attic) = self.tree.attic_fd() else { return Ok(()) };
+        let moved: Vec<ObjectId> = self.in_attic.iter().copied().collect();
+        let mut stack: Vec<OwnedFd> = Vec::new();
+        for id in moved {
+            if let Ok(d) = rustix::fs::openat(
+                attic,
+                id.0.to_string(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                stack.push(d);
+            }
+        }
+        while let Some(dir) = stack.pop() {
+            if excess.is_empty() {
+                break;
+            }
+            let mut names = Vec::new();
+            let listing = rustix::fs::Dir::read_from(&dir).map_err(from_rustix("list the attic"))?;
+            for entry in listing {
+                let entry = entry.map_err(from_rustix("list the attic"))?;
+                let name = entry.file_name().to_bytes();
+                if name != b"." && name != b".." {
+                    names.push(OsString::from(OsStr::from_bytes(name)));
+                }
+            }
+            for name in names {
+                let st = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    let sub = rustix::fs::openat(
+                        &dir,
+                        &name,
+                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(from_rustix("open"))?;
+                    stack.push(sub);
+                    continue;
+                }
+                let key = (st.st_dev, st.st_ino);
+                let Some((id, left)) = excess.get_mut(&key) else { continue };
+                log::info!("rewind: removing a stray hard link of object {} from a directory moved aside", id.0);
+                self.tree
+                    .capture_entry(self.journal, dir.as_fd(), &name, self.caller)
+                    .map_err(|e| err(self.display(name.as_bytes()), e))?;
+                self.tree
+                    .capture_named(self.journal, dir.as_fd(), &name, false, self.caller)
+                    .map_err(|e| err(self.display(name.as_bytes()), e))?;
+                if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), &name)
+                    && let Some(ino) = self.tree.known_ino(&h)
+                {
+                    self.touched.inodes.insert(ino);
+                }
+                rustix::fs::unlinkat(&dir, &name, AtFlags::empty()).map_err(from_rustix("unlink"))?;
+                *left -= 1;
+                if *left == 0 {
+                    excess.remove(&key);
+                }
+            }
+        }
+        for (id, left) in excess.values() {
+            log::warn!("rewind: object {} keeps {left} more links than it had at the checkpoint", id.0);
+        }
+        Ok(())
     }
 
     /// Where a live object is inside the attic, if it is there.
