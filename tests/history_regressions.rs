@@ -189,3 +189,24 @@ fn rewind_leaves_no_stray_hard_link_in_a_directory_it_moves_aside() {
     h.rewind(safety);
     h.check_views("after the undo");
 }
+
+/// A rewind stopped part-way with "cannot find the directories of x": a
+/// directory that an earlier rewind had moved aside (so it was not in the
+/// tree at the checkpoint) and an undo had brought back lost a name since;
+/// the rewind moved the directory aside again and then waited forever to
+/// put the name back into it.
+#[test]
+fn rewind_does_not_wait_for_a_directory_that_was_not_in_the_tree() {
+    let mut h = History::new("echo a > a");
+    h.sh("mkdir D && echo x > D/x");
+    h.turn();
+    let s1 = h.rewind(0);
+    // The tree without D (D in the attic, with x).
+    let without_d = h.rewind(s1);
+    h.sh("rm D/x");
+    h.turn();
+    let s2 = h.rewind(without_d);
+    h.check_views("after the rewind");
+    h.rewind(s2);
+    h.check_views("after the undo");
+}

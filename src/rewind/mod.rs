@@ -122,8 +122,26 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
             }
         }
         if later.len() == before {
-            let names: Vec<String> = later.iter().map(|(_, n, _)| String::from_utf8_lossy(n).into_owned()).collect();
-            return Err(err(format!("cannot find the directories of {}", names.join(", ")), Errno::ENOENT));
+            // What is left waits for directories that stay in the attic: they
+            // were not in the tree at the checkpoint (a directory a rewind had
+            // moved aside, brought back since), so neither are these names,
+            // and the directories keep their contents unchanged.
+            let mut lost = Vec::new();
+            for (dir, name, _) in &later {
+                let aside = r.in_attic.contains(dir)
+                    || match r.dir_fd(*dir) {
+                        Some(fd) => r.locate_in_attic(fd.as_fd())?.is_some(),
+                        None => false,
+                    };
+                if !aside {
+                    lost.push(String::from_utf8_lossy(name).into_owned());
+                }
+            }
+            if !lost.is_empty() {
+                return Err(err(format!("cannot find the directories of {}", lost.join(", ")), Errno::ENOENT));
+            }
+            log::debug!("rewind to {checkpoint}: {} names left in directories outside the tree", later.len());
+            break;
         }
         waiting = later;
     }
