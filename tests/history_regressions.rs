@@ -210,3 +210,19 @@ fn rewind_does_not_wait_for_a_directory_that_was_not_in_the_tree() {
     h.rewind(s2);
     h.check_views("after the undo");
 }
+
+/// A rewind left out one name of a hard-linked file: `a` was put back by
+/// taking the file out of the directory holding its other name, moved
+/// aside by the rename since, before that directory came back (issue 10:
+/// "the other name comes back with link count 1").
+#[test]
+fn rewind_puts_back_every_name_of_a_hard_linked_file() {
+    let mut h = History::new("mkdir d2 && echo A > a && ln a d2/a-link && echo f > d2/f");
+    let c1 = h.turn();
+    h.sh("mv d2 d3 && rm a");
+    h.turn();
+    let safety = h.rewind(c1);
+    h.check_views("after the rewind");
+    h.rewind(safety);
+    h.check_views("after the undo");
+}

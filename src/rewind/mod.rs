@@ -106,45 +106,23 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
     }
 
     log::debug!("rewind to {checkpoint}: step 1 (moved aside) done at {:?}", started.elapsed());
-    // 2. Put back what was there, parents before children.
-    let mut placed: Vec<ObjectId> = Vec::new();
-    let mut waiting = placements;
-    while !waiting.is_empty() {
-        let before = waiting.len();
-        let mut later = Vec::new();
-        for (dir, name, target) in waiting {
-            match r.dir_fd(dir).filter(|_| !r.in_attic.contains(&dir)) {
-                Some(dfd) => {
-                    r.place(dfd.as_fd(), dir, &name, target)?;
-                    placed.push(target);
-                }
-                None => later.push((dir, name, target)),
-            }
+    // 2. Put back what was there, parents before children, and every
+    // directory before any file: a file found inside a directory in the
+    // attic is taken out of it (a hard link of a file there would be
+    // moved), which is right only once the directories coming back are
+    // back.
+    let dir_code = kind_code(Kind::Dir);
+    let mut dir_placements = Vec::new();
+    let mut file_placements = Vec::new();
+    for p in placements {
+        match journal.with_meta(|m| m.object_kind(p.2))? {
+            Some(k) if k == dir_code => dir_placements.push(p),
+            _ => file_placements.push(p),
         }
-        if later.len() == before {
-            // What is left waits for directories that stay in the attic: they
-            // were not in the tree at the checkpoint (a directory a rewind had
-            // moved aside, brought back since), so neither are these names,
-            // and the directories keep their contents unchanged.
-            let mut lost = Vec::new();
-            for (dir, name, _) in &later {
-                let aside = r.in_attic.contains(dir)
-                    || match r.dir_fd(*dir) {
-                        Some(fd) => r.locate_in_attic(fd.as_fd())?.is_some(),
-                        None => false,
-                    };
-                if !aside {
-                    lost.push(String::from_utf8_lossy(name).into_owned());
-                }
-            }
-            if !lost.is_empty() {
-                return Err(err(format!("cannot find the directories of {}", lost.join(", ")), Errno::ENOENT));
-            }
-            log::debug!("rewind to {checkpoint}: {} names left in directories outside the tree", later.len());
-            break;
-        }
-        waiting = later;
     }
+    let mut placed: Vec<ObjectId> = Vec::new();
+    r.place_all(dir_placements, &mut placed)?;
+    r.place_all(file_placements, &mut placed)?;
 
     log::debug!("rewind to {checkpoint}: step 2 (put back) done at {:?}", started.elapsed());
     // 3. Attributes and in-place content changes; directories last, since
@@ -198,6 +176,52 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
 }
 
 impl Rewinder<'_> {
+    /// Puts back `waiting` (directory, name, object), each once its
+    /// directory is in the tree.
+    fn place_all(
+        &mut self,
+        mut waiting: Vec<(ObjectId, Vec<u8>, ObjectId)>,
+        placed: &mut Vec<ObjectId>,
+    ) -> Result<(), RestoreError> {
+        while !waiting.is_empty() {
+            let before = waiting.len();
+            let mut later = Vec::new();
+            for (dir, name, target) in waiting {
+                match self.dir_fd(dir).filter(|_| !self.in_attic.contains(&dir)) {
+                    Some(dfd) => {
+                        self.place(dfd.as_fd(), dir, &name, target)?;
+                        placed.push(target);
+                    }
+                    None => later.push((dir, name, target)),
+                }
+            }
+            if later.len() == before {
+                // What is left waits for directories that stay in the attic:
+                // they were not in the tree at the checkpoint (a directory a
+                // rewind had moved aside, brought back since), so neither are
+                // these names, and the directories keep their contents.
+                let mut lost = Vec::new();
+                for (dir, name, _) in &later {
+                    let aside = self.in_attic.contains(dir)
+                        || match self.dir_fd(*dir) {
+                            Some(fd) => self.locate_in_attic(fd.as_fd())?.is_some(),
+                            None => false,
+                        };
+                    if !aside {
+                        lost.push(self.display(name));
+                    }
+                }
+                if !lost.is_empty() {
+                    return Err(err(format!("cannot find the directories of {}", lost.join(", ")), Errno::ENOENT));
+                }
+                log::debug!("rewind: {} names left in directories outside the tree", later.len());
+                return Ok(());
+            }
+            waiting = later;
+        }
+        Ok(())
+    }
+
     fn handle_of(&self, id: ObjectId) -> Option<FileHandle> {
         self.journal.with_meta(|m| m.object_handle(id)).ok().flatten().and_then(|h| FileHandle::from_bytes(&h))
     }
