@@ -226,3 +226,22 @@ fn rewind_puts_back_every_name_of_a_hard_linked_file() {
     h.rewind(safety);
     h.check_views("after the undo");
 }
+
+/// The kernel kept the old link count of a file after a restore replaced
+/// one of its names (the rename over it did not tell the kernel about the
+/// replaced file). The rewind's hard link putting a name back had the same
+/// gap, though there a lookup of the new name refreshes it anyway.
+#[test]
+fn link_counts_are_not_stale_after_a_restore_or_a_rewind() {
+    let mut h = History::new("echo A > a && mkdir d && ln a d/a-link");
+    let c1 = h.turn();
+    h.sh("truncate -s 0 a && stat -c %h a d/a-link");
+    h.fx.cli(&["restore", &c1.to_string(), "--", "d/a-link"]);
+    assert_eq!(h.fx.sh("stat -c %h a d/a-link"), "1\n1\n", "link counts after restoring d/a-link");
+    h.sh("ln a b");
+    let c = h.turn();
+    h.sh("rm b && stat -c %h a");
+    h.rewind(c);
+    assert_eq!(h.fx.sh("stat -c %h a b"), "2\n2\n", "link counts after the rewind");
+    h.check_views("after rewinds");
+}

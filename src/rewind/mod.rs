@@ -345,7 +345,12 @@ impl Rewinder<'_> {
                     self.tree
                         .capture_fd(self.journal, fd.as_fd(), target, false, program.as_deref())
                         .map_err(|e| err(self.display(name), e))?;
-                    rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?
+                    rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?;
+                    if let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))
+                        && let Some(ino) = self.tree.known_ino(&h)
+                    {
+                        self.touched.inodes.insert(ino);
+                    }
                 }
             }
             self.out.push(Planned { path: self.display(name), action: Action::Recreate });
