@@ -9,8 +9,11 @@
 //! - [`journal`]: turns, checkpoints, recording pre-images.
 //! - [`view`]: the tree at a checkpoint, resolved on demand.
 //! - [`report`]: log statistics, diffs, path history.
+//! - [`fsck`]: checks a store and names what damage costs, by checkpoint and path.
 //! - [`restore`]: putting paths back as they were at a checkpoint.
 //! - [`rewind`]: whole-tree rewind at the cost of what changed.
+//! - [`world`]: the world lock: ordinary operations vs. rewind and restore,
+//!   and history-changing operations one at a time.
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
@@ -19,6 +22,7 @@ pub mod cli;
 pub mod daemon;
 pub mod error;
 pub mod fs;
+pub mod fsck;
 pub mod journal;
 pub mod meta;
 pub mod report;
@@ -28,5 +32,6 @@ pub mod store;
 pub mod sys;
 pub mod view;
 pub mod workspace;
+pub mod world;
 
 pub use error::{Error, Result};

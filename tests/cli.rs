@@ -3,16 +3,29 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{CHILD_TIMEOUT, MountFixture, describe_status, is_mounted, stderr, wait_child};
 
+/// Exit statuses of docs/cli.md ("Exit status").
+const FAILED: i32 = 1;
+const USAGE: i32 = 2;
+const NO_MOUNT: i32 = 3;
+const BUSY: i32 = 4;
+const REFUSED: i32 = 5;
+
 /// Asserts a usage error: exit 2 and one `rewindfs: ...` line mentioning `needle`.
 fn assert_usage_error(out: &Output, needle: &str) {
+    assert_error(out, USAGE, needle)
+}
+
+/// Asserts exit `status` and one `rewindfs: ...` line mentioning `needle`.
+fn assert_error(out: &Output, status: i32, needle: &str) {
     let err = stderr(out);
-    assert_eq!(out.status.code(), Some(2), "expected exit 2 ({}); stderr: {err}", describe_status(out));
+    assert_eq!(out.status.code(), Some(status), "expected exit {status} ({}); stderr: {err}", describe_status(out));
     assert!(err.starts_with("rewindfs: "), "error must start with 'rewindfs: ': {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "error must be one line: {err}");
     assert!(err.contains(needle), "error should mention {needle:?}: {err}");
@@ -55,14 +68,14 @@ fn mounting_twice_is_refused() {
     std::fs::create_dir(&mnt2).unwrap();
     let store2 = fx.dir.path().join("store2");
     let out = fx.rewindfs(&["mount", s(&fx.ws), s(&mnt2), "--store", s(&store2)]);
-    assert_usage_error(&out, "already");
+    assert_error(&out, BUSY, "already");
     assert!(!is_mounted(&mnt2));
 
     // Same store, another workspace.
     let ws2 = fx.dir.path().join("ws2");
     std::fs::create_dir(&ws2).unwrap();
     let out = fx.rewindfs(&["mount", s(&ws2), s(&mnt2), "--store", s(&fx.store)]);
-    assert_usage_error(&out, "store");
+    assert_error(&out, BUSY, "store");
     assert!(!is_mounted(&mnt2));
     // The first mount still works.
     std::fs::write(fx.mnt.join("still"), "ok").unwrap();
@@ -173,8 +186,142 @@ fn in_place_writes_reach_the_backing_dir() {
 fn unmount_of_something_not_mounted_fails_cleanly() {
     let fx = MountFixture::unmounted();
     let out = fx.rewindfs(&["unmount", s(&fx.mnt)]);
-    assert!(!out.status.success(), "unmount of a plain directory succeeded");
-    assert!(stderr(&out).starts_with("rewindfs: "), "{}", stderr(&out));
+    assert_error(&out, NO_MOUNT, "not a rewindfs mount");
+}
+
+#[test]
+fn commands_outside_a_mount_exit_with_no_mount() {
+    let fx = MountFixture::unmounted();
+    for args in [&["log", "-C", s(&fx.ws)][..], &["rewind", "-C", s(&fx.ws), "0"], &["status", "-C", s(&fx.mnt)]] {
+        assert_error(&fx.rewindfs(args), NO_MOUNT, "not inside a rewindfs mount");
+    }
+    let mut cmd = fx.command();
+    cmd.arg("log").current_dir(&fx.ws);
+    let out = common::run_with_timeout(&mut cmd, CHILD_TIMEOUT);
+    assert_error(&out, NO_MOUNT, "use -C");
+}
+
+#[test]
+fn refused_requests_exit_with_the_status_of_their_kind() {
+    let fx = MountFixture::manual_turns();
+    std::fs::write(fx.mnt.join("a.txt"), "one\n").unwrap();
+    fx.turn("m1");
+    let mp = s(&fx.mnt);
+    let view = fx.dir.path().join("view");
+    std::fs::create_dir(&view).unwrap();
+    // The daemon refuses an unknown checkpoint: a usage error, for every
+    // command that takes one, and nothing happens.
+    for args in [
+        &["diff", "-C", mp, "nope"][..],
+        &["rewind", "-C", mp, "nope"],
+        &["rewind", "-C", mp, "--dry-run", "~99"],
+        &["restore", "-C", mp, "nope", "--", "a.txt"],
+        &["show", "-C", mp, "nope", s(&view)],
+    ] {
+        assert_error(&fx.rewindfs(args), USAGE, "unknown checkpoint");
+    }
+    let log = fx.cli_json(&["log"]);
+    assert_eq!(log.as_array().map(|a| a.len()), Some(2), "a refused request sealed a checkpoint: {log}");
+    // A path outside the mount, caught by the CLI.
+    assert_error(&fx.rewindfs(&["history", "-C", mp, "/"]), USAGE, "not inside the mount");
+}
+
+#[test]
+fn a_failing_operation_exits_1() {
+    let fx = MountFixture::manual_turns();
+    std::fs::write(fx.mnt.join("a.txt"), "old line\n".repeat(100)).unwrap();
+    fx.turn("m1");
+    // The pre-image of a.txt goes into the chunk store.
+    std::fs::write(fx.mnt.join("a.txt"), "new line\n".repeat(100)).unwrap();
+    fx.turn("m2");
+    let old = fx.cli(&["diff", "m1", "m2"]);
+    assert!(old.contains("-old line"), "the diff should read the stored pre-image: {old}");
+    // Damage every pack: the request is valid, reading the checkpoint fails.
+    let packs = walk_files(&fx.store.join("chunks"));
+    assert!(!packs.is_empty(), "no pack files in {}", fx.store.display());
+    for p in &packs {
+        let len = std::fs::metadata(p).unwrap().len() as usize;
+        std::fs::OpenOptions::new().write(true).open(p).unwrap().write_all(&vec![0x5a; len]).unwrap();
+    }
+    let out = fx.rewindfs(&["diff", "-C", s(&fx.mnt), "m1", "m2"]);
+    assert_error(&out, FAILED, "");
+    assert!(stderr(&out).contains("cannot compute the diff"), "{}", stderr(&out));
+}
+
+/// Issue 13: ENOSPC in the middle of a rewind was reported as a usage error
+/// (exit 2). The store lives on a small ext4 image, filled up before the
+/// rewind, so the rewind cannot store the live content it moves aside.
+#[test]
+fn a_rewind_that_runs_out_of_space_exits_1() {
+    let mut fx = MountFixture::unmounted();
+    let img = fx.dir.path().join("store.img");
+    common::check(
+        common::run_with_timeout(std::process::Command::new("truncate").args(["-s", "32M", s(&img)]), CHILD_TIMEOUT),
+        "truncate",
+    );
+    common::check(
+        common::run_with_timeout(std::process::Command::new("mkfs.ext4").args(["-q", s(&img)]), CHILD_TIMEOUT),
+        "mkfs.ext4",
+    );
+    common::check(
+        common::run_with_timeout(
+            std::process::Command::new("mount").args(["-o", "loop", s(&img), s(&fx.store)]),
+            CHILD_TIMEOUT,
+        ),
+        "mount -o loop (are loop devices available?)",
+    );
+    let _store = LazyUnmount(fx.store.clone());
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.sh("head -c 2000000 /dev/urandom > big.bin");
+    fx.turn("m1");
+    // Not in the store: only its pre-image (the m1 content) is.
+    fx.sh("head -c 2000000 /dev/urandom > big.bin");
+    let filler = fx.store.join("filler");
+    let _ = common::run_with_timeout(
+        std::process::Command::new("dd").args(["if=/dev/zero", &format!("of={}", s(&filler)), "bs=64k"]),
+        CHILD_TIMEOUT,
+    );
+    let out = fx.rewindfs(&["rewind", "-C", s(&fx.mnt), "m1"]);
+    assert_error(&out, FAILED, "No space left on device");
+    std::fs::remove_file(&filler).unwrap();
+    fx.unmount();
+}
+
+/// Lazily unmounts a filesystem the test mounted, however the test ends.
+struct LazyUnmount(std::path::PathBuf);
+
+impl Drop for LazyUnmount {
+    fn drop(&mut self) {
+        let _ = common::run_with_timeout(std::process::Command::new("umount").arg("-l").arg(&self.0), CHILD_TIMEOUT);
+    }
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else if p.metadata().is_ok_and(|m| m.len() > 0) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn another_user_is_refused_by_the_socket() {
+    let fx = MountFixture::new();
+    let (uid, gid) = common::test_user();
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg(common::bin())
+        .args(["log", "-C", s(&fx.mnt)])
+        .env("REWINDFS_RUNTIME_DIR", &fx.run);
+    let out = common::run_with_timeout(&mut cmd, CHILD_TIMEOUT);
+    assert_error(&out, REFUSED, "Permission denied");
 }
 
 /// The fixture itself: a panicking test still unmounts.
@@ -205,8 +352,7 @@ fn unmount_of_a_busy_mount_is_refused_then_lazy_works() {
     std::fs::write(fx.mnt.join("held"), "x").unwrap();
     let held = std::fs::File::open(fx.mnt.join("held")).unwrap();
     let out = fx.rewindfs(&["unmount", s(&fx.mnt)]);
-    assert!(!out.status.success(), "unmount of a busy mount succeeded");
-    assert!(stderr(&out).contains("busy"), "{}", stderr(&out));
+    assert_error(&out, BUSY, "busy");
     assert!(is_mounted(&fx.mnt), "a refused unmount must leave the mount working");
     std::fs::write(fx.mnt.join("after"), "still works").unwrap();
     let pid = fx.daemon_pid();

@@ -4,26 +4,13 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{CHILD_TIMEOUT, MountFixture, check, run_with_timeout, stderr, test_user};
+use common::{MountFixture, check, py_as_in, stderr, test_user};
 
 /// Runs a python3 program in the mount as `uid:gid` (no supplementary groups).
 fn py_as(fx: &MountFixture, uid: u32, gid: u32, code: &str) -> Output {
     py_as_in(fx.path(), uid, gid, code)
-}
-
-/// Runs a python3 program in `dir` as `uid:gid` (no supplementary groups).
-fn py_as_in(dir: &std::path::Path, uid: u32, gid: u32, code: &str) -> Output {
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        // The system python: a per-user install (pyenv under /root) is not
-        // reachable by other users.
-        .args(["/usr/bin/python3", "-c", &common::py_program(code)])
-        .current_dir(dir);
-    run_with_timeout(&mut cmd, CHILD_TIMEOUT)
 }
 
 fn assert_py_as(fx: &MountFixture, uid: u32, gid: u32, code: &str) {

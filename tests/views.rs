@@ -225,3 +225,56 @@ fn a_real_rewindfs_entry_wins() {
     assert_eq!(std::fs::read_to_string(mp.join("a")).unwrap(), "a\n");
     check(fx.rewindfs(&["unmount", mp.to_str().unwrap()]), "unmount view");
 }
+
+/// `status --json`'s count of inode numbers held by `.rewindfs/`.
+fn view_inodes(fx: &MountFixture) -> u64 {
+    let s = fx.status_json();
+    s["view_inodes"].as_u64().unwrap_or_else(|| panic!("no view_inodes in {s}"))
+}
+
+/// Issue 11: walking views made the daemon's table of `.rewindfs/` inodes
+/// grow for good. Once the kernel forgets the entries (drop_caches), the
+/// daemon frees them, and walking the view again still gives the same tree.
+#[test]
+fn forgotten_view_entries_are_freed_and_the_view_still_works() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("mkdir -p a/b c && for i in $(seq 1 60); do echo \"b $i\" > a/b/f$i; echo \"c $i\" > c/g$i; done");
+    let n = fx.turn("m1");
+    // The live tree moves on: part of the view comes from the store.
+    fx.sh("rm -rf a && echo changed > c/g1");
+    let walk = || fx.sh(&format!("cd .rewindfs/checkpoints/{n} && find . -type f | sort | xargs cat | md5sum"));
+    let expected = sh(
+        fx.dir.path(),
+        "mkdir -p want/a/b want/c && cd want && for i in $(seq 1 60); do echo \"b $i\" > a/b/f$i; echo \"c $i\" > c/g$i; done
+         find . -type f | sort | xargs cat | md5sum",
+    );
+    let baseline = view_inodes(&fx);
+    assert_eq!(walk(), expected, "first walk of checkpoint {n}");
+    let walked = view_inodes(&fx);
+    assert!(walked >= baseline + 120, "the walk should hold the entries the kernel remembers: {baseline} -> {walked}");
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut now = walked;
+    while now > baseline + 2 && std::time::Instant::now() < deadline {
+        std::fs::write("/proc/sys/vm/drop_caches", "2").expect("cannot drop the kernel's caches");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        now = view_inodes(&fx);
+    }
+    assert!(
+        now <= baseline + 2,
+        "the daemon still holds {now} view inodes after the kernel forgot them ({baseline} before the walk, {walked} after)"
+    );
+
+    assert_eq!(walk(), expected, "walk of checkpoint {n} after the kernel forgot it");
+    assert!(view_inodes(&fx) >= baseline + 120, "the second walk holds its entries again");
+
+    // The same through `show`, whose browser frees forgotten entries too.
+    let mp = fx.dir.path().join("view");
+    std::fs::create_dir(&mp).unwrap();
+    fx.cli(&["show", &n.to_string(), mp.to_str().unwrap()]);
+    let walk_show = || sh(&mp, "find . -type f | sort | xargs cat | md5sum");
+    assert_eq!(walk_show(), expected, "show {n}");
+    std::fs::write("/proc/sys/vm/drop_caches", "2").expect("cannot drop the kernel's caches");
+    assert_eq!(walk_show(), expected, "show {n} after the kernel forgot it");
+    check(fx.rewindfs(&["unmount", mp.to_str().unwrap()]), "unmount view");
+}

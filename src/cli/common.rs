@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::cli::MountOpts;
 use crate::daemon::registry::{self, MountInfo};
 use crate::daemon::{self, MountSpec, MountState};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fs::Passthrough;
 
 /// Set in the environment of a daemon started by `mount`: it reports
@@ -65,6 +65,131 @@ fn is_within(path: &Path, dir: &Path) -> bool {
     path.starts_with(dir)
 }
 
+/// The uid and gid of a user given by name or number, from /etc/passwd.
+pub fn user_ids(user: &str) -> Result<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|e| Error::io("cannot read /etc/passwd", e))?;
+    let found = passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        let (uid, gid) = (f.get(2)?.parse::<u32>().ok()?, f.get(3)?.parse::<u32>().ok()?);
+        (f[0] == user || uid.to_string() == user).then_some((uid, gid))
+    });
+    match (found, user.parse::<u32>()) {
+        (Some(ids), _) => Ok(ids),
+        (None, Ok(uid)) => Ok((uid, uid)),
+        (None, Err(_)) => Err(Error::Usage(format!("no user {user:?} in /etc/passwd"))),
+    }
+}
+
+fn user_uid(user: &str) -> Result<u32> {
+    let (uid, _) = user_ids(user)?;
+    if uid == 0 {
+        return Err(Error::Usage(
+            "the agent user must not be root: root can do everything the owner can (see docs/design.md, threat model)"
+                .into(),
+        ));
+    }
+    Ok(uid)
+}
+
+/// Device and inode of a directory, without following a final symlink.
+fn dir_id(path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| Error::path(path, format!("cannot stat: {e}")))?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// Whether `outer` is `inner` or one of its ancestors, by object: each
+/// ancestor of `inner` is compared by device and inode, so another path to
+/// the same directory (a bind mount, a symlinked parent) counts too.
+fn encloses(outer: &Path, inner: &Path) -> bool {
+    if is_within(inner, outer) {
+        return true;
+    }
+    let Ok(id) = dir_id(outer) else { return false };
+    // Ancestors only: `inner` itself may be a live mount whose root would
+    // be answered by its daemon.
+    inner.ancestors().skip(1).any(|a| dir_id(a).is_ok_and(|a| a == id))
+}
+
+/// Creates the store directory private to its owner, or checks that an
+/// existing one already is. An existing directory's mode is never changed:
+/// `--store /tmp` must not turn /tmp into a 0700 directory.
+fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => {
+            if !meta.file_type().is_dir() {
+                return Err(Error::path(dir, "the store is not a directory (a symlink is not followed)"));
+            }
+            let me = crate::sys::geteuid();
+            if meta.uid() != me {
+                return Err(Error::path(
+                    dir,
+                    format!(
+                        "the store belongs to uid {}, not to you (uid {me}); choose a directory of your own",
+                        meta.uid()
+                    ),
+                ));
+            }
+            if meta.mode() & 0o022 != 0 {
+                return Err(Error::path(
+                    dir,
+                    format!(
+                        "the store is writable by others (mode {:o}); choose a directory of its own (it is created private)",
+                        meta.mode() & 0o7777
+                    ),
+                ));
+            }
+            let names: Vec<std::ffi::OsString> = std::fs::read_dir(dir)
+                .map_err(|e| Error::io(format!("cannot read store {}", dir.display()), e))?
+                .filter_map(|e| e.ok().map(|e| e.file_name()))
+                .collect();
+            if names.is_empty() {
+                // An empty directory made for the store: make it private,
+                // as a store created by rewindfs is.
+                use std::os::unix::fs::PermissionsExt;
+                return std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| Error::io(format!("cannot set permissions of {}", dir.display()), e));
+            }
+            // What rewindfs puts in a store; anything else means the
+            // directory is someone's, not a store.
+            const STORE_NAMES: &[&str] = &[
+                "meta.sqlite",
+                "meta.sqlite-wal",
+                "meta.sqlite-shm",
+                "journal.log",
+                "daemon.log",
+                "lock",
+                "chunks",
+                "attic",
+                // A store on a filesystem of its own.
+                "lost+found",
+            ];
+            if let Some(other) = names.iter().find(|n| !STORE_NAMES.iter().any(|s| n.as_os_str() == *s)) {
+                return Err(Error::path(
+                    dir,
+                    format!(
+                        "the store holds {:?}, which rewindfs did not put there: it is not a rewindfs store; give an empty or new directory",
+                        other
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| Error::io(format!("cannot create store {}", dir.display()), e))
+        }
+        Err(e) => Err(Error::io(format!("cannot read store {}", dir.display()), e)),
+    }
+}
+
 /// Checks everything that can be checked before starting a daemon, and
 /// turns the arguments into a spec. Problems are usage errors (exit 2).
 pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) -> Result<MountSpec> {
@@ -114,30 +239,70 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             mp
         }
     };
-    for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
-        if info.workspace == ws {
-            return Err(Error::Usage(format!(
-                "workspace {} is already mounted on {} (daemon pid {}); unmount it first",
-                ws.display(),
-                info.mountpoint.display(),
-                info.pid
-            )));
+    let ws_id = dir_id(&ws)?;
+    let live: Vec<MountInfo> = registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect();
+    for info in &live {
+        // Compared by object: a bind mount or a symlink names the same
+        // directory under another path.
+        if info.workspace == ws || info.workspace_id == Some(ws_id) {
+            return Err(Error::kind_of(
+                ErrorKind::Busy,
+                format!(
+                    "workspace {} is already mounted on {} as {} (daemon pid {}); unmount it first",
+                    ws.display(),
+                    info.mountpoint.display(),
+                    info.workspace.display(),
+                    info.pid
+                ),
+            ));
+        }
+        for other in [&info.workspace, &info.mountpoint] {
+            if encloses(&ws, other) || encloses(&mp, other) {
+                return Err(Error::path(
+                    &ws,
+                    format!(
+                        "{} holds the rewindfs mount {} (daemon pid {}); mounting over it would hide that mount",
+                        if encloses(&ws, other) { ws.display() } else { mp.display() },
+                        other.display(),
+                        info.pid
+                    ),
+                ));
+            }
         }
     }
     let store_arg = opts.store.clone().unwrap_or_else(|| default_store(&ws));
     let store_abs = std::path::absolute(&store_arg).map_err(|e| Error::io("bad store path", e))?;
     // Checked before anything is created: a refused store leaves no trace.
     let store_parent = store_abs.ancestors().find(|a| a.exists()).and_then(|a| a.canonicalize().ok());
-    if let Some(existing) = store_parent
-        && (is_within(&existing, &ws) || is_within(&existing, &mp))
+    if let Some(existing) = store_parent.as_deref()
+        && (is_within(existing, &ws) || is_within(existing, &mp))
     {
         return Err(Error::path(
             &store_abs,
             "the store must be outside the workspace (the agent must not be able to write history)",
         ));
     }
-    std::fs::create_dir_all(&store_abs)
-        .map_err(|e| Error::io(format!("cannot create store {}", store_abs.display()), e))?;
+    if is_within(&ws, &store_abs) || is_within(&mp, &store_abs) {
+        return Err(Error::path(
+            &store_abs,
+            "the store must not contain the workspace or the mountpoint (the daemon keeps the store private)",
+        ));
+    }
+    for info in &live {
+        if let Some(existing) = store_parent.as_deref()
+            && (is_within(existing, &info.workspace) || is_within(existing, &info.mountpoint))
+        {
+            return Err(Error::path(
+                &store_abs,
+                format!(
+                    "the store must be outside every workspace; it is inside {}, mounted by daemon pid {}",
+                    info.mountpoint.display(),
+                    info.pid
+                ),
+            ));
+        }
+    }
+    create_private_dir(&store_abs)?;
     let store =
         store_abs.canonicalize().map_err(|e| Error::io(format!("cannot resolve store {}", store_abs.display()), e))?;
     if is_within(&store, &ws) || is_within(&store, &mp) {
@@ -146,14 +311,23 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             "the store must be outside the workspace (the agent must not be able to write history)",
         ));
     }
-    for info in registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)) {
+    if encloses(&store, &ws) || encloses(&store, &mp) {
+        return Err(Error::path(
+            &store,
+            "the store must not contain the workspace or the mountpoint (the daemon keeps the store private)",
+        ));
+    }
+    for info in &live {
         if info.store == store {
-            return Err(Error::Usage(format!(
-                "store {} is already in use by the mount on {} (daemon pid {})",
-                store.display(),
-                info.mountpoint.display(),
-                info.pid
-            )));
+            return Err(Error::kind_of(
+                ErrorKind::Busy,
+                format!(
+                    "store {} is already in use by the mount on {} (daemon pid {})",
+                    store.display(),
+                    info.mountpoint.display(),
+                    info.pid
+                ),
+            ));
         }
     }
     Ok(MountSpec {
@@ -165,22 +339,50 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         threads: opts.threads.max(1),
         auto_turn: (opts.auto_turn > 0.0).then(|| Duration::from_secs_f64(opts.auto_turn)),
         record: !opts.no_record,
+        agent_uid: opts.agent_user.as_deref().map(user_uid).transpose()?,
     })
+}
+
+/// Refuses an in-place mount while processes other than `except` are
+/// inside the workspace: they would go on using the directory under the
+/// mount, and nothing they do would be recorded.
+pub fn refuse_occupied(spec: &MountSpec, except: &std::collections::HashSet<u32>) -> Result<()> {
+    if !spec.in_place() {
+        return Ok(());
+    }
+    let found = crate::cli::occupants::inside(&spec.workspace, except);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = found.iter().map(|o| format!("  pid {} ({}): {}", o.pid, o.command, o.how)).collect();
+    Err(Error::kind_of(
+        ErrorKind::Busy,
+        format!(
+            "{} cannot be mounted in place: these processes are inside it, and what they do there would bypass the mount and never be recorded:\n{}\nleave the directory (cd elsewhere, or close those files) and mount again, or use `rewindfs run {} -- COMMAND`, which starts COMMAND inside the mount",
+            spec.workspace.display(),
+            list.join("\n"),
+            spec.workspace.display()
+        ),
+    ))
 }
 
 fn already_mounted(path: &Path) -> Error {
     match daemon::mount_state(path) {
-        MountState::Dead(_) => Error::Usage(format!(
-            "{} is a dead rewindfs mount (its daemon is gone); run `rewindfs unmount {}` first",
-            path.display(),
-            path.display()
-        )),
-        MountState::Live(info) | MountState::Starting(info) => Error::Usage(format!(
-            "{} is already mounted by rewindfs (daemon pid {}); unmount it first",
-            path.display(),
-            info.pid
-        )),
-        MountState::NotMounted => Error::Usage(format!("{} is already a mountpoint", path.display())),
+        MountState::Dead(_) => Error::kind_of(
+            ErrorKind::Busy,
+            format!(
+                "{} is a dead rewindfs mount (its daemon is gone); run `rewindfs unmount {}` first",
+                path.display(),
+                path.display()
+            ),
+        ),
+        MountState::Live(info) | MountState::Starting(info) => Error::kind_of(
+            ErrorKind::Busy,
+            format!("{} is already mounted by rewindfs (daemon pid {}); unmount it first", path.display(), info.pid),
+        ),
+        MountState::NotMounted => {
+            Error::kind_of(ErrorKind::Busy, format!("{} is already a mountpoint", path.display()))
+        }
     }
 }
 
@@ -209,6 +411,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .arg("--auto-turn")
         .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
         .args(if spec.record { None } else { Some("--no-record") })
+        .args(spec.agent_uid.map(|u| ["--agent-user".to_string(), u.to_string()]).into_iter().flatten())
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")
@@ -235,8 +438,10 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     }
     let _ = child.kill();
     let _ = child.wait();
-    match line.strip_prefix("error: ") {
-        Some(msg) if !msg.trim().is_empty() => Err(Error::Usage(msg.trim().to_string())),
+    match line.strip_prefix("error: ").map(str::trim) {
+        Some(msg) if !msg.is_empty() => Err(serde_json::from_str::<crate::error::Failure>(msg)
+            .map(Error::Failure)
+            .unwrap_or_else(|_| Error::Usage(msg.to_string()))),
         _ => Err(Error::Daemon(format!("the daemon failed to start; see {}", log_path.display()))),
     }
 }
@@ -244,7 +449,8 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
 /// The mount a command acts on: `-C MOUNT`, else the one containing the
 /// current directory.
 pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
-    let live: Vec<MountInfo> = registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect();
+    let (trusted, refused) = registry::list_checked();
+    let live: Vec<MountInfo> = trusted.into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect();
     let target = match explicit {
         Some(p) => absolute_no_follow(p)?,
         None => std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?,
@@ -252,20 +458,23 @@ pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {
     live.into_iter()
         .filter(|i| target.starts_with(&i.mountpoint) || target.starts_with(&i.workspace))
         .max_by_key(|i| i.mountpoint.as_os_str().len())
-        .ok_or_else(|| match explicit {
-            Some(p) => Error::Usage(format!("{} is not inside a rewindfs mount", p.display())),
-            None => Error::Usage("the current directory is not inside a rewindfs mount (use -C <MOUNT>)".into()),
+        .ok_or_else(|| {
+            let base = match explicit {
+                Some(p) => format!("{} is not inside a rewindfs mount", p.display()),
+                None => "the current directory is not inside a rewindfs mount (use -C <MOUNT>)".to_string(),
+            };
+            if refused.is_empty() {
+                Error::kind_of(ErrorKind::NoMount, base)
+            } else {
+                Error::kind_of(ErrorKind::NoMount, format!("{base}; runtime files refused: {}", refused.join("; ")))
+            }
         })
 }
 
-/// Sends a request to the daemon of `info`; an error answer becomes an error.
-pub fn ask(info: &MountInfo, request: &crate::daemon::control::Request) -> Result<serde_json::Value> {
-    let answer = crate::daemon::control::call(&info.socket, request, Duration::from_secs(600))?;
-    if answer.ok {
-        Ok(answer.data)
-    } else {
-        Err(Error::Usage(answer.error.unwrap_or_else(|| "the daemon refused the request".into())))
-    }
+/// Sends a request to the daemon of `info` and returns its typed answer; a
+/// refusal keeps the daemon's kind (and so its exit status).
+pub fn ask<O: crate::daemon::control::Op>(info: &MountInfo, op: O) -> Result<O::Reply> {
+    crate::daemon::control::call(&info.socket, op, Duration::from_secs(600))
 }
 
 /// A path given on the command line, relative to the mount root.
@@ -296,8 +505,11 @@ pub fn path_in_mount(info: &MountInfo, path: &Path) -> Result<PathBuf> {
     Err(Error::Usage(format!("{} is not inside the mount {}", path.display(), info.mountpoint.display())))
 }
 
-/// Prints a JSON value for programs.
-pub fn print_json(v: &serde_json::Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v).map_err(|e| Error::Daemon(e.to_string()))?);
+/// Prints a reply as JSON for programs (keys sorted, as docs/cli.md shows).
+pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
+    let text = serde_json::to_value(v)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .map_err(|e| Error::Failure(crate::error::Failure::internal(format!("cannot encode JSON: {e}"))))?;
+    println!("{text}");
     Ok(())
 }

@@ -1,9 +1,11 @@
 //! `rewindfs log`, `diff` and `history`: reading the record.
 
 use crate::cli::common;
+use crate::cli::quote::quote;
 use crate::cli::{DiffArgs, HistoryArgs, LogArgs};
-use crate::daemon::control::Request;
+use crate::daemon::control::{self as op, RewindReply};
 use crate::error::Result;
+use crate::report::{ChangeKind, TurnSummary};
 
 fn human_bytes(n: i64) -> String {
     let n = n.max(0) as f64;
@@ -17,44 +19,39 @@ fn human_bytes(n: i64) -> String {
 
 pub fn log(args: LogArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let data = common::ask(&info, &Request::Log)?;
+    let turns = common::ask(&info, op::Log)?;
     if args.target.json {
-        return common::print_json(&data);
+        return common::print_json(&turns);
     }
     if args.graph {
-        graph(&data);
+        graph(&turns);
         return Ok(());
     }
     println!(
         "{:>4}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  programs",
         "#", "created", "message", "+file", "~file", "-file", "+lines", "-lines", "stored"
     );
-    for t in data.as_array().into_iter().flatten() {
-        let s = |k: &str| t[k].as_str().unwrap_or("").to_string();
-        let n = |k: &str| t[k].as_u64().unwrap_or(0);
-        let mut message = s("message_id");
-        if message.is_empty() {
-            message = format!("({})", s("reason"));
+    for t in &turns {
+        let mut message = match &t.message_id {
+            Some(m) if !m.is_empty() => quote(m),
+            _ => format!("({})", reason_name(t)),
+        };
+        if let Some(l) = &t.label {
+            message = format!("{message} {}", quote(l));
         }
-        if let Some(l) = t["label"].as_str() {
-            message = format!("{message} {l}");
-        }
-        let programs: Vec<String> = t["programs"]
-            .as_object()
-            .map(|m| m.iter().map(|(k, v)| format!("{k}:{}", v.as_u64().unwrap_or(0))).collect())
-            .unwrap_or_default();
-        let marker = if t["current"].as_bool() == Some(true) { "*" } else { " " };
+        let programs: Vec<String> = t.programs.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        let marker = if t.current { "*" } else { " " };
         println!(
             "{marker}{:>3}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  {}",
-            t["checkpoint"],
-            s("created_at"),
+            t.checkpoint,
+            t.created_at,
             message,
-            n("files_added"),
-            n("files_modified"),
-            n("files_deleted"),
-            n("lines_added"),
-            n("lines_removed"),
-            human_bytes(t["bytes_stored"].as_i64().unwrap_or(0)),
+            t.files_added,
+            t.files_modified,
+            t.files_deleted,
+            t.lines_added,
+            t.lines_removed,
+            human_bytes(t.bytes_stored),
             programs.join(" ")
         );
     }
@@ -64,31 +61,30 @@ pub fn log(args: LogArgs) -> Result<()> {
 pub fn diff(args: DiffArgs) -> Result<i32> {
     let info = common::find_mount(args.target.mount.as_deref())?;
     let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
-    let data = common::ask(&info, &Request::Diff { from: args.from, to: args.to, paths, patch: !args.stat })?;
+    let reply = common::ask(&info, op::Diff { from: args.from, to: args.to, paths, patch: !args.stat })?;
     if args.target.json {
-        common::print_json(&data)?;
+        common::print_json(&reply)?;
         return Ok(0);
     }
-    let changes = data["changes"].as_array().cloned().unwrap_or_default();
+    let changes = reply.changes;
     let (mut added, mut removed) = (0, 0);
     for c in &changes {
-        let path = c["path"].as_str().unwrap_or("?");
-        let (a, r) = (c["lines_added"].as_u64().unwrap_or(0), c["lines_removed"].as_u64().unwrap_or(0));
+        let (path, a, r) = (quote(&c.path), c.lines_added, c.lines_removed);
         added += a;
         removed += r;
-        let kind = c["change"].as_str().unwrap_or("");
+        let kind = change_name(&c.change);
         if args.stat {
-            if c["binary"].as_bool() == Some(true) {
+            if c.binary {
                 println!(" {path} | binary ({kind})");
             } else {
                 println!(" {path} | +{a} -{r} ({kind})");
             }
-        } else if kind == "unknown" {
+        } else if c.change == ChangeKind::Unknown {
             println!("{path}: changed outside rewindfs between mounts; its state at one side is unknown");
-        } else if c["binary"].as_bool() == Some(true) {
+        } else if c.binary {
             println!("Binary file {path} {kind}");
-        } else if let Some(p) = c["patch"].as_str() {
-            print!("{p}");
+        } else {
+            print!("{}", c.patch);
         }
     }
     if args.stat {
@@ -100,17 +96,16 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
 pub fn history(args: HistoryArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
     let path = common::path_in_mount(&info, &args.path)?;
-    let data = common::ask(&info, &Request::History { path: path.clone() })?;
+    let events = common::ask(&info, op::History { path: path.clone() })?;
     if args.target.json {
-        return common::print_json(&data);
+        return common::print_json(&events);
     }
-    let events = data.as_array().cloned().unwrap_or_default();
     if events.is_empty() {
         println!("no recorded turn changed {}", path.display());
     }
     for e in events {
-        let msg = e["message_id"].as_str().map(|m| format!(" (message {m})")).unwrap_or_default();
-        println!("turn {}{msg}: {}", e["checkpoint"], e["change"].as_str().unwrap_or("?"));
+        let msg = e.message_id.map(|m| format!(" (message {})", quote(&m))).unwrap_or_default();
+        println!("turn {}{msg}: {}", e.checkpoint, change_name(&e.change));
     }
     Ok(())
 }
@@ -118,72 +113,88 @@ pub fn history(args: HistoryArgs) -> Result<()> {
 pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
     let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
-    let data = common::ask(&info, &Request::Restore { checkpoint: args.checkpoint, paths, dry_run: args.dry_run })?;
+    let reply = common::ask(&info, op::Restore { checkpoint: args.checkpoint, paths, dry_run: args.dry_run })?;
     if args.target.json {
-        return common::print_json(&data);
+        return common::print_json(&reply);
     }
-    let changes = data["changes"].as_array().cloned().unwrap_or_default();
-    for c in &changes {
-        println!("{:<10} {}", c["action"].as_str().unwrap_or("?"), c["path"].as_str().unwrap_or("?"));
+    for c in &reply.changes {
+        println!("{:<10} {}", action_name(&c.action), quote(&c.path));
     }
-    if args.dry_run {
-        println!("{} changes would be made (dry run; nothing changed)", changes.len());
-    } else {
-        println!(
-            "{} changes made from checkpoint {}; undo with `rewindfs restore {} -- <paths>`",
-            changes.len(),
-            data["checkpoint"],
-            data["undo_checkpoint"]
-        );
+    match reply.undo_checkpoint {
+        Some(undo) if !reply.dry_run => println!(
+            "{} changes made from checkpoint {}; undo with `rewindfs restore {undo} -- <paths>`",
+            reply.changes.len(),
+            reply.checkpoint,
+        ),
+        _ => println!("{} changes would be made (dry run; nothing changed)", reply.changes.len()),
     }
     Ok(())
 }
 
 pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let data = common::ask(&info, &Request::Rewind { checkpoint: args.checkpoint, dry_run: args.dry_run })?;
+    let reply = common::ask(&info, op::Rewind { checkpoint: args.checkpoint, dry_run: args.dry_run })?;
     if args.target.json {
-        return common::print_json(&data);
+        return common::print_json(&reply);
     }
-    let changes = data["changes"].as_array().cloned().unwrap_or_default();
-    if args.dry_run {
-        // From the live tree to the checkpoint: "added" comes back, "deleted" goes away.
-        let (mut plus, mut minus) = (0, 0);
-        for c in &changes {
-            let what = match c["change"].as_str() {
-                Some("added") => "recreate",
-                Some("deleted") => "delete",
-                _ => "restore",
-            };
-            let (a, r) = (c["lines_added"].as_u64().unwrap_or(0), c["lines_removed"].as_u64().unwrap_or(0));
-            plus += a;
-            minus += r;
-            let lines = if c["binary"].as_bool() == Some(true) { "binary".to_string() } else { format!("+{a} -{r}") };
-            println!("{what:<9} {}  ({lines})", c["path"].as_str().unwrap_or("?"));
+    match reply {
+        RewindReply::Preview(p) => {
+            // From the live tree to the checkpoint: "added" comes back, "deleted" goes away.
+            let (mut plus, mut minus) = (0, 0);
+            for c in &p.changes {
+                let what = match c.change {
+                    ChangeKind::Added => "recreate",
+                    ChangeKind::Deleted => "delete",
+                    _ => "restore",
+                };
+                let (a, r) = (c.lines_added, c.lines_removed);
+                plus += a;
+                minus += r;
+                let lines = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
+                println!("{what:<9} {}  ({lines})", quote(&c.path));
+            }
+            println!(
+                "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",
+                p.checkpoint,
+                p.changes.len()
+            );
         }
-        println!(
-            "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",
-            data["checkpoint"],
-            changes.len()
-        );
-        return Ok(());
+        RewindReply::Done(d) => println!(
+            "rewound to checkpoint {}: {} changes in {:.1} ms; undo with `rewindfs rewind {}`",
+            d.checkpoint,
+            d.changes.len(),
+            d.elapsed_ms,
+            d.safety_checkpoint
+        ),
     }
-    println!(
-        "rewound to checkpoint {}: {} changes in {:.1} ms; undo with `rewindfs rewind {}`",
-        data["checkpoint"],
-        changes.len(),
-        data["elapsed_ms"].as_f64().unwrap_or(0.0),
-        data["safety_checkpoint"]
-    );
     Ok(())
 }
 
+/// The wire name of a serde enum value (`added`, `turn`, ...): the text
+/// output uses the same words as `--json`.
+fn wire_name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".into(),
+    }
+}
+
+fn change_name(c: &ChangeKind) -> String {
+    wire_name(c)
+}
+
+fn action_name(a: &crate::restore::Action) -> String {
+    wire_name(a)
+}
+
+fn reason_name(t: &TurnSummary) -> String {
+    wire_name(&t.reason)
+}
+
 /// `log --graph`: the history as a tree of branches.
-pub fn graph(data: &serde_json::Value) {
-    let turns = data.as_array().cloned().unwrap_or_default();
-    let parent_of =
-        |n: i64| turns.iter().find(|t| t["checkpoint"].as_i64() == Some(n)).and_then(|t| t["parent"].as_i64());
-    let current = turns.iter().find(|t| t["current"].as_bool() == Some(true)).and_then(|t| t["checkpoint"].as_i64());
+pub fn graph(turns: &[TurnSummary]) {
+    let parent_of = |n: i64| turns.iter().find(|t| t.checkpoint == n).and_then(|t| t.parent);
+    let current = turns.iter().find(|t| t.current).map(|t| t.checkpoint);
     let mut active = std::collections::HashSet::new();
     let mut at = current;
     while let Some(n) = at {
@@ -193,7 +204,7 @@ pub fn graph(data: &serde_json::Value) {
         at = parent_of(n);
     }
     for t in turns.iter().rev() {
-        let n = t["checkpoint"].as_i64().unwrap_or(-1);
+        let n = t.checkpoint;
         let mark = if Some(n) == current {
             "*"
         } else if active.contains(&n) {
@@ -201,14 +212,15 @@ pub fn graph(data: &serde_json::Value) {
         } else {
             "x"
         };
-        let mut text = t["message_id"]
-            .as_str()
-            .map(|m| format!("message {m}"))
-            .unwrap_or_else(|| format!("({})", t["reason"].as_str().unwrap_or("")));
-        if let Some(l) = t["label"].as_str() {
-            text.push_str(&format!(" {l}"));
+        let mut text = t
+            .message_id
+            .as_ref()
+            .map(|m| format!("message {}", quote(m)))
+            .unwrap_or_else(|| format!("({})", reason_name(t)));
+        if let Some(l) = &t.label {
+            text.push_str(&format!(" {}", quote(l)));
         }
-        let branch = match t["parent"].as_i64() {
+        let branch = match t.parent {
             Some(p) if p != n - 1 => format!("  <- branches from {p}"),
             _ => String::new(),
         };

@@ -10,6 +10,7 @@ use crate::error::Result;
 pub fn run(args: MountArgs) -> Result<()> {
     let spec = common::prepare(&args.workspace, args.mountpoint.as_deref(), &args.opts)?;
     if !args.foreground {
+        common::refuse_occupied(&spec, &std::collections::HashSet::from([std::process::id()]))?;
         let info = common::spawn_daemon(&spec)?;
         let place = if info.in_place { "in place".to_string() } else { format!("on {}", info.mountpoint.display()) };
         println!(
@@ -34,8 +35,10 @@ pub fn run(args: MountArgs) -> Result<()> {
                 let _ = out.flush();
             }
             (Err(e), true) => {
+                // Structured, so `mount` exits with the status of the kind.
+                let failure = serde_json::to_string(&e.to_failure()).unwrap_or_else(|_| e.to_string());
                 let mut out = std::io::stdout();
-                let _ = writeln!(out, "error: {e}");
+                let _ = writeln!(out, "error: {failure}");
                 let _ = out.flush();
             }
             (Ok(info), false) => eprintln!(

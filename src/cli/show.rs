@@ -2,12 +2,17 @@
 
 use crate::cli::ShowArgs;
 use crate::cli::common;
-use crate::daemon::control::Request;
+use crate::daemon::control as op;
 use crate::error::{Error, Result};
 
 pub fn run(args: ShowArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
     let mp = common::absolute_no_follow(&args.mountpoint)?;
+    // mount(2) follows a final symlink: one the agent planted would put the
+    // view somewhere else than the path printed.
+    if std::fs::symlink_metadata(&mp).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::path(&mp, "mountpoint is a symlink; give the directory itself"));
+    }
     let empty = std::fs::read_dir(&mp).map(|mut d| d.next().is_none());
     match empty {
         Ok(true) => {}
@@ -17,13 +22,13 @@ pub fn run(args: ShowArgs) -> Result<()> {
     if mp.starts_with(&info.mountpoint) || mp.starts_with(&info.workspace) {
         return Err(Error::path(&mp, "a view cannot be mounted inside the workspace it shows"));
     }
-    let data = common::ask(&info, &Request::Show { checkpoint: args.checkpoint, mountpoint: mp.clone() })?;
+    let reply = common::ask(&info, op::Show { checkpoint: args.checkpoint, mountpoint: mp.clone() })?;
     if args.target.json {
-        return common::print_json(&data);
+        return common::print_json(&reply);
     }
     println!(
         "checkpoint {} of {} is on {} (read-only; `rewindfs unmount {}` to remove)",
-        data["checkpoint"],
+        reply.checkpoint,
         info.workspace.display(),
         mp.display(),
         mp.display()

@@ -4,15 +4,22 @@ use std::time::Duration;
 
 use crate::cli::StatusArgs;
 use crate::cli::common;
-use crate::daemon::control::{self, Request};
+use crate::daemon::control::{self, StatusReply};
 use crate::daemon::registry::{self, MountInfo};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-fn query(info: &MountInfo) -> serde_json::Value {
-    match control::call(&info.socket, &Request::Status, Duration::from_secs(10)) {
-        Ok(r) if r.ok => r.data,
-        Ok(r) => serde_json::json!({ "mountpoint": info.mountpoint, "error": r.error }),
-        Err(e) => serde_json::json!({ "mountpoint": info.mountpoint, "error": e.to_string() }),
+/// One mount's line in `status`: its daemon's answer, or why there is none.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Entry {
+    Answered(Box<StatusReply>),
+    Silent { mountpoint: std::path::PathBuf, error: String },
+}
+
+fn query(info: &MountInfo) -> Entry {
+    match control::call(&info.socket, control::Status, Duration::from_secs(10)) {
+        Ok(r) => Entry::Answered(Box::new(r)),
+        Err(e) => Entry::Silent { mountpoint: info.mountpoint.clone(), error: e.to_string() },
     }
 }
 
@@ -24,41 +31,38 @@ pub fn run(args: StatusArgs) -> Result<()> {
             Err(_) => registry::list().into_iter().filter(|i| crate::sys::process_alive(i.pid)).collect(),
         },
     };
-    let statuses: Vec<serde_json::Value> = infos.iter().map(query).collect();
+    let statuses: Vec<Entry> = infos.iter().map(query).collect();
     if args.json {
-        let out = if args.mount.is_some() && statuses.len() == 1 {
-            statuses[0].clone()
-        } else {
-            serde_json::Value::Array(statuses)
+        return match statuses.as_slice() {
+            [one] if args.mount.is_some() => common::print_json(one),
+            all => common::print_json(&all),
         };
-        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| Error::Daemon(e.to_string()))?);
-        return Ok(());
     }
     if statuses.is_empty() {
         println!("no rewindfs mounts");
         return Ok(());
     }
     for s in statuses {
-        if let Some(err) = s.get("error").and_then(|e| e.as_str()) {
-            println!("{}: daemon not answering: {err}", s["mountpoint"].as_str().unwrap_or("?"));
-            continue;
-        }
-        let str_of = |k: &str| s.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
-        let mode = if s["in_place"].as_bool() == Some(true) {
-            " (in place)".to_string()
-        } else {
-            format!(" (workspace {})", str_of("workspace"))
+        let s = match s {
+            Entry::Silent { mountpoint, error } => {
+                println!("{}: daemon not answering: {error}", mountpoint.display());
+                continue;
+            }
+            Entry::Answered(s) => s,
         };
-        println!("{}{mode}", str_of("mountpoint"));
-        println!("  store:       {}", str_of("store"));
-        println!("  daemon pid:  {}", s["pid"]);
-        println!("  uptime:      {}s", s["uptime_secs"]);
-        println!("  passthrough: {}", if s["passthrough"].as_bool() == Some(true) { "on" } else { "off" });
-        let message = s["message_id"].as_str().map(|m| format!(" (message {m})")).unwrap_or_default();
-        println!("  turn:        {}{message}, {} changes recorded", s["turn"], s["turn_changes"]);
-        match s["pending_files"].as_u64() {
-            Some(0) | None => {}
-            Some(n) => println!("  settling:    {n} rewound files still being written to the workspace"),
+        let m = &s.mount;
+        let mode =
+            if m.in_place { " (in place)".to_string() } else { format!(" (workspace {})", m.workspace.display()) };
+        println!("{}{mode}", m.mountpoint.display());
+        println!("  store:       {}", m.store.display());
+        println!("  daemon pid:  {}", m.pid);
+        println!("  uptime:      {}s", s.uptime_secs);
+        println!("  passthrough: {}", if m.passthrough { "on" } else { "off" });
+        let message =
+            s.message_id.as_ref().map(|m| format!(" (message {})", crate::cli::quote::quote(m))).unwrap_or_default();
+        println!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);
+        if s.pending_files > 0 {
+            println!("  settling:    {} rewound files still being written to the workspace", s.pending_files);
         }
     }
     Ok(())

@@ -4,7 +4,7 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::cli::TurnArgs;
 use crate::cli::common;
-use crate::daemon::control::Request;
+use crate::daemon::control as op;
 use crate::error::{Error, Result};
 use crate::journal::TurnInfo;
 
@@ -16,13 +16,13 @@ pub fn run(args: TurnArgs) -> Result<()> {
         .map_err(|e| Error::io(format!("cannot open {}", info.mountpoint.display()), e.into()))?;
     rustix::fs::syncfs(&dir).map_err(|e| Error::io(format!("cannot flush {}", info.mountpoint.display()), e.into()))?;
     let turn = TurnInfo { message_id: args.message_id, session: args.session, label: args.label };
-    let data = common::ask(&info, &Request::Turn { info: turn })?;
+    let reply = common::ask(&info, op::Turn { info: turn })?;
     if args.target.json {
-        return common::print_json(&data);
+        return common::print_json(&reply);
     }
-    let n = &data["checkpoint"];
-    match data["message_id"].as_str() {
-        Some(m) => println!("checkpoint {n} (before message {m})"),
+    let n = reply.checkpoint;
+    match &reply.info.message_id {
+        Some(m) => println!("checkpoint {n} (before message {})", crate::cli::quote::quote(&m)),
         None => println!("checkpoint {n}"),
     }
     Ok(())

@@ -4,9 +4,9 @@ use std::time::{Duration, Instant};
 
 use crate::cli::UnmountArgs;
 use crate::cli::common;
-use crate::daemon::control::{self, Request};
+use crate::daemon::control;
 use crate::daemon::{self, MountState, registry};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::sys;
 
 pub fn run(args: UnmountArgs) -> Result<()> {
@@ -22,11 +22,15 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
         return sys::umount(mp, lazy).map_err(|e| Error::io(format!("cannot unmount view {}", mp.display()), e));
     }
     match daemon::mount_state(mp) {
-        MountState::NotMounted => Err(Error::Usage(format!("{} is not a rewindfs mount", mp.display()))),
+        MountState::NotMounted => {
+            Err(Error::kind_of(ErrorKind::NoMount, format!("{} is not a rewindfs mount", mp.display())))
+        }
         MountState::Dead(_) => detach_dead(mp),
         MountState::Live(info) | MountState::Starting(info) => {
-            let answer = match control::call(&info.socket, &Request::Unmount { lazy }, Duration::from_secs(120)) {
-                Ok(a) => a,
+            let request = control::Unmount { lazy }.into();
+            match control::exchange(&info.socket, &request, Duration::from_secs(120)) {
+                // An answer: done, or refused (busy) with nothing unmounted.
+                Ok(answer) => answer.into_result::<()>()?,
                 // The daemon unmounts, then exits; it may exit before its
                 // answer is written. Gone from the mount table is success.
                 // A daemon killed as we connected resets the connection:
@@ -37,14 +41,11 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     match daemon::mount_state(mp) {
-                        MountState::NotMounted => control::Response::ok(serde_json::Value::Null),
+                        MountState::NotMounted => {}
                         MountState::Dead(_) => return detach_dead(mp),
                         _ => return Err(e),
                     }
                 }
-            };
-            if !answer.ok {
-                return Err(Error::Daemon(answer.error.unwrap_or_else(|| "unmount failed".into())));
             }
             // After a lazy detach the daemon keeps serving the files still
             // open, and exits only when they are closed: do not wait for that.

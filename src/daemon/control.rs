@@ -8,83 +8,34 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use crate::error::{Error, ErrorKind, Failure, Result};
 
-use crate::error::{Error, Result};
+pub use super::protocol::*;
 
-/// What the CLI asks a daemon.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
-    Status,
-    /// Flush and unmount; `lazy` detaches even while files are in use.
-    Unmount {
-        lazy: bool,
-    },
-    /// Seal the current turn as a checkpoint (the CLI has already flushed
-    /// the mount with syncfs).
-    Turn {
-        info: crate::journal::TurnInfo,
-    },
-    /// Every checkpoint with its turn's statistics.
-    Log,
-    /// Changes between two checkpoint references (`to` None = live tree).
-    Diff {
-        from: String,
-        to: Option<String>,
-        paths: Vec<std::path::PathBuf>,
-        patch: bool,
-    },
-    /// The turns that changed a path (relative to the mount root).
-    History {
-        path: std::path::PathBuf,
-    },
-    /// Put paths (relative to the root; empty = everything) back as they
-    /// were at a checkpoint, as a new turn.
-    Restore {
-        checkpoint: String,
-        paths: Vec<std::path::PathBuf>,
-        dry_run: bool,
-    },
-    /// Make the whole live tree the tree of a checkpoint, after sealing a
-    /// safety checkpoint.
-    Rewind {
-        checkpoint: String,
-        dry_run: bool,
-    },
-    /// Mount a read-only view of a checkpoint at `mountpoint`.
-    Show {
-        checkpoint: String,
-        mountpoint: std::path::PathBuf,
-    },
+/// Sends one request and waits for its typed answer. A refusal comes back
+/// as an [`Error::Failure`] with the daemon's kind and errno.
+pub fn call<O: Op>(socket: &Path, op: O, timeout: Duration) -> Result<O::Reply> {
+    Ok(exchange(socket, &op.into(), timeout)?.into_result()?)
 }
 
-/// A daemon's answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Response {
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    pub data: serde_json::Value,
-}
-
-impl Response {
-    pub fn ok(data: serde_json::Value) -> Response {
-        Response { ok: true, error: None, data }
-    }
-    pub fn err(message: impl Into<String>) -> Response {
-        Response { ok: false, error: Some(message.into()), data: serde_json::Value::Null }
-    }
-}
-
-/// Sends one request and waits for the answer.
-pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Response> {
+/// Sends one request and reads the raw answer.
+pub fn exchange(socket: &Path, request: &Request, timeout: Duration) -> Result<Response> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
-        Error::Daemon(format!("cannot reach the rewindfs daemon at {} ({e}); is it running?", socket.display()))
+        // The socket is the owner's (mode 0600): another user gets EACCES.
+        let kind = match e.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM) => ErrorKind::Refused,
+            _ => ErrorKind::NoMount,
+        };
+        Failure::new(
+            kind,
+            e.raw_os_error(),
+            format!("cannot reach the rewindfs daemon at {} ({e}); is it running?", socket.display()),
+        )
     })?;
+    check_peer(&stream, socket)?;
     stream.set_read_timeout(Some(timeout)).ok();
-    let mut line = serde_json::to_vec(request).map_err(|e| Error::Daemon(e.to_string()))?;
+    let mut line =
+        serde_json::to_vec(request).map_err(|e| Failure::internal(format!("cannot encode a request: {e}")))?;
     line.push(b'\n');
     stream.write_all(&line).map_err(|e| Error::io("cannot send a request to the daemon", e))?;
     let mut answer = String::new();
@@ -92,7 +43,28 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> Result<Respo
     if answer.is_empty() {
         return Err(Error::Daemon("the daemon closed the connection without answering".into()));
     }
-    serde_json::from_str(&answer).map_err(|e| Error::Daemon(format!("malformed answer from the daemon: {e}")))
+    Ok(serde_json::from_str(&answer)
+        .map_err(|e| Failure::internal(format!("malformed answer from the daemon: {e}")))?)
+}
+
+/// Checks who serves the socket (SO_PEERCRED): a daemon runs as root or as
+/// the caller. Anything else is another user's process answering in the
+/// daemon's place, and would be told the owner's requests.
+fn check_peer(stream: &UnixStream, socket: &Path) -> Result<()> {
+    let peer = rustix::net::sockopt::socket_peercred(stream)
+        .map_err(|e| Error::io(format!("cannot see who serves {}", socket.display()), e.into()))?;
+    let (uid, me) = (peer.uid.as_raw(), crate::sys::geteuid());
+    if uid != 0 && uid != me {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "{} is served by process {} of uid {uid}, neither root nor you (uid {me}); refusing to talk to it",
+                socket.display(),
+                peer.pid.as_raw_nonzero()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Requests being handled whose answer is not written yet.
@@ -108,12 +80,50 @@ pub fn drain(limit: Duration) {
     }
 }
 
+/// Runs a handler; a panic becomes an `internal` answer and a log line
+/// naming the request, instead of a connection closed without an answer
+/// and a request counted in flight for ever.
+fn guarded(handle: &dyn Fn(Request) -> Response, req: Request) -> Response {
+    let op = req.name();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(req))) {
+        Ok(response) => response,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            log::error!("control request `{op}` panicked: {what}");
+            Response::failure(Failure::internal(format!(
+                "the daemon failed while handling `{op}` (a bug; see the daemon log): {what}"
+            )))
+        }
+    }
+}
+
+/// A request counted in `IN_FLIGHT` until dropped, also by a panic.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Serves requests on `listener` with `handle` until the process ends.
 /// Each connection is handled on its own thread so a slow request (an
-/// unmount waiting for files to close) does not block `status`.
+/// unmount waiting for files to close) does not block `status`. A handler
+/// that panics answers an error (and is logged); the daemon goes on.
 pub fn serve<F>(listener: UnixListener, handle: F)
 where
-    F: Fn(Request) -> Response + Send + Sync + 'static,
+    F: Fn(Request, u32) -> Response + Send + Sync + 'static,
 {
     let handle = std::sync::Arc::new(handle);
     for stream in listener.incoming() {
@@ -125,16 +135,44 @@ where
             if reader.read_line(&mut line).is_err() {
                 return;
             }
-            IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+            let _in_flight = InFlight::enter();
+            // Who asks, from the kernel: never from the request.
+            let Ok(peer) = rustix::net::sockopt::socket_peercred(&stream) else { return };
+            let uid = peer.uid.as_raw();
             let response = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => handle(req),
-                Err(e) => Response::err(format!("malformed request: {e}")),
+                Ok(req) => guarded(&|req| handle(req, uid), req),
+                Err(e) => Response::failure(Failure::internal(format!("malformed request: {e}"))),
             };
             if let Ok(mut out) = serde_json::to_vec(&response) {
                 out.push(b'\n');
                 let _ = (&stream).write_all(&out);
             }
-            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_handler_answers_internal_and_is_not_left_in_flight() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("control.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
+        std::thread::spawn(move || {
+            serve(listener, |req, _| match req {
+                Request::Log(_) => panic!("deliberate panic in a handler"),
+                _ => Response::from_result::<()>(Ok(())),
+            })
+        });
+        let err = call(&socket, Log, Duration::from_secs(10)).expect_err("a panicking handler answered ok");
+        assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
+        assert!(err.to_string().contains("`log`"), "the answer should name the request: {err}");
+        // The daemon keeps serving, and nothing is counted in flight.
+        call(&socket, Unmount { lazy: false }, Duration::from_secs(10)).expect("the next request");
+        let started = Instant::now();
+        drain(Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(2), "a request stayed in flight after its handler panicked");
     }
 }

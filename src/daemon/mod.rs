@@ -1,7 +1,9 @@
 //! The daemon of one mount: takes the locks, opens the workspace, mounts,
 //! publishes itself, serves FUSE and control requests, and cleans up.
 
+pub mod access;
 pub mod control;
+pub mod protocol;
 pub mod registry;
 
 use std::os::unix::net::UnixListener;
@@ -11,14 +13,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use log::{info, warn};
 
-use crate::error::{Error, Result};
+use crate::error::{AsErrno, Error, Failure, Result};
 use crate::fs::{FsOptions, LiveFs, MountedSession, Passthrough};
-use crate::journal::{Journal, TurnInfo};
+use crate::journal::{Journal, JournalError, TurnInfo};
 use crate::meta::Reason;
 use crate::sys;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
-use control::{Request, Response};
+use crate::world::World;
+use control::{Op, Request, Response};
 use registry::MountInfo;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -39,6 +42,8 @@ pub struct MountSpec {
     pub auto_turn: Option<Duration>,
     /// Record pre-images (off only to measure what recording costs).
     pub record: bool,
+    /// The agent's user: may mark turns, read history and preview.
+    pub agent_uid: Option<u32>,
 }
 
 impl MountSpec {
@@ -73,6 +78,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             }
             // The workspace on disk must be the rewound tree once unmounted.
             loop {
+                let _op = ctx.world.op();
                 match ctx.tree.settle_one() {
                     Ok(true) => continue,
                     Ok(false) => break,
@@ -108,16 +114,26 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
 }
 
 fn start(spec: &MountSpec) -> Result<Started> {
-    // The store is private to the daemon's owner, whatever its creator's umask.
-    set_mode(&spec.store, 0o700)?;
+    // The store was created private (or checked to be) by `prepare`; an
+    // existing directory's mode is the user's and is left alone.
     sys::clear_umask();
     let store_lock = registry::lock(&spec.store.join("lock"), &format!("store {}", spec.store.display()))?;
+    let workspace_id = {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(&spec.workspace)
+            .map_err(|e| Error::io(format!("cannot stat workspace {}", spec.workspace.display()), e))?;
+        (meta.dev(), meta.ino())
+    };
     let ws_lock = registry::lock(
-        &registry::workspace_lock_path(&spec.workspace),
+        &registry::workspace_lock_path(workspace_id),
         &format!("workspace {}", spec.workspace.display()),
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
+    // So `fsck --store` can find the workspace whose inodes views read.
+    if let Err(e) = journal.with_meta(|m| m.set_state("workspace", &spec.workspace.to_string_lossy())) {
+        warn!("cannot record the workspace path in the store: {e}");
+    }
     let recording = if spec.record { Some(journal.clone()) } else { None };
     if !spec.record {
         warn!("recording is off for {}: nothing will be undoable", spec.workspace.display());
@@ -128,7 +144,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
         Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
         Err(e) => return Err(Error::Daemon(format!("cannot read pending files: {e}"))),
     }
-    spawn_settler(tree.clone());
+    let world = Arc::new(World::new());
+    spawn_settler(tree.clone(), world.clone());
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
         let changed = tree
@@ -136,12 +153,12 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }
-    let world = Arc::new(std::sync::RwLock::new(()));
     let fs = LiveFs::new(
         tree.clone(),
         FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough },
         world.clone(),
     );
+    let hidden_views = fs.browser();
     let fsname = format!("rewindfs:{}", spec.workspace.display());
     let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads)
         .map_err(|e| Error::io(format!("cannot mount on {}", spec.mountpoint.display()), e))?;
@@ -150,9 +167,10 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let _ = std::fs::remove_file(&entry.socket);
     let listener = UnixListener::bind(&entry.socket)
         .map_err(|e| Error::io(format!("cannot create control socket {}", entry.socket.display()), e))?;
-    // Only the owner may change history or rewind: an agent running as
-    // another user cannot reach the socket.
-    set_mode(&entry.socket, 0o600)?;
+    // Only the owner may change history or rewind. Without an agent user
+    // nobody else can reach the socket; with one, the socket is open to all
+    // and the access policy decides by the caller's uid.
+    set_mode(&entry.socket, if spec.agent_uid.is_some() { 0o666 } else { 0o600 })?;
     let info = MountInfo {
         mountpoint: spec.mountpoint.clone(),
         workspace: spec.workspace.clone(),
@@ -162,15 +180,18 @@ fn start(spec: &MountSpec) -> Result<Started> {
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         socket: entry.socket.clone(),
         passthrough: spec.passthrough == Passthrough::All,
+        workspace_id: Some(workspace_id),
     };
     registry::publish(&info)?;
 
     let ctx = Arc::new(Ctx {
+        access: access::Policy { owner: sys::geteuid(), agent: spec.agent_uid },
         info: info.clone(),
         tree: tree.clone(),
         journal: journal.clone(),
         harness_seen: AtomicBool::new(false),
         views: std::sync::Mutex::new(Vec::new()),
+        hidden_views,
         invalidator: session
             .invalidator()
             .map_err(|e| Error::io("cannot duplicate the FUSE device descriptor".to_string(), e))?,
@@ -179,7 +200,15 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
-        .spawn(move || control::serve(listener, move |req| handle(req, &handler_ctx)))
+        .spawn(move || {
+            control::serve(listener, move |req, uid| match handler_ctx.access.check(uid, &req) {
+                Ok(()) => handle(req, &handler_ctx),
+                Err(refusal) => {
+                    warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
+                    Response::failure(refusal)
+                }
+            })
+        })
         .map_err(|e| Error::io("cannot start the control thread", e))?;
     spawn_signal_watcher(spec.mountpoint.clone());
     if let Some(quiet) = spec.auto_turn {
@@ -191,6 +220,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
 /// What the control handlers work with.
 struct Ctx {
     info: MountInfo,
+    /// Who may ask what on the control socket.
+    access: access::Policy,
     tree: Arc<LiveTree>,
     journal: Arc<Journal>,
     /// Set by the first explicit `turn`: a harness announces turns, so
@@ -198,25 +229,39 @@ struct Ctx {
     harness_seen: AtomicBool,
     /// Mountpoints of views served by this daemon.
     views: std::sync::Mutex<Vec<PathBuf>>,
+    /// What serves `.rewindfs/` in the live mount (for `status`).
+    hidden_views: Option<Arc<crate::view::browse::Browser>>,
     invalidator: crate::fs::Invalidator,
-    /// Taken exclusively by a rewind (see `LiveFs`).
-    world: Arc<std::sync::RwLock<()>>,
+    /// Shared by every FUSE request; history operations go one at a time
+    /// and freeze the tree while they change it.
+    world: Arc<World>,
 }
 
 /// The fsname prefix of view mounts (`rewindfs show`).
 pub const VIEW_FSNAME_PREFIX: &str = "rewindfs-view:";
 
-fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, String> {
+fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, Failure> {
     seal_on(ctx, info, reason, None)
 }
 
-fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, String> {
+fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, Failure> {
     let tree = ctx.tree.clone();
     let journal = ctx.journal.clone();
     ctx.journal
-        .seal_on(info, reason, parent, || tree.recapture_writers(&journal))
+        .seal_on(info, reason, parent, || {
+            // Before the writers are recorded again: the live tree is still
+            // the tree at the end of the sealed turn.
+            crate::report::note_sealed_turn(&tree, &journal);
+            tree.recapture_writers(&journal)
+        })
         .map(|c| c.0)
-        .map_err(|e| format!("cannot seal the checkpoint: {e}"))
+        .map_err(|e| match e {
+            // The caller's mistake, not a failure of the store.
+            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => {
+                Failure::usage(e.to_string())
+            }
+            e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
+        })
 }
 
 fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
@@ -228,6 +273,8 @@ fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
                 info!("a harness announces turns; quiet-period checkpoints stop");
                 return;
             }
+            // A restore or rewind in progress seals its own checkpoints.
+            let Some(_history) = ctx.world.try_history() else { continue };
             let (changes, idle) = ctx.journal.activity();
             if changes > 0 && idle.is_some_and(|s| s >= quiet.as_secs_f64()) && !ctx.tree.writers_active_within(quiet) {
                 match seal(&ctx, &TurnInfo::default(), Reason::Auto) {
@@ -239,59 +286,69 @@ fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
     });
 }
 
-fn json<T: serde::Serialize>(v: &T) -> Response {
-    match serde_json::to_value(v) {
-        Ok(v) => Response::ok(v),
-        Err(e) => Response::err(e.to_string()),
-    }
+/// Runs one request's handler and encodes its typed reply.
+fn answer<O: Op>(op: O, handler: impl FnOnce(O) -> std::result::Result<O::Reply, Failure>) -> Response {
+    Response::from_result(handler(op))
+}
+
+/// A checkpoint reference, resolved; an unknown or ambiguous one is the
+/// caller's mistake.
+fn resolve(journal: &Journal, reference: &str) -> std::result::Result<i64, Failure> {
+    journal.resolve(reference).map(|c| c.0).map_err(|e| match e {
+        JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Failure::usage(e.to_string()),
+        e => Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}")),
+    })
+}
+
+fn view_failure(what: &str, e: crate::view::ViewError) -> Failure {
+    Failure::failed(e.errno().0, format!("{what}: {e}"))
+}
+
+fn restore_failure(message: String, e: &crate::restore::RestoreError) -> Failure {
+    let kind = match e {
+        crate::restore::RestoreError::BadPath(_) => crate::error::ErrorKind::Usage,
+        _ => crate::error::ErrorKind::Failed,
+    };
+    Failure::new(kind, Some(e.errno().0), message)
 }
 
 fn handle(req: Request, ctx: &Ctx) -> Response {
     let (info, tree, journal) = (&ctx.info, &*ctx.tree, &*ctx.journal);
     match req {
-        Request::Turn { info: turn } => {
+        Request::Turn(op) => answer(op, |protocol::Turn { info: turn }| {
             ctx.harness_seen.store(true, Ordering::Relaxed);
-            match seal(ctx, &turn, Reason::Turn) {
-                Ok(n) => json(&serde_json::json!({
-                    "checkpoint": n, "message_id": turn.message_id, "session": turn.session, "label": turn.label
-                })),
-                Err(e) => Response::err(e),
-            }
-        }
-        Request::Log => match crate::report::log(tree, journal) {
-            Ok(turns) => json(&turns),
-            Err(e) => Response::err(format!("cannot read the history: {e}")),
-        },
-        Request::Diff { from, to, paths, patch } => {
-            let a = match journal.resolve(&from) {
-                Ok(c) => c.0,
-                Err(e) => return Response::err(e.to_string()),
-            };
-            let b = match to.as_deref().map(|t| journal.resolve(t)) {
-                None => None,
-                Some(Ok(c)) => Some(c.0),
-                Some(Err(e)) => return Response::err(e.to_string()),
-            };
+            let _history = ctx.world.history();
+            let n = seal(ctx, &turn, Reason::Turn)?;
+            Ok(protocol::TurnReply { checkpoint: n, info: turn })
+        }),
+        Request::Log(op) => answer(op, |_| {
+            let _op = ctx.world.op();
+            crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e))
+        }),
+        Request::Diff(op) => answer(op, |protocol::Diff { from, to, paths, patch }| {
+            let _op = ctx.world.op();
+            let a = resolve(journal, &from)?;
+            let b = to.as_deref().map(|t| resolve(journal, t)).transpose()?;
             let va = TreeView::at(tree, journal, a);
             let vb = match b {
                 Some(b) => TreeView::at(tree, journal, b),
                 None => TreeView::live(tree, journal),
             };
-            match crate::report::diff(&va, &vb, &paths, patch) {
-                Ok(changes) => json(&serde_json::json!({ "from": a, "to": b, "changes": changes })),
-                Err(e) => Response::err(format!("cannot compute the diff: {e}")),
-            }
-        }
-        Request::Restore { checkpoint, paths, dry_run } => {
-            let k = match journal.resolve(&checkpoint) {
-                Ok(c) => c.0,
-                Err(e) => return Response::err(e.to_string()),
-            };
+            let changes =
+                crate::report::diff(&va, &vb, &paths, patch).map_err(|e| view_failure("cannot compute the diff", e))?;
+            Ok(protocol::DiffReply { from: a, to: b, changes })
+        }),
+        Request::Restore(op) => answer(op, |protocol::Restore { checkpoint, paths, dry_run }| {
+            let k = resolve(journal, &checkpoint)?;
             let what = if paths.is_empty() {
                 "everything".to_string()
             } else {
                 paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             };
+            // A restore is a turn of its own, and atomic for everyone else.
+            let history = (!dry_run).then(|| ctx.world.history());
+            let _op = dry_run.then(|| ctx.world.op());
+            let mut frozen = history.as_ref().map(|h| h.freeze(&ctx.invalidator));
             let before = if dry_run {
                 None
             } else {
@@ -299,52 +356,45 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     label: Some(format!("before restoring {what} from checkpoint {k}")),
                     ..Default::default()
                 };
-                match seal(ctx, &label, Reason::Turn) {
-                    Ok(n) => Some(n),
-                    Err(e) => return Response::err(e),
-                }
+                Some(seal(ctx, &label, Reason::Turn)?)
             };
-            let result = crate::restore::restore(tree, journal, k, &paths, dry_run);
-            let (changes, touched) = match result {
+            let mut unused = crate::restore::Touched::default();
+            let touched = frozen.as_mut().map(|f| f.touched()).unwrap_or(&mut unused);
+            let result = crate::restore::restore(tree, journal, k, &paths, dry_run, touched);
+            let changes = match result {
                 Ok(x) => x,
                 Err(e) => {
-                    return Response::err(format!(
-                        "restore failed part-way (undo with `rewindfs restore {}`): {e}",
-                        before.unwrap_or(k)
+                    return Err(restore_failure(
+                        format!("restore failed part-way (undo with `rewindfs restore {}`): {e}", before.unwrap_or(k)),
+                        &e,
                     ));
                 }
             };
-            for (dir, name) in &touched.entries {
-                ctx.invalidator.entry(*dir, name);
-            }
-            for ino in &touched.inodes {
-                ctx.invalidator.inode(*ino);
-            }
+            crate::world::test_hooks::hold_frozen();
             let after = match before {
                 Some(_) => {
                     let label =
                         TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
-                    match seal(ctx, &label, Reason::Turn) {
-                        Ok(n) => Some(n),
-                        Err(e) => return Response::err(e),
-                    }
+                    Some(seal(ctx, &label, Reason::Turn)?)
                 }
                 None => None,
             };
-            json(
-                &serde_json::json!({ "checkpoint": k, "dry_run": dry_run, "undo_checkpoint": before, "result_checkpoint": after, "changes": changes }),
-            )
-        }
-        Request::Rewind { checkpoint, dry_run } => rewind(ctx, &checkpoint, dry_run),
-        Request::Show { checkpoint, mountpoint } => {
-            let n = match journal.resolve(&checkpoint) {
-                Ok(c) => c.0,
-                Err(e) => return Response::err(e.to_string()),
-            };
-            let browser = match crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n) {
-                Ok(b) => Arc::new(b),
-                Err(e) => return Response::err(format!("cannot open checkpoint {n}: {e}")),
-            };
+            // The kernel forgets what changed before anyone sees the tree.
+            drop(frozen);
+            Ok(protocol::RestoreReply {
+                checkpoint: k,
+                dry_run,
+                undo_checkpoint: before,
+                result_checkpoint: after,
+                changes,
+            })
+        }),
+        Request::Rewind(op) => answer(op, |op| rewind(ctx, &op.checkpoint, op.dry_run)),
+        Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {
+            let n = resolve(journal, &checkpoint)?;
+            let browser = crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n)
+                .map_err(|e| view_failure(&format!("cannot open checkpoint {n}"), e))?;
+            let browser = Arc::new(browser);
             let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", info.workspace.display());
             match crate::fs::view::ViewSession::mount(browser, &mountpoint, &fsname) {
                 Ok(session) => {
@@ -356,20 +406,29 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     });
                     info!("showing checkpoint {n} on {}", mountpoint.display());
                     ctx.views.lock().unwrap_or_else(|p| p.into_inner()).push(mountpoint.clone());
-                    json(&serde_json::json!({ "checkpoint": n, "mountpoint": mountpoint }))
+                    Ok(protocol::ShowReply { checkpoint: n, mountpoint })
                 }
-                Err(e) => Response::err(format!("cannot mount the view on {}: {e}", mountpoint.display())),
+                Err(e) => Err(Failure::failed(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("cannot mount the view on {}: {e}", mountpoint.display()),
+                )),
             }
-        }
-        Request::History { path } => match crate::report::history(tree, journal, &path) {
-            Ok(events) => json(&events),
-            Err(e) => Response::err(format!("cannot read the history of {}: {e}", path.display())),
-        },
-        Request::Status => {
+        }),
+        Request::Fsck(op) => answer(op, |_| {
+            let _op = ctx.world.op();
+            let attic = info.store.join("attic");
+            let target =
+                crate::fsck::Target { journal, tree: Some(tree), attic: Some(&attic), store_dir: Some(&info.store) };
+            crate::fsck::check(&target, &mut |_| {})
+                .map_err(|e| Failure::failed(libc::EIO, format!("fsck could not finish: {e}")))
+        }),
+        Request::History(op) => answer(op, |protocol::History { path }| {
+            let _op = ctx.world.op();
+            crate::report::history(tree, journal, &path)
+                .map_err(|e| view_failure(&format!("cannot read the history of {}", path.display()), e))
+        }),
+        Request::Status(op) => answer(op, |_| {
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-            let mut data = serde_json::to_value(info).unwrap_or_default();
-            data["uptime_secs"] = now.saturating_sub(info.started_at).into();
-            data["objects_known"] = tree.object_count().into();
             let turn = journal.current_turn();
             let (changes, idle) = journal.activity();
             let message = journal
@@ -377,122 +436,128 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 .ok()
                 .and_then(|cs| cs.into_iter().find(|c| c.checkpoint == turn))
                 .and_then(|c| c.message_id);
-            data["turn"] = turn.into();
-            data["message_id"] = message.into();
-            data["turn_changes"] = changes.into();
-            data["idle_secs"] = idle.into();
-            data["pending_files"] = tree.pending_count().into();
-            Response::ok(data)
-        }
-        Request::Unmount { lazy } => {
+            Ok(protocol::StatusReply {
+                mount: info.clone(),
+                uptime_secs: now.saturating_sub(info.started_at),
+                objects_known: tree.object_count() as u64,
+                turn,
+                message_id: message,
+                turn_changes: changes,
+                idle_secs: idle,
+                pending_files: tree.pending_count() as u64,
+                view_inodes: ctx.hidden_views.as_ref().map(|b| b.inode_count() as u64).unwrap_or(0),
+            })
+        }),
+        Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {
+            // After the history operation in progress, if any.
+            let _history = ctx.world.history();
             if let Err(e) = tree.syncfs() {
                 warn!("syncfs of {} before unmount failed: {e}", info.workspace.display());
             }
-            match sys::umount(&info.mountpoint, lazy) {
-                Ok(()) => Response::ok(serde_json::Value::Null),
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Response::err(format!(
-                    "{} is busy: processes still use it (see `fuser -vm {}`); close them or use --lazy",
-                    info.mountpoint.display(),
-                    info.mountpoint.display()
-                )),
-                Err(e) => Response::err(format!("cannot unmount {}: {e}", info.mountpoint.display())),
-            }
-        }
+            sys::umount(&info.mountpoint, lazy).map_err(|e| match e.raw_os_error() {
+                Some(libc::EBUSY) => Failure::new(
+                    crate::error::ErrorKind::Busy,
+                    Some(libc::EBUSY),
+                    format!(
+                        "{} is busy: processes still use it (see `fuser -vm {}`); close them or use --lazy",
+                        info.mountpoint.display(),
+                        info.mountpoint.display()
+                    ),
+                ),
+                errno => Failure::failed(
+                    errno.unwrap_or(libc::EIO),
+                    format!("cannot unmount {}: {e}", info.mountpoint.display()),
+                ),
+            })
+        }),
     }
 }
 
-/// Rewinds the whole tree. The world lock keeps every other request out
-/// while the tree changes, so no process sees a mix of old and new.
-fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> Response {
+/// Rewinds the whole tree. The frozen tree keeps every other request out
+/// while it changes, so no process sees a mix of old and new.
+fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<protocol::RewindReply, Failure> {
     let (tree, journal) = (&*ctx.tree, &*ctx.journal);
-    let k = match journal.resolve(checkpoint) {
-        Ok(c) => c.0,
-        Err(e) => return Response::err(e.to_string()),
-    };
+    let k = resolve(journal, checkpoint)?;
     if dry_run {
+        let _op = ctx.world.op();
         // The impact, as a diff from the live tree to the checkpoint.
         let live = TreeView::live(tree, journal);
         let past = TreeView::at(tree, journal, k);
-        return match crate::report::diff(&live, &past, &[], false) {
-            Ok(changes) => json(&serde_json::json!({ "checkpoint": k, "dry_run": true, "changes": changes })),
-            Err(e) => Response::err(format!("cannot compute the rewind: {e}")),
-        };
+        let changes =
+            crate::report::diff(&live, &past, &[], false).map_err(|e| view_failure("cannot compute the rewind", e))?;
+        return Ok(protocol::RewindReply::Preview(protocol::RewindPreview { checkpoint: k, dry_run: true, changes }));
     }
+    let history = ctx.world.history();
     let started = std::time::Instant::now();
-    let world = ctx.world.write().unwrap_or_else(|p| p.into_inner());
+    let mut frozen = history.freeze(&ctx.invalidator);
     let safety_label =
         TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
-    let safety = match seal(ctx, &safety_label, Reason::Turn) {
-        Ok(n) => n,
-        Err(e) => return Response::err(e),
-    };
+    let safety = seal(ctx, &safety_label, Reason::Turn)?;
     let sealed_safety = started.elapsed();
     let result = if crate::rewind::instant_available(tree) {
-        crate::rewind::rewind(tree, journal, k)
+        crate::rewind::rewind(tree, journal, k, frozen.touched())
     } else {
-        crate::restore::restore(tree, journal, k, &[], false)
+        crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
     };
-    let (changes, touched) = match result {
+    let changes = match result {
         Ok(x) => x,
         Err(e) => {
-            drop(world);
-            return Response::err(format!(
-                "rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"
+            // Dropping `frozen` tells the kernel what the part done changed.
+            return Err(restore_failure(
+                format!("rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"),
+                &e,
             ));
         }
     };
     let swapped = started.elapsed();
+    crate::world::test_hooks::hold_frozen();
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
     let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
-    drop(world);
     let sealed_result = started.elapsed();
-    // After the lock: the kernel may need locks held by requests that were
-    // waiting for it.
-    for (dir, name) in &touched.entries {
-        ctx.invalidator.entry(*dir, name);
-    }
-    let entries_done = started.elapsed();
-    for ino in &touched.inodes {
-        ctx.invalidator.inode(*ino);
-    }
+    let thawed = frozen.thaw();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     info!(
         "rewound to checkpoint {k} in {elapsed_ms:.1} ms ({} changes; safety checkpoint {safety}): safety seal {:.1} ms, \
-         tree switched {:.1} ms, result sealed {:.1} ms, {} entries invalidated {:.1} ms, {} inodes {:.1} ms",
+         tree switched {:.1} ms, result sealed {:.1} ms, {} entries and {} inodes invalidated {:.1} ms{}",
         changes.len(),
         ms(sealed_safety),
         ms(swapped - sealed_safety),
         ms(sealed_result - swapped),
-        touched.entries.len(),
-        ms(entries_done - sealed_result),
-        touched.inodes.len(),
-        elapsed_ms - ms(entries_done),
+        thawed.entries,
+        thawed.inodes,
+        ms(thawed.invalidation),
+        if thawed.released_early { " (tree released before the end: invalidation stalled)" } else { "" },
     );
-    match result {
-        Ok(n) => json(&serde_json::json!({
-            "checkpoint": k, "dry_run": false, "safety_checkpoint": safety, "result_checkpoint": n,
-            "elapsed_ms": elapsed_ms,
-            "phases_ms": {
-                "safety_seal": ms(sealed_safety),
-                "switch": ms(swapped - sealed_safety),
-                "result_seal": ms(sealed_result - swapped),
-                "invalidate": elapsed_ms - ms(sealed_result),
-            },
-            "changes": changes
-        })),
-        Err(e) => Response::err(e),
-    }
+    Ok(protocol::RewindReply::Done(protocol::RewindDone {
+        checkpoint: k,
+        dry_run: false,
+        safety_checkpoint: safety,
+        result_checkpoint: result?,
+        elapsed_ms,
+        phases_ms: protocol::RewindPhases {
+            safety_seal: ms(sealed_safety),
+            switch: ms(swapped - sealed_safety),
+            result_seal: ms(sealed_result - swapped),
+            invalidate: elapsed_ms - ms(sealed_result),
+        },
+        changes,
+    }))
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Writes the bytes of rewound files in the background.
-fn spawn_settler(tree: Arc<LiveTree>) {
+/// Writes the bytes of rewound files in the background, one file per
+/// ordinary operation (never while a rewind or restore changes the tree).
+fn spawn_settler(tree: Arc<LiveTree>, world: Arc<World>) {
     let _ = std::thread::Builder::new().name("settler".into()).spawn(move || {
         loop {
-            match tree.settle_one() {
+            let settled = {
+                let _op = world.op();
+                tree.settle_one()
+            };
+            match settled {
                 Ok(true) => {}
                 Ok(false) => std::thread::sleep(Duration::from_millis(100)),
                 Err(e) => {

@@ -6,11 +6,12 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// What the daemon of one mount publishes about itself.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -24,6 +25,10 @@ pub struct MountInfo {
     pub started_at: u64,
     pub socket: PathBuf,
     pub passthrough: bool,
+    /// Device and inode of the workspace's backing directory: another path
+    /// to it (a bind mount) is the same workspace.
+    #[serde(default)]
+    pub workspace_id: Option<(u64, u64)>,
 }
 
 /// The runtime directory: `$REWINDFS_RUNTIME_DIR`, else `/run/rewindfs` for
@@ -53,27 +58,166 @@ pub struct Entry {
 }
 
 pub fn entry_for(mountpoint: &Path) -> Entry {
-    let dir = runtime_dir();
+    entry_in(&runtime_dir(), mountpoint)
+}
+
+/// The same, in the runtime directory `dir`.
+fn entry_in(dir: &Path, mountpoint: &Path) -> Entry {
     let k = key(mountpoint);
     Entry { info: dir.join(format!("mount-{k}.json")), socket: dir.join(format!("mount-{k}.sock")) }
 }
 
 fn ensure_runtime_dir() -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     let dir = runtime_dir();
-    fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot create runtime directory {}", dir.display()), e))?;
-    // Readable (status works for everyone), writable by the owner only.
-    let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o755));
+    match fs::symlink_metadata(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(|e| Error::io(format!("cannot create runtime directory {}", parent.display()), e))?;
+            }
+            // Readable (status works for everyone), writable by the owner only.
+            match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io(format!("cannot create runtime directory {}", dir.display()), e)),
+            }
+        }
+        Err(e) => return Err(Error::io(format!("cannot read runtime directory {}", dir.display()), e)),
+        Ok(_) => {}
+    }
+    let owner = trusted_dir(&dir)?;
+    if owner != crate::sys::geteuid() {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "runtime directory {} belongs to uid {owner}, not to this daemon's uid {}; remove it or set REWINDFS_RUNTIME_DIR",
+                dir.display(),
+                crate::sys::geteuid()
+            ),
+        ));
+    }
     Ok(dir)
 }
 
-/// Writes the mount's info file atomically (temp + rename).
+/// Checks that the runtime directory can be trusted: a real directory (not
+/// a symlink) owned by root or by us, writable by its owner only. Returns
+/// its owner, the only user whose runtime files are believed.
+fn trusted_dir(dir: &Path) -> Result<u32> {
+    let meta = fs::symlink_metadata(dir)
+        .map_err(|e| Error::io(format!("cannot read runtime directory {}", dir.display()), e))?;
+    let me = crate::sys::geteuid();
+    if !meta.file_type().is_dir() {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!("runtime directory {} is not a directory (a symlink?)", dir.display()),
+        ));
+    }
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "runtime directory {} belongs to uid {}, neither root nor you (uid {me}); refusing to trust it",
+                dir.display(),
+                meta.uid()
+            ),
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "runtime directory {} is writable by others (mode {:o}); refusing to trust it",
+                dir.display(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(meta.uid())
+}
+
+/// Checks one file of the runtime directory: of the expected type, owned
+/// by the directory's owner, not writable by anyone else. An agent that
+/// could rewrite a mount's info file could point the owner's commands at a
+/// socket of its own.
+fn trusted_file(path: &Path, owner: u32, socket: bool) -> Result<()> {
+    let meta = fs::symlink_metadata(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let ty = meta.file_type();
+    let kind_ok = if socket { ty.is_socket() } else { ty.is_file() };
+    if !kind_ok {
+        let want = if socket { "a socket" } else { "a regular file" };
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!("{} is not {want}; refusing to trust it", path.display()),
+        ));
+    }
+    if meta.uid() != owner {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "{} belongs to uid {}, not to uid {owner} who runs the daemons; refusing to trust it",
+                path.display(),
+                meta.uid()
+            ),
+        ));
+    }
+    // For a socket, write permission is leave to connect (with an agent
+    // user, everyone may; the daemon's policy decides), not to replace it:
+    // that is the trusted directory's to allow.
+    if !socket && meta.mode() & 0o022 != 0 {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!("{} is writable by others (mode {:o}); refusing to trust it", path.display(), meta.mode() & 0o7777),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads and checks one info file: the file, its socket, and that the
+/// socket is the one the mountpoint's key names (never a path from the
+/// file itself).
+fn read_trusted(path: &Path, owner: u32) -> Result<MountInfo> {
+    trusted_file(path, owner, false)?;
+    let bytes = fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let info: MountInfo = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::kind_of(ErrorKind::Refused, format!("{} is not a rewindfs mount file: {e}", path.display()))
+    })?;
+    let entry = entry_in(path.parent().unwrap_or(Path::new("/")), &info.mountpoint);
+    if entry.info != path || entry.socket != info.socket {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "{} names socket {} for mountpoint {}, not {}; refusing to trust it",
+                path.display(),
+                info.socket.display(),
+                info.mountpoint.display(),
+                entry.socket.display()
+            ),
+        ));
+    }
+    trusted_file(&info.socket, owner, true)?;
+    Ok(info)
+}
+
+/// Writes the mount's info file atomically (temp + rename), readable by
+/// everyone and writable by the daemon's user only.
 pub fn publish(info: &MountInfo) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     ensure_runtime_dir()?;
     let entry = entry_for(&info.mountpoint);
     let tmp = entry.info.with_extension("json.tmp");
     let json = serde_json::to_vec_pretty(info).map_err(|e| Error::Daemon(format!("cannot encode mount info: {e}")))?;
-    fs::write(&tmp, json).map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
+    let _ = fs::remove_file(&tmp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
+    // The daemon runs with umask 0; say the mode outright.
+    file.set_permissions(fs::Permissions::from_mode(0o644))
+        .and_then(|()| file.write_all(&json))
+        .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
     fs::rename(&tmp, &entry.info).map_err(|e| Error::io(format!("cannot write {}", entry.info.display()), e))?;
     Ok(())
 }
@@ -85,25 +229,66 @@ pub fn withdraw(mountpoint: &Path) {
     let _ = fs::remove_file(entry.socket);
 }
 
-/// The info of the mount at `mountpoint`, if a daemon published one.
+/// The info of the mount at `mountpoint`, if a daemon published one that
+/// can be trusted (a file that fails the checks is logged and ignored).
 pub fn read(mountpoint: &Path) -> Option<MountInfo> {
-    let bytes = fs::read(entry_for(mountpoint).info).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    let path = entry_for(mountpoint).info;
+    if fs::symlink_metadata(&path).is_err() {
+        return None;
+    }
+    match trusted_dir(&runtime_dir()).and_then(|owner| read_trusted(&path, owner)) {
+        Ok(info) => Some(info),
+        Err(e) => {
+            log::warn!("ignoring the mount file of {}: {e}", mountpoint.display());
+            None
+        }
+    }
 }
 
-/// Every published mount.
-pub fn list() -> Vec<MountInfo> {
-    let Ok(dir) = fs::read_dir(runtime_dir()) else { return Vec::new() };
-    let mut out: Vec<MountInfo> = dir
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            n.starts_with("mount-") && n.ends_with(".json")
-        })
-        .filter_map(|e| serde_json::from_slice(&fs::read(e.path()).ok()?).ok())
-        .collect();
+/// Every published mount that can be trusted, and a sentence for each
+/// runtime file that was refused.
+pub fn list_checked() -> (Vec<MountInfo>, Vec<String>) {
+    let (mut out, mut refused) = list_dir(&runtime_dir());
+    // An agent running as another user finds the owner's mounts in root's
+    // runtime directory (trusted: root's, not writable by others).
+    let root_dir = Path::new("/run/rewindfs");
+    if crate::sys::geteuid() != 0 && std::env::var_os("REWINDFS_RUNTIME_DIR").is_none() && runtime_dir() != root_dir {
+        let (more, more_refused) = list_dir(root_dir);
+        out.extend(more);
+        refused.extend(more_refused);
+    }
+    (out, refused)
+}
+
+fn list_dir(dir: &Path) -> (Vec<MountInfo>, Vec<String>) {
+    let dir = dir.to_path_buf();
+    let Ok(listing) = fs::read_dir(&dir) else { return (Vec::new(), Vec::new()) };
+    let owner = match trusted_dir(&dir) {
+        Ok(owner) => owner,
+        Err(e) => return (Vec::new(), vec![e.to_string()]),
+    };
+    let (mut out, mut refused) = (Vec::new(), Vec::new());
+    for e in listing.filter_map(|e| e.ok()) {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if !(n.starts_with("mount-") && n.ends_with(".json")) {
+            continue;
+        }
+        match read_trusted(&e.path(), owner) {
+            Ok(info) => out.push(info),
+            Err(err) => refused.push(err.to_string()),
+        }
+    }
     out.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+    (out, refused)
+}
+
+/// Every published mount that can be trusted; refused files are logged.
+pub fn list() -> Vec<MountInfo> {
+    let (out, refused) = list_checked();
+    for r in refused {
+        log::warn!("{r}");
+    }
     out
 }
 
@@ -137,13 +322,17 @@ pub fn lock(path: &Path, what: &str) -> Result<Lock> {
         }
         Err(rustix::io::Errno::WOULDBLOCK) => {
             let holder = fs::read_to_string(path).unwrap_or_default();
-            Err(Error::Usage(format!("{what} is already in use by rewindfs daemon pid {}", holder.trim())))
+            Err(Error::kind_of(
+                crate::error::ErrorKind::Busy,
+                format!("{what} is already in use by rewindfs daemon pid {}", holder.trim()),
+            ))
         }
         Err(e) => Err(Error::io(format!("cannot lock {}", path.display()), e.into())),
     }
 }
 
-/// The lock that stops two daemons from serving one workspace.
-pub fn workspace_lock_path(workspace: &Path) -> PathBuf {
-    runtime_dir().join(format!("workspace-{}.lock", key(workspace)))
+/// The lock that stops two daemons from serving one workspace, named by
+/// the directory's device and inode, not by a path to it.
+pub fn workspace_lock_path(workspace_id: (u64, u64)) -> PathBuf {
+    runtime_dir().join(format!("workspace-{:x}-{:x}.lock", workspace_id.0, workspace_id.1))
 }

@@ -20,9 +20,10 @@ use log::{debug, info, warn};
 
 pub mod view;
 
-use crate::error::Errno;
+use crate::error::{AsErrno, Errno};
 use crate::view::browse::{Browser, HIDDEN_DIR};
 use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime, XattrReply};
+use crate::world::{KernelCache, World};
 
 /// Inode numbers of `.rewindfs/` and the views under it start here, far
 /// above any backing inode number.
@@ -79,9 +80,10 @@ struct BackingIds {
 /// The live workspace as a FUSE filesystem.
 pub struct LiveFs {
     tree: Arc<LiveTree>,
-    /// Held shared by every request, exclusively by a rewind: a process
-    /// sees the whole old tree or the whole new one.
-    world: Arc<std::sync::RwLock<()>>,
+    /// Every request is an ordinary operation of the world: a rewind or
+    /// restore freezes it, so a process sees the whole old tree or the
+    /// whole new one.
+    world: Arc<World>,
     /// Serves `.rewindfs/` (checkpoint views) when recording.
     browser: Option<Arc<Browser>>,
     options: FsOptions,
@@ -93,7 +95,7 @@ pub struct LiveFs {
 }
 
 impl LiveFs {
-    pub fn new(tree: Arc<LiveTree>, options: FsOptions, world: Arc<std::sync::RwLock<()>>) -> LiveFs {
+    pub fn new(tree: Arc<LiveTree>, options: FsOptions, world: Arc<World>) -> LiveFs {
         let passthrough = options.passthrough == Passthrough::All;
         let browser = tree.journal().map(|j| Arc::new(Browser::hidden(tree.clone(), j.clone(), HIDDEN_INO_BASE)));
         LiveFs {
@@ -105,6 +107,17 @@ impl LiveFs {
             backing: Mutex::new(BackingIds::default()),
             invalidator: Arc::new(std::sync::OnceLock::new()),
         }
+    }
+
+    /// What serves `.rewindfs/` (None when not recording).
+    pub fn browser(&self) -> Option<Arc<Browser>> {
+        self.browser.clone()
+    }
+
+    /// Serves one request as an ordinary operation of the world.
+    fn serve(&self, op: &'static str, f: impl FnOnce()) {
+        let _op = self.world.op();
+        no_lost_worker(op, f);
     }
 
     /// The browser, when `ino` is under `.rewindfs/`.
@@ -195,8 +208,25 @@ impl LiveFs {
     }
 }
 
-fn errno(e: Errno) -> fuser::Errno {
-    fuser::Errno::from_i32(e.0)
+/// Runs one FUSE handler so that a panic costs one request, not a worker
+/// thread: fuser 0.18 serves with a fixed set of threads and a panicking
+/// handler ends its thread (after as many panics as threads, the mount
+/// hangs). The reply, dropped unsent while the panic unwinds, answers EIO
+/// (fuser's `Drop` for replies); a reply already sent is not sent again.
+pub(crate) fn no_lost_worker(op: &'static str, f: impl FnOnce()) {
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        log::error!("FUSE {op} panicked ({what}); the request was answered EIO");
+    }
+}
+
+/// The errno a FUSE reply carries for any internal error.
+fn errno(e: impl AsErrno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.errno().0)
 }
 
 fn ino(i: INodeNo) -> Ino {
@@ -285,43 +315,58 @@ impl Filesystem for LiveFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(parent) {
-            return view::lookup(b, ino(parent), name, reply);
-        }
-        match self.tree.lookup(ino(parent), name) {
-            // A real `.rewindfs` in the workspace wins: user data is never hidden.
-            Err(e) if e == Errno::ENOENT && parent == INodeNo::ROOT && name == HIDDEN_DIR && self.browser.is_some() => {
-                let b = self.browser.as_deref().expect("checked above");
-                view::getattr_entry(b, reply)
+        self.serve("lookup", || {
+            #[cfg(feature = "test-hooks")]
+            if name == crate::world::test_hooks::PANIC_NAME {
+                panic!("test hook: a panic injected into lookup");
             }
-            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
-            // A negative entry (inode 0) the kernel may cache: compilers and
-            // git look up many names that do not exist, and every create
-            // starts with a lookup. The daemon is the only writer, and names
-            // it creates behind the kernel's back (restore, rewind) are
-            // invalidated.
-            Err(e) if e == Errno::ENOENT => {
-                let negative = Attr::synthetic(Ino(0), Kind::File, 0, 0, SystemTime::UNIX_EPOCH);
-                reply.entry(&self.ttl(), &file_attr(&negative), Generation(0))
+            if let Some(b) = self.hidden(parent) {
+                return view::lookup(b, ino(parent), name, reply);
             }
-            Err(e) => reply.error(errno(e)),
-        }
+            match self.tree.lookup(ino(parent), name) {
+                // A real `.rewindfs` in the workspace wins: user data is never hidden.
+                Err(e)
+                    if e == Errno::ENOENT
+                        && parent == INodeNo::ROOT
+                        && name == HIDDEN_DIR
+                        && self.browser.is_some() =>
+                {
+                    let b = self.browser.as_deref().expect("checked above");
+                    view::getattr_entry(b, reply)
+                }
+                Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+                // A negative entry (inode 0) the kernel may cache: compilers and
+                // git look up many names that do not exist, and every create
+                // starts with a lookup. The daemon is the only writer, and names
+                // it creates behind the kernel's back (restore, rewind) are
+                // invalidated.
+                Err(e) if e == Errno::ENOENT => {
+                    let negative = Attr::synthetic(Ino(0), Kind::File, 0, 0, SystemTime::UNIX_EPOCH);
+                    reply.entry(&self.ttl(), &file_attr(&negative), Generation(0))
+                }
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn forget(&self, _req: &Request, i: INodeNo, nlookup: u64) {
-        self.tree.forget(ino(i), nlookup);
+        // No world lock: forgetting changes nothing a rewind looks at.
+        no_lost_worker("forget", || match &self.browser {
+            Some(b) if i.0 >= HIDDEN_INO_BASE => b.forget(ino(i), nlookup),
+            _ => self.tree.forget(ino(i), nlookup),
+        });
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(i) {
-            return view::getattr(b, ino(i), reply);
-        }
-        match self.tree.getattr(ino(i), fh.map(|f| Fh(f.0))) {
-            Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("getattr", || {
+            if let Some(b) = self.hidden(i) {
+                return view::getattr(b, ino(i), reply);
+            }
+            match self.tree.getattr(ino(i), fh.map(|f| Fh(f.0))) {
+                Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn setattr(
@@ -342,81 +387,88 @@ impl Filesystem for LiveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(i).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
-        match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0)), caller(req)) {
-            Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("setattr", || {
+            if self.hidden(i).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
+            match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0)), caller(req)) {
+                Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(i) {
-            return view::readlink(b, ino(i), reply);
-        }
-        match self.tree.readlink(ino(i)) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("readlink", || {
+            if let Some(b) = self.hidden(i) {
+                return view::readlink(b, ino(i), reply);
+            }
+            match self.tree.readlink(ino(i)) {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(parent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.mknod(ino(parent), name, mode & !umask, rdev, caller(req)) {
-            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("mknod", || {
+            if self.hidden(parent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.mknod(ino(parent), name, mode & !umask, rdev, caller(req)) {
+                Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(parent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.mkdir(ino(parent), name, mode & !umask, caller(req)) {
-            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("mkdir", || {
+            if self.hidden(parent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.mkdir(ino(parent), name, mode & !umask, caller(req)) {
+                Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(parent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.unlink(ino(parent), name, caller(req)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("unlink", || {
+            if self.hidden(parent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.unlink(ino(parent), name, caller(req)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(parent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.rmdir(ino(parent), name, caller(req)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("rmdir", || {
+            if self.hidden(parent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.rmdir(ino(parent), name, caller(req)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(parent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.symlink(ino(parent), link_name, target.as_os_str(), caller(req)) {
-            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("symlink", || {
+            if self.hidden(parent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.symlink(ino(parent), link_name, target.as_os_str(), caller(req)) {
+                Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn rename(
@@ -429,48 +481,51 @@ impl Filesystem for LiveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(parent).is_some() || self.hidden(newparent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits(), caller(req)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("rename", || {
+            if self.hidden(parent).is_some() || self.hidden(newparent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.rename(ino(parent), name, ino(newparent), newname, flags.bits(), caller(req)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn link(&self, req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(newparent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.link(ino(i), ino(newparent), newname, caller(req)) {
-            Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("link", || {
+            if self.hidden(newparent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.link(ino(i), ino(newparent), newname, caller(req)) {
+                Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(i) {
-            return view::open(b, ino(i), flags.0, reply);
-        }
-        let (fh, file) = match self.tree.open(ino(i), flags.0, caller(req)) {
-            Ok(x) => x,
-            Err(e) => return reply.error(errno(e)),
-        };
-        match self.open_mode(ino(i), fh, &file, req) {
-            Ok(OpenMode::Passthrough) => match self.backing_for(ino(i), fh, || reply.open_backing(&file.file)) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
-                None => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
-            },
-            Ok(OpenMode::Daemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
-            Ok(OpenMode::DirectThroughDaemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_DIRECT_IO),
-            Err(e) => {
-                self.tree.release(fh);
-                reply.error(errno(e))
+        self.serve("open", || {
+            if let Some(b) = self.hidden(i) {
+                return view::open(b, ino(i), flags.0, reply);
             }
-        }
+            let (fh, file) = match self.tree.open(ino(i), flags.0, caller(req)) {
+                Ok(x) => x,
+                Err(e) => return reply.error(errno(e)),
+            };
+            match self.open_mode(ino(i), fh, &file, req) {
+                Ok(OpenMode::Passthrough) => match self.backing_for(ino(i), fh, || reply.open_backing(&file.file)) {
+                    Some(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
+                    None => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+                },
+                Ok(OpenMode::Daemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+                Ok(OpenMode::DirectThroughDaemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_DIRECT_IO),
+                Err(e) => {
+                    self.tree.release(fh);
+                    reply.error(errno(e))
+                }
+            }
+        })
     }
 
     fn create(
@@ -483,37 +538,38 @@ impl Filesystem for LiveFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(parent).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        let (attr, fh, file) = match self.tree.create(ino(parent), name, mode & !umask, flags, caller(req)) {
-            Ok(x) => x,
-            Err(e) => return reply.error(errno(e)),
-        };
-        let (ttl, fattr) = (self.ttl(), file_attr(&attr));
-        let flags = match self.open_mode(attr.ino, fh, &file, req) {
-            Ok(OpenMode::Passthrough) => match self.backing_for(attr.ino, fh, || reply.open_backing(&file.file)) {
-                Some(id) => {
-                    return reply.created_passthrough(
-                        &ttl,
-                        &fattr,
-                        Generation(0),
-                        FileHandle(fh.0),
-                        FopenFlags::empty(),
-                        &id,
-                    );
-                }
-                None => FopenFlags::FOPEN_KEEP_CACHE,
-            },
-            Ok(OpenMode::Daemon) => FopenFlags::FOPEN_KEEP_CACHE,
-            Ok(OpenMode::DirectThroughDaemon) => FopenFlags::FOPEN_DIRECT_IO,
-            Err(e) => {
-                self.tree.release(fh);
-                return reply.error(errno(e));
+        self.serve("create", || {
+            if self.hidden(parent).is_some() {
+                return reply.error(fuser::Errno::EROFS);
             }
-        };
-        reply.created(&ttl, &fattr, Generation(0), FileHandle(fh.0), flags)
+            let (attr, fh, file) = match self.tree.create(ino(parent), name, mode & !umask, flags, caller(req)) {
+                Ok(x) => x,
+                Err(e) => return reply.error(errno(e)),
+            };
+            let (ttl, fattr) = (self.ttl(), file_attr(&attr));
+            let flags = match self.open_mode(attr.ino, fh, &file, req) {
+                Ok(OpenMode::Passthrough) => match self.backing_for(attr.ino, fh, || reply.open_backing(&file.file)) {
+                    Some(id) => {
+                        return reply.created_passthrough(
+                            &ttl,
+                            &fattr,
+                            Generation(0),
+                            FileHandle(fh.0),
+                            FopenFlags::empty(),
+                            &id,
+                        );
+                    }
+                    None => FopenFlags::FOPEN_KEEP_CACHE,
+                },
+                Ok(OpenMode::Daemon) => FopenFlags::FOPEN_KEEP_CACHE,
+                Ok(OpenMode::DirectThroughDaemon) => FopenFlags::FOPEN_DIRECT_IO,
+                Err(e) => {
+                    self.tree.release(fh);
+                    return reply.error(errno(e));
+                }
+            };
+            reply.created(&ttl, &fattr, Generation(0), FileHandle(fh.0), flags)
+        })
     }
 
     fn read(
@@ -527,14 +583,15 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(_ino) {
-            return view::read(b, ino(_ino), offset, size, reply);
-        }
-        match self.tree.read(Fh(fh.0), offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("read", || {
+            if let Some(b) = self.hidden(_ino) {
+                return view::read(b, ino(_ino), offset, size, reply);
+            }
+            match self.tree.read(Fh(fh.0), offset, size) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn write(
@@ -549,17 +606,18 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        // The kernel marks writes by users without CAP_FSETID.
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
-            && let Err(e) = self.drop_privileges(ino(i), Fh(fh.0), req)
-        {
-            return reply.error(errno(e));
-        }
-        match self.tree.write(Fh(fh.0), offset, data) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("write", || {
+            // The kernel marks writes by users without CAP_FSETID.
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+                && let Err(e) = self.drop_privileges(ino(i), Fh(fh.0), req)
+            {
+                return reply.error(errno(e));
+            }
+            match self.tree.write(Fh(fh.0), offset, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
@@ -578,106 +636,109 @@ impl Filesystem for LiveFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        self.tree.release(Fh(fh.0));
-        self.release_backing(Fh(fh.0), ino(i));
-        reply.ok();
+        self.serve("release", || {
+            self.tree.release(Fh(fh.0));
+            self.release_backing(Fh(fh.0), ino(i));
+            reply.ok();
+        })
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        match self.tree.fsync(Fh(fh.0), datasync) {
+        self.serve("fsync", || match self.tree.fsync(Fh(fh.0), datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
-        }
+        })
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(i).is_some() {
-            return reply.opened(FileHandle(0), FopenFlags::empty());
-        }
-        match self.tree.opendir(ino(i)) {
-            Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("opendir", || {
+            if self.hidden(i).is_some() {
+                return reply.opened(FileHandle(0), FopenFlags::empty());
+            }
+            match self.tree.opendir(ino(i)) {
+                Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(_ino) {
-            return view::readdir(b, ino(_ino), offset, reply);
-        }
-        let entries = match self.tree.readdir(Fh(fh.0)) {
-            Ok(e) => e,
-            Err(e) => return reply.error(errno(e)),
-        };
-        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(entry.ino.0), (i + 1) as u64, file_type(entry.kind), &entry.name) {
-                break;
+        self.serve("readdir", || {
+            if let Some(b) = self.hidden(_ino) {
+                return view::readdir(b, ino(_ino), offset, reply);
             }
-        }
-        reply.ok();
+            let entries = match self.tree.readdir(Fh(fh.0)) {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(e)),
+            };
+            for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(entry.ino.0), (i + 1) as u64, file_type(entry.kind), &entry.name) {
+                    break;
+                }
+            }
+            reply.ok();
+        })
     }
 
     fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(dir) {
-            return view::readdirplus(b, ino(dir), offset, reply);
-        }
-        let entries = match self.tree.readdir(Fh(fh.0)) {
-            Ok(e) => e,
-            Err(e) => return reply.error(errno(e)),
-        };
-        let ttl = self.ttl();
-        for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
-            let dots = entry.name == "." || entry.name == "..";
-            // The kernel takes a lookup reference for every entry but "." and "..".
-            let attr = if dots {
-                self.tree.getattr(if entry.name == "." { ino(dir) } else { entry.ino }, None).ok()
-            } else {
-                match self.tree.lookup(ino(dir), &entry.name) {
-                    Ok(a) => Some(a),
-                    // Removed since opendir: leave it out.
-                    Err(_) => continue,
-                }
-            };
-            let attr = attr.map(|a| file_attr(&a)).unwrap_or_else(|| file_attr(&placeholder(entry.ino, entry.kind)));
-            let full = reply.add(attr.ino, (i + 1) as u64, &entry.name, &ttl, &attr, Generation(0));
-            if full {
-                // Not sent: give back the lookup we took for it.
-                if !dots {
-                    self.tree.forget(Ino(attr.ino.0), 1);
-                }
-                break;
+        self.serve("readdirplus", || {
+            if let Some(b) = self.hidden(dir) {
+                return view::readdirplus(b, ino(dir), offset, reply);
             }
-        }
-        reply.ok();
+            let entries = match self.tree.readdir(Fh(fh.0)) {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(e)),
+            };
+            let ttl = self.ttl();
+            for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+                let dots = entry.name == "." || entry.name == "..";
+                // The kernel takes a lookup reference for every entry but "." and "..".
+                let attr = if dots {
+                    self.tree.getattr(if entry.name == "." { ino(dir) } else { entry.ino }, None).ok()
+                } else {
+                    match self.tree.lookup(ino(dir), &entry.name) {
+                        Ok(a) => Some(a),
+                        // Removed since opendir: leave it out.
+                        Err(_) => continue,
+                    }
+                };
+                let attr =
+                    attr.map(|a| file_attr(&a)).unwrap_or_else(|| file_attr(&placeholder(entry.ino, entry.kind)));
+                let full = reply.add(attr.ino, (i + 1) as u64, &entry.name, &ttl, &attr, Generation(0));
+                if full {
+                    // Not sent: give back the lookup we took for it.
+                    if !dots {
+                        self.tree.forget(Ino(attr.ino.0), 1);
+                    }
+                    break;
+                }
+            }
+            reply.ok();
+        })
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(_ino).is_some() {
-            return reply.ok();
-        }
-        self.tree.releasedir(Fh(fh.0));
-        reply.ok();
+        self.serve("releasedir", || {
+            if self.hidden(_ino).is_some() {
+                return reply.ok();
+            }
+            self.tree.releasedir(Fh(fh.0));
+            reply.ok();
+        })
     }
 
     fn fsyncdir(&self, _req: &Request, i: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        match self.tree.fsyncdir(ino(i)) {
+        self.serve("fsyncdir", || match self.tree.fsyncdir(ino(i)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
-        }
+        })
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        match self.tree.statfs() {
+        self.serve("statfs", || match self.tree.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(errno(e)),
-        }
+        })
     }
 
     fn setxattr(
@@ -690,55 +751,60 @@ impl Filesystem for LiveFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(i).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.setxattr(ino(i), name, value, flags, caller(req)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("setxattr", || {
+            if self.hidden(i).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.setxattr(ino(i), name, value, flags, caller(req)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(i) {
-            return view::getxattr(b, ino(i), name, size, reply);
-        }
-        match self.tree.getxattr(ino(i), name, size) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("getxattr", || {
+            if let Some(b) = self.hidden(i) {
+                return view::getxattr(b, ino(i), name, size, reply);
+            }
+            match self.tree.getxattr(ino(i), name, size) {
+                Ok(XattrReply::Size(n)) => reply.size(n),
+                Ok(XattrReply::Data(d)) => reply.data(&d),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = self.hidden(i) {
-            return view::listxattr(b, ino(i), size, reply);
-        }
-        match self.tree.listxattr(ino(i), size) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("listxattr", || {
+            if let Some(b) = self.hidden(i) {
+                return view::listxattr(b, ino(i), size, reply);
+            }
+            match self.tree.listxattr(ino(i), size) {
+                Ok(XattrReply::Size(n)) => reply.size(n),
+                Ok(XattrReply::Data(d)) => reply.data(&d),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn removexattr(&self, req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        if self.hidden(i).is_some() {
-            return reply.error(fuser::Errno::EROFS);
-        }
-        match self.tree.removexattr(ino(i), name, caller(req)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("removexattr", || {
+            if self.hidden(i).is_some() {
+                return reply.error(fuser::Errno::EROFS);
+            }
+            match self.tree.removexattr(ino(i), name, caller(req)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        // Permissions are checked by the kernel (default_permissions).
-        reply.ok();
+        self.serve("access", || {
+            // Permissions are checked by the kernel (default_permissions).
+            reply.ok();
+        })
     }
 
     fn fallocate(
@@ -751,19 +817,17 @@ impl Filesystem for LiveFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        match self.tree.fallocate(Fh(fh.0), offset, length, mode) {
+        self.serve("fallocate", || match self.tree.fallocate(Fh(fh.0), offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
-        }
+        })
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        match self.tree.lseek(Fh(fh.0), offset, whence) {
+        self.serve("lseek", || match self.tree.lseek(Fh(fh.0), offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),
-        }
+        })
     }
 
     fn copy_file_range(
@@ -779,11 +843,12 @@ impl Filesystem for LiveFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _world = self.world.read().unwrap_or_else(|p| p.into_inner());
-        match self.tree.copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.serve("copy_file_range", || {
+            match self.tree.copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 }
 
@@ -856,6 +921,15 @@ impl Invalidator {
         if let Err(e) = self.notifier.inval_inode(INodeNo(ino.0), 0, 0) {
             debug!("cannot invalidate inode {ino:?}: {e}");
         }
+    }
+}
+
+impl KernelCache for Invalidator {
+    fn expire_entry(&self, parent: Ino, name: &OsStr) {
+        self.entry(parent, name)
+    }
+    fn forget_inode(&self, ino: Ino) {
+        self.inode(ino)
     }
 }
 

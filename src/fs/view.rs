@@ -27,7 +27,7 @@ pub(super) fn view_errno(e: &ViewError) -> fuser::Errno {
         ViewError::ChangedOutside(..) | ViewError::Lost(_) => warn!("a view cannot show an object: {e}"),
         _ => {}
     }
-    fuser::Errno::from_i32(e.errno())
+    super::errno(e)
 }
 
 fn ttl_for(b: &Browser, ino: Ino) -> Duration {
@@ -132,6 +132,9 @@ impl ViewFs {
 }
 
 impl Filesystem for ViewFs {
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.browser.forget(Ino(ino.0), nlookup)
+    }
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         lookup(&self.browser, Ino(parent.0), name, reply)
     }
@@ -196,20 +199,13 @@ impl ViewSession {
 }
 
 pub(super) fn readdirplus(b: &Browser, ino: Ino, offset: u64, mut reply: fuser::ReplyDirectoryPlus) {
-    let entries = match b.readdir(ino) {
-        Ok(e) => e,
-        Err(e) => return reply.error(view_errno(&e)),
-    };
-    for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-        let attr = match b.getattr(e.ino) {
-            Ok(a) => a,
-            Err(_) => continue,
-        };
-        if reply.add(INodeNo(e.ino.0), (i + 1) as u64, &e.name, &ttl_for(b, e.ino), &file_attr(&attr), Generation(0)) {
-            break;
-        }
+    let listed = b.readdir_plus(ino, offset as usize, |i, e, attr| {
+        !reply.add(INodeNo(e.ino.0), (i + 1) as u64, &e.name, &ttl_for(b, e.ino), &file_attr(attr), Generation(0))
+    });
+    match listed {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(view_errno(&e)),
     }
-    reply.ok();
 }
 
 /// The entry of `.rewindfs` itself in the live root.

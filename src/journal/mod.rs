@@ -17,7 +17,9 @@ use log::info;
 use serde::Serialize;
 
 pub mod record_log;
+pub mod store_check;
 
+use crate::error::{AsErrno, Errno};
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use record_log::{LogRecord, RecordLog};
@@ -35,16 +37,64 @@ pub enum JournalError {
     UnknownCheckpoint { reference: String, known: String },
     #[error("checkpoint reference {reference:?} is ambiguous: it matches checkpoints {matches}")]
     Ambiguous { reference: String, matches: String },
+    #[error("message id {id} is refused: {why}")]
+    BadMessageId { id: String, why: String },
+    #[error("message id {id} already names checkpoint {checkpoint}; each message id names one checkpoint")]
+    DuplicateMessageId { id: String, checkpoint: i64 },
 }
 
-impl JournalError {
+/// The longest message id, in bytes: it is a directory name under
+/// `.rewindfs/messages/`, with room to spare under NAME_MAX.
+pub const MESSAGE_ID_MAX: usize = 128;
+
+/// Checks a message id: it names a directory under `.rewindfs/messages/`
+/// and is a checkpoint reference on the command line, and it comes from the
+/// agent's side, so it is printed on the owner's terminal. Refused: empty,
+/// longer than [`MESSAGE_ID_MAX`] bytes, control characters, `/`, `.` and
+/// `..`, a leading `-` (read as an option), and the forms of the other
+/// references (all digits: a checkpoint number; `~N`).
+pub fn check_message_id(id: &str) -> Result<(), JournalError> {
+    let why = if id.is_empty() {
+        Some("it is empty".to_string())
+    } else if id.len() > MESSAGE_ID_MAX {
+        Some(format!("it is {} bytes long; at most {MESSAGE_ID_MAX}", id.len()))
+    } else if id.chars().any(char::is_control) {
+        Some("it holds control characters (newlines, escapes)".to_string())
+    } else if id.contains('/') || id == "." || id == ".." {
+        Some("it is not a file name (a '/', or '.' or '..')".to_string())
+    } else if id.starts_with('-') {
+        Some("it starts with '-' (it would read as an option)".to_string())
+    } else if id.bytes().all(|b| b.is_ascii_digit()) {
+        Some("it is all digits, the form of a checkpoint number".to_string())
+    } else if id.starts_with('~') {
+        Some("it starts with '~', the form of a ~N reference".to_string())
+    } else {
+        None
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(JournalError::BadMessageId { id: format!("{:?}", truncate_for_message(id)), why }),
+    }
+}
+
+/// At most 64 characters of `s`, for an error message.
+fn truncate_for_message(s: &str) -> String {
+    let mut out: String = s.chars().take(64).collect();
+    if out.len() < s.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+impl AsErrno for JournalError {
     /// The errno a refused change answers with.
-    pub fn errno(&self) -> i32 {
+    fn errno(&self) -> Errno {
         match self {
-            JournalError::Meta(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            JournalError::Store(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            JournalError::Read { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            _ => libc::EIO,
+            JournalError::Meta(e) => e.errno(),
+            JournalError::Store(e) => e.errno(),
+            JournalError::Read { source, .. } => source.errno(),
+            JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Errno::EIO,
+            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => Errno::EINVAL,
         }
     }
 }
@@ -191,7 +241,18 @@ impl Journal {
             m.set_state("clean_unmount_ns", "")
         })?;
         info!("journal opened: checkpoint {turn} records the state at mount");
-        Ok(Journal {
+        Ok(Journal::assemble(meta, store, turn, outside_since_ns, unclean, log))
+    }
+
+    fn assemble(
+        meta: Meta,
+        store: Arc<dyn ChunkStore>,
+        turn: i64,
+        outside_since_ns: Option<i64>,
+        unclean: bool,
+        log: Option<RecordLog>,
+    ) -> Journal {
+        Journal {
             inner: Mutex::new(Inner {
                 meta,
                 turn,
@@ -212,12 +273,37 @@ impl Journal {
             }),
             store,
             gate: RwLock::new(()),
-        })
+        }
     }
 
-    /// Opens the store directory layout: `meta.sqlite` and `chunks/`.
+    /// A journal over a database and store opened read-only, for `fsck`:
+    /// it records no checkpoint and folds no log, so views can be read
+    /// without changing anything. Any recording through it fails.
+    pub fn read_only(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
+        let turn = meta.checkpoints()?.last().map_or(0, |c| c.checkpoint);
+        Ok(Journal::assemble(meta, store, turn, None, false, None))
+    }
+
+    /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
+    /// after checking that they are sound and belong together
+    /// ([`crate::journal::store_check`]).
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
-        let meta = Meta::open(&dir.join("meta.sqlite")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        // Before anything writes: an empty or damaged database would
+        // otherwise be recreated or used as if it were the history.
+        let damage = crate::fsck::store_damage(dir);
+        if !damage.is_empty() {
+            let what: Vec<String> = damage.into_iter().map(|d| d.detail).collect();
+            return Err(crate::Error::kind_of(
+                crate::error::ErrorKind::Failed,
+                format!(
+                    "store {} is damaged, so it was not mounted: {}. `rewindfs fsck --store {}` says what is lost",
+                    dir.display(),
+                    what.join("; "),
+                    dir.display()
+                ),
+            ));
+        }
+        let meta = store_check::open_checked(dir)?;
         let store =
             crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
         let journal = Journal::open_with_log(meta, Arc::new(store), Some(&dir.join("journal.log")))
@@ -453,7 +539,23 @@ impl Journal {
         parent: Option<i64>,
         recapture: impl FnOnce(),
     ) -> JournalResult<CheckpointId> {
+        if let Some(id) = &info.message_id {
+            check_message_id(id)?;
+        }
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = &info.message_id {
+            let inner = self.lock();
+            let named = inner.meta.checkpoints()?.into_iter().find(|c| c.message_id.as_deref() == Some(id.as_str()));
+            if let Some(c) = named {
+                // A hook that fires twice for one prompt, with nothing
+                // changed in between, gets the same checkpoint again.
+                if c.checkpoint == inner.turn && inner.changes == 0 && parent.is_none() {
+                    info!("message {id:?} repeated with nothing changed: checkpoint {} again", c.checkpoint);
+                    return Ok(CheckpointId(c.checkpoint));
+                }
+                return Err(JournalError::DuplicateMessageId { id: format!("{id:?}"), checkpoint: c.checkpoint });
+            }
+        }
         let store_bytes = self.store.stats()?.stored_bytes as i64;
         self.store.sync()?;
         let next = {
@@ -628,11 +730,32 @@ mod tests {
         assert!(j.needs_entry(d, b"x"), "a new turn records again");
     }
 
+    fn turn(j: &Journal, id: &str) -> JournalResult<CheckpointId> {
+        j.seal(&TurnInfo { message_id: Some(id.into()), ..Default::default() }, Reason::Turn, || {})
+    }
+
     #[test]
-    fn ambiguous_reference_lists_matches() {
+    fn message_ids_that_cannot_name_one_checkpoint_are_refused() {
         let j = journal();
-        j.seal(&TurnInfo { message_id: Some("2".into()), ..Default::default() }, Reason::Turn, || {}).unwrap();
-        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
-        assert!(matches!(j.resolve("2"), Err(JournalError::Ambiguous { .. })));
+        for bad in ["", "2", "~1", "-m", "a/b", ".", "..", "a\nb", "\u{1b}[31mred", &"x".repeat(MESSAGE_ID_MAX + 1)] {
+            assert!(matches!(turn(&j, bad), Err(JournalError::BadMessageId { .. })), "{bad:?} was accepted");
+        }
+        assert_eq!(j.current_turn(), 0, "a refused id sealed a checkpoint");
+        for good in ["m1", "prompt 7", "2x", "été", &"y".repeat(MESSAGE_ID_MAX)] {
+            turn(&j, good).unwrap_or_else(|e| panic!("{good:?} refused: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_repeated_message_id_is_the_same_checkpoint_or_refused() {
+        let j = journal();
+        let first = turn(&j, "m1").unwrap();
+        assert_eq!(turn(&j, "m1").unwrap(), first, "a repeat with nothing changed is the same checkpoint");
+        let d = j.object_id(b"d", 2).unwrap();
+        j.record_entry(d, b"x", None, Some("sh")).unwrap();
+        assert!(matches!(turn(&j, "m1"), Err(JournalError::DuplicateMessageId { checkpoint: 1, .. })));
+        turn(&j, "m2").unwrap();
+        assert!(matches!(turn(&j, "m1"), Err(JournalError::DuplicateMessageId { .. })));
+        assert_eq!(j.resolve("m1").unwrap(), first);
     }
 }

@@ -10,14 +10,15 @@ use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::error::Errno;
+use crate::error::{AsErrno, Errno};
 use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::capture::kind_code;
-use crate::workspace::{Attr, Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
+use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime};
 
 /// Errors while restoring.
 #[derive(Debug, thiserror::Error)]
@@ -36,15 +37,28 @@ pub enum RestoreError {
     Store(#[from] crate::store::StoreError),
 }
 
+impl AsErrno for RestoreError {
+    fn errno(&self) -> Errno {
+        match self {
+            RestoreError::View(e) => e.errno(),
+            RestoreError::Live { errno, .. } => *errno,
+            RestoreError::BadPath(_) => Errno::EINVAL,
+            RestoreError::Meta(e) => e.errno(),
+            RestoreError::Journal(e) => e.errno(),
+            RestoreError::Store(e) => e.errno(),
+        }
+    }
+}
+
 /// One change a restore makes (or would make, with --dry-run).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct Planned {
     pub path: String,
     #[serde(rename = "action")]
     pub action: Action,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Did not exist, is recreated.
@@ -70,7 +84,7 @@ struct Ctx<'a> {
     dry_run: bool,
     caller: Caller,
     out: Vec<Planned>,
-    touched: Touched,
+    touched: &'a mut Touched,
     temp_counter: u64,
 }
 
@@ -79,14 +93,16 @@ fn live_err(path: &Path, errno: Errno) -> RestoreError {
 }
 
 /// Restores `paths` (relative to the root; empty = the whole tree) to
-/// their state at `checkpoint`. Returns what changed.
+/// their state at `checkpoint`. Returns what changed; what the kernel must
+/// forget goes into `touched`, also when the restore fails part-way.
 pub fn restore(
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
     paths: &[PathBuf],
     dry_run: bool,
-) -> Result<(Vec<Planned>, Touched), RestoreError> {
+    touched: &mut Touched,
+) -> Result<Vec<Planned>, RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
     let mut ctx = Ctx {
         tree,
@@ -94,7 +110,7 @@ pub fn restore(
         dry_run,
         caller,
         out: Vec::new(),
-        touched: Touched::default(),
+        touched,
         temp_counter: 0,
     };
     let targets: Vec<PathBuf> = if paths.is_empty() { vec![PathBuf::new()] } else { paths.to_vec() };
@@ -121,6 +137,9 @@ pub fn restore(
         let mut path = PathBuf::new();
         let (last, parents) = comps.split_last().expect("non-empty");
         let mut ok = true;
+        // Parents recreated on the way down get their recorded mode, times
+        // and xattrs once what is below them is in place.
+        let mut recreated = Vec::new();
         for name in parents {
             path.push(name);
             let Some(child) = ctx.view.lookup(&node, name)? else {
@@ -132,7 +151,12 @@ pub fn restore(
                 ok = false;
                 break;
             }
+            let existed =
+                live_dir != Ino(0) && ctx.tree.child(live_dir, name).map_err(|e| live_err(&path, e))?.is_some();
             live_dir = ctx.ensure_dir(live_dir, name, &state, &path)?;
+            if !existed && live_dir != Ino(0) {
+                recreated.push((live_dir, state, path.clone()));
+            }
             node = child;
         }
         if !ok {
@@ -143,8 +167,11 @@ pub fn restore(
         path.push(last);
         let target = ctx.view.lookup(&node, last)?;
         ctx.sync_entry(live_dir, last, target.as_ref(), path)?;
+        for (ino, state, path) in recreated.into_iter().rev() {
+            ctx.sync_attrs(ino, None, &state, &path)?;
+        }
     }
-    Ok((ctx.out, ctx.touched))
+    Ok(ctx.out)
 }
 
 impl Ctx<'_> {
@@ -174,6 +201,17 @@ impl Ctx<'_> {
 
     /// Makes `name` in live directory `dir` what `target` was.
     fn sync_entry(&mut self, dir: Ino, name: &OsStr, target: Option<&Node>, path: PathBuf) -> Result<(), RestoreError> {
+        if dir == Ino(0) {
+            // Dry run below a directory that would be recreated: nothing
+            // live to compare with.
+            if let Some(target) = target {
+                self.plan(&path, Action::Recreate);
+                if self.view.state(target)?.is_dir() {
+                    self.sync_dir_contents(Ino(0), target, path)?;
+                }
+            }
+            return Ok(());
+        }
         let live = self.tree.child(dir, name).map_err(|e| live_err(&path, e))?;
         let Some(target) = target else {
             if let Some(a) = live {
@@ -259,6 +297,11 @@ impl Ctx<'_> {
 
     /// Makes sure `name` in `dir` is a directory; returns its inode.
     fn ensure_dir(&mut self, dir: Ino, name: &OsStr, state: &NodeState, path: &Path) -> Result<Ino, RestoreError> {
+        if dir == Ino(0) {
+            // Dry run below a directory that would be recreated.
+            self.plan(path, Action::Recreate);
+            return Ok(Ino(0));
+        }
         match self.tree.child(dir, name).map_err(|e| live_err(path, e))? {
             Some(a) if a.kind == Kind::Dir => Ok(a.ino),
             other => {
@@ -270,7 +313,10 @@ impl Ctx<'_> {
                 if let Some(a) = other {
                     self.remove_quiet(dir, name, a, path)?;
                 }
-                let a = self.tree.mkdir(dir, name, state.perm, self.caller).map_err(|e| live_err(path, e))?;
+                // Owned as recorded: a directory made by the daemon for its
+                // own user would lock the agent out of it.
+                let owner = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
+                let a = self.tree.mkdir(dir, name, state.perm, owner).map_err(|e| live_err(path, e))?;
                 self.touch(dir, name);
                 Ok(a.ino)
             }
@@ -339,14 +385,37 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Creates a file under an unpredictable temporary name in `dir`. The
+    /// directory is the agent's too: a name it could guess (the daemon's pid
+    /// is public) could be taken first to make every restore fail, so the
+    /// name is random and a taken one is retried with another.
+    fn create_temp(
+        &mut self,
+        dir: Ino,
+        perm: u32,
+        caller: Caller,
+        path: &Path,
+    ) -> Result<(OsString, (Attr, Fh, Arc<OpenFile>)), RestoreError> {
+        const ATTEMPTS: u32 = 16;
+        let mut last = Errno(libc::EEXIST);
+        for _ in 0..ATTEMPTS {
+            self.temp_counter += 1;
+            let temp = OsString::from(format!(".rewindfs-restore-{:016x}", random_u64(self.temp_counter)));
+            match self.tree.create(dir, &temp, perm, libc::O_WRONLY, caller) {
+                Ok(created) => return Ok((temp, created)),
+                Err(e) if e == Errno(libc::EEXIST) => last = e,
+                Err(e) => return Err(live_err(path, e)),
+            }
+        }
+        log::warn!("{ATTEMPTS} random temporary names next to {} were all taken", path.display());
+        Err(live_err(path, last))
+    }
+
     /// Writes the file next to its place under a temporary name, then
     /// renames it over: a reader sees the old or the new file, never half.
     fn write_file(&mut self, dir: Ino, name: &OsStr, state: &NodeState, path: &Path) -> Result<(), RestoreError> {
-        self.temp_counter += 1;
-        let temp = OsString::from(format!(".rewindfs-restore-{}-{}", std::process::id(), self.temp_counter));
         let caller = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
-        let (attr, fh, _) =
-            self.tree.create(dir, &temp, state.perm, libc::O_WRONLY, caller).map_err(|e| live_err(path, e))?;
+        let (temp, (attr, fh, _)) = self.create_temp(dir, state.perm, caller, path)?;
         let mut offset = 0u64;
         let mut buf = vec![0u8; 1 << 20];
         let result = (|| -> Result<(), RestoreError> {
@@ -461,4 +530,13 @@ pub(crate) fn replace_xattrs(
     for (n, v) in want {
         let _ = tree.setxattr(ino, OsStr::from_bytes(n), v, 0, caller);
     }
+}
+
+/// 64 unpredictable bits: the standard library seeds `RandomState` from the
+/// operating system's random source.
+fn random_u64(salt: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(salt);
+    h.finish()
 }

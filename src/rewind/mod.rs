@@ -52,7 +52,7 @@ struct Rewinder<'a> {
     /// must be put back at the end.
     dirs_touched: BTreeSet<ObjectId>,
     out: Vec<Planned>,
-    touched: Touched,
+    touched: &'a mut Touched,
 }
 
 /// Whether this tree can rewind without copying (it has an attic).
@@ -61,8 +61,14 @@ pub fn instant_available(tree: &LiveTree) -> bool {
 }
 
 /// Makes the live tree the tree at `checkpoint`. The caller has sealed a
-/// safety checkpoint and holds the world lock.
-pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Vec<Planned>, Touched), RestoreError> {
+/// safety checkpoint and froze the tree; what the kernel must forget goes
+/// into `touched`, also when the rewind fails part-way.
+pub fn rewind(
+    tree: &LiveTree,
+    journal: &Journal,
+    checkpoint: i64,
+    touched: &mut Touched,
+) -> Result<Vec<Planned>, RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
     let mut r = Rewinder {
         tree,
@@ -72,7 +78,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
         in_attic: HashSet::new(),
         dirs_touched: BTreeSet::new(),
         out: Vec::new(),
-        touched: Touched::default(),
+        touched,
     };
     // Directories created since the checkpoint leave whole with their
     // parent's entry: their own entries need no visit.
@@ -172,7 +178,7 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
             r.restore_attrs(id, fd.as_fd())?;
         }
     }
-    Ok((r.out, r.touched))
+    Ok(r.out)
 }
 
 impl Rewinder<'_> {

@@ -48,11 +48,14 @@ impl From<rustix::io::Errno> for ViewError {
     }
 }
 
-impl ViewError {
-    pub fn errno(&self) -> i32 {
+impl crate::error::AsErrno for ViewError {
+    fn errno(&self) -> crate::error::Errno {
         match self {
-            ViewError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            _ => libc::EIO,
+            ViewError::Io(e) => e.errno(),
+            ViewError::Meta(e) => e.errno(),
+            ViewError::Store(e) => e.errno(),
+            ViewError::Journal(e) => e.errno(),
+            ViewError::Lost(_) | ViewError::ChangedOutside(..) => crate::error::Errno::EIO,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use crate::error::Errno;
+use crate::error::{AsErrno, Errno};
 use crate::journal::{Journal, JournalError, ns};
 use crate::meta::{ObjectId, ObjectState, encode_xattrs};
 use crate::sys;
@@ -24,7 +24,7 @@ const RACY_NS: i64 = 2_000_000_000;
 
 fn refused(e: JournalError) -> Errno {
     log::error!("cannot record a pre-image, refusing the change: {e}");
-    Errno(e.errno())
+    e.errno()
 }
 
 /// A compact code for each kind, stored in the database.

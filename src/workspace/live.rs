@@ -129,6 +129,19 @@ fn check_name(name: &OsStr) -> Res<()> {
     Ok(())
 }
 
+/// Checks a name about to be created in `parent`. The root's `.rewindfs`
+/// is where the mount shows its checkpoints: a real entry made there while
+/// mounted would hide them and could stand in for them (an agent renaming
+/// a forged `sub/.rewindfs` to the root), so no operation may create it.
+fn check_new_name(parent: Ino, name: &OsStr) -> Res<()> {
+    check_name(name)?;
+    if parent == Ino::ROOT && name == crate::view::browse::HIDDEN_DIR {
+        log::warn!("refused to create the reserved name {} at the root of the mount", crate::view::browse::HIDDEN_DIR);
+        return Err(Errno(libc::EEXIST));
+    }
+    Ok(())
+}
+
 fn ts(t: Option<SetTime>) -> Timespec {
     match t {
         None => Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT },
@@ -496,7 +509,7 @@ impl LiveTree {
     }
 
     pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, rdev: u32, caller: Caller) -> Res<Entry> {
-        check_name(name)?;
+        check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         let kind = rustix::fs::FileType::from_raw_mode(mode);
@@ -506,7 +519,7 @@ impl LiveTree {
     }
 
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
-        check_name(name)?;
+        check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
         let rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
@@ -517,13 +530,13 @@ impl LiveTree {
             let handle = sys::name_to_handle_at(dir.as_fd(), name)?;
             r.journal
                 .note_born(&handle.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir))
-                .map_err(|e| Errno(e.errno()))?;
+                .map_err(|e| crate::error::AsErrno::errno(&e))?;
         }
         self.entry_at(dir.as_fd(), name, true)
     }
 
     pub fn symlink(&self, parent: Ino, name: &OsStr, target: &OsStr, caller: Caller) -> Res<Entry> {
-        check_name(name)?;
+        check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::symlinkat(target, dir.as_fd(), name)?;
@@ -532,7 +545,7 @@ impl LiveTree {
     }
 
     pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &OsStr, caller: Caller) -> Res<Entry> {
-        check_name(new_name)?;
+        check_new_name(new_parent, new_name)?;
         let src = self.open_path(ino)?;
         let dir = self.dir(new_parent)?;
         let _rec = self.record_new_name(dir.as_fd(), new_name, caller)?;
@@ -613,7 +626,7 @@ impl LiveTree {
         flags: u32,
         caller: Caller,
     ) -> Res<()> {
-        check_name(new_name)?;
+        check_new_name(new_parent, new_name)?;
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
         let flags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
@@ -711,7 +724,7 @@ impl LiveTree {
         flags: i32,
         caller: Caller,
     ) -> Res<(Entry, Fh, Arc<OpenFile>)> {
-        check_name(name)?;
+        check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         let oflags = backing_open_flags(flags) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;

@@ -170,6 +170,19 @@ pub fn py(dir: &Path, code: &str) -> String {
 }
 
 /// Whether `path` is a mountpoint in this process's mount table.
+/// Runs a python3 program in `dir` as `uid:gid` (no supplementary groups):
+/// the system python, since a per-user install (pyenv under /root) is not
+/// reachable by other users.
+pub fn py_as_in(dir: &Path, uid: u32, gid: u32, code: &str) -> Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", &py_program(code)])
+        .current_dir(dir);
+    run_with_timeout(&mut cmd, CHILD_TIMEOUT)
+}
+
 pub fn is_mounted(path: &Path) -> bool {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let p = path.to_string_lossy().replace(' ', "\\040");
@@ -244,6 +257,12 @@ impl MountFixture {
 
     /// Mounts `ws` (in place, or on `mnt`), asserting success.
     pub fn mount(&mut self, in_place: bool, extra: &[&str]) {
+        self.mount_with_env(in_place, extra, &[])
+    }
+
+    /// As `mount`, with extra environment for the daemon (the test hooks of
+    /// `rewindfs::world::test_hooks`).
+    pub fn mount_with_env(&mut self, in_place: bool, extra: &[&str], env: &[(&str, &str)]) {
         self.mountpoint = if in_place { self.ws.clone() } else { self.mnt.clone() };
         let mut args: Vec<&str> = vec!["mount", self.ws.to_str().expect("utf-8 path")];
         if !in_place {
@@ -259,7 +278,8 @@ impl MountFixture {
             args.extend(from_env.split_whitespace());
         }
         args.extend(extra);
-        check(self.rewindfs(&args), "rewindfs mount");
+        let out = run_with_timeout(self.command().args(&args).envs(env.iter().copied()), CHILD_TIMEOUT);
+        check(out, "rewindfs mount");
         self.mounted = true;
         live_mounts().push(self.mountpoint.clone());
         assert!(is_mounted(&self.mountpoint), "{} is not in the mount table after mount", self.mountpoint.display());
@@ -486,5 +506,13 @@ impl MountFixture {
         let out = run_with_timeout(Command::new("cp").arg("-a").arg(self.path().join(".")).arg(&dst), CHILD_TIMEOUT);
         check(out, "cp -a of the mount");
         dst
+    }
+}
+
+/// Lazily detaches every mount of this process's fixtures (for a test's own
+/// watchdog, before it aborts).
+pub fn detach_live_mounts() {
+    for mp in live_mounts().iter() {
+        let _ = Command::new("umount").arg("-l").arg(mp).status();
     }
 }

@@ -1,0 +1,332 @@
+//! The control protocol's types, shared by the daemon and the CLI: one
+//! request per command, tagged by `op` on the wire, and the reply each one
+//! gets. A reply is what `--json` prints (docs/cli.md); a refusal is a
+//! [`Failure`] `{kind, errno, message}` whose kind decides the exit status.
+//! Both ends are the same binary, so there is no version negotiation.
+
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::daemon::registry::MountInfo;
+use crate::error::Failure;
+use crate::journal::TurnInfo;
+use crate::report::{FileChange, PathEvent, TurnSummary};
+use crate::restore::Planned;
+
+/// A request and the type of its answer.
+pub trait Op: Into<Request> {
+    type Reply: Serialize + DeserializeOwned;
+}
+
+macro_rules! ops {
+    ($($name:ident $op:literal => $reply:ty),* $(,)?) => {
+        /// What the CLI asks a daemon: one variant per command.
+        #[derive(Clone, Debug, Serialize, Deserialize)]
+        #[serde(tag = "op")]
+        pub enum Request {
+            $(#[serde(rename = $op)] $name($name),)*
+        }
+        impl Request {
+            /// The `op` tag of this request.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Request::$name(_) => $op,)*
+                }
+            }
+        }
+        $(
+            impl From<$name> for Request {
+                fn from(op: $name) -> Request {
+                    Request::$name(op)
+                }
+            }
+            impl Op for $name {
+                type Reply = $reply;
+            }
+        )*
+    };
+}
+
+ops! {
+    Status "status" => StatusReply,
+    Unmount "unmount" => (),
+    Turn "turn" => TurnReply,
+    Log "log" => Vec<TurnSummary>,
+    Diff "diff" => DiffReply,
+    History "history" => Vec<PathEvent>,
+    Restore "restore" => RestoreReply,
+    Rewind "rewind" => RewindReply,
+    Show "show" => ShowReply,
+    Fsck "fsck" => crate::fsck::Report,
+}
+
+/// Check the store (`rewindfs fsck` on a mounted workspace). Never
+/// repairs: that needs the store unused.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Fsck;
+
+/// What is mounted where, and the state of the current turn.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Status;
+
+/// Flush and unmount; `lazy` detaches even while files are in use.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Unmount {
+    pub lazy: bool,
+}
+
+/// Seal the current turn as a checkpoint (the CLI has already flushed the
+/// mount with syncfs).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Turn {
+    pub info: TurnInfo,
+}
+
+/// Every checkpoint with its turn's statistics.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Log;
+
+/// Changes between two checkpoint references (`to` None = live tree).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Diff {
+    pub from: String,
+    pub to: Option<String>,
+    pub paths: Vec<PathBuf>,
+    pub patch: bool,
+}
+
+/// The turns that changed a path (relative to the mount root).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct History {
+    pub path: PathBuf,
+}
+
+/// Put paths (relative to the root; empty = everything) back as they were
+/// at a checkpoint, as a new turn.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Restore {
+    pub checkpoint: String,
+    pub paths: Vec<PathBuf>,
+    pub dry_run: bool,
+}
+
+/// Make the whole live tree the tree of a checkpoint, after sealing a
+/// safety checkpoint.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Rewind {
+    pub checkpoint: String,
+    pub dry_run: bool,
+}
+
+/// Mount a read-only view of a checkpoint at `mountpoint`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Show {
+    pub checkpoint: String,
+    pub mountpoint: PathBuf,
+}
+
+/// `status`: the published mount info plus the daemon's live state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StatusReply {
+    #[serde(flatten)]
+    pub mount: MountInfo,
+    pub uptime_secs: u64,
+    /// Size of the daemon's inode table.
+    pub objects_known: u64,
+    /// The current turn (the newest checkpoint).
+    pub turn: i64,
+    pub message_id: Option<String>,
+    /// Records written in the current turn.
+    pub turn_changes: u64,
+    /// Seconds since the last record (None when none).
+    pub idle_secs: Option<f64>,
+    /// Rewound files whose bytes the settler has not written yet.
+    pub pending_files: u64,
+    /// Inode numbers `.rewindfs/` holds: the entries the kernel remembers
+    /// (freed when it forgets them) plus a bounded number listed by a plain
+    /// readdir.
+    pub view_inodes: u64,
+}
+
+/// `turn`: the checkpoint sealed and the labels it got.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TurnReply {
+    pub checkpoint: i64,
+    #[serde(flatten)]
+    pub info: TurnInfo,
+}
+
+/// `diff`: checkpoint numbers (`to` None = live tree) and the changes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DiffReply {
+    pub from: i64,
+    pub to: Option<i64>,
+    pub changes: Vec<FileChange>,
+}
+
+/// `restore`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RestoreReply {
+    pub checkpoint: i64,
+    pub dry_run: bool,
+    /// Sealed before the restore: restoring it undoes the restore.
+    pub undo_checkpoint: Option<i64>,
+    /// Sealed after the restore.
+    pub result_checkpoint: Option<i64>,
+    pub changes: Vec<Planned>,
+}
+
+/// `rewind`: what was done, or with `--dry-run` what would change.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RewindReply {
+    Done(RewindDone),
+    Preview(RewindPreview),
+}
+
+/// A rewind that happened.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RewindDone {
+    pub checkpoint: i64,
+    /// Always false (kept so both forms carry it).
+    pub dry_run: bool,
+    /// Sealed before the rewind: rewinding to it undoes the rewind.
+    pub safety_checkpoint: i64,
+    pub result_checkpoint: i64,
+    /// The daemon's own time for the whole rewind.
+    pub elapsed_ms: f64,
+    pub phases_ms: RewindPhases,
+    /// Names moved aside and put back.
+    pub changes: Vec<Planned>,
+}
+
+/// Where a rewind's time went, in milliseconds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RewindPhases {
+    pub safety_seal: f64,
+    pub switch: f64,
+    pub result_seal: f64,
+    pub invalidate: f64,
+}
+
+/// `rewind --dry-run`: the diff from the live tree to the checkpoint.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RewindPreview {
+    pub checkpoint: i64,
+    /// Always true.
+    pub dry_run: bool,
+    pub changes: Vec<FileChange>,
+}
+
+/// `show`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ShowReply {
+    pub checkpoint: i64,
+    pub mountpoint: PathBuf,
+}
+
+/// A daemon's answer on the wire: `{"ok":true,"data":REPLY}` or
+/// `{"ok":false,"error":{"kind":..,"errno":..,"message":..}}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Failure>,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub data: serde_json::Value,
+}
+
+impl Response {
+    /// The answer to a request that produced `result`.
+    pub fn from_result<T: Serialize>(result: Result<T, Failure>) -> Response {
+        match result.and_then(|v| {
+            serde_json::to_value(v).map_err(|e| Failure::internal(format!("cannot encode the answer: {e}")))
+        }) {
+            Ok(data) => Response { ok: true, error: None, data },
+            Err(f) => Response::failure(f),
+        }
+    }
+
+    pub fn failure(f: Failure) -> Response {
+        Response { ok: false, error: Some(f), data: serde_json::Value::Null }
+    }
+
+    /// The typed reply, or the daemon's failure.
+    pub fn into_result<T: DeserializeOwned>(self) -> Result<T, Failure> {
+        if !self.ok {
+            return Err(self.error.unwrap_or_else(|| Failure::internal("the daemon refused without saying why")));
+        }
+        serde_json::from_value(self.data)
+            .map_err(|e| Failure::internal(format!("malformed answer from the daemon: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    /// The wire format docs/design.md shows: flat objects tagged by `op`.
+    #[test]
+    fn requests_are_tagged_by_op() {
+        let cases: Vec<(Request, &str)> = vec![
+            (Status.into(), r#"{"op":"status"}"#),
+            (Unmount { lazy: false }.into(), r#"{"op":"unmount","lazy":false}"#),
+            (Log.into(), r#"{"op":"log"}"#),
+            (
+                Rewind { checkpoint: "~2".into(), dry_run: true }.into(),
+                r#"{"op":"rewind","checkpoint":"~2","dry_run":true}"#,
+            ),
+            (
+                Diff { from: "m1".into(), to: None, paths: vec!["src".into()], patch: true }.into(),
+                r#"{"op":"diff","from":"m1","to":null,"paths":["src"],"patch":true}"#,
+            ),
+        ];
+        for (req, want) in cases {
+            assert!(want.starts_with(&format!(r#"{{"op":"{}""#, req.name())), "{want}");
+            assert_eq!(serde_json::to_string(&req).expect("encode"), want);
+            let back: Request = serde_json::from_str(want).expect("decode");
+            assert_eq!(serde_json::to_string(&back).expect("encode"), want);
+        }
+    }
+
+    #[test]
+    fn rewind_replies_decode_to_the_right_form() {
+        let preview = RewindReply::Preview(RewindPreview { checkpoint: 1, dry_run: true, changes: vec![] });
+        let v = serde_json::to_value(&preview).expect("encode");
+        assert!(matches!(serde_json::from_value::<RewindReply>(v), Ok(RewindReply::Preview(_))));
+        let done = RewindReply::Done(RewindDone {
+            checkpoint: 1,
+            dry_run: false,
+            safety_checkpoint: 6,
+            result_checkpoint: 7,
+            elapsed_ms: 7.1,
+            phases_ms: RewindPhases { safety_seal: 1.0, switch: 2.0, result_seal: 3.0, invalidate: 1.1 },
+            changes: vec![],
+        });
+        let v = serde_json::to_value(&done).expect("encode");
+        assert!(matches!(serde_json::from_value::<RewindReply>(v), Ok(RewindReply::Done(_))));
+    }
+
+    #[test]
+    fn failures_and_replies_survive_the_wire() {
+        let ok = Response::from_result(Ok(ShowReply { checkpoint: 2, mountpoint: "/tmp/v".into() }));
+        let text = serde_json::to_string(&ok).expect("encode");
+        let back: Response = serde_json::from_str(&text).expect("decode");
+        let reply: ShowReply = back.into_result().expect("ok");
+        assert_eq!((reply.checkpoint, reply.mountpoint), (2, PathBuf::from("/tmp/v")));
+
+        let refused = Response::from_result::<()>(Err(Failure::usage("unknown checkpoint \"nope\"")));
+        let text = serde_json::to_string(&refused).expect("encode");
+        assert_eq!(text, r#"{"ok":false,"error":{"kind":"usage","errno":22,"message":"unknown checkpoint \"nope\""}}"#);
+        let back: Response = serde_json::from_str(&text).expect("decode");
+        let err = back.into_result::<()>().expect_err("refused");
+        assert_eq!(err.kind, ErrorKind::Usage);
+
+        // An answer of the wrong shape is a bug, not a usage error.
+        let wrong = Response::from_result(Ok(42));
+        assert_eq!(wrong.into_result::<ShowReply>().expect_err("bad shape").kind, ErrorKind::Internal);
+    }
+}

@@ -1,0 +1,887 @@
+//! Runs steps on a mounted workspace and on the model in lockstep, and
+//! checks the mount, its checkpoint views and the CLI's reports against
+//! the model.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::model::*;
+use crate::common::*;
+
+/// Why a sequence failed: `kind` groups failures for shrinking.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub kind: &'static str,
+    pub msg: String,
+}
+
+type Res<T> = Result<T, Failure>;
+
+fn fail<T>(kind: &'static str, msg: impl Into<String>) -> Res<T> {
+    Err(Failure { kind, msg: msg.into() })
+}
+
+const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+const MAX_DEPTH: usize = 3;
+const SLOTS: usize = 2;
+
+struct Held {
+    file: File,
+    node: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+pub struct Opts {
+    /// Also compare `log --json` statistics with the model's diff of each turn.
+    pub check_log: bool,
+}
+
+pub struct Runner {
+    pub fx: MountFixture,
+    pub model: Model,
+    pub snaps: BTreeMap<i64, Model>,
+    next_id: u64,
+    fds: Vec<Option<Held>>,
+    orphans: BTreeMap<u64, Node>,
+    last_safety: Option<i64>,
+    turn_ids: u64,
+    checks: u64,
+    /// Checkpoints sealed by the current history step, whose diffs are
+    /// checked after the views.
+    new_cps: Vec<i64>,
+    opts: Opts,
+}
+
+fn io_err(e: rustix::io::Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+impl Runner {
+    /// A fresh workspace with a small tree, mounted with turns only from the test.
+    pub fn new(opts: Opts) -> Res<Runner> {
+        let mut fx = MountFixture::unmounted();
+        let mut model = Model::default();
+        let mut next_id = 0;
+        let init = [("a", Kind::File, 40u64), ("b", Kind::Dir, 0), ("b/a", Kind::File, 300)];
+        for (p, kind, len) in init {
+            let path = fx.ws.join(p);
+            let node = if kind == Kind::Dir {
+                std::fs::create_dir(&path).map_err(|e| Failure { kind: "setup", msg: e.to_string() })?;
+                Node::new(Kind::Dir, Vec::new(), 0o755)
+            } else {
+                let data = gen_bytes(len, len as usize);
+                std::fs::write(&path, &data).map_err(|e| Failure { kind: "setup", msg: e.to_string() })?;
+                Node::new(Kind::File, data, 0o644)
+            };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(node.mode))
+                .map_err(|e| Failure { kind: "setup", msg: e.to_string() })?;
+            model.insert(p, node, &mut next_id);
+        }
+        fx.mount(false, &["--auto-turn", "0"]);
+        let mut r = Runner {
+            fx,
+            model,
+            snaps: BTreeMap::new(),
+            next_id,
+            fds: (0..SLOTS).map(|_| None).collect(),
+            orphans: BTreeMap::new(),
+            last_safety: None,
+            turn_ids: 0,
+            checks: 0,
+            new_cps: Vec::new(),
+            opts,
+        };
+        let m = r.current_checkpoint()?;
+        if m != 0 {
+            return fail("checkpoints", format!("the first mount made checkpoint {m}, not 0"));
+        }
+        r.snaps.insert(0, r.model.clone());
+        r.check_live()?;
+        Ok(r)
+    }
+
+    fn m(&self, p: &str) -> PathBuf {
+        self.fx.mnt.join(p)
+    }
+
+    fn mp(&self) -> String {
+        self.fx.mnt.to_string_lossy().into_owned()
+    }
+
+    fn cli_json(&self, args: &[&str]) -> Res<serde_json::Value> {
+        let mp = self.mp();
+        let mut full = vec![args[0], "-C", mp.as_str(), "--json"];
+        full.extend_from_slice(&args[1..]);
+        let out = self.fx.rewindfs(&full);
+        if !out.status.success() {
+            return fail(
+                "cli",
+                format!("rewindfs {full:?} failed ({}): {}", describe_status(&out), stderr(&out).trim()),
+            );
+        }
+        serde_json::from_slice(&out.stdout).or_else(|e| fail("cli", format!("rewindfs {full:?}: bad JSON ({e})")))
+    }
+
+    fn current_checkpoint(&self) -> Res<i64> {
+        let v = self.cli_json(&["status"])?;
+        v["turn"].as_i64().ok_or_else(|| Failure { kind: "cli", msg: format!("status has no turn: {v}") })
+    }
+
+    fn newest(&self) -> i64 {
+        self.snaps.keys().next_back().copied().unwrap_or(-1)
+    }
+
+    /// Records the model as checkpoint `n`, which must be the next number.
+    fn sealed(&mut self, n: Option<i64>, model: Model, what: &str) -> Res<i64> {
+        let Some(n) = n else { return fail("cli", format!("{what}: no checkpoint number in the answer")) };
+        if n != self.newest() + 1 {
+            return fail("checkpoints", format!("{what} sealed checkpoint {n}, expected {}", self.newest() + 1));
+        }
+        self.snaps.insert(n, model);
+        self.new_cps.push(n);
+        Ok(n)
+    }
+
+    /// Runs one step; Ok(false) if the step does not apply in this state.
+    pub fn exec(&mut self, step: &Step) -> Res<bool> {
+        let ran = match step {
+            Step::Open(_) | Step::FdWrite { .. } | Step::Close(_) => self.fd_step(step)?,
+            s if s.is_history() => self.history_step(step)?,
+            _ => self.fs_step(step)?,
+        };
+        if ran {
+            self.check_live()?;
+            self.check_fds()?;
+        }
+        Ok(ran)
+    }
+
+    fn fs_step(&mut self, step: &Step) -> Res<bool> {
+        let verdict = self.model.apply(step, &mut self.next_id);
+        if verdict == Verdict::Skip {
+            return Ok(false);
+        }
+        let got = self.do_fs(step);
+        match (&verdict, &got) {
+            (Verdict::Ok, Ok(())) => {}
+            (Verdict::Errno(e), Err(err)) if err.raw_os_error() == Some(*e) => {}
+            _ => return fail("op", format!("`{step}`: the model expects {verdict:?}, the mount answered {got:?}")),
+        }
+        self.collect_orphans();
+        Ok(true)
+    }
+
+    fn collect_orphans(&mut self) {
+        for (id, node) in self.model.gc() {
+            if self.fds.iter().flatten().any(|h| h.node == id) {
+                self.orphans.insert(id, node);
+            }
+        }
+    }
+
+    fn do_fs(&self, step: &Step) -> std::io::Result<()> {
+        use rustix::fs::{AtFlags, CWD, RenameFlags, Timestamps, XattrFlags};
+        match step {
+            Step::Create { path, len, seed } => OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o644)
+                .open(self.m(path))?
+                .write_all(&gen_bytes(*seed, *len)),
+            Step::Write { path, off, len, seed } => {
+                OpenOptions::new().write(true).open(self.m(path))?.write_all_at(&gen_bytes(*seed, *len), *off)
+            }
+            Step::Append { path, len, seed } => {
+                OpenOptions::new().append(true).open(self.m(path))?.write_all(&gen_bytes(*seed, *len))
+            }
+            Step::Trunc { path, len } => OpenOptions::new().write(true).open(self.m(path))?.set_len(*len),
+            Step::Rename { from, to, flag } => {
+                let flags = match flag {
+                    Flag::Plain => return std::fs::rename(self.m(from), self.m(to)),
+                    Flag::Exchange => RenameFlags::EXCHANGE,
+                    Flag::NoReplace => RenameFlags::NOREPLACE,
+                };
+                rustix::fs::renameat_with(CWD, self.m(from), CWD, self.m(to), flags).map_err(io_err)
+            }
+            Step::Link { from, to } => std::fs::hard_link(self.m(from), self.m(to)),
+            Step::Unlink(p) => std::fs::remove_file(self.m(p)),
+            Step::Mkdir(p) => std::fs::DirBuilder::new().mode(0o755).create(self.m(p)),
+            Step::Rmdir(p) => std::fs::remove_dir(self.m(p)),
+            Step::RmRf(p) => {
+                if std::fs::symlink_metadata(self.m(p))?.is_dir() {
+                    std::fs::remove_dir_all(self.m(p))
+                } else {
+                    std::fs::remove_file(self.m(p))
+                }
+            }
+            Step::Symlink { target, path } => std::os::unix::fs::symlink(target, self.m(path)),
+            Step::Chmod { path, mode } => {
+                std::fs::set_permissions(self.m(path), std::fs::Permissions::from_mode(*mode))
+            }
+            Step::Chown { path, uid, gid } => std::os::unix::fs::lchown(self.m(path), Some(*uid), Some(*gid)),
+            Step::Utime { path, secs } => {
+                let t = rustix::fs::Timespec { tv_sec: *secs, tv_nsec: 0 };
+                let ts = Timestamps { last_access: t, last_modification: t };
+                rustix::fs::utimensat(CWD, self.m(path), &ts, AtFlags::SYMLINK_NOFOLLOW).map_err(io_err)
+            }
+            Step::SetX { path, name, len, seed } => {
+                rustix::fs::lsetxattr(self.m(path), xattr_name(*name), &gen_bytes(*seed, *len), XattrFlags::empty())
+                    .map_err(io_err)
+            }
+            Step::RmX { path, name } => rustix::fs::lremovexattr(self.m(path), xattr_name(*name)).map_err(io_err),
+            _ => unreachable!("not a file-system step: {step}"),
+        }
+    }
+
+    fn node_of_fd(&mut self, node: u64) -> Option<&mut Node> {
+        if self.model.nodes.contains_key(&node) { self.model.nodes.get_mut(&node) } else { self.orphans.get_mut(&node) }
+    }
+
+    fn fd_step(&mut self, step: &Step) -> Res<bool> {
+        match step {
+            Step::Open(p) => {
+                let Some(slot) = self.fds.iter().position(|f| f.is_none()) else { return Ok(false) };
+                if self.model.kind(p) != Some(Kind::File) {
+                    return Ok(false);
+                }
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(self.m(p))
+                    .or_else(|e| fail("op", format!("`{step}`: {e}")))?;
+                self.fds[slot] = Some(Held { file, node: self.model.entries[p] });
+            }
+            Step::FdWrite { slot, off, len, seed } => {
+                let Some(Some(h)) = self.fds.get(*slot) else { return Ok(false) };
+                let (data, node) = (gen_bytes(*seed, *len), h.node);
+                h.file.write_all_at(&data, *off).or_else(|e| fail("op", format!("`{step}`: {e}")))?;
+                let n = self.node_of_fd(node).expect("a held node is in the tree or an orphan");
+                write_at(&mut n.data, *off, &data);
+            }
+            Step::Close(slot) => {
+                if self.fds.get(*slot).is_none_or(|f| f.is_none()) {
+                    return Ok(false);
+                }
+                self.fds[*slot] = None;
+                self.forget_orphans();
+            }
+            _ => unreachable!(),
+        }
+        Ok(true)
+    }
+
+    fn forget_orphans(&mut self) {
+        let held: BTreeSet<u64> = self.fds.iter().flatten().map(|h| h.node).collect();
+        self.orphans.retain(|id, _| held.contains(id));
+    }
+
+    fn close_all(&mut self) {
+        self.fds.iter_mut().for_each(|f| *f = None);
+        self.orphans.clear();
+    }
+
+    fn history_step(&mut self, step: &Step) -> Res<bool> {
+        match step {
+            Step::Turn(id) => {
+                let mut args = vec!["turn"];
+                if let Some(id) = id {
+                    args.extend(["--message-id", id.as_str()]);
+                }
+                let v = self.cli_json(&args)?;
+                self.sealed(v["checkpoint"].as_i64(), self.model.clone(), "turn")?;
+            }
+            Step::Rewind(k) => {
+                if !self.snaps.contains_key(k) {
+                    return Ok(false);
+                }
+                self.rewind(*k)?;
+            }
+            Step::Undo => {
+                let Some(s) = self.last_safety else { return Ok(false) };
+                self.rewind(s)?;
+            }
+            Step::Restore { cp, path } => {
+                if !self.snaps.contains_key(cp) || path.is_empty() {
+                    return Ok(false);
+                }
+                let pre = self.model.clone();
+                let target = self.m(path).to_string_lossy().into_owned();
+                let cps = cp.to_string();
+                let v = self.cli_json(&["restore", &cps, "--", &target])?;
+                self.sealed(v["undo_checkpoint"].as_i64(), pre, "restore (before)")?;
+                let k = self.snaps[cp].clone();
+                self.model.restore(&k, path, &mut self.next_id);
+                self.collect_orphans();
+                self.sealed(v["result_checkpoint"].as_i64(), self.model.clone(), "restore (after)")?;
+            }
+            Step::Remount => {
+                self.close_all();
+                self.fx.unmount();
+                self.remounted()?;
+            }
+            Step::Kill => {
+                self.close_all();
+                let pid = self.fx.daemon_pid();
+                let p = rustix::process::Pid::from_raw(pid).expect("a daemon pid is positive");
+                rustix::process::kill_process(p, rustix::process::Signal::KILL)
+                    .or_else(|e| fail("kill", format!("kill -9 {pid}: {e}")))?;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                while Path::new(&format!("/proc/{pid}")).exists() {
+                    if std::time::Instant::now() > deadline {
+                        return fail("kill", format!("daemon {pid} still exists 20 s after kill -9"));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                // Detaches the dead mount.
+                self.fx.unmount();
+                self.remounted()?;
+            }
+            _ => unreachable!(),
+        }
+        self.check_history_state()?;
+        Ok(true)
+    }
+
+    fn remounted(&mut self) -> Res<()> {
+        self.fx.mount(false, &["--auto-turn", "0"]);
+        let m = self.current_checkpoint()?;
+        self.sealed(Some(m), self.model.clone(), "mount")?;
+        Ok(())
+    }
+
+    fn check_new_diffs(&mut self) -> Res<()> {
+        for n in std::mem::take(&mut self.new_cps) {
+            self.check_diff(n)?;
+        }
+        Ok(())
+    }
+
+    fn rewind(&mut self, k: i64) -> Res<()> {
+        let pre = self.model.clone();
+        let v = self.cli_json(&["rewind", &k.to_string()])?;
+        let s = self.sealed(v["safety_checkpoint"].as_i64(), pre.clone(), "rewind (safety)")?;
+        self.model = self.snaps[&k].clone();
+        // A held descriptor keeps its object: it is in the tree if the
+        // rewind kept (or brought back) that inode, else it was moved away.
+        for slot in 0..SLOTS {
+            let Some(h) = &self.fds[slot] else { continue };
+            let x = h.node;
+            let before = pre.nodes.get(&x).or_else(|| self.orphans.get(&x)).cloned().expect("held node");
+            let ino = h.file.metadata().map(|m| m.ino()).or_else(|e| fail("fd", format!("fstat: {e}")))?;
+            let here = self.model.entries.iter().find(|(_, id)| **id == x).map(|(p, _)| p.clone());
+            let attached = match &here {
+                Some(p) => std::fs::symlink_metadata(self.m(p)).map(|m| m.ino() == ino).unwrap_or(false),
+                None => false,
+            };
+            if attached {
+                self.orphans.remove(&x);
+                continue;
+            }
+            if here.is_some() {
+                // Another inode now stands for the object in the tree: it
+                // gets a new identity, the descriptor keeps the old one (a
+                // later rewind may bring that inode back).
+                self.next_id += 1;
+                let node = self.model.nodes.remove(&x).expect("in the tree");
+                self.model.nodes.insert(self.next_id, node);
+                self.model.entries.values_mut().filter(|id| **id == x).for_each(|id| *id = self.next_id);
+            }
+            self.orphans.insert(x, before);
+        }
+        self.forget_orphans();
+        self.sealed(v["result_checkpoint"].as_i64(), self.model.clone(), "rewind (result)")?;
+        self.last_safety = Some(s);
+        Ok(())
+    }
+
+    /// The live tree equals the model.
+    pub fn check_live(&self) -> Res<()> {
+        let got = observe_fs(&self.fx.mnt).or_else(|e| fail("live", format!("reading the mount: {e}")))?;
+        let d = tree_diff(&self.model.observe(), &got, 12);
+        if !d.is_empty() {
+            return fail("live", format!("the mount differs from the model:\n    {}", d.join("\n    ")));
+        }
+        Ok(())
+    }
+
+    fn check_fds(&self) -> Res<()> {
+        for (slot, h) in self.fds.iter().enumerate() {
+            let Some(h) = h else { continue };
+            let want = &self.model.nodes.get(&h.node).or_else(|| self.orphans.get(&h.node)).expect("held").data;
+            let size = h.file.metadata().map(|m| m.len()).or_else(|e| fail("fd", format!("fstat: {e}")))?;
+            let mut got = vec![0u8; want.len() + 1];
+            let n = read_full_at(&h.file, &mut got).or_else(|e| fail("fd", format!("pread: {e}")))?;
+            got.truncate(n);
+            if size != want.len() as u64 || got != *want {
+                return fail(
+                    "fd",
+                    format!(
+                        "descriptor {slot}: size {size}, reads {} bytes (blake3 {}); model: {} bytes (blake3 {})",
+                        got.len(),
+                        &blake3::hash(&got).to_hex()[..10],
+                        want.len(),
+                        &blake3::hash(want).to_hex()[..10]
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// After every history step: every checkpoint's view equals
+    /// its snapshot; now and then one through `show`, and `history` of a path.
+    fn check_history_state(&mut self) -> Res<()> {
+        self.checks += 1;
+        for (n, snap) in &self.snaps {
+            let root = self.fx.mnt.join(".rewindfs/checkpoints").join(n.to_string());
+            let got = observe_fs(&root).or_else(|e| fail("view", format!("reading checkpoint {n}'s view: {e}")))?;
+            let d = tree_diff(&snap.observe(), &got, 12);
+            if !d.is_empty() {
+                return fail(
+                    "view",
+                    format!("checkpoint {n}'s view differs from the model:\n    {}", d.join("\n    ")),
+                );
+            }
+        }
+        let mut rng = Rng(self.checks);
+        if self.checks % 3 == 1 {
+            let cps: Vec<i64> = self.snaps.keys().copied().collect();
+            let k = *rng.pick(&cps).expect("checkpoint 0");
+            self.check_show(k)?;
+        }
+        let mut all: BTreeSet<String> = BTreeSet::new();
+        for s in self.snaps.values() {
+            all.extend(s.entries.keys().cloned());
+        }
+        let all: Vec<String> = all.into_iter().collect();
+        if let Some(p) = rng.pick(&all) {
+            self.check_path_history(&p.clone())?;
+        }
+        self.check_new_diffs()
+    }
+
+    fn check_show(&self, k: i64) -> Res<()> {
+        let dir = self.fx.dir.path().join(format!("show-{k}-{}", self.checks));
+        std::fs::create_dir(&dir).or_else(|e| fail("show", e.to_string()))?;
+        let d = dir.to_string_lossy().into_owned();
+        self.cli_json(&["show", &k.to_string(), &d])?;
+        let got = observe_fs(&dir);
+        let out = self.fx.rewindfs(&["unmount", &d]);
+        let got = got.or_else(|e| fail("show", format!("reading `show {k}`: {e}")))?;
+        if !out.status.success() {
+            return fail("show", format!("unmount of `show {k}` failed: {}", stderr(&out)));
+        }
+        let diff = tree_diff(&self.snaps[&k].observe(), &got, 12);
+        if !diff.is_empty() {
+            return fail("show", format!("`show {k}` differs from the model:\n    {}", diff.join("\n    ")));
+        }
+        Ok(())
+    }
+
+    /// `diff --json N-1 N` equals the model's diff (when both are known).
+    fn check_diff(&self, n: i64) -> Res<()> {
+        let Some(a) = self.snaps.get(&(n - 1)) else { return Ok(()) };
+        let want = expected_diff(a, &self.snaps[&n]);
+        let v = self.cli_json(&["diff", &(n - 1).to_string(), &n.to_string()])?;
+        let got = parse_changes(&v["changes"]);
+        if want != got {
+            let missing: Vec<_> = want.difference(&got).collect();
+            let extra: Vec<_> = got.difference(&want).collect();
+            return fail(
+                "diff",
+                format!("diff {} {n}: missing (path, change, +, -, binary) {missing:?}; unexpected {extra:?}", n - 1),
+            );
+        }
+        Ok(())
+    }
+
+    /// `history PATH` lists the turns whose changes (checkpoint to the next
+    /// by number, or to the live tree) touched PATH.
+    fn check_path_history(&self, p: &str) -> Res<()> {
+        let mut want = Vec::new();
+        let cps: Vec<i64> = self.snaps.keys().copied().collect();
+        for (i, c) in cps.iter().enumerate() {
+            let next = cps.get(i + 1).map(|n| &self.snaps[n]).unwrap_or(&self.model);
+            let (a, b) = (self.snaps[c].observe().remove(p), next.observe().remove(p));
+            let change = match (&a, &b) {
+                (None, Some(_)) => "added",
+                (Some(_), None) => "deleted",
+                (Some(x), Some(y)) if !same_state(x, y) => "modified",
+                _ => continue,
+            };
+            want.push((*c, change.to_string()));
+        }
+        let target = self.m(p).to_string_lossy().into_owned();
+        let v = self.cli_json(&["history", &target])?;
+        let got: Vec<(i64, String)> = v
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| (e["checkpoint"].as_i64().unwrap_or(-1), e["change"].as_str().unwrap_or("?").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if got != want {
+            return fail("history", format!("history {p}: want {want:?}, got {got:?}"));
+        }
+        Ok(())
+    }
+
+    /// At the end of a sequence: `log --json` lists exactly the checkpoints
+    /// made, and (with `check_log`) each turn's statistics equal the
+    /// model's diff from its checkpoint to the next.
+    pub fn check_end(&self) -> Res<()> {
+        let v = self.cli_json(&["log"])?;
+        let rows = v.as_array().cloned().unwrap_or_default();
+        let listed: Vec<i64> = rows.iter().filter_map(|r| r["checkpoint"].as_i64()).collect();
+        let known: Vec<i64> = self.snaps.keys().copied().collect();
+        if listed != known {
+            return fail("checkpoints", format!("log lists checkpoints {listed:?}, the test made {known:?}"));
+        }
+        if !self.opts.check_log {
+            return Ok(());
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let c = known[i];
+            let next = known.get(i + 1).map(|n| &self.snaps[n]).unwrap_or(&self.model);
+            let d = expected_diff(&self.snaps[&c], next);
+            let count = |k: &str| d.iter().filter(|x| x.1 == k).count() as u64;
+            let want = [
+                count("added"),
+                count("modified"),
+                count("deleted"),
+                d.iter().map(|x| x.2).sum(),
+                d.iter().map(|x| x.3).sum(),
+            ];
+            let keys = ["files_added", "files_modified", "files_deleted", "lines_added", "lines_removed"];
+            let got: Vec<u64> = keys.iter().map(|k| row[k].as_u64().unwrap_or(u64::MAX)).collect();
+            if got != want {
+                return fail("log", format!("log row {c}: {keys:?} want {want:?}, got {got:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A step the generator picks for the current state (mostly valid ones).
+    pub fn gen_step(&mut self, rng: &mut Rng) -> Step {
+        const WEIGHTS: [(u8, usize); 27] = [
+            (0, 8),   // create
+            (1, 8),   // write
+            (2, 5),   // append
+            (3, 4),   // trunc
+            (4, 8),   // mv
+            (5, 2),   // mvx
+            (6, 2),   // mvn
+            (7, 4),   // link
+            (8, 5),   // rm
+            (9, 7),   // mkdir
+            (10, 2),  // rmdir
+            (11, 3),  // rmrf
+            (12, 3),  // symlink
+            (13, 3),  // chmod
+            (14, 2),  // chown
+            (15, 1),  // utime
+            (16, 3),  // setx
+            (17, 1),  // rmx
+            (18, 2),  // open
+            (19, 3),  // fdwrite
+            (20, 1),  // close
+            (21, 12), // turn
+            (22, 4),  // rewind
+            (23, 2),  // undo
+            (24, 3),  // restore
+            (25, 1),  // remount
+            (26, 1),  // kill
+        ];
+        let total: usize = WEIGHTS.iter().map(|w| w.1).sum();
+        let mut x = rng.below(total);
+        let mut op = 0;
+        for (o, w) in WEIGHTS {
+            if x < w {
+                op = o;
+                break;
+            }
+            x -= w;
+        }
+        let m = &self.model;
+        let files = m.paths(|k| k == Kind::File);
+        let any = m.paths(|_| true);
+        let attr_able = m.paths(|k| k != Kind::Symlink);
+        let file_or = |rng: &mut Rng| rng.pick(&files).cloned().unwrap_or_else(|| "a".into());
+        let any_or = |rng: &mut Rng| rng.pick(&any).cloned().unwrap_or_else(|| "a".into());
+        let seed = rng.next() % 100_000;
+        let len = |rng: &mut Rng| if rng.below(10) == 0 { 20_000 + rng.below(80_000) } else { rng.below(300) };
+        use Step::*;
+        match op {
+            0 => {
+                let path = if rng.below(3) == 0 { file_or(rng) } else { new_path(m, rng) };
+                Create { path, len: len(rng), seed }
+            }
+            1 => {
+                let path = file_or(rng);
+                let size = m.node(&path).map(|n| n.data.len()).unwrap_or(0);
+                Write { path, off: rng.below(size + 100) as u64, len: 1 + rng.below(400), seed }
+            }
+            2 => Append { path: file_or(rng), len: 1 + rng.below(200), seed },
+            3 => {
+                let path = file_or(rng);
+                let size = m.node(&path).map(|n| n.data.len()).unwrap_or(0);
+                Trunc { path, len: rng.below(size + 3000) as u64 }
+            }
+            4..=6 => {
+                let from = any_or(rng);
+                let to = if op == 5 || rng.below(4) == 0 { any_or(rng) } else { new_path(m, rng) };
+                let flag = [Flag::Plain, Flag::Exchange, Flag::NoReplace][op as usize - 4];
+                Rename { from, to, flag }
+            }
+            7 => Link { from: file_or(rng), to: new_path(m, rng) },
+            8 => Unlink(rng.pick(&m.paths(|k| k != Kind::Dir)).cloned().unwrap_or_else(|| "a".into())),
+            9 => Mkdir(new_path(m, rng)),
+            10 => {
+                let empty: Vec<String> =
+                    m.paths(|k| k == Kind::Dir).into_iter().filter(|d| m.children(d).is_empty()).collect();
+                Rmdir(rng.pick(&empty).cloned().unwrap_or_else(|| "b".into()))
+            }
+            11 => RmRf(any_or(rng)),
+            12 => {
+                let target = match rng.below(4) {
+                    0 => any_or(rng),
+                    1 => format!("../{}", NAMES[rng.below(4)]),
+                    2 => "nowhere/x".to_string(),
+                    _ => "/nonexistent-rewindfs-target".to_string(),
+                };
+                Symlink { target, path: new_path(m, rng) }
+            }
+            13 => {
+                let path = rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into());
+                let modes: &[u32] = if m.kind(&path) == Some(Kind::Dir) {
+                    &[0o755, 0o700, 0o750, 0o555]
+                } else {
+                    &[0o644, 0o600, 0o755, 0o444, 0o640]
+                };
+                Chmod { path, mode: *rng.pick(modes).expect("modes") }
+            }
+            14 => Chown {
+                path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()),
+                uid: [0, 1000, 1234][rng.below(3)],
+                gid: [0, 1000, 4321][rng.below(3)],
+            },
+            15 => Utime { path: any_or(rng), secs: 1_000_000_000 + rng.below(900_000_000) as i64 },
+            16 => SetX {
+                path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()),
+                name: rng.below(3) as u8,
+                len: rng.below(40),
+                seed,
+            },
+            17 => RmX { path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()), name: rng.below(3) as u8 },
+            18 => Open(file_or(rng)),
+            19 => {
+                let slot = rng.below(SLOTS);
+                let size = self.fds[slot]
+                    .as_ref()
+                    .and_then(|h| m.nodes.get(&h.node).or_else(|| self.orphans.get(&h.node)))
+                    .map(|n| n.data.len())
+                    .unwrap_or(0);
+                FdWrite { slot, off: rng.below(size + 50) as u64, len: 1 + rng.below(300), seed }
+            }
+            20 => Close(rng.below(SLOTS)),
+            21 => {
+                if rng.below(10) < 7 {
+                    self.turn_ids += 1;
+                    Turn(Some(format!("m{}", self.turn_ids)))
+                } else {
+                    Turn(None)
+                }
+            }
+            22 => {
+                let cps: Vec<i64> = self.snaps.keys().copied().collect();
+                Rewind(*rng.pick(&cps).expect("checkpoint 0"))
+            }
+            23 => Undo,
+            24 => {
+                let cps: Vec<i64> = self.snaps.keys().copied().collect();
+                let cp = *rng.pick(&cps).expect("checkpoint 0");
+                let then: Vec<String> = self.snaps[&cp].entries.keys().cloned().collect();
+                let path = match rng.below(3) {
+                    0 => any_or(rng),
+                    1 => rng.pick(&then).cloned().unwrap_or_else(|| "a".into()),
+                    _ => new_path(m, rng),
+                };
+                Restore { cp, path }
+            }
+            25 => Remount,
+            _ => Kill,
+        }
+    }
+}
+
+/// A path in an existing directory (not too deep), with a name from the
+/// small pool, so that names collide often.
+fn new_path(m: &Model, rng: &mut Rng) -> String {
+    let mut dirs = vec![String::new()];
+    dirs.extend(m.paths(|k| k == Kind::Dir).into_iter().filter(|d| d.split('/').count() < MAX_DEPTH));
+    let dir = rng.pick(&dirs).cloned().unwrap_or_default();
+    join(&dir, NAMES[rng.below(NAMES.len())])
+}
+
+fn read_full_at(f: &File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let k = f.read_at(&mut buf[n..], n as u64)?;
+        if k == 0 {
+            break;
+        }
+        n += k;
+    }
+    Ok(n)
+}
+
+/// What a directory tree shows (the root itself not included).
+pub fn observe_fs(root: &Path) -> Result<SeenTree, String> {
+    let mut t = SeenTree::new();
+    let mut inos = BTreeMap::new();
+    walk(root, "", &mut t, &mut inos)?;
+    link_groups(&mut t, &inos);
+    Ok(t)
+}
+
+fn walk(root: &Path, rel: &str, t: &mut SeenTree, inos: &mut BTreeMap<String, u64>) -> Result<(), String> {
+    let dir = root.join(rel);
+    let rd = std::fs::read_dir(&dir).map_err(|e| format!("readdir {}: {e}", dir.display()))?;
+    let mut names = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| format!("readdir {}: {e}", dir.display()))?;
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    for name in names {
+        let p = join(rel, &name);
+        let full = root.join(&p);
+        let md = std::fs::symlink_metadata(&full).map_err(|e| format!("lstat {p}: {e}"))?;
+        let ft = md.file_type();
+        let kind = if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_symlink() {
+            Kind::Symlink
+        } else {
+            Kind::File
+        };
+        let data = match kind {
+            Kind::File => std::fs::read(&full).map_err(|e| format!("read {p}: {e}"))?,
+            Kind::Symlink => {
+                use std::os::unix::ffi::OsStrExt;
+                std::fs::read_link(&full).map_err(|e| format!("readlink {p}: {e}"))?.as_os_str().as_bytes().to_vec()
+            }
+            Kind::Dir => Vec::new(),
+        };
+        let xattrs = if kind == Kind::Symlink {
+            BTreeMap::new()
+        } else {
+            user_xattrs(&full).map_err(|e| format!("xattrs of {p}: {e}"))?
+        };
+        inos.insert(p.clone(), md.ino());
+        t.insert(
+            p.clone(),
+            Seen {
+                kind,
+                mode: md.mode() & 0o7777,
+                uid: md.uid(),
+                gid: md.gid(),
+                size: if kind == Kind::Dir { 0 } else { md.len() },
+                data,
+                nlink: if kind == Kind::Dir { 0 } else { md.nlink() },
+                link_of: None,
+                xattrs,
+            },
+        );
+        if kind == Kind::Dir {
+            walk(root, &p, t, inos)?;
+        }
+    }
+    Ok(())
+}
+
+fn user_xattrs(p: &Path) -> Result<BTreeMap<String, Vec<u8>>, rustix::io::Errno> {
+    let mut buf = vec![0u8; 1 << 16];
+    let n = rustix::fs::llistxattr(p, &mut buf[..])?;
+    let mut out = BTreeMap::new();
+    for name in buf[..n].split(|b| *b == 0).filter(|n| n.starts_with(b"user.")) {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let mut v = vec![0u8; 1 << 16];
+        let k = rustix::fs::lgetxattr(p, name.as_str(), &mut v[..])?;
+        v.truncate(k);
+        out.insert(name, v);
+    }
+    Ok(out)
+}
+
+/// As src/report's `same_state`: kind, mode, owner, target and content.
+fn same_state(a: &Seen, b: &Seen) -> bool {
+    a.kind == b.kind && a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.data == b.data
+}
+
+fn is_binary(data: &[u8]) -> bool {
+    data.iter().take(8000).any(|b| *b == 0) || std::str::from_utf8(data).is_err()
+}
+
+/// (path, change, lines added, lines removed, binary)
+pub type Change = (String, String, u64, u64, bool);
+
+/// What `diff A B` must list: every non-directory path added, deleted or
+/// changed, with line counts as `diff` computes them.
+pub fn expected_diff(a: &Model, b: &Model) -> BTreeSet<Change> {
+    let nondir =
+        |t: SeenTree| -> BTreeMap<String, Seen> { t.into_iter().filter(|(_, s)| s.kind != Kind::Dir).collect() };
+    let (ta, tb) = (nondir(a.observe()), nondir(b.observe()));
+    let mut out = BTreeSet::new();
+    let paths: BTreeSet<&String> = ta.keys().chain(tb.keys()).collect();
+    for p in paths {
+        let (x, y) = (ta.get(p), tb.get(p));
+        let change = match (x, y) {
+            (None, Some(_)) => "added",
+            (Some(_), None) => "deleted",
+            (Some(x), Some(y)) if !same_state(x, y) => "modified",
+            _ => continue,
+        };
+        let old = x.map(|s| s.data.as_slice()).unwrap_or(&[]);
+        let new = y.map(|s| s.data.as_slice()).unwrap_or(&[]);
+        let (mut add, mut del, binary) = (0, 0, is_binary(old) || is_binary(new));
+        if !binary {
+            let (o, n) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
+            let diff = similar::TextDiff::from_lines(o.as_ref(), n.as_ref());
+            for op in diff.ops() {
+                for c in diff.iter_changes(op) {
+                    match c.tag() {
+                        similar::ChangeTag::Insert => add += 1,
+                        similar::ChangeTag::Delete => del += 1,
+                        similar::ChangeTag::Equal => {}
+                    }
+                }
+            }
+        }
+        out.insert((p.clone(), change.to_string(), add, del, binary));
+    }
+    out
+}
+
+fn parse_changes(v: &serde_json::Value) -> BTreeSet<Change> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c["path"].as_str().unwrap_or("?").to_string(),
+                        c["change"].as_str().unwrap_or("?").to_string(),
+                        c["lines_added"].as_u64().unwrap_or(u64::MAX),
+                        c["lines_removed"].as_u64().unwrap_or(u64::MAX),
+                        c["binary"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
