@@ -211,6 +211,24 @@ fn rewind_does_not_wait_for_a_directory_that_was_not_in_the_tree() {
     h.check_views("after the undo");
 }
 
+/// The same with the directory removed since (found by a random sequence
+/// and by the model test, F7): the rewind waited for a directory that no
+/// longer exists and was not in the tree at the checkpoint.
+#[test]
+fn rewind_does_not_wait_for_a_removed_directory_that_was_not_in_the_tree() {
+    let mut h = History::new("echo a > a");
+    h.sh("mkdir D && echo x > D/x");
+    h.turn();
+    let s1 = h.rewind(0);
+    let without_d = h.rewind(s1);
+    h.sh("rm -rf D");
+    h.turn();
+    let s2 = h.rewind(without_d);
+    h.check_views("after the rewind");
+    h.rewind(s2);
+    h.check_views("after the undo");
+}
+
 /// A rewind left out one name of a hard-linked file: `a` was put back by
 /// taking the file out of the directory holding its other name, moved
 /// aside by the rename since, before that directory came back (issue 10:

@@ -202,25 +202,19 @@ impl Rewinder<'_> {
                 }
             }
             if later.len() == before {
-                // What is left waits for directories that stay in the attic:
-                // they were not in the tree at the checkpoint (a directory a
-                // rewind had moved aside, brought back since), so neither are
-                // these names, and the directories keep their contents.
-                let mut lost = Vec::new();
-                for (dir, name, _) in &later {
-                    let aside = self.in_attic.contains(dir)
-                        || match self.dir_fd(*dir) {
-                            Some(fd) => self.locate_in_attic(fd.as_fd())?.is_some(),
-                            None => false,
-                        };
-                    if !aside {
-                        lost.push(self.display(name));
-                    }
-                }
-                if !lost.is_empty() {
-                    return Err(err(format!("cannot find the directories of {}", lost.join(", ")), Errno::ENOENT));
-                }
-                log::debug!("rewind: {} names left in directories outside the tree", later.len());
+                // What is left waits for directories that were not in the
+                // tree at the checkpoint: one that stays in the attic (an
+                // earlier rewind had moved it aside, an undo brought it back
+                // and it changed since) or one removed since. A directory
+                // that was in the tree there has a name there, so it was put
+                // back (recreated if gone) before its names are needed; these
+                // names are not in the tree rewound to either, and the
+                // directories are left as they are.
+                log::info!(
+                    "rewind: {} names not put back, their directories are not in the tree rewound to: {}",
+                    later.len(),
+                    later.iter().map(|(_, n, _)| self.display(n)).collect::<Vec<_>>().join(", ")
+                );
                 return Ok(());
             }
             waiting = later;
