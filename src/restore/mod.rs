@@ -434,7 +434,8 @@ impl Ctx<'_> {
             let _ = self.tree.unlink(dir, &temp, self.caller);
             return Err(e);
         }
-        if let Some(live) = self.tree.child(dir, name).map_err(|e| live_err(path, e))?
+        let replaced = self.tree.child(dir, name).map_err(|e| live_err(path, e))?;
+        if let Some(live) = replaced
             && live.kind == Kind::Dir
         {
             self.remove_quiet(dir, name, live, path)?;
@@ -442,6 +443,11 @@ impl Ctx<'_> {
         self.tree.rename(dir, &temp, dir, name, 0, self.caller).map_err(|e| live_err(path, e))?;
         self.touch(dir, &temp);
         self.touch(dir, name);
+        // A replaced file with other names lost one: the kernel must not
+        // keep its old link count.
+        if let Some(live) = replaced {
+            self.touched.inodes.insert(live.ino);
+        }
         self.sync_attrs(attr.ino, None, state, path)?;
         Ok(())
     }
