@@ -270,11 +270,25 @@ impl Rewinder<'_> {
             match self.locate_in_attic(fd.as_fd())? {
                 // Inside a directory that was moved aside whole.
                 Some((from, from_name)) => {
+                    // That directory is still an object of history (a
+                    // checkpoint may hold it, e.g. the safety checkpoint
+                    // of this rewind): losing this name is a change to it.
+                    self.tree
+                        .capture_entry(self.journal, from.as_fd(), &from_name, self.caller)
+                        .map_err(|e| err(self.display(name), e))?;
                     rustix::fs::renameat_with(&from, from_name.as_os_str(), dir, os, RenameFlags::NOREPLACE)
                         .map_err(from_rustix("put back from the attic"))?;
                 }
-                // Alive under another name in the tree: a hard link it had then.
-                None => rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?,
+                // Alive under another name in the tree: a hard link it had
+                // then. Its link count is part of its state at the safety
+                // checkpoint, so it is recorded first, as `link` does.
+                None => {
+                    let program = self.journal.program(self.caller.pid);
+                    self.tree
+                        .capture_fd(self.journal, fd.as_fd(), target, false, program.as_deref())
+                        .map_err(|e| err(self.display(name), e))?;
+                    rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?
+                }
             }
             self.out.push(Planned { path: self.display(name), action: Action::Recreate });
         } else {

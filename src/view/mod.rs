@@ -142,6 +142,18 @@ impl<'a> TreeView<'a> {
         Ok(Node { id: Some(id), handle })
     }
 
+    /// The persistent id of a node. A node first met before its object was
+    /// ever recorded has none, but may have been given one since (a
+    /// browser keeps the nodes it handed out): without it, the records of
+    /// its later changes would not apply to it.
+    fn id_of(&self, node: &Node) -> ViewResult<Option<ObjectId>> {
+        match (node.id, &node.handle) {
+            (Some(id), _) => Ok(Some(id)),
+            (None, Some(h)) => Ok(self.journal.known_object_id(&h.to_bytes())?),
+            (None, None) => Ok(None),
+        }
+    }
+
     pub fn root(&self) -> ViewResult<Node> {
         let handle = sys::name_to_handle_at(self.tree.root_fd(), OsStr::new(""))?;
         self.node_of_handle(handle)
@@ -178,7 +190,7 @@ impl<'a> TreeView<'a> {
 
     /// What `name` refers to in directory `dir`.
     pub fn lookup(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
-        if let Some(id) = dir.id {
+        if let Some(id) = self.id_of(dir)? {
             let turn = self.journal.with_meta(|m| m.entry_turn_at(id, name.as_bytes(), self.from))?;
             self.check_outside(id, turn)?;
             if let Some(recorded) = self.journal.with_meta(|m| m.entry_at(id, name.as_bytes(), self.from))? {
@@ -198,7 +210,8 @@ impl<'a> TreeView<'a> {
 
     /// The entries of directory `dir`, sorted by name.
     pub fn list(&self, dir: &Node) -> ViewResult<Vec<(OsString, Node)>> {
-        if let Some(id) = dir.id {
+        let dir_id = self.id_of(dir)?;
+        if let Some(id) = dir_id {
             self.check_outside(id, None)?;
         }
         let mut entries: std::collections::BTreeMap<Vec<u8>, Node> = std::collections::BTreeMap::new();
@@ -221,7 +234,7 @@ impl<'a> TreeView<'a> {
                 }
             }
         }
-        if let Some(id) = dir.id {
+        if let Some(id) = dir_id {
             for (name, target) in self.journal.with_meta(|m| m.entries_of_dir(id, self.from))? {
                 match target {
                     Some(t) => {
@@ -254,7 +267,7 @@ impl<'a> TreeView<'a> {
 
     /// The object's attributes and where its content comes from.
     pub fn state(&self, node: &Node) -> ViewResult<NodeState> {
-        if let Some(id) = node.id {
+        if let Some(id) = self.id_of(node)? {
             let turn = self.journal.with_meta(|m| m.object_turn_at(id, self.from))?;
             self.check_outside(id, turn)?;
             if let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))? {
