@@ -428,6 +428,16 @@ impl Meta {
         self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")
     }
 
+    /// The kind code an object was recorded with.
+    pub fn object_kind(&self, id: ObjectId) -> MetaResult<Option<u8>> {
+        self.conn
+            .prepare_cached("SELECT kind FROM objects WHERE id = ?1")
+            .ctx("prepare")?
+            .query_row([id.0], |r| r.get(0))
+            .optional()
+            .ctx("read object kind")
+    }
+
     /// The handle of an object (None once forgotten).
     pub fn object_handle(&self, id: ObjectId) -> MetaResult<Option<Vec<u8>>> {
         self.conn

@@ -106,47 +106,59 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
     }
 
     log::debug!("rewind to {checkpoint}: step 1 (moved aside) done at {:?}", started.elapsed());
-    // 2. Put back what was there, parents before children.
-    let mut placed: Vec<ObjectId> = Vec::new();
-    let mut waiting = placements;
-    while !waiting.is_empty() {
-        let before = waiting.len();
-        let mut later = Vec::new();
-        for (dir, name, target) in waiting {
-            match r.dir_fd(dir).filter(|_| !r.in_attic.contains(&dir)) {
-                Some(dfd) => {
-                    r.place(dfd.as_fd(), dir, &name, target)?;
-                    placed.push(target);
-                }
-                None => later.push((dir, name, target)),
-            }
+    // 2. Put back what was there, parents before children, and every
+    // directory before any file: a file found inside a directory in the
+    // attic is taken out of it (a hard link of a file there would be
+    // moved), which is right only once the directories coming back are
+    // back.
+    let dir_code = kind_code(Kind::Dir);
+    let mut dir_placements = Vec::new();
+    let mut file_placements = Vec::new();
+    for p in placements {
+        match journal.with_meta(|m| m.object_kind(p.2))? {
+            Some(k) if k == dir_code => dir_placements.push(p),
+            _ => file_placements.push(p),
         }
-        if later.len() == before {
-            let names: Vec<String> = later.iter().map(|(_, n, _)| String::from_utf8_lossy(n).into_owned()).collect();
-            return Err(err(format!("cannot find the directories of {}", names.join(", ")), Errno::ENOENT));
-        }
-        waiting = later;
     }
+    let mut placed: Vec<ObjectId> = Vec::new();
+    r.place_all(dir_placements, &mut placed)?;
+    r.place_all(file_placements, &mut placed)?;
 
     log::debug!("rewind to {checkpoint}: step 2 (put back) done at {:?}", started.elapsed());
     // 3. Attributes and in-place content changes; directories last, since
     // putting names back changes their times.
     let mut dirs: BTreeSet<ObjectId> = keys.iter().map(|(d, _)| *d).collect();
+    let (mut linked, mut files): (Vec<ObjectId>, Vec<ObjectId>) = (Vec::new(), Vec::new());
     for id in objects.iter().chain(placed.iter()) {
         if r.in_attic.contains(id) {
             continue;
         }
         let Some(fd) = r.object_fd(*id) else { continue };
-        // Inside a directory moved aside whole: not part of the tree rewound to.
-        if r.locate_in_attic(fd.as_fd())?.is_some() {
+        let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        // Inside a directory moved aside whole: not part of the tree rewound
+        // to. A file with several names may be there under one name and in
+        // the tree under another (the kernel reports any one of them), so
+        // it is restored anyway.
+        if (is_dir || st.st_nlink == 1) && r.locate_in_attic(fd.as_fd())?.is_some() {
             continue;
         }
-        let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        if is_dir {
             dirs.insert(*id);
             continue;
         }
-        r.restore_object(*id, fd.as_fd())?;
+        if st.st_nlink > 1 {
+            linked.push(*id);
+        }
+        files.push(*id);
+    }
+    // Before the contents: a file left with one name can swap in a new
+    // inode instead of being rewritten in place.
+    r.drop_stray_links(&linked)?;
+    for id in files {
+        if let Some(fd) = r.object_fd(id) {
+            r.restore_object(id, fd.as_fd())?;
+        }
     }
     log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
     dirs.extend(std::mem::take(&mut r.dirs_touched));
@@ -164,6 +176,52 @@ pub fn rewind(tree: &LiveTree, journal: &Journal, checkpoint: i64) -> Result<(Ve
 }
 
 impl Rewinder<'_> {
+    /// Puts back `waiting` (directory, name, object), each once its
+    /// directory is in the tree.
+    fn place_all(
+        &mut self,
+        mut waiting: Vec<(ObjectId, Vec<u8>, ObjectId)>,
+        placed: &mut Vec<ObjectId>,
+    ) -> Result<(), RestoreError> {
+        while !waiting.is_empty() {
+            let before = waiting.len();
+            let mut later = Vec::new();
+            for (dir, name, target) in waiting {
+                match self.dir_fd(dir).filter(|_| !self.in_attic.contains(&dir)) {
+                    Some(dfd) => {
+                        self.place(dfd.as_fd(), dir, &name, target)?;
+                        placed.push(target);
+                    }
+                    None => later.push((dir, name, target)),
+                }
+            }
+            if later.len() == before {
+                // What is left waits for directories that stay in the attic:
+                // they were not in the tree at the checkpoint (a directory a
+                // rewind had moved aside, brought back since), so neither are
+                // these names, and the directories keep their contents.
+                let mut lost = Vec::new();
+                for (dir, name, _) in &later {
+                    let aside = self.in_attic.contains(dir)
+                        || match self.dir_fd(*dir) {
+                            Some(fd) => self.locate_in_attic(fd.as_fd())?.is_some(),
+                            None => false,
+                        };
+                    if !aside {
+                        lost.push(self.display(name));
+                    }
+                }
+                if !lost.is_empty() {
+                    return Err(err(format!("cannot find the directories of {}", lost.join(", ")), Errno::ENOENT));
+                }
+                log::debug!("rewind: {} names left in directories outside the tree", later.len());
+                return Ok(());
+            }
+            waiting = later;
+        }
+        Ok(())
+    }
+
     fn handle_of(&self, id: ObjectId) -> Option<FileHandle> {
         self.journal.with_meta(|m| m.object_handle(id)).ok().flatten().and_then(|h| FileHandle::from_bytes(&h))
     }
@@ -420,10 +478,97 @@ impl Rewinder<'_> {
             rustix::fs::ftruncate(&file, state.size).map_err(from_rustix("truncate"))?;
             let handle = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
             self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err("pending".into(), e))?;
+            // Directly, not through `setattr`, which would write the bytes
+            // now (a pending file is settled before its attributes change).
+            self.set_owner_and_times(fd, &state)?;
             self.touched.inodes.insert(ino);
             self.out.push(Planned { path: format!("object {}", id.0), action: Action::Restore });
         }
         self.restore_attrs(id, fd)
+    }
+
+    /// A directory moved aside whole may hold a hard link of a file that is
+    /// in the tree rewound to: that name is not in the tree, but it counts
+    /// in the file's link count. Such names are removed (recorded, like any
+    /// change) until each file has the link count it had at the checkpoint.
+    fn drop_stray_links(&mut self, linked: &[ObjectId]) -> Result<(), RestoreError> {
+        let mut excess: std::collections::HashMap<(u64, u64), (ObjectId, u64)> = std::collections::HashMap::new();
+        for id in linked {
+            let Some(fd) = self.object_fd(*id) else { continue };
+            let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
+            let node = Node { id: Some(*id), handle: self.handle_of(*id) };
+            let want = u64::from(self.view.state(&node)?.nlink);
+            if st.st_nlink > want {
+                excess.insert((st.st_dev, st.st_ino), (*id, st.st_nlink - want));
+            }
+        }
+        if excess.is_empty() {
+            return Ok(());
+        }
+        let Some(attic) = self.tree.attic_fd() else { return Ok(()) };
+        let moved: Vec<ObjectId> = self.in_attic.iter().copied().collect();
+        let mut stack: Vec<OwnedFd> = Vec::new();
+        for id in moved {
+            if let Ok(d) = rustix::fs::openat(
+                attic,
+                id.0.to_string(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                stack.push(d);
+            }
+        }
+        while let Some(dir) = stack.pop() {
+            if excess.is_empty() {
+                break;
+            }
+            let mut names = Vec::new();
+            let listing = rustix::fs::Dir::read_from(&dir).map_err(from_rustix("list the attic"))?;
+            for entry in listing {
+                let entry = entry.map_err(from_rustix("list the attic"))?;
+                let name = entry.file_name().to_bytes();
+                if name != b"." && name != b".." {
+                    names.push(OsString::from(OsStr::from_bytes(name)));
+                }
+            }
+            for name in names {
+                let st = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    let sub = rustix::fs::openat(
+                        &dir,
+                        &name,
+                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(from_rustix("open"))?;
+                    stack.push(sub);
+                    continue;
+                }
+                let key = (st.st_dev, st.st_ino);
+                let Some((id, left)) = excess.get_mut(&key) else { continue };
+                log::info!("rewind: removing a stray hard link of object {} from a directory moved aside", id.0);
+                self.tree
+                    .capture_entry(self.journal, dir.as_fd(), &name, self.caller)
+                    .map_err(|e| err(self.display(name.as_bytes()), e))?;
+                self.tree
+                    .capture_named(self.journal, dir.as_fd(), &name, false, self.caller)
+                    .map_err(|e| err(self.display(name.as_bytes()), e))?;
+                if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), &name)
+                    && let Some(ino) = self.tree.known_ino(&h)
+                {
+                    self.touched.inodes.insert(ino);
+                }
+                rustix::fs::unlinkat(&dir, &name, AtFlags::empty()).map_err(from_rustix("unlink"))?;
+                *left -= 1;
+                if *left == 0 {
+                    excess.remove(&key);
+                }
+            }
+        }
+        for (id, left) in excess.values() {
+            log::warn!("rewind: object {} keeps {left} more links than it had at the checkpoint", id.0);
+        }
+        Ok(())
     }
 
     /// Where a live object is inside the attic, if it is there.

@@ -336,8 +336,10 @@ impl LiveTree {
         let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
         let handle = sys::name_to_handle_at(dir, name)?;
         let kind = Kind::from_mode(st.st_mode);
-        let ino = self.objects.intern(handle, st.st_ino, kind, count_lookup);
-        Ok(Attr::from_stat(ino, &st))
+        let mut attr = Attr::from_stat(Ino(0), &st);
+        self.with_pending_mtime(&handle, &mut attr);
+        attr.ino = self.objects.intern(handle, st.st_ino, kind, count_lookup);
+        Ok(attr)
     }
 
     /// The inode number of an existing name, without counting a lookup.
@@ -412,13 +414,17 @@ impl LiveTree {
         }
         let fd = if ino == Ino::ROOT { self.root.try_clone().map_err(Errno::from)? } else { self.open_path(ino)? };
         let st = rustix::fs::fstat(&fd)?;
-        Ok(Attr::from_stat(ino, &st))
+        let mut attr = Attr::from_stat(ino, &st);
+        if let Some((handle, Kind::File)) = self.objects.get(ino) {
+            self.with_pending_mtime(&handle, &mut attr);
+        }
+        Ok(attr)
     }
 
     pub fn setattr(&self, ino: Ino, set: SetAttr, fh: Option<Fh>, caller: Caller) -> Res<Attr> {
-        if set.size.is_some()
-            && let Some((handle, _)) = self.objects.get(ino)
-        {
+        // A pending file gets its bytes first: the settler sets the
+        // recorded mtime when done, which would undo a `touch` made before.
+        if let Some((handle, Kind::File)) = self.objects.get(ino) {
             self.settle(&handle)?;
         }
         let rec = self.recording();

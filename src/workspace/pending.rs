@@ -101,6 +101,20 @@ impl LiveTree {
         self.pending_map().get(&handle.to_bytes()).map(|p| p.content.clone())
     }
 
+    /// Shows a pending file with the mtime it will have: until the settler
+    /// is done, the backing file has the placeholder's mtime or that of the
+    /// settler's own writes, which the kernel would cache for the whole
+    /// cache timeout if it asked in that moment.
+    pub(crate) fn with_pending_mtime(&self, handle: &FileHandle, attr: &mut crate::workspace::Attr) {
+        let map = self.pending_map();
+        if map.is_empty() {
+            return;
+        }
+        if let Some(p) = map.get(&handle.to_bytes()) {
+            attr.mtime = crate::view::browse::time_of_ns(p.mtime_ns);
+        }
+    }
+
     /// Writes a pending file's bytes now (no-op when it is not pending).
     pub fn settle(&self, handle: &FileHandle) -> Res<()> {
         if self.pending_map().is_empty() {
