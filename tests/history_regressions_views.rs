@@ -83,3 +83,13 @@ fn view_of_0_keeps_a_file_renamed_after_a_crash() {
 fn view_of_0_keeps_a_directory_removed_after_a_crash() {
     replay(&["kill", "rmrf b", "restore 1 d"]);
 }
+
+/// A file changed and renamed, held open, then rewound: the rewind visited
+/// it twice (once as changed, once as put back). The first visit swapped a
+/// new inode in under the old name and moved the current one (the one the
+/// descriptor holds) to the attic; the second found that one and rewrote
+/// it in place, so the descriptor read the old 40 bytes instead of its 693.
+#[test]
+fn rewind_leaves_the_bytes_of_a_descriptor_alone_when_it_puts_a_renamed_file_back() {
+    replay(&["trunc a 693", "mv a c", "open c", "rewind 0"]);
+}
