@@ -136,8 +136,18 @@ impl std::fmt::Debug for Journal {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    now_ns() / 1_000_000
 }
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// State key: when the newest checkpoint was sealed, in ns. After a crash,
+/// changes are looked for from there; a checkpoint's `created_at` has only
+/// ms, and the changes a rewind makes just before sealing its result share
+/// that millisecond: they looked made after it, hence outside the mount.
+const SEALED_NS: &str = "sealed_ns";
 
 impl Journal {
     /// Opens the journal over `meta` and `store`, and records a "mount"
@@ -167,8 +177,13 @@ impl Journal {
             Some(n) => n + 1,
         };
         let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
-        let last_created_ns = meta.checkpoints()?.last().map(|c| c.created_at.saturating_mul(1_000_000));
-        let outside_since_ns = clean.or(last_created_ns);
+        let sealed_ns = meta.get_state(SEALED_NS)?.and_then(|v| v.parse::<i64>().ok());
+        // A store from before `sealed_ns` was kept: the newest checkpoint's
+        // time, a millisecond late so as not to take its own changes for
+        // outside ones (see SEALED_NS).
+        let last_created_ns =
+            meta.checkpoints()?.last().map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
+        let outside_since_ns = clean.or(sealed_ns).or(last_created_ns);
         let unclean = last.is_some() && clean.is_none();
         if unclean {
             log::warn!(
@@ -187,6 +202,7 @@ impl Journal {
                 created_at: now_ms(),
                 store_bytes_at_start: store_bytes,
             })?;
+            m.set_state(SEALED_NS, &now_ns().to_string())?;
             m.set_state("current_turn", &turn.to_string())?;
             m.set_state("clean_unmount_ns", "")
         })?;
@@ -472,6 +488,9 @@ impl Journal {
                     created_at: now_ms(),
                     store_bytes_at_start: store_bytes,
                 })?;
+                // Under the exclusive gate: every change of the turn sealed
+                // was applied before this time.
+                m.set_state(SEALED_NS, &now_ns().to_string())?;
                 m.set_state("current_turn", &next.to_string())
             })?;
             inner.meta.sync()?;
