@@ -104,3 +104,12 @@ fn rewind_leaves_the_bytes_of_a_descriptor_alone_when_it_puts_a_renamed_file_bac
 fn a_rewind_just_before_a_crash_is_not_taken_for_an_outside_change() {
     replay(&["symlink ../a d", "rewind 0", "kill"]);
 }
+
+/// A rewind left `a`'s old bytes pending; the settler wrote them after the
+/// result checkpoint was sealed, then the daemon was killed. The next mount
+/// took that write for a change made outside the mount: the rewind's result
+/// checkpoint could no longer show `a`.
+#[test]
+fn a_file_the_settler_filled_before_a_crash_is_not_taken_for_an_outside_change() {
+    replay(&["append a 100 5", "rewind 0", "kill"]);
+}

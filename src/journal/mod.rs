@@ -149,6 +149,20 @@ fn now_ns() -> i64 {
 /// that millisecond: they looked made after it, hence outside the mount.
 const SEALED_NS: &str = "sealed_ns";
 
+/// State key prefix: a rewound file the settler filled since the newest
+/// seal (followed by its handle in hex). Filling it changed its ctime but
+/// not its state in history (views showed those bytes already), so after a
+/// crash it is not taken for a change made outside the mount.
+const SETTLED: &str = "settled:";
+
+fn settled_key(handle: &[u8]) -> String {
+    let mut key = String::from(SETTLED);
+    for b in handle {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
+}
+
 impl Journal {
     /// Opens the journal over `meta` and `store`, and records a "mount"
     /// checkpoint: the state now. The first ever is checkpoint 0.
@@ -491,6 +505,7 @@ impl Journal {
                 // Under the exclusive gate: every change of the turn sealed
                 // was applied before this time.
                 m.set_state(SEALED_NS, &now_ns().to_string())?;
+                m.remove_states_with_prefix(SETTLED)?;
                 m.set_state("current_turn", &next.to_string())
             })?;
             inner.meta.sync()?;
@@ -532,6 +547,11 @@ impl Journal {
             for (h, kind) in handles {
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
+                // Rewound files: the settler fills them (now, or it did
+                // since the newest seal), whatever happened outside.
+                if m.is_pending(h)? || m.get_state(&settled_key(h))?.is_some() {
+                    continue;
+                }
                 let id = m.intern_object(h, *kind)?;
                 // After a crash, objects recorded in the last turn changed
                 // through the mount; their pre-images are in the journal.
@@ -554,13 +574,27 @@ impl Journal {
         Ok(n)
     }
 
+    /// The rewound file `handle` has its bytes: it is no longer pending,
+    /// and its fill is not an outside change (see SETTLED).
+    pub fn settled(&self, handle: &[u8]) -> JournalResult<()> {
+        let inner = self.lock();
+        inner.meta.transaction(|m| {
+            m.remove_pending(handle)?;
+            m.set_state(&settled_key(handle), "")
+        })?;
+        Ok(())
+    }
+
     /// Notes a clean unmount: the next mount only looks for changes made
     /// after now.
     pub fn mark_clean_unmount(&self) -> JournalResult<()> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
         let mut inner = self.lock();
         inner.fold()?;
-        inner.meta.set_state("clean_unmount_ns", &now.to_string())?;
+        inner.meta.transaction(|m| {
+            m.remove_states_with_prefix(SETTLED)?;
+            m.set_state("clean_unmount_ns", &now.to_string())
+        })?;
         Ok(())
     }
 
