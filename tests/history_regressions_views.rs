@@ -113,3 +113,32 @@ fn a_rewind_just_before_a_crash_is_not_taken_for_an_outside_change() {
 fn a_file_the_settler_filled_before_a_crash_is_not_taken_for_an_outside_change() {
     replay(&["append a 100 5", "rewind 0", "kill"]);
 }
+
+/// The other side of the two tests above: after a rewind (its file filled
+/// by the settler) and kill -9, a file changed outside the mount is still
+/// marked, and the views of earlier checkpoints refuse to show its live
+/// bytes, while the rewound file reads back.
+#[test]
+fn a_change_made_outside_after_a_crash_is_still_detected() {
+    common::require_fuse();
+    let mut fx = common::MountFixture::unmounted();
+    common::sh(&fx.ws, "echo one > a && echo two > b");
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.sh("echo more >> a");
+    fx.turn("t1");
+    let v = fx.cli_json(&["rewind", "0"]);
+    let result = v["result_checkpoint"].as_i64().unwrap_or_else(|| panic!("no result_checkpoint in {v}"));
+    let pid = fx.daemon_pid();
+    fx.sh(&format!("kill -9 {pid} && while [ -e /proc/{pid} ]; do sleep 0.01; done"));
+    fx.unmount();
+    common::sh(&fx.ws, "echo changed > b");
+    fx.mount(false, &["--auto-turn", "0"]);
+    let view = fx.path().join(format!(".rewindfs/checkpoints/{result}"));
+    assert_eq!(std::fs::read_to_string(view.join("a")).unwrap_or_else(|e| panic!("view of a: {e}")), "one\n");
+    let b = std::fs::read_to_string(view.join("b"));
+    assert_eq!(
+        b.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "the view of {result} shows b changed outside the mount after the crash: {b:?}"
+    );
+}
