@@ -188,7 +188,31 @@ impl std::fmt::Debug for Journal {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    now_ns() / 1_000_000
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// State key: when the newest checkpoint was sealed, in ns. After a crash,
+/// changes are looked for from there; a checkpoint's `created_at` has only
+/// ms, and the changes a rewind makes just before sealing its result share
+/// that millisecond: they looked made after it, hence outside the mount.
+const SEALED_NS: &str = "sealed_ns";
+
+/// State key prefix: a rewound file the settler filled since the newest
+/// seal (followed by its handle in hex). Filling it changed its ctime but
+/// not its state in history (views showed those bytes already), so after a
+/// crash it is not taken for a change made outside the mount.
+const SETTLED: &str = "settled:";
+
+fn settled_key(handle: &[u8]) -> String {
+    let mut key = String::from(SETTLED);
+    for b in handle {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
 }
 
 impl Journal {
@@ -219,8 +243,13 @@ impl Journal {
             Some(n) => n + 1,
         };
         let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
-        let last_created_ns = meta.checkpoints()?.last().map(|c| c.created_at.saturating_mul(1_000_000));
-        let outside_since_ns = clean.or(last_created_ns);
+        let sealed_ns = meta.get_state(SEALED_NS)?.and_then(|v| v.parse::<i64>().ok());
+        // A store from before `sealed_ns` was kept: the newest checkpoint's
+        // time, a millisecond late so as not to take its own changes for
+        // outside ones (see SEALED_NS).
+        let last_created_ns =
+            meta.checkpoints()?.last().map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
+        let outside_since_ns = clean.or(sealed_ns).or(last_created_ns);
         let unclean = last.is_some() && clean.is_none();
         if unclean {
             log::warn!(
@@ -239,6 +268,7 @@ impl Journal {
                 created_at: now_ms(),
                 store_bytes_at_start: store_bytes,
             })?;
+            m.set_state(SEALED_NS, &now_ns().to_string())?;
             m.set_state("current_turn", &turn.to_string())?;
             m.set_state("clean_unmount_ns", "")
         })?;
@@ -581,6 +611,10 @@ impl Journal {
                     created_at: now_ms(),
                     store_bytes_at_start: store_bytes,
                 })?;
+                // Under the exclusive gate: every change of the turn sealed
+                // was applied before this time.
+                m.set_state(SEALED_NS, &now_ns().to_string())?;
+                m.remove_states_with_prefix(SETTLED)?;
                 m.set_state("current_turn", &next.to_string())
             })?;
             inner.meta.sync()?;
@@ -622,6 +656,11 @@ impl Journal {
             for (h, kind) in handles {
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
+                // Rewound files: the settler fills them (now, or it did
+                // since the newest seal), whatever happened outside.
+                if m.is_pending(h)? || m.get_state(&settled_key(h))?.is_some() {
+                    continue;
+                }
                 let id = m.intern_object(h, *kind)?;
                 // After a crash, objects recorded in the last turn changed
                 // through the mount; their pre-images are in the journal.
@@ -644,13 +683,27 @@ impl Journal {
         Ok(n)
     }
 
+    /// The rewound file `handle` has its bytes: it is no longer pending,
+    /// and its fill is not an outside change (see SETTLED).
+    pub fn settled(&self, handle: &[u8]) -> JournalResult<()> {
+        let inner = self.lock();
+        inner.meta.transaction(|m| {
+            m.remove_pending(handle)?;
+            m.set_state(&settled_key(handle), "")
+        })?;
+        Ok(())
+    }
+
     /// Notes a clean unmount: the next mount only looks for changes made
     /// after now.
     pub fn mark_clean_unmount(&self) -> JournalResult<()> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
         let mut inner = self.lock();
         inner.fold()?;
-        inner.meta.set_state("clean_unmount_ns", &now.to_string())?;
+        inner.meta.transaction(|m| {
+            m.remove_states_with_prefix(SETTLED)?;
+            m.set_state("clean_unmount_ns", &now.to_string())
+        })?;
         Ok(())
     }
 

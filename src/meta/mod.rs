@@ -904,6 +904,21 @@ impl Meta {
         Ok(())
     }
 
+    /// Whether the file `handle` waits for its content.
+    pub fn is_pending(&self, handle: &[u8]) -> MetaResult<bool> {
+        self.conn
+            .query_row("SELECT 1 FROM pending WHERE handle = ?1", [handle], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+            .ctx("read pending content")
+    }
+
+    /// Removes every state key starting with `prefix`.
+    pub fn remove_states_with_prefix(&self, prefix: &str) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM state WHERE substr(key, 1, length(?1)) = ?1", [prefix]).ctx("clear state")?;
+        Ok(())
+    }
+
     /// Every file still waiting for its content, with its chunk list
     /// (None: the pre-image record it points at is gone).
     pub fn all_pending(&self) -> MetaResult<Vec<PendingRow>> {
@@ -1388,6 +1403,25 @@ mod tests {
         m.taint(a, 4).unwrap();
         assert_eq!(m.taint_after(a, 2).unwrap(), Some(4));
         assert_eq!(m.taint_after(a, 4).unwrap(), None);
+    }
+
+    #[test]
+    fn pending_membership_and_state_prefixes() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Meta::open(&dir.path().join("m.sqlite")).unwrap();
+        m.add_pending(b"\x01", &[0xaa], PendingList::Inline(b"\xbb"), 7).unwrap();
+        assert!(m.is_pending(b"\x01").unwrap());
+        assert!(!m.is_pending(b"\x02").unwrap());
+        m.remove_pending(b"\x01").unwrap();
+        assert!(!m.is_pending(b"\x01").unwrap());
+
+        for k in ["settled:01", "settled:02", "settle", "other"] {
+            m.set_state(k, "").unwrap();
+        }
+        m.remove_states_with_prefix("settled:").unwrap();
+        let left: Vec<bool> =
+            ["settled:01", "settled:02", "settle", "other"].iter().map(|k| m.get_state(k).unwrap().is_some()).collect();
+        assert_eq!(left, [false, false, true, true]);
     }
 
     #[test]

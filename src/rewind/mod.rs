@@ -135,8 +135,13 @@ pub fn rewind(
     // putting names back changes their times.
     let mut dirs: BTreeSet<ObjectId> = keys.iter().map(|(d, _)| *d).collect();
     let (mut linked, mut files): (Vec<ObjectId>, Vec<ObjectId>) = (Vec::new(), Vec::new());
+    // Each object once: an object both changed and put back is in both
+    // lists, and a second visit would find the inode that the first one
+    // swapped out into the attic and rewrite it in place (under the
+    // descriptors still holding it).
+    let mut seen: HashSet<ObjectId> = HashSet::new();
     for id in objects.iter().chain(placed.iter()) {
-        if r.in_attic.contains(id) {
+        if r.in_attic.contains(id) || !seen.insert(*id) {
             continue;
         }
         let Some(fd) = r.object_fd(*id) else { continue };

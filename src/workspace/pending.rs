@@ -146,7 +146,7 @@ impl LiveTree {
             Err(e) if e == Errno::ENOENT => {}
             Err(e) => return Err(e),
         }
-        journal.with_meta(|m| m.remove_pending(&key)).map_err(eio("cannot clear pending content"))?;
+        journal.settled(&key).map_err(eio("cannot clear pending content"))?;
         self.pending_map().remove(&key);
         log::debug!("settled a rewound file ({} bytes)", p.content.size);
         Ok(())
