@@ -14,9 +14,12 @@
 //!
 //! Environment: HISTORY_MODEL_SEED=N runs that seed only;
 //! HISTORY_MODEL_SEQUENCES=N random sequences (default 1) after the fixed
-//! seeds (HISTORY_MODEL_FIXED=0 leaves those out); HISTORY_MODEL_STEPS=N
-//! steps per sequence (default 80); HISTORY_MODEL_SHRINK_SECS=N: shrinking stops N s after the test started (default 180);
-//! HISTORY_MODEL_LOG=1 also checks `log` statistics.
+//! seeds 1-5 (HISTORY_MODEL_FIXED=0 leaves those out; the random seeds
+//! derive from HISTORY_MODEL_BASE_SEED if set); HISTORY_MODEL_STEPS=N steps
+//! per sequence (default 80); HISTORY_MODEL_SHRINK_SECS=N: shrinking stops
+//! N s after the test started (default 180); HISTORY_MODEL_LOG=1 also
+//! checks `log` statistics; HISTORY_MODEL_REPLAY='step; step; ...' replays
+//! one printed sequence instead.
 
 mod common;
 #[path = "history_model/harness.rs"]
