@@ -17,7 +17,7 @@
 //! seeds 1-5 (HISTORY_MODEL_FIXED=0 leaves those out; the random seeds
 //! derive from HISTORY_MODEL_BASE_SEED if set); HISTORY_MODEL_STEPS=N steps
 //! per sequence (default 80); HISTORY_MODEL_SHRINK_SECS=N: shrinking stops
-//! N s after the test started (default 180); HISTORY_MODEL_LOG=1 also
+//! N s after the test started (default 120); HISTORY_MODEL_LOG=1 also
 //! checks `log` statistics; HISTORY_MODEL_REPLAY='step; step; ...' replays
 //! one printed sequence instead.
 
@@ -226,7 +226,7 @@ fn replay(lines: &[&str]) {
 fn random_sequences_against_the_model() {
     setup();
     let steps = env_u64("HISTORY_MODEL_STEPS").unwrap_or(80) as usize;
-    let shrink_budget = Duration::from_secs(env_u64("HISTORY_MODEL_SHRINK_SECS").unwrap_or(180));
+    let shrink_budget = Duration::from_secs(env_u64("HISTORY_MODEL_SHRINK_SECS").unwrap_or(120));
     if let Ok(list) = std::env::var("HISTORY_MODEL_REPLAY") {
         // Steps separated by `;` or newlines, as printed (quotes and commas allowed).
         let lines: Vec<String> = list
