@@ -9,6 +9,7 @@
 //! - [`journal`]: turns, checkpoints, recording pre-images.
 //! - [`view`]: the tree at a checkpoint, resolved on demand.
 //! - [`report`]: log statistics, diffs, path history.
+//! - [`fsck`]: checks a store and names what damage costs, by checkpoint and path.
 //! - [`restore`]: putting paths back as they were at a checkpoint.
 //! - [`rewind`]: whole-tree rewind at the cost of what changed.
 //! - [`world`]: the world lock: ordinary operations vs. rewind and restore,
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod daemon;
 pub mod error;
 pub mod fs;
+pub mod fsck;
 pub mod journal;
 pub mod meta;
 pub mod report;

@@ -15,6 +15,27 @@ fn py_as_agent(dir: &std::path::Path, code: &str) -> Output {
     common::py_as_in(dir, uid, gid, code)
 }
 
+/// Starts a python3 program as the unprivileged test user in `dir` (its
+/// own process group) and waits until it creates `dir/ready`.
+fn spawn_agent_server(dir: &std::path::Path, code: &str) -> std::process::Child {
+    let (uid, gid) = test_user();
+    let child = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", code])
+        .current_dir(dir)
+        .process_group(0)
+        .spawn()
+        .expect("start the attacker");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !dir.join("ready").exists() {
+        assert!(std::time::Instant::now() < deadline, "the attacker's server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child
+}
+
 /// The mount's info file in the fixture's runtime directory.
 fn mount_file(fx: &MountFixture) -> std::path::PathBuf {
     let files: Vec<_> = std::fs::read_dir(&fx.run)
@@ -89,20 +110,7 @@ time.sleep(30)
         marker = marker.to_str().expect("utf-8"),
         ready = evil.join("ready").to_str().expect("utf-8"),
     );
-    let mut attacker = Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={gid}"))
-        .arg("--clear-groups")
-        .args(["/usr/bin/python3", "-c", &server])
-        .current_dir(&evil)
-        .process_group(0)
-        .spawn()
-        .expect("start the attacker");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !evil.join("ready").exists() {
-        assert!(std::time::Instant::now() < deadline, "the attacker's server did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let mut attacker = spawn_agent_server(&evil, &server);
     let mp = fx.mountpoint.to_str().expect("utf-8").to_string();
     let turn = fx.rewindfs(&["turn", "-C", &mp, "--message-id", "m2"]);
     let rewind = fx.rewindfs(&["rewind", "-C", &mp, "0"]);
@@ -282,4 +290,188 @@ fn show_refuses_a_symlinked_mountpoint() {
     assert!(!out.status.success(), "show followed a symlinked mountpoint");
     assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
     assert!(!common::is_mounted(&secret), "the view was mounted on the symlink's target");
+}
+
+/// Defence in depth: even a trusted-looking socket file (root's, 0600, at
+/// the mount's own path) is not believed when another user's process
+/// serves it (SO_PEERCRED); no request reaches that process.
+#[test]
+fn a_socket_served_by_another_user_gets_no_request() {
+    let fx = MountFixture::manual_turns();
+    let info = mount_file(&fx);
+    let real = info.with_extension("sock");
+    assert!(real.exists(), "no socket beside {}", info.display());
+    let evil = fx.dir.path().join("evil2");
+    std::fs::create_dir(&evil).expect("mkdir evil");
+    let (uid, gid) = test_user();
+    std::os::unix::fs::chown(&evil, Some(uid), Some(gid)).expect("chown evil");
+    let heard = evil.join("heard");
+    let server = format!(
+        r#"
+import socket, time
+s = socket.socket(socket.AF_UNIX); s.bind({sock:?}); s.listen(4)
+open({ready:?}, 'w').write('ready')
+s.settimeout(30)
+while True:
+    c, _ = s.accept(); c.settimeout(3)
+    try:
+        data = c.recv(65536)
+    except Exception:
+        data = b''
+    open({heard:?}, 'ab').write(b'[' + data + b']')
+    c.close()
+"#,
+        sock = s(&evil.join("sock")),
+        ready = s(&evil.join("ready")),
+        heard = s(&heard),
+    );
+    let mut attacker = spawn_agent_server(&evil, &server);
+    // Put the attacker's socket where the daemon's was, as root would find
+    // it: owned by root, mode 0600. The daemon's own is kept aside.
+    let aside = fx.dir.path().join("daemon.sock");
+    std::fs::hard_link(&real, &aside).expect("keep the daemon's socket");
+    std::os::unix::fs::chown(evil.join("sock"), Some(0), Some(0)).expect("chown");
+    std::fs::set_permissions(evil.join("sock"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::fs::rename(evil.join("sock"), &real).expect("replace the socket");
+    let out = fx.rewindfs(&["turn", "-C", s(&fx.mountpoint), "--message-id", "m2"]);
+    std::fs::rename(&aside, &real).expect("put the daemon's socket back");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert!(!out.status.success(), "turn through another user's socket succeeded: {}", stdout(&out));
+    assert!(stderr(&out).contains("refusing to talk to it"), "{}", stderr(&out));
+    let got = std::fs::read(&heard).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&got).contains("turn"), "the request reached the attacker: {got:?}");
+    fx.turn("m3");
+}
+
+/// Names and labels come from the agent: printed for the owner, they must
+/// not fake lines of our output or reach the terminal as escapes.
+#[test]
+fn hostile_names_and_labels_are_quoted_in_human_output() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("echo one > plain.txt");
+    let first = fx.turn("m1");
+    let fake = "x | +1 -1 (modified)";
+    let escape = "red\u{1b}[31mtext";
+    let newline = "two\nlines";
+    for name in [fake, escape, newline] {
+        std::fs::write(fx.path().join(name), "agent\n").expect("create a hostile name");
+    }
+    let mp = fx.mountpoint.to_str().expect("utf-8").to_string();
+    check(
+        fx.rewindfs(&["turn", "-C", &mp, "--message-id", "m2", "--label", "fix\u{1b}]0;owned\u{7}\nnext"]),
+        "turn with a hostile label",
+    );
+    let outputs = [
+        fx.rewindfs(&["diff", "-C", &mp, &first.to_string(), "--stat"]),
+        fx.rewindfs(&["log", "-C", &mp]),
+        fx.rewindfs(&["log", "-C", &mp, "--graph"]),
+        fx.rewindfs(&["restore", "-C", &mp, "--dry-run", &first.to_string(), "--", "."]),
+        fx.rewindfs(&["rewind", "-C", &mp, "--dry-run", &first.to_string()]),
+    ];
+    for out in &outputs {
+        let text = stdout(&check(out.clone(), "human output"));
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "an escape reached the terminal:\n{text:?}");
+        assert!(!text.contains("two\nlines"), "a name broke a line:\n{text}");
+    }
+    let stat = stdout(&outputs[0]);
+    assert!(stat.contains(" \"x | +1 -1 (modified)\" | +1 -0 (added)"), "the fake line is not quoted:\n{stat}");
+    assert!(stat.contains("\"two\\nlines\""), "{stat}");
+}
+
+/// `rewindfs ARGS` run as the unprivileged test user, with the fixture's
+/// runtime dir, from a copy of the binary it can execute.
+fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
+    let bin = fx.dir.path().join("rewindfs-for-agent");
+    if !bin.exists() {
+        std::fs::copy(common::bin(), &bin).expect("copy the binary");
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let (uid, gid) = test_user();
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg(&bin)
+        .args(args)
+        .env("REWINDFS_RUNTIME_DIR", &fx.run)
+        .current_dir(fx.dir.path());
+    common::run_with_timeout(&mut cmd, common::CHILD_TIMEOUT)
+}
+
+#[test]
+fn the_agent_user_may_mark_turns_and_preview_but_not_change_the_tree() {
+    let fx = MountFixture::with_args(false, &["--auto-turn", "0", "--agent-user", common::TEST_USER]);
+    fx.sh("echo one > f.txt && chmod 666 f.txt");
+    let first = fx.turn("m1").to_string();
+    fx.sh("echo two > f.txt");
+    let mp = s(&fx.mountpoint).to_string();
+    let turn = check(rewindfs_as_agent(&fx, &["turn", "-C", &mp, "--message-id", "agent-1"]), "the agent's turn");
+    assert!(stdout(&turn).contains("agent-1"), "{}", stdout(&turn));
+    for args in [
+        vec!["log", "-C", &mp],
+        vec!["diff", "-C", &mp, &first, "--stat"],
+        vec!["history", "-C", &mp, "f.txt"],
+        vec!["rewind", "-C", &mp, "--dry-run", &first],
+        vec!["restore", "-C", &mp, "--dry-run", &first, "--", "f.txt"],
+    ] {
+        check(rewindfs_as_agent(&fx, &args), &format!("the agent's {args:?}"));
+    }
+    for args in
+        [vec!["rewind", "-C", &mp, &first], vec!["restore", "-C", &mp, &first, "--", "f.txt"], vec!["unmount", &mp]]
+    {
+        let out = rewindfs_as_agent(&fx, &args);
+        assert_eq!(out.status.code(), Some(5), "the agent's {args:?} must be refused: {}", stderr(&out));
+        assert!(stderr(&out).contains("owner's"), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_to_string(fx.path().join("f.txt")).expect("f.txt"), "two\n", "the tree changed");
+    assert!(common::is_mounted(&fx.mountpoint));
+    // The owner still may.
+    fx.cli(&["rewind", &first]);
+    assert_eq!(std::fs::read_to_string(fx.path().join("f.txt")).expect("f.txt"), "one\n");
+}
+
+#[test]
+fn without_an_agent_user_no_other_user_reaches_the_daemon() {
+    let fx = MountFixture::manual_turns();
+    let mp = s(&fx.mountpoint).to_string();
+    for args in [vec!["turn", "-C", &mp], vec!["log", "-C", &mp]] {
+        let out = rewindfs_as_agent(&fx, &args);
+        assert_eq!(out.status.code(), Some(5), "{args:?} from another user: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn run_as_runs_the_command_as_the_agent_user_who_cannot_rewind() {
+    let fx = MountFixture::unmounted();
+    let (uid, _) = test_user();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    common::sh(fx.dir.path(), "chmod 777 ws && chmod 666 ws/f.txt");
+    let _ = rewindfs_as_agent(&fx, &["--version"]);
+    let agent_bin = fx.dir.path().join("rewindfs-for-agent");
+    let script = format!(
+        "id -u > whoami; echo two > f.txt; '{bin}' turn --message-id a1 > turned; '{bin}' rewind 0 2> refused; echo $? > status",
+        bin = s(&agent_bin)
+    );
+    let out = fx.rewindfs(&[
+        "run",
+        s(&fx.ws),
+        "--store",
+        s(&fx.store),
+        "--auto-turn",
+        "0",
+        "--as",
+        common::TEST_USER,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    check(out, "rewindfs run --as");
+    let read = |n: &str| std::fs::read_to_string(fx.ws.join(n)).unwrap_or_else(|e| panic!("{n}: {e}"));
+    assert_eq!(read("whoami").trim(), uid.to_string(), "the command did not run as the agent user");
+    assert!(read("turned").contains("a1"), "the agent could not mark a turn: {}", read("turned"));
+    assert_eq!(read("status").trim(), "5", "the agent's rewind was not refused: {}", read("refused"));
+    assert_eq!(read("f.txt"), "two\n");
 }

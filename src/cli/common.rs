@@ -65,6 +65,32 @@ fn is_within(path: &Path, dir: &Path) -> bool {
     path.starts_with(dir)
 }
 
+/// The uid and gid of a user given by name or number, from /etc/passwd.
+pub fn user_ids(user: &str) -> Result<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|e| Error::io("cannot read /etc/passwd", e))?;
+    let found = passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        let (uid, gid) = (f.get(2)?.parse::<u32>().ok()?, f.get(3)?.parse::<u32>().ok()?);
+        (f[0] == user || uid.to_string() == user).then_some((uid, gid))
+    });
+    match (found, user.parse::<u32>()) {
+        (Some(ids), _) => Ok(ids),
+        (None, Ok(uid)) => Ok((uid, uid)),
+        (None, Err(_)) => Err(Error::Usage(format!("no user {user:?} in /etc/passwd"))),
+    }
+}
+
+fn user_uid(user: &str) -> Result<u32> {
+    let (uid, _) = user_ids(user)?;
+    if uid == 0 {
+        return Err(Error::Usage(
+            "the agent user must not be root: root can do everything the owner can (see docs/design.md, threat model)"
+                .into(),
+        ));
+    }
+    Ok(uid)
+}
+
 /// Device and inode of a directory, without following a final symlink.
 fn dir_id(path: &Path) -> Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -313,6 +339,7 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         threads: opts.threads.max(1),
         auto_turn: (opts.auto_turn > 0.0).then(|| Duration::from_secs_f64(opts.auto_turn)),
         record: !opts.no_record,
+        agent_uid: opts.agent_user.as_deref().map(user_uid).transpose()?,
     })
 }
 
@@ -384,6 +411,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .arg("--auto-turn")
         .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
         .args(if spec.record { None } else { Some("--no-record") })
+        .args(spec.agent_uid.map(|u| ["--agent-user".to_string(), u.to_string()]).into_iter().flatten())
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")

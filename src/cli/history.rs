@@ -1,6 +1,7 @@
 //! `rewindfs log`, `diff` and `history`: reading the record.
 
 use crate::cli::common;
+use crate::cli::quote::quote;
 use crate::cli::{DiffArgs, HistoryArgs, LogArgs};
 use crate::daemon::control::{self as op, RewindReply};
 use crate::error::Result;
@@ -32,11 +33,11 @@ pub fn log(args: LogArgs) -> Result<()> {
     );
     for t in &turns {
         let mut message = match &t.message_id {
-            Some(m) if !m.is_empty() => m.clone(),
+            Some(m) if !m.is_empty() => quote(m),
             _ => format!("({})", reason_name(t)),
         };
         if let Some(l) = &t.label {
-            message = format!("{message} {l}");
+            message = format!("{message} {}", quote(l));
         }
         let programs: Vec<String> = t.programs.iter().map(|(k, v)| format!("{k}:{v}")).collect();
         let marker = if t.current { "*" } else { " " };
@@ -68,7 +69,7 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
     let changes = reply.changes;
     let (mut added, mut removed) = (0, 0);
     for c in &changes {
-        let (path, a, r) = (&c.path, c.lines_added, c.lines_removed);
+        let (path, a, r) = (quote(&c.path), c.lines_added, c.lines_removed);
         added += a;
         removed += r;
         let kind = change_name(&c.change);
@@ -103,7 +104,7 @@ pub fn history(args: HistoryArgs) -> Result<()> {
         println!("no recorded turn changed {}", path.display());
     }
     for e in events {
-        let msg = e.message_id.map(|m| format!(" (message {m})")).unwrap_or_default();
+        let msg = e.message_id.map(|m| format!(" (message {})", quote(&m))).unwrap_or_default();
         println!("turn {}{msg}: {}", e.checkpoint, change_name(&e.change));
     }
     Ok(())
@@ -117,7 +118,7 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
         return common::print_json(&reply);
     }
     for c in &reply.changes {
-        println!("{:<10} {}", action_name(&c.action), c.path);
+        println!("{:<10} {}", action_name(&c.action), quote(&c.path));
     }
     match reply.undo_checkpoint {
         Some(undo) if !reply.dry_run => println!(
@@ -150,7 +151,7 @@ pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
                 plus += a;
                 minus += r;
                 let lines = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
-                println!("{what:<9} {}  ({lines})", c.path);
+                println!("{what:<9} {}  ({lines})", quote(&c.path));
             }
             println!(
                 "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",
@@ -211,10 +212,13 @@ pub fn graph(turns: &[TurnSummary]) {
         } else {
             "x"
         };
-        let mut text =
-            t.message_id.as_ref().map(|m| format!("message {m}")).unwrap_or_else(|| format!("({})", reason_name(t)));
+        let mut text = t
+            .message_id
+            .as_ref()
+            .map(|m| format!("message {}", quote(m)))
+            .unwrap_or_else(|| format!("({})", reason_name(t)));
         if let Some(l) = &t.label {
-            text.push_str(&format!(" {l}"));
+            text.push_str(&format!(" {}", quote(l)));
         }
         let branch = match t.parent {
             Some(p) if p != n - 1 => format!("  <- branches from {p}"),

@@ -1,9 +1,11 @@
 //! The command line: argument definitions and one file per subcommand.
 
 mod common;
+mod fsck;
 mod history;
 mod mount;
 mod occupants;
+mod quote;
 mod run;
 mod show;
 mod status;
@@ -84,6 +86,35 @@ pub enum Command {
     /// `rewindfs rewind <safety>` undoes the rewind. New turns then grow a
     /// new branch from CHECKPOINT; the abandoned branch stays browsable.
     Rewind(RewindArgs),
+    /// Check that every checkpoint can be read back; name what damage costs.
+    ///
+    /// Reads every chunk and checks its hash, follows every reference
+    /// (records, chunks, packs, attic, checkpoints) and reports each problem
+    /// by checkpoint and path. Exit status 0: clean; 4: problems found;
+    /// 5: --repair dealt with every problem found (history was lost). On a
+    /// mounted workspace it asks the daemon; --repair needs the store
+    /// unmounted.
+    Fsck(FsckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FsckArgs {
+    /// A mounted workspace (checked through its daemon), or an unmounted
+    /// one (its store is opened read-only); default: the mount containing
+    /// the current directory.
+    #[arg(short = 'C', value_name = "MOUNT")]
+    pub mount: Option<PathBuf>,
+    /// The store directory to check (default: the workspace's default store).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Drop what cannot be recovered (records whose content is gone,
+    /// damaged chunks, cached content) and say which checkpoints and paths
+    /// lost what. Never touches the workspace. Needs the store unmounted.
+    #[arg(long)]
+    pub repair: bool,
+    /// Print JSON for programs.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -200,6 +231,13 @@ pub struct MountOpts {
     /// Seconds the kernel may cache names and attributes.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub cache_timeout: u64,
+    /// The user the agent runs as (name or uid; not root). That user may
+    /// mark turns (`rewindfs turn`, for its hooks), read the history
+    /// (`status`, `log`, `diff`, `history`, `fsck`) and preview (`--dry-run`),
+    /// but not rewind, restore, unmount or mount views. Without it, only
+    /// the owner can reach the daemon.
+    #[arg(long, value_name = "USER")]
+    pub agent_user: Option<String>,
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
@@ -246,6 +284,11 @@ pub struct RunArgs {
     pub workspace: Option<PathBuf>,
     #[command(flatten)]
     pub opts: MountOpts,
+    /// Run COMMAND as this user (name or uid; not root), who becomes the
+    /// mount's agent user (see --agent-user): it can mark turns and read
+    /// history, but not rewind or restore. Needs `setpriv` (util-linux).
+    #[arg(long = "as", value_name = "USER")]
+    pub as_user: Option<String>,
     /// The command to run and its arguments (after `--`). Default: $SHELL.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -276,6 +319,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Show(a) => show::run(a).map(|_| 0),
         Command::Restore(a) => history::restore(a).map(|_| 0),
         Command::Rewind(a) => history::rewind(a).map(|_| 0),
+        Command::Fsck(a) => fsck::run(a),
     };
     match result {
         Ok(code) => code,

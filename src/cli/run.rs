@@ -46,7 +46,14 @@ fn demo_workspace() -> Result<PathBuf> {
     Ok(dir)
 }
 
-pub fn run(args: RunArgs) -> Result<i32> {
+pub fn run(mut args: RunArgs) -> Result<i32> {
+    if let Some(user) = &args.as_user {
+        if args.opts.agent_user.as_ref().is_some_and(|a| a != user) {
+            return Err(Error::Usage("--as and --agent-user name different users".into()));
+        }
+        args.opts.agent_user = Some(user.clone());
+    }
+    let run_as = args.as_user.as_deref().map(common::user_ids).transpose()?;
     let (workspace, command) = match args.workspace {
         Some(ws) => {
             let cmd = if args.command.is_empty() {
@@ -73,7 +80,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
 
     // From here on, whatever happens, unmount before returning.
     sys::signals::install();
-    let status = run_child(&command, &info.mountpoint);
+    let status = run_child(&command, &info.mountpoint, run_as);
     let unmounted = unmount_when_idle(&info.mountpoint);
     let code = status?;
     unmounted?;
@@ -81,9 +88,19 @@ pub fn run(args: RunArgs) -> Result<i32> {
     Ok(code)
 }
 
-fn run_child(command: &[String], cwd: &std::path::Path) -> Result<i32> {
+fn run_child(command: &[String], cwd: &std::path::Path, run_as: Option<(u32, u32)>) -> Result<i32> {
     let (program, rest) = command.split_first().ok_or_else(|| Error::Usage("no command given".into()))?;
-    let mut child = Command::new(program)
+    let mut cmd = match run_as {
+        None => Command::new(program),
+        Some((uid, gid)) => {
+            // setpriv sets the user, its group and its supplementary groups
+            // before COMMAND starts; nothing of root's stays.
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).arg("--init-groups").arg("--").arg(program);
+            c
+        }
+    };
+    let mut child = cmd
         .args(rest)
         .current_dir(cwd)
         .env("REWINDFS", std::env::current_exe().unwrap_or_else(|_| "rewindfs".into()))

@@ -58,7 +58,8 @@ pub fn run(args: StatusArgs) -> Result<()> {
         println!("  daemon pid:  {}", m.pid);
         println!("  uptime:      {}s", s.uptime_secs);
         println!("  passthrough: {}", if m.passthrough { "on" } else { "off" });
-        let message = s.message_id.as_ref().map(|m| format!(" (message {m})")).unwrap_or_default();
+        let message =
+            s.message_id.as_ref().map(|m| format!(" (message {})", crate::cli::quote::quote(m))).unwrap_or_default();
         println!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);
         if s.pending_files > 0 {
             println!("  settling:    {} rewound files still being written to the workspace", s.pending_files);

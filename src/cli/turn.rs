@@ -22,7 +22,7 @@ pub fn run(args: TurnArgs) -> Result<()> {
     }
     let n = reply.checkpoint;
     match &reply.info.message_id {
-        Some(m) => println!("checkpoint {n} (before message {m})"),
+        Some(m) => println!("checkpoint {n} (before message {})", crate::cli::quote::quote(&m)),
         None => println!("checkpoint {n}"),
     }
     Ok(())

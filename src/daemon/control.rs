@@ -32,6 +32,7 @@ pub fn exchange(socket: &Path, request: &Request, timeout: Duration) -> Result<R
             format!("cannot reach the rewindfs daemon at {} ({e}); is it running?", socket.display()),
         )
     })?;
+    check_peer(&stream, socket)?;
     stream.set_read_timeout(Some(timeout)).ok();
     let mut line =
         serde_json::to_vec(request).map_err(|e| Failure::internal(format!("cannot encode a request: {e}")))?;
@@ -44,6 +45,26 @@ pub fn exchange(socket: &Path, request: &Request, timeout: Duration) -> Result<R
     }
     Ok(serde_json::from_str(&answer)
         .map_err(|e| Failure::internal(format!("malformed answer from the daemon: {e}")))?)
+}
+
+/// Checks who serves the socket (SO_PEERCRED): a daemon runs as root or as
+/// the caller. Anything else is another user's process answering in the
+/// daemon's place, and would be told the owner's requests.
+fn check_peer(stream: &UnixStream, socket: &Path) -> Result<()> {
+    let peer = rustix::net::sockopt::socket_peercred(stream)
+        .map_err(|e| Error::io(format!("cannot see who serves {}", socket.display()), e.into()))?;
+    let (uid, me) = (peer.uid.as_raw(), crate::sys::geteuid());
+    if uid != 0 && uid != me {
+        return Err(Error::kind_of(
+            ErrorKind::Refused,
+            format!(
+                "{} is served by process {} of uid {uid}, neither root nor you (uid {me}); refusing to talk to it",
+                socket.display(),
+                peer.pid.as_raw_nonzero()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Requests being handled whose answer is not written yet.
@@ -102,7 +123,7 @@ impl Drop for InFlight {
 /// that panics answers an error (and is logged); the daemon goes on.
 pub fn serve<F>(listener: UnixListener, handle: F)
 where
-    F: Fn(Request) -> Response + Send + Sync + 'static,
+    F: Fn(Request, u32) -> Response + Send + Sync + 'static,
 {
     let handle = std::sync::Arc::new(handle);
     for stream in listener.incoming() {
@@ -115,8 +136,11 @@ where
                 return;
             }
             let _in_flight = InFlight::enter();
+            // Who asks, from the kernel: never from the request.
+            let Ok(peer) = rustix::net::sockopt::socket_peercred(&stream) else { return };
+            let uid = peer.uid.as_raw();
             let response = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => guarded(&*handle, req),
+                Ok(req) => guarded(&|req| handle(req, uid), req),
                 Err(e) => Response::failure(Failure::internal(format!("malformed request: {e}"))),
             };
             if let Ok(mut out) = serde_json::to_vec(&response) {
@@ -137,7 +161,7 @@ mod tests {
         let socket = dir.path().join("control.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
         std::thread::spawn(move || {
-            serve(listener, |req| match req {
+            serve(listener, |req, _| match req {
                 Request::Log(_) => panic!("deliberate panic in a handler"),
                 _ => Response::from_result::<()>(Ok(())),
             })

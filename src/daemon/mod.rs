@@ -1,6 +1,7 @@
 //! The daemon of one mount: takes the locks, opens the workspace, mounts,
 //! publishes itself, serves FUSE and control requests, and cleans up.
 
+pub mod access;
 pub mod control;
 pub mod protocol;
 pub mod registry;
@@ -41,6 +42,8 @@ pub struct MountSpec {
     pub auto_turn: Option<Duration>,
     /// Record pre-images (off only to measure what recording costs).
     pub record: bool,
+    /// The agent's user: may mark turns, read history and preview.
+    pub agent_uid: Option<u32>,
 }
 
 impl MountSpec {
@@ -127,6 +130,10 @@ fn start(spec: &MountSpec) -> Result<Started> {
     )?;
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
+    // So `fsck --store` can find the workspace whose inodes views read.
+    if let Err(e) = journal.with_meta(|m| m.set_state("workspace", &spec.workspace.to_string_lossy())) {
+        warn!("cannot record the workspace path in the store: {e}");
+    }
     let recording = if spec.record { Some(journal.clone()) } else { None };
     if !spec.record {
         warn!("recording is off for {}: nothing will be undoable", spec.workspace.display());
@@ -160,9 +167,10 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let _ = std::fs::remove_file(&entry.socket);
     let listener = UnixListener::bind(&entry.socket)
         .map_err(|e| Error::io(format!("cannot create control socket {}", entry.socket.display()), e))?;
-    // Only the owner may change history or rewind: an agent running as
-    // another user cannot reach the socket.
-    set_mode(&entry.socket, 0o600)?;
+    // Only the owner may change history or rewind. Without an agent user
+    // nobody else can reach the socket; with one, the socket is open to all
+    // and the access policy decides by the caller's uid.
+    set_mode(&entry.socket, if spec.agent_uid.is_some() { 0o666 } else { 0o600 })?;
     let info = MountInfo {
         mountpoint: spec.mountpoint.clone(),
         workspace: spec.workspace.clone(),
@@ -177,6 +185,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     registry::publish(&info)?;
 
     let ctx = Arc::new(Ctx {
+        access: access::Policy { owner: sys::geteuid(), agent: spec.agent_uid },
         info: info.clone(),
         tree: tree.clone(),
         journal: journal.clone(),
@@ -191,7 +200,15 @@ fn start(spec: &MountSpec) -> Result<Started> {
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
         .name("control".into())
-        .spawn(move || control::serve(listener, move |req| handle(req, &handler_ctx)))
+        .spawn(move || {
+            control::serve(listener, move |req, uid| match handler_ctx.access.check(uid, &req) {
+                Ok(()) => handle(req, &handler_ctx),
+                Err(refusal) => {
+                    warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
+                    Response::failure(refusal)
+                }
+            })
+        })
         .map_err(|e| Error::io("cannot start the control thread", e))?;
     spawn_signal_watcher(spec.mountpoint.clone());
     if let Some(quiet) = spec.auto_turn {
@@ -203,6 +220,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
 /// What the control handlers work with.
 struct Ctx {
     info: MountInfo,
+    /// Who may ask what on the control socket.
+    access: access::Policy,
     tree: Arc<LiveTree>,
     journal: Arc<Journal>,
     /// Set by the first explicit `turn`: a harness announces turns, so
@@ -228,11 +247,21 @@ fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, 
 fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, Failure> {
     let tree = ctx.tree.clone();
     let journal = ctx.journal.clone();
-    ctx.journal.seal_on(info, reason, parent, || tree.recapture_writers(&journal)).map(|c| c.0).map_err(|e| match e {
-        // The caller's mistake, not a failure of the store.
-        JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => Failure::usage(e.to_string()),
-        e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
-    })
+    ctx.journal
+        .seal_on(info, reason, parent, || {
+            // Before the writers are recorded again: the live tree is still
+            // the tree at the end of the sealed turn.
+            crate::report::note_sealed_turn(&tree, &journal);
+            tree.recapture_writers(&journal)
+        })
+        .map(|c| c.0)
+        .map_err(|e| match e {
+            // The caller's mistake, not a failure of the store.
+            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => {
+                Failure::usage(e.to_string())
+            }
+            e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
+        })
 }
 
 fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
@@ -384,6 +413,14 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     format!("cannot mount the view on {}: {e}", mountpoint.display()),
                 )),
             }
+        }),
+        Request::Fsck(op) => answer(op, |_| {
+            let _op = ctx.world.op();
+            let attic = info.store.join("attic");
+            let target =
+                crate::fsck::Target { journal, tree: Some(tree), attic: Some(&attic), store_dir: Some(&info.store) };
+            crate::fsck::check(&target, &mut |_| {})
+                .map_err(|e| Failure::failed(libc::EIO, format!("fsck could not finish: {e}")))
         }),
         Request::History(op) => answer(op, |protocol::History { path }| {
             let _op = ctx.world.op();

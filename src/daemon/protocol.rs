@@ -59,7 +59,13 @@ ops! {
     Restore "restore" => RestoreReply,
     Rewind "rewind" => RewindReply,
     Show "show" => ShowReply,
+    Fsck "fsck" => crate::fsck::Report,
 }
+
+/// Check the store (`rewindfs fsck` on a mounted workspace). Never
+/// repairs: that needs the store unused.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Fsck;
 
 /// What is mounted where, and the state of the current turn.
 #[derive(Clone, Debug, Serialize, Deserialize)]

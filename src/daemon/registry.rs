@@ -58,7 +58,11 @@ pub struct Entry {
 }
 
 pub fn entry_for(mountpoint: &Path) -> Entry {
-    let dir = runtime_dir();
+    entry_in(&runtime_dir(), mountpoint)
+}
+
+/// The same, in the runtime directory `dir`.
+fn entry_in(dir: &Path, mountpoint: &Path) -> Entry {
     let k = key(mountpoint);
     Entry { info: dir.join(format!("mount-{k}.json")), socket: dir.join(format!("mount-{k}.sock")) }
 }
@@ -156,7 +160,10 @@ fn trusted_file(path: &Path, owner: u32, socket: bool) -> Result<()> {
             ),
         ));
     }
-    if meta.mode() & 0o022 != 0 {
+    // For a socket, write permission is leave to connect (with an agent
+    // user, everyone may; the daemon's policy decides), not to replace it:
+    // that is the trusted directory's to allow.
+    if !socket && meta.mode() & 0o022 != 0 {
         return Err(Error::kind_of(
             ErrorKind::Refused,
             format!("{} is writable by others (mode {:o}); refusing to trust it", path.display(), meta.mode() & 0o7777),
@@ -174,7 +181,7 @@ fn read_trusted(path: &Path, owner: u32) -> Result<MountInfo> {
     let info: MountInfo = serde_json::from_slice(&bytes).map_err(|e| {
         Error::kind_of(ErrorKind::Refused, format!("{} is not a rewindfs mount file: {e}", path.display()))
     })?;
-    let entry = entry_for(&info.mountpoint);
+    let entry = entry_in(path.parent().unwrap_or(Path::new("/")), &info.mountpoint);
     if entry.info != path || entry.socket != info.socket {
         return Err(Error::kind_of(
             ErrorKind::Refused,
@@ -241,7 +248,20 @@ pub fn read(mountpoint: &Path) -> Option<MountInfo> {
 /// Every published mount that can be trusted, and a sentence for each
 /// runtime file that was refused.
 pub fn list_checked() -> (Vec<MountInfo>, Vec<String>) {
-    let dir = runtime_dir();
+    let (mut out, mut refused) = list_dir(&runtime_dir());
+    // An agent running as another user finds the owner's mounts in root's
+    // runtime directory (trusted: root's, not writable by others).
+    let root_dir = Path::new("/run/rewindfs");
+    if crate::sys::geteuid() != 0 && std::env::var_os("REWINDFS_RUNTIME_DIR").is_none() && runtime_dir() != root_dir {
+        let (more, more_refused) = list_dir(root_dir);
+        out.extend(more);
+        refused.extend(more_refused);
+    }
+    (out, refused)
+}
+
+fn list_dir(dir: &Path) -> (Vec<MountInfo>, Vec<String>) {
+    let dir = dir.to_path_buf();
     let Ok(listing) = fs::read_dir(&dir) else { return (Vec::new(), Vec::new()) };
     let owner = match trusted_dir(&dir) {
         Ok(owner) => owner,

@@ -241,7 +241,18 @@ impl Journal {
             m.set_state("clean_unmount_ns", "")
         })?;
         info!("journal opened: checkpoint {turn} records the state at mount");
-        Ok(Journal {
+        Ok(Journal::assemble(meta, store, turn, outside_since_ns, unclean, log))
+    }
+
+    fn assemble(
+        meta: Meta,
+        store: Arc<dyn ChunkStore>,
+        turn: i64,
+        outside_since_ns: Option<i64>,
+        unclean: bool,
+        log: Option<RecordLog>,
+    ) -> Journal {
+        Journal {
             inner: Mutex::new(Inner {
                 meta,
                 turn,
@@ -262,13 +273,36 @@ impl Journal {
             }),
             store,
             gate: RwLock::new(()),
-        })
+        }
+    }
+
+    /// A journal over a database and store opened read-only, for `fsck`:
+    /// it records no checkpoint and folds no log, so views can be read
+    /// without changing anything. Any recording through it fails.
+    pub fn read_only(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
+        let turn = meta.checkpoints()?.last().map_or(0, |c| c.checkpoint);
+        Ok(Journal::assemble(meta, store, turn, None, false, None))
     }
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
     /// after checking that they are sound and belong together
     /// ([`crate::journal::store_check`]).
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
+        // Before anything writes: an empty or damaged database would
+        // otherwise be recreated or used as if it were the history.
+        let damage = crate::fsck::store_damage(dir);
+        if !damage.is_empty() {
+            let what: Vec<String> = damage.into_iter().map(|d| d.detail).collect();
+            return Err(crate::Error::kind_of(
+                crate::error::ErrorKind::Failed,
+                format!(
+                    "store {} is damaged, so it was not mounted: {}. `rewindfs fsck --store {}` says what is lost",
+                    dir.display(),
+                    what.join("; "),
+                    dir.display()
+                ),
+            ));
+        }
         let meta = store_check::open_checked(dir)?;
         let store =
             crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;

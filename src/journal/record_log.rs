@@ -71,27 +71,44 @@ impl RecordLog {
         let mut file = OpenOptions::new().create(true).read(true).append(true).open(path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let mut records = Vec::new();
-        let mut at = 0usize;
-        while at + 8 <= bytes.len() {
-            let len = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
-            let sum = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]);
-            let Some(payload) = bytes.get(at + 8..at + 8 + len) else { break };
-            if checksum(payload) != sum {
-                break;
-            }
-            match serde_json::from_slice(payload) {
-                Ok(r) => records.push(r),
-                Err(_) => break,
-            }
-            at += 8 + len;
-        }
-        if at < bytes.len() {
-            log::warn!("journal log {}: discarding a torn tail of {} bytes", path.display(), bytes.len() - at);
-        }
-        Ok((RecordLog { file }, records))
+        Ok((RecordLog { file }, parse(path, &bytes)))
     }
 
+    /// The records a log holds, read without opening it for writing (for
+    /// checks beside the daemon that appends to it). A missing log holds none.
+    pub fn read(path: &Path) -> std::io::Result<Vec<LogRecord>> {
+        match std::fs::read(path) {
+            Ok(bytes) => Ok(parse(path, &bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The valid frames at the start of `bytes`; a torn or corrupt frame ends them.
+fn parse(path: &Path, bytes: &[u8]) -> Vec<LogRecord> {
+    let mut records = Vec::new();
+    let mut at = 0usize;
+    while at + 8 <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+        let sum = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]);
+        let Some(payload) = bytes.get(at + 8..at + 8 + len) else { break };
+        if checksum(payload) != sum {
+            break;
+        }
+        match serde_json::from_slice(payload) {
+            Ok(r) => records.push(r),
+            Err(_) => break,
+        }
+        at += 8 + len;
+    }
+    if at < bytes.len() {
+        log::warn!("journal log {}: discarding a torn tail of {} bytes", path.display(), bytes.len() - at);
+    }
+    records
+}
+
+impl RecordLog {
     /// Appends one record with a single `write()`.
     pub fn append(&mut self, record: &LogRecord) -> std::io::Result<()> {
         let payload = serde_json::to_vec(record).map_err(std::io::Error::other)?;

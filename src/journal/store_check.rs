@@ -1,7 +1,8 @@
-//! Checks made before a store is used: a database that was lost, replaced
-//! or damaged must not be mounted as if it were the history, next to packs
-//! and an attic that belong to another one. A refusal changes nothing and
-//! names `rewindfs fsck`.
+//! That a store's database and its packs belong together: a database from
+//! another store (copied over, or restored from the wrong backup) must not
+//! be mounted as the history of these packs and this attic. The database
+//! is checked for emptiness and damage before (`fsck::store_damage`). A
+//! refusal changes nothing and names `rewindfs fsck`.
 
 use std::path::Path;
 
@@ -33,9 +34,8 @@ fn refuse(dir: &Path, what: String) -> Error {
     )
 }
 
-/// Opens `dir/meta.sqlite` after checking it: SQLite's integrity check,
-/// and that the database and the packs carry the same store id. A new
-/// store gets its id here.
+/// Opens `dir/meta.sqlite` after checking that the database and the packs
+/// carry the same store id. A new store gets its id here.
 pub fn open_checked(dir: &Path) -> Result<Meta> {
     let db = dir.join("meta.sqlite");
     let id_path = dir.join("chunks").join(ID_FILE);
@@ -44,22 +44,9 @@ pub fn open_checked(dir: &Path) -> Result<Meta> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(format!("cannot read {}", id_path.display()), e)),
     };
-    let db_len = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
+    // Emptiness and damage were checked before (`fsck::store_damage`).
     let (packs, attic) = history_outside_db(dir);
-    if db_len == 0 && (file_id.is_some() || packs > 0 || attic > 0) {
-        return Err(refuse(
-            dir,
-            format!(
-                "its database {} is missing or empty, but the store holds history ({packs} pack files, {attic} files in the attic): the database was lost or replaced",
-                db.display()
-            ),
-        ));
-    }
     let meta = Meta::open(&db).map_err(|e| refuse(dir, format!("its database cannot be opened: {e}")))?;
-    let problems = meta.integrity_problems(20).map_err(|e| refuse(dir, format!("its database is damaged: {e}")))?;
-    if !problems.is_empty() {
-        return Err(refuse(dir, format!("its database is damaged: {}", problems.join("; "))));
-    }
     let db_id = meta.get_state(ID_KEY).map_err(|e| refuse(dir, format!("its database is damaged: {e}")))?;
     let has_history = meta.checkpoints().map(|c| !c.is_empty()).unwrap_or(false);
     match (db_id, file_id) {
@@ -122,18 +109,13 @@ mod tests {
     }
 
     #[test]
-    fn an_emptied_or_swapped_database_is_refused() {
+    fn a_database_of_another_store_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         drop(open_checked(dir.path()).expect("new store"));
-        std::fs::write(dir.path().join("meta.sqlite"), b"").expect("truncate");
-        let _ = std::fs::remove_file(dir.path().join("meta.sqlite-wal"));
-        let err = open_checked(dir.path()).expect_err("an emptied database must be refused").to_string();
-        assert!(err.contains("missing or empty") && err.contains("fsck"), "{err}");
-
         let other = tempfile::tempdir().expect("tempdir");
         drop(open_checked(other.path()).expect("other store"));
         std::fs::copy(other.path().join("meta.sqlite"), dir.path().join("meta.sqlite")).expect("swap");
         let err = open_checked(dir.path()).expect_err("a database of another store must be refused").to_string();
-        assert!(err.contains("belong to different stores"), "{err}");
+        assert!(err.contains("belong to different stores") && err.contains("fsck"), "{err}");
     }
 }

@@ -11,7 +11,7 @@ use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -133,6 +133,26 @@ pub struct Checkpoint {
     pub store_bytes_at_start: i64,
 }
 
+/// One turn's `log` statistics: what `diff` between its two checkpoints
+/// reports, summed, and how many records each program caused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnStats {
+    pub files_added: u64,
+    pub files_modified: u64,
+    pub files_deleted: u64,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+    pub programs: std::collections::BTreeMap<String, u64>,
+}
+
+/// What a turn changed (`Meta::changed_in_turn`).
+pub struct TurnChanges {
+    /// Directories whose entries changed.
+    pub dirs: Vec<ObjectId>,
+    /// Objects whose own state changed, with their kind.
+    pub objects: Vec<(ObjectId, u8)>,
+}
+
 /// The recorded state of an object before the first change in a turn.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ObjectState {
@@ -161,6 +181,42 @@ pub struct EntryRecord {
     pub name: Vec<u8>,
     pub target: Option<ObjectId>,
     pub program: Option<String>,
+}
+
+/// What views may need from an object's live inode (see
+/// [`Meta::record_coverage`]).
+#[derive(Clone, Debug)]
+pub struct Coverage {
+    pub object: ObjectId,
+    /// `objects.kind`, None without an object row.
+    pub kind: Option<u8>,
+    pub handle: Option<Vec<u8>>,
+    pub newest_record: i64,
+    pub newest_cover: Option<i64>,
+    /// The object has a row in `objects`.
+    pub has_row: bool,
+}
+
+/// What [`Meta::probe`] found.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// `PRAGMA user_version` (0: an empty or foreign file).
+    pub version: i64,
+    /// What `PRAGMA quick_check` reported (empty: sound).
+    pub damage: Vec<String>,
+    /// The chunk store's size when the newest checkpoint's turn began.
+    pub store_bytes: Option<i64>,
+    pub max_object_id: Option<i64>,
+}
+
+/// A pending row and the record its chunk list comes from.
+#[derive(Clone, Debug)]
+pub struct PendingSource {
+    pub handle: Vec<u8>,
+    pub inline: Option<Vec<u8>>,
+    pub source: Option<(i64, ObjectId)>,
+    pub source_chunks: Option<Vec<u8>>,
+    pub source_exists: bool,
 }
 
 /// The metadata database.
@@ -319,7 +375,42 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 5")?;
     }
+    if version < 6 {
+        // Each sealed turn's `log` statistics, so that `log` reads one row
+        // per turn instead of comparing two views for every turn each time.
+        // `paths` says where the turn's changes are (found at the seal,
+        // while the live tree is the tree at its end), so that computing
+        // the statistics visits only those paths.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE turn_summaries(
+                 turn INTEGER PRIMARY KEY,
+                 paths BLOB,
+                 files_added INTEGER,
+                 files_modified INTEGER,
+                 files_deleted INTEGER,
+                 lines_added INTEGER,
+                 lines_removed INTEGER);
+             CREATE TABLE turn_programs(
+                 turn INTEGER NOT NULL,
+                 program TEXT NOT NULL,
+                 records INTEGER NOT NULL,
+                 PRIMARY KEY(turn, program)) WITHOUT ROWID;
+             PRAGMA user_version = 6;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 6")?;
+    }
     Ok(())
+}
+
+fn quick_check(conn: &Connection) -> MetaResult<Vec<String>> {
+    let mut stmt = conn.prepare("PRAGMA quick_check").ctx("check the database")?;
+    let lines = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .ctx("check the database")?;
+    Ok(lines.into_iter().filter(|line| line != "ok").collect())
 }
 
 fn object_state_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ObjectState> {
@@ -351,19 +442,56 @@ impl Meta {
         Self::setup(conn, &path.display().to_string())
     }
 
-    /// Runs SQLite's `integrity_check`: the problems it finds (at most
-    /// `limit`), none when the database is sound.
-    pub fn integrity_problems(&self, limit: u32) -> MetaResult<Vec<String>> {
-        let mut stmt = self.conn.prepare(&format!("PRAGMA integrity_check({limit})")).ctx("check integrity")?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0)).ctx("check integrity")?;
-        let mut out = Vec::new();
-        for row in rows {
-            let line = row.ctx("check integrity")?;
-            if line != "ok" {
-                out.push(line);
-            }
+    /// Opens an existing database for reading only: no migration, no
+    /// pragma that writes, so `fsck` can read a store beside its daemon or
+    /// without altering it. A database at another schema version is refused
+    /// (a mount migrates it).
+    pub fn open_read_only(path: &Path) -> MetaResult<Meta> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).ctx("open read-only")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
+        if version > SCHEMA_VERSION {
+            return Err(MetaError::TooNew {
+                path: path.display().to_string(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
         }
-        Ok(out)
+        if version < SCHEMA_VERSION {
+            return Err(MetaError::Malformed {
+                what: "schema version (older than this rewindfs; mount once to migrate)",
+            });
+        }
+        Ok(Meta { conn })
+    }
+
+    /// Checks a database file without changing it: SQLite's
+    /// `PRAGMA quick_check` (the structure of every table and index), and
+    /// what the store around it must agree with. For the checks at mount
+    /// and `fsck`; a database of any schema version can be probed.
+    pub fn probe(path: &Path) -> MetaResult<Probe> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).ctx("open read-only")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
+        let mut probe = Probe { version, damage: quick_check(&conn)?, store_bytes: None, max_object_id: None };
+        if version >= 1 && probe.damage.is_empty() {
+            probe.store_bytes = conn
+                .query_row("SELECT store_bytes_at_start FROM checkpoints ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+                .optional()
+                .ctx("read the newest checkpoint")?;
+            probe.max_object_id =
+                conn.query_row("SELECT MAX(id) FROM objects", [], |r| r.get(0)).ctx("read objects")?;
+        }
+        Ok(probe)
+    }
+
+    /// SQLite's `PRAGMA quick_check` of this database: empty when sound.
+    pub fn quick_check(&self) -> MetaResult<Vec<String>> {
+        quick_check(&self.conn)
     }
 
     /// An in-memory database (tests).
@@ -841,6 +969,286 @@ impl Meta {
         rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
     }
 
+    /// Where the changes of `turn` are in the tree at its end: `Some`
+    /// paths (encoded by `encode_paths`), or `None` when only a walk of the
+    /// whole tree can tell. Set when the turn is sealed.
+    pub fn set_turn_paths(&self, turn: i64, paths: Option<&[u8]>) -> MetaResult<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO turn_summaries(turn, paths) VALUES (?1, ?2)
+                 ON CONFLICT(turn) DO UPDATE SET paths = excluded.paths",
+            )
+            .ctx("prepare")?
+            .execute(params![turn, paths])
+            .ctx("record where a turn's changes are")?;
+        Ok(())
+    }
+
+    /// The paths recorded by `set_turn_paths` (`None`: no row, or the
+    /// whole tree).
+    pub fn turn_paths(&self, turn: i64) -> MetaResult<Option<Vec<u8>>> {
+        self.conn
+            .prepare_cached("SELECT paths FROM turn_summaries WHERE turn = ?1")
+            .ctx("prepare")?
+            .query_row([turn], |r| r.get::<_, Option<Vec<u8>>>(0))
+            .optional()
+            .map(Option::flatten)
+            .ctx("read where a turn's changes are")
+    }
+
+    /// Stores a sealed turn's statistics; its paths are no longer needed.
+    pub fn set_turn_stats(&self, turn: i64, stats: &TurnStats) -> MetaResult<()> {
+        self.transaction(|m| {
+            m.conn
+                .prepare_cached(
+                    "INSERT INTO turn_summaries(turn, paths, files_added, files_modified, files_deleted,
+                         lines_added, lines_removed) VALUES (?1, NULL, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT(turn) DO UPDATE SET paths = NULL, files_added = excluded.files_added,
+                         files_modified = excluded.files_modified, files_deleted = excluded.files_deleted,
+                         lines_added = excluded.lines_added, lines_removed = excluded.lines_removed",
+                )
+                .ctx("prepare")?
+                .execute(params![
+                    turn,
+                    stats.files_added as i64,
+                    stats.files_modified as i64,
+                    stats.files_deleted as i64,
+                    stats.lines_added as i64,
+                    stats.lines_removed as i64
+                ])
+                .ctx("store turn statistics")?;
+            m.conn.execute("DELETE FROM turn_programs WHERE turn = ?1", [turn]).ctx("store turn statistics")?;
+            let mut insert = m
+                .conn
+                .prepare_cached("INSERT INTO turn_programs(turn, program, records) VALUES (?1, ?2, ?3)")
+                .ctx("prepare")?;
+            for (program, n) in &stats.programs {
+                insert.execute(params![turn, program, *n as i64]).ctx("store turn statistics")?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Every stored turn's statistics, by turn.
+    pub fn turn_stats(&self) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
+        let mut out = std::collections::HashMap::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT turn, files_added, files_modified, files_deleted, lines_added, lines_removed
+                 FROM turn_summaries WHERE files_added IS NOT NULL",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    TurnStats {
+                        files_added: r.get::<_, i64>(1)? as u64,
+                        files_modified: r.get::<_, i64>(2)? as u64,
+                        files_deleted: r.get::<_, i64>(3)? as u64,
+                        lines_added: r.get::<_, i64>(4)? as u64,
+                        lines_removed: r.get::<_, i64>(5)? as u64,
+                        programs: Default::default(),
+                    },
+                ))
+            })
+            .ctx("read turn statistics")?;
+        for row in rows {
+            let (turn, stats) = row.ctx("read turn statistics")?;
+            out.insert(turn, stats);
+        }
+        let mut stmt = self.conn.prepare_cached("SELECT turn, program, records FROM turn_programs").ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
+            .ctx("read turn statistics")?;
+        for row in rows {
+            let (turn, program, n) = row.ctx("read turn statistics")?;
+            if let Some(s) = out.get_mut(&turn) {
+                s.programs.insert(program, n as u64);
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many records each program caused in a turn.
+    pub fn programs_in_turn(&self, turn: i64) -> MetaResult<std::collections::BTreeMap<String, u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT program, COUNT(*) FROM (SELECT program FROM entry_pre WHERE turn = ?1
+                     UNION ALL SELECT program FROM object_pre WHERE turn = ?1)
+                 WHERE program IS NOT NULL GROUP BY program",
+            )
+            .ctx("prepare")?;
+        let rows =
+            stmt.query_map([turn], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))).ctx("count programs of turn")?;
+        rows.collect::<rusqlite::Result<_>>().ctx("count programs of turn")
+    }
+
+    /// Everything a turn changed: the directories with entry records in
+    /// it, and the objects with object records.
+    pub fn changed_in_turn(&self, turn: i64) -> MetaResult<TurnChanges> {
+        let mut stmt = self.conn.prepare_cached("SELECT DISTINCT dir FROM entry_pre WHERE turn = ?1").ctx("prepare")?;
+        let dirs = stmt
+            .query_map([turn], |r| r.get(0).map(ObjectId))
+            .ctx("list changed directories")?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .ctx("list changed directories")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT object, kind FROM object_pre WHERE turn = ?1").ctx("prepare")?;
+        let objects = stmt
+            .query_map([turn], |r| Ok((ObjectId(r.get(0)?), r.get(1)?)))
+            .ctx("list changed objects")?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .ctx("list changed objects")?;
+        Ok(TurnChanges { dirs, objects })
+    }
+
+    /// Calls `f` with every pre-image record that holds content: (turn,
+    /// object, content hash, chunk list). One pass, in (turn, object)
+    /// order, without holding every chunk list in memory.
+    pub fn for_each_content_record(&self, mut f: impl FnMut(i64, ObjectId, &[u8], &[u8])) -> MetaResult<()> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT turn, object, content_hash, chunks FROM object_pre WHERE chunks IS NOT NULL ORDER BY turn, object")
+            .ctx("prepare")?;
+        let mut rows = stmt.query([]).ctx("list content records")?;
+        while let Some(r) = rows.next().ctx("list content records")? {
+            let hash: Vec<u8> = r.get::<_, Option<Vec<u8>>>(2).ctx("read content record")?.unwrap_or_default();
+            let chunks: Vec<u8> = r.get(3).ctx("read content record")?;
+            f(r.get(0).ctx("read content record")?, ObjectId(r.get(1).ctx("read content record")?), &hash, &chunks);
+        }
+        Ok(())
+    }
+
+    /// Every `known_content` row: (object, chunk list).
+    pub fn known_content_lists(&self) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
+        let mut stmt = self.conn.prepare("SELECT object, chunks FROM known_content").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list known content")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list known content")
+    }
+
+    /// For every object some record mentions, what a view may need from
+    /// its live inode (see `fsck`): its kind and handle, the newest turn of
+    /// a record that names it (as an entry target or with an object record),
+    /// and the newest turn of a record that says all a view needs without
+    /// the inode (content for a file; any object record for anything else).
+    pub fn record_coverage(&self) -> MetaResult<Vec<Coverage>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "WITH named AS (
+                     SELECT target AS object, MAX(turn) AS turn FROM entry_pre WHERE target IS NOT NULL GROUP BY target
+                     UNION ALL SELECT object, MAX(turn) FROM object_pre GROUP BY object),
+                 newest AS (SELECT object, MAX(turn) AS turn FROM named GROUP BY object),
+                 covered AS (
+                     SELECT object, MAX(turn) AS turn FROM object_pre
+                     WHERE chunks IS NOT NULL OR kind != 1 GROUP BY object)
+                 SELECT n.object, o.kind, o.handle, n.turn, c.turn, o.id IS NOT NULL FROM newest n
+                 LEFT JOIN objects o ON o.id = n.object LEFT JOIN covered c ON c.object = n.object",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(Coverage {
+                    object: ObjectId(r.get(0)?),
+                    kind: r.get(1)?,
+                    handle: r.get(2)?,
+                    newest_record: r.get(3)?,
+                    newest_cover: r.get(4)?,
+                    has_row: r.get(5)?,
+                })
+            })
+            .ctx("list record coverage")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list record coverage")
+    }
+
+    /// Every object row: (id, handle).
+    pub fn object_handles(&self) -> MetaResult<Vec<(ObjectId, Option<Vec<u8>>)>> {
+        let mut stmt = self.conn.prepare("SELECT id, handle FROM objects").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list objects")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list objects")
+    }
+
+    /// Entry records naming a directory that has no object row: (turn, dir, name).
+    pub fn entries_in_unknown_dirs(&self) -> MetaResult<Vec<(i64, ObjectId, Vec<u8>)>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT turn, dir, name FROM entry_pre WHERE dir NOT IN (SELECT id FROM objects) ORDER BY turn")
+            .ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, ObjectId(r.get(1)?), r.get(2)?))).ctx("list entries")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries")
+    }
+
+    /// Records (entry or object) of a turn that is no checkpoint: (turn, count).
+    pub fn records_of_unknown_turns(&self) -> MetaResult<Vec<(i64, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT turn, COUNT(*) FROM (SELECT turn FROM entry_pre UNION ALL SELECT turn FROM object_pre) \
+                 WHERE turn NOT IN (SELECT id FROM checkpoints) GROUP BY turn ORDER BY turn",
+            )
+            .ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).ctx("list record turns")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list record turns")
+    }
+
+    /// Pending rows with how their chunk list resolves: (handle, inline
+    /// list, source record (turn, object), the source's list if it exists).
+    pub fn pending_sources(&self) -> MetaResult<Vec<PendingSource>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT p.handle, p.chunks, p.source_turn, p.source_object, o.chunks, o.object IS NOT NULL \
+                 FROM pending p LEFT JOIN object_pre o ON o.turn = p.source_turn AND o.object = p.source_object",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                let turn: Option<i64> = r.get(2)?;
+                let object: Option<i64> = r.get(3)?;
+                Ok(PendingSource {
+                    handle: r.get(0)?,
+                    inline: r.get(1)?,
+                    source: turn.zip(object.map(ObjectId)),
+                    source_chunks: r.get(4)?,
+                    source_exists: r.get(5)?,
+                })
+            })
+            .ctx("list pending content")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
+    }
+
+    /// Entry records whose target is `object`: (turn, dir, name).
+    pub fn entries_targeting(&self, object: ObjectId) -> MetaResult<Vec<(i64, ObjectId, Vec<u8>)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT turn, dir, name FROM entry_pre WHERE target = ?1 ORDER BY turn")
+            .ctx("prepare")?;
+        let rows =
+            stmt.query_map([object.0], |r| Ok((r.get(0)?, ObjectId(r.get(1)?), r.get(2)?))).ctx("list entries")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries")
+    }
+
+    /// Drops the object record (turn, object) whose content is lost, and
+    /// marks the object's state unknown for the checkpoints that needed
+    /// it (a `tainted` row at `turn + 1`): their views then refuse to show
+    /// it, rather than show a later version as if it were that one.
+    pub fn drop_lost_record(&self, turn: i64, object: ObjectId) -> MetaResult<()> {
+        self.conn
+            .execute("DELETE FROM object_pre WHERE turn = ?1 AND object = ?2", params![turn, object.0])
+            .ctx("drop a record whose content is lost")?;
+        self.taint(object, turn + 1)
+    }
+
+    /// Forgets the cached content of an object (its chunk list is damaged):
+    /// the next capture reads the file again.
+    pub fn forget_known_content(&self, object: ObjectId) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM known_content WHERE object = ?1", [object.0]).ctx("forget known content")?;
+        Ok(())
+    }
+
     /// Runs `f` in one transaction.
     pub fn transaction<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
         self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
@@ -904,25 +1312,31 @@ pub fn decode_xattrs(mut b: &[u8]) -> MetaResult<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
+/// A plain file's state of `size` bytes without content, for tests.
+#[cfg(test)]
+pub(crate) fn test_file_state(size: u64) -> ObjectState {
+    ObjectState {
+        kind: 1,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size,
+        mtime_ns: 1,
+        ctime_ns: 2,
+        nlink: 1,
+        target: None,
+        xattrs: Vec::new(),
+        content: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn state(size: u64) -> ObjectState {
-        ObjectState {
-            kind: 1,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            size,
-            mtime_ns: 1,
-            ctime_ns: 2,
-            nlink: 1,
-            target: None,
-            xattrs: Vec::new(),
-            content: None,
-        }
+        test_file_state(size)
     }
 
     #[test]
@@ -945,7 +1359,7 @@ mod tests {
         let p = dir.path().join("m.sqlite");
         {
             let m = Meta::open(&p).unwrap();
-            m.conn.execute_batch("DROP TABLE tainted; DROP TABLE pending; ALTER TABLE objects DROP COLUMN born_turn; PRAGMA user_version = 1").unwrap();
+            m.conn.execute_batch(&format!("{DROP_V6} DROP TABLE tainted; DROP TABLE pending; ALTER TABLE objects DROP COLUMN born_turn; PRAGMA user_version = 1")).unwrap();
         }
         let m = Meta::open(&p).unwrap();
         let a = m.intern_object(b"a", 1).unwrap();
@@ -962,11 +1376,11 @@ mod tests {
             // A version 4 database with an inline pending row.
             let m = Meta::open(&p).unwrap();
             m.conn
-                .execute_batch(
-                    "DROP TABLE pending; CREATE TABLE pending(handle BLOB PRIMARY KEY, content_hash BLOB NOT NULL, \
-                     chunks BLOB NOT NULL, mtime_ns INTEGER NOT NULL); \
+                .execute_batch(&format!(
+                    "{DROP_V6} DROP TABLE pending; CREATE TABLE pending(handle BLOB PRIMARY KEY, \
+                     content_hash BLOB NOT NULL, chunks BLOB NOT NULL, mtime_ns INTEGER NOT NULL); \
                      INSERT INTO pending VALUES (x'01', x'aa', x'bb', 7); PRAGMA user_version = 4",
-                )
+                ))
                 .unwrap();
         }
         let m = Meta::open(&p).unwrap();
@@ -985,6 +1399,51 @@ mod tests {
         assert!(
             m.conn.execute("INSERT INTO pending(handle, content_hash, mtime_ns) VALUES (x'04', x'aa', 1)", []).is_err()
         );
+    }
+
+    /// What a version 5 database lacks.
+    const DROP_V6: &str = "DROP TABLE turn_summaries; DROP TABLE turn_programs;";
+
+    #[test]
+    fn version_five_database_gets_turn_summaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            let a = m.intern_object(b"a", 1).unwrap();
+            m.record_object(3, a, &state(1), Some("sh")).unwrap();
+            m.conn.execute_batch(&format!("{DROP_V6} PRAGMA user_version = 5")).unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 6);
+        assert!(m.turn_stats().unwrap().is_empty(), "a migrated database has no summaries yet");
+        assert_eq!(m.turn_paths(3).unwrap(), None);
+        assert_eq!(m.programs_in_turn(3).unwrap().get("sh"), Some(&1), "older records still count");
+    }
+
+    #[test]
+    fn turn_paths_then_stats_roundtrip() {
+        let m = Meta::open_in_memory().unwrap();
+        m.set_turn_paths(4, Some(b"a\0b/c\0")).unwrap();
+        assert_eq!(m.turn_paths(4).unwrap().as_deref(), Some(&b"a\0b/c\0"[..]));
+        m.set_turn_paths(5, None).unwrap();
+        assert_eq!(m.turn_paths(5).unwrap(), None, "a whole-tree turn");
+        assert!(m.turn_stats().unwrap().is_empty(), "paths alone are not statistics");
+        let stats = TurnStats {
+            files_added: 1,
+            files_modified: 2,
+            files_deleted: 3,
+            lines_added: 40,
+            lines_removed: 50,
+            programs: [("cp".to_string(), 7), ("sh".to_string(), 1)].into(),
+        };
+        m.set_turn_stats(4, &stats).unwrap();
+        m.set_turn_stats(4, &stats).unwrap();
+        let all = m.turn_stats().unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[&4], stats);
+        assert_eq!(m.turn_paths(4).unwrap(), None, "paths are dropped once the statistics are stored");
     }
 
     #[test]

@@ -4,15 +4,19 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::journal::Journal;
-use crate::meta::{Checkpoint, ObjectId};
+use crate::meta::{Checkpoint, ObjectId, TurnStats};
+use crate::sys::FileHandle;
 use crate::view::{Content, Node, NodeState, TreeView, ViewResult};
-use crate::workspace::LiveTree;
+use crate::workspace::capture::kind_code;
+use crate::workspace::{Kind, LiveTree};
 
 /// Files larger than this are compared and counted, never line-diffed.
 const MAX_DIFF_BYTES: u64 = 8 << 20;
@@ -244,20 +248,33 @@ fn rfc3339(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// The statistics of every turn, oldest first.
+/// The statistics of every turn, oldest first. A sealed turn's statistics
+/// are computed once, the first time they are asked for, and stored; the
+/// open turn's are computed each time.
 pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
     let current = journal.current_turn();
     let store_now = journal.store().stats()?.stored_bytes as i64;
+    let mut stored = journal.with_meta(|m| m.turn_stats())?;
     let mut out = Vec::new();
     for (i, c) in checkpoints.iter().enumerate() {
         let next = checkpoints.get(i + 1);
-        let pre = TreeView::at(tree, journal, c.checkpoint);
-        let post = match next {
-            Some(n) => TreeView::at(tree, journal, n.checkpoint),
-            None => TreeView::live(tree, journal),
+        let stats = match (next, stored.remove(&c.checkpoint)) {
+            (Some(_), Some(stats)) => stats,
+            (Some(n), None) => {
+                let paths = journal.with_meta(|m| m.turn_paths(c.checkpoint))?.map(|p| decode_paths(&p));
+                let stats = turn_stats(tree, journal, c.checkpoint, paths, &TreeView::at(tree, journal, n.checkpoint))?;
+                if let Err(e) = journal.with_meta(|m| m.set_turn_stats(c.checkpoint, &stats)) {
+                    log::warn!("cannot store the statistics of turn {}: {e}", c.checkpoint);
+                }
+                stats
+            }
+            (None, _) => {
+                let paths = locate_changes(tree, journal, c.checkpoint)?;
+                turn_stats(tree, journal, c.checkpoint, paths, &TreeView::live(tree, journal))?
+            }
         };
-        let mut s = TurnSummary {
+        out.push(TurnSummary {
             checkpoint: c.checkpoint,
             parent: c.parent,
             message_id: c.message_id.clone(),
@@ -266,177 +283,283 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
             reason: c.reason,
             created_at: rfc3339(c.created_at),
             current: c.checkpoint == current,
-            files_added: 0,
-            files_modified: 0,
-            files_deleted: 0,
-            lines_added: 0,
-            lines_removed: 0,
+            files_added: stats.files_added,
+            files_modified: stats.files_modified,
+            files_deleted: stats.files_deleted,
+            lines_added: stats.lines_added,
+            lines_removed: stats.lines_removed,
             bytes_stored: next.map(|n| n.store_bytes_at_start).unwrap_or(store_now) - c.store_bytes_at_start,
-            programs: BTreeMap::new(),
-        };
-        summarize_turn(&pre, &post, journal, c.checkpoint, &mut s)?;
-        out.push(s);
+            programs: stats.programs,
+        });
     }
     Ok(out)
 }
 
-fn summarize_turn(
-    pre: &TreeView<'_>,
-    post: &TreeView<'_>,
+/// The statistics of `turn`: the changes `diff` reports between checkpoint
+/// `turn` and `post` (the next checkpoint, or the live tree), summed. With
+/// `paths` (where the turn's changes are in `post`, from
+/// `locate_changes`), only those paths are visited.
+fn turn_stats(
+    tree: &LiveTree,
     journal: &Journal,
     turn: i64,
-    s: &mut TurnSummary,
-) -> ViewResult<()> {
-    let entries = journal.with_meta(|m| m.entries_in_turn(turn))?;
-    let objects = journal.with_meta(|m| m.objects_in_turn(turn))?;
-    let mut seen: HashSet<ObjectId> = HashSet::new();
-    // Files counted by their own records, also those without an object id
-    // (created in this turn).
-    // A rename counts as a deletion and an addition, as in `diff`: the two
-    // sides are deduplicated separately.
-    let mut seen_pre: HashSet<Node> = HashSet::new();
-    let mut seen_post: HashSet<Node> = HashSet::new();
-    let count = |f: &FileChange, s: &mut TurnSummary| {
-        match f.change {
+    paths: Option<Vec<PathBuf>>,
+    post: &TreeView<'_>,
+) -> ViewResult<TurnStats> {
+    let pre = TreeView::at(tree, journal, turn);
+    let changes = match paths {
+        None => diff(&pre, post, &[], false)?,
+        Some(paths) => {
+            let changed = journal.with_meta(|m| m.changed_in_turn(turn))?;
+            match Trie::of(&paths) {
+                Some(paths) => diff_scoped(&pre, post, &Scope { paths, files: changed_files(&changed).collect() })?,
+                None => Vec::new(),
+            }
+        }
+    };
+    let mut s = TurnStats { programs: journal.with_meta(|m| m.programs_in_turn(turn))?, ..TurnStats::default() };
+    for c in &changes {
+        match c.change {
             ChangeKind::Added => s.files_added += 1,
             ChangeKind::Deleted => s.files_deleted += 1,
             ChangeKind::Modified | ChangeKind::Unknown => s.files_modified += 1,
         }
-        s.lines_added += f.lines_added;
-        s.lines_removed += f.lines_removed;
-    };
-    let pre_targets: HashSet<ObjectId> = entries.iter().filter_map(|e| e.target).collect();
-    // Directories added, removed or replaced: their files are counted after
-    // every file-level record, so none is counted twice.
-    let mut dir_changes: Vec<(Option<Node>, Option<Node>)> = Vec::new();
-    for e in &entries {
-        if let Some(p) = &e.program {
-            *s.programs.entry(p.clone()).or_default() += 1;
+        s.lines_added += c.lines_added;
+        s.lines_removed += c.lines_removed;
+    }
+    Ok(s)
+}
+
+/// The non-directories whose own state a turn changed. A directory counts
+/// for its entries only: `diff` does not compare a directory's attributes.
+fn changed_files(changed: &crate::meta::TurnChanges) -> impl Iterator<Item = ObjectId> + '_ {
+    changed.objects.iter().filter(|(_, kind)| *kind != kind_code(Kind::Dir)).map(|(id, _)| *id)
+}
+
+/// Where one turn's changes can be: the paths, in the tree at the end of
+/// the turn, of every directory whose entries it changed and every file it
+/// changed, and the files (by object) it changed.
+struct Scope {
+    paths: Trie,
+    files: HashSet<ObjectId>,
+}
+
+/// A set of paths, as a tree of names.
+#[derive(Default)]
+struct Trie {
+    children: BTreeMap<OsString, Trie>,
+}
+
+impl Trie {
+    fn of(paths: &[PathBuf]) -> Option<Trie> {
+        if paths.is_empty() {
+            return None;
         }
-        let dir = Node { id: Some(e.dir), handle: None };
-        let name = std::ffi::OsStr::from_bytes(&e.name);
-        let before = e.target.map(|t| Node { id: Some(t), handle: None });
-        let before = match before {
-            Some(n) => Some(Node {
-                handle: journal
-                    .with_meta(|m| m.object_handle(n.id.expect("set above")))?
-                    .and_then(|h| crate::sys::FileHandle::from_bytes(&h)),
-                ..n
-            }),
-            None => None,
-        };
-        let dir_post = Node {
-            handle: journal.with_meta(|m| m.object_handle(e.dir))?.and_then(|h| crate::sys::FileHandle::from_bytes(&h)),
-            ..dir
-        };
-        let after = post.lookup(&dir_post, name)?;
-        let sa = before.as_ref().map(|n| pre.state(n)).transpose().ok().flatten();
-        let sb = after.as_ref().map(|n| post.state(n)).transpose().ok().flatten();
-        let (fa, fb) = (sa.as_ref().filter(|x| !x.is_dir()), sb.as_ref().filter(|x| !x.is_dir()));
-        let dir_a = sa.as_ref().is_some_and(|x| x.is_dir());
-        let dir_b = sb.as_ref().is_some_and(|x| x.is_dir());
-        let same_object = before.as_ref().and_then(|n| n.id).is_some()
-            && before.as_ref().map(|n| n.id) == after.as_ref().map(|n| n.id);
-        if (dir_a || dir_b) && !same_object {
-            dir_changes.push((before.clone().filter(|_| dir_a), after.clone().filter(|_| dir_b)));
-        }
-        let path = Path::new(name);
-        let kind = match (fa, fb) {
-            (None, Some(_)) => ChangeKind::Added,
-            (Some(_), None) => ChangeKind::Deleted,
-            (Some(x), Some(y)) => {
-                if same_state(pre, x, post, y)? {
-                    continue;
-                }
-                ChangeKind::Modified
+        let mut root = Trie::default();
+        for p in paths {
+            let mut node = &mut root;
+            for c in p.components() {
+                node = node.children.entry(c.as_os_str().to_owned()).or_default();
             }
-            (None, None) => continue,
-        };
-        for id in [before.as_ref().and_then(|n| n.id), after.as_ref().and_then(|n| n.id)].into_iter().flatten() {
-            seen.insert(id);
         }
-        if kind != ChangeKind::Added {
-            seen_pre.extend(before.iter().cloned());
-        }
-        if kind != ChangeKind::Deleted {
-            seen_post.extend(after.iter().cloned());
-        }
-        let fc = change(path, kind, pre, fa, post, fb, false)?;
-        count(&fc, s);
+        Some(root)
     }
-    for (id, _, program) in &objects {
-        if let Some(p) = program {
-            *s.programs.entry(p.clone()).or_default() += 1;
-        }
-        if seen.contains(id) {
-            continue;
-        }
-        // Created and removed within the turn: neither side has it.
-        if !pre_targets.contains(id) && pre.live_tree().in_attic(*id) {
-            continue;
-        }
-        let handle = journal.with_meta(|m| m.object_handle(*id))?.and_then(|h| crate::sys::FileHandle::from_bytes(&h));
-        let node = Node { id: Some(*id), handle };
-        let (Ok(sa), Ok(sb)) = (pre.state(&node), post.state(&node)) else { continue };
-        if sa.is_dir() || sb.is_dir() || same_state(pre, &sa, post, &sb)? {
-            continue;
-        }
-        let fc = change(Path::new(""), ChangeKind::Modified, pre, Some(&sa), post, Some(&sb), false)?;
-        count(&fc, s);
+}
+
+/// Whether two view nodes are the same object.
+fn same_object(x: &Node, y: &Node) -> bool {
+    match (x.id, y.id) {
+        (Some(i), Some(j)) => i == j,
+        (None, None) => x.handle.is_some() && x.handle == y.handle,
+        _ => false,
     }
-    for (gone, new) in dir_changes {
-        if let Some(d) = gone {
-            count_subtree(pre, &d, &mut seen_pre, ChangeKind::Deleted, s)?;
-        }
-        if let Some(d) = new {
-            count_subtree(post, &d, &mut seen_post, ChangeKind::Added, s)?;
+}
+
+/// `diff` between two checkpoints one turn apart, visiting only the turn's
+/// scope. Sound because a view differs from the next one only by the
+/// records of that turn: a directory that is the same object on both sides
+/// lists the same names unless the turn changed its entries, and a file
+/// that is the same object has the same state unless the turn recorded it.
+/// So below a same-object directory nothing changed unless it is on a path
+/// to something the turn changed; where the two sides hold different
+/// objects (a rename, a replacement), both subtrees are compared whole, as
+/// `diff` does.
+fn diff_scoped(a: &TreeView<'_>, b: &TreeView<'_>, scope: &Scope) -> ViewResult<Vec<FileChange>> {
+    let mut out = Vec::new();
+    let (ra, rb) = (a.root()?, b.root()?);
+    if same_object(&ra, &rb) {
+        walk_scoped(a, b, ra, rb, PathBuf::new(), &scope.paths, &scope.files, &mut out)?;
+    } else {
+        walk(a, b, Some(ra), Some(rb), PathBuf::new(), &[], false, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// `walk` for a pair that is the same object on both sides, at a path in
+/// the turn's scope.
+#[allow(clippy::too_many_arguments)]
+fn walk_scoped(
+    a: &TreeView<'_>,
+    b: &TreeView<'_>,
+    na: Node,
+    nb: Node,
+    path: PathBuf,
+    paths: &Trie,
+    files: &HashSet<ObjectId>,
+    out: &mut Vec<FileChange>,
+) -> ViewResult<()> {
+    let dirs = matches!((a.state(&na), b.state(&nb)), (Ok(x), Ok(y)) if x.is_dir() && y.is_dir());
+    if !dirs {
+        return walk(a, b, Some(na), Some(nb), path, &[], false, out);
+    }
+    let mut names: BTreeMap<OsString, (Option<Node>, Option<Node>)> = BTreeMap::new();
+    for (name, n) in a.list(&na)? {
+        names.entry(name).or_default().0 = Some(n);
+    }
+    for (name, n) in b.list(&nb)? {
+        names.entry(name).or_default().1 = Some(n);
+    }
+    for (name, pair) in names {
+        let child = path.join(&name);
+        match pair {
+            (Some(x), Some(y)) if same_object(&x, &y) => {
+                if let Some(below) = paths.children.get(&name) {
+                    walk_scoped(a, b, x, y, child, below, files, out)?;
+                } else if x.id.is_some_and(|id| files.contains(&id)) {
+                    walk(a, b, Some(x), Some(y), child, &[], false, out)?;
+                }
+            }
+            (x, y) => walk(a, b, x, y, child, &[], false, out)?,
         }
     }
     Ok(())
 }
 
-/// Counts the files under a directory that appeared or disappeared whole
-/// (a directory rename is one record, but its files moved).
-fn count_subtree(
-    view: &TreeView<'_>,
-    dir: &Node,
-    seen_nodes: &mut HashSet<Node>,
-    kind: ChangeKind,
-    s: &mut TurnSummary,
-) -> ViewResult<()> {
-    for (name, child) in view.list(dir)? {
-        let Ok(state) = view.state(&child) else { continue };
-        if state.is_dir() {
-            count_subtree(view, &child, seen_nodes, kind.clone(), s)?;
+/// Where the changes recorded in `turn` are in the live tree, which must be
+/// the tree at the end of that turn (the next checkpoint is being sealed,
+/// or `turn` is the open one): the path of every directory whose entries
+/// the turn changed and of every non-directory it changed, when it is
+/// still in the tree. `None` when some cannot be placed exactly (a file
+/// with several names, a path the kernel cannot name): the statistics then
+/// compare the whole tree. Costs a few system calls per changed directory
+/// and file, nothing per unchanged one.
+pub fn locate_changes(tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<Option<Vec<PathBuf>>> {
+    let changed = journal.with_meta(|m| m.changed_in_turn(turn))?;
+    let root_fd = tree.root_fd();
+    let root = rustix::fs::readlink(crate::sys::proc_fd_path(root_fd).as_c_str(), Vec::new())?.into_bytes();
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut seen = HashSet::new();
+    for id in changed.dirs.iter().copied().chain(changed_files(&changed)) {
+        if !seen.insert(id) {
             continue;
         }
-        if !seen_nodes.insert(child.clone()) {
-            continue;
-        }
-        let lines = if state.is_file() && state.size <= MAX_DIFF_BYTES {
-            let data = view.read_all(&state)?;
-            if is_binary(&data) {
-                0
-            } else {
-                data.iter().filter(|b| **b == b'\n').count() as u64
-                    + u64::from(!data.is_empty() && data.last() != Some(&b'\n'))
-            }
-        } else {
-            0
-        };
-        let _ = name;
-        match kind {
-            ChangeKind::Added => {
-                s.files_added += 1;
-                s.lines_added += lines;
-            }
-            _ => {
-                s.files_deleted += 1;
-                s.lines_removed += lines;
+        match locate(tree, journal, &root, id)? {
+            Placed::Gone => {}
+            Placed::At(p) => out.push(p),
+            Placed::Unknown(why) => {
+                log::debug!("turn {turn}: object {id:?} {why}; its statistics compare the whole tree");
+                return Ok(None);
             }
         }
     }
-    Ok(())
+    Ok(Some(out))
+}
+
+/// Where an object is in the live tree.
+enum Placed {
+    /// Not in the tree (removed, in the attic).
+    Gone,
+    At(PathBuf),
+    Unknown(&'static str),
+}
+
+/// The path of an object in the live tree, from the kernel's name for its
+/// backing inode (`/proc/self/fd`), checked by resolving that path again
+/// without following symlinks: the kernel's name may be stale or missing.
+fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> ViewResult<Placed> {
+    if tree.in_attic(id) {
+        return Ok(Placed::Gone);
+    }
+    let handle = journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
+    let Some(handle) = handle else { return Ok(Placed::Gone) };
+    let fd = match tree.open_handle(&handle, libc::O_PATH) {
+        Ok(fd) => fd,
+        Err(e) if e.0 == libc::ENOENT => return Ok(Placed::Gone),
+        Err(_) => return Ok(Placed::Unknown("cannot be opened by handle")),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if st.st_nlink == 0 {
+        return Ok(Placed::Gone);
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
+        return Ok(Placed::Unknown("has several names"));
+    }
+    let name = rustix::fs::readlink(crate::sys::proc_fd_path(fd.as_fd()).as_c_str(), Vec::new())?.into_bytes();
+    let rel = match name.strip_prefix(root) {
+        Some([]) => &[][..],
+        Some([b'/', rest @ ..]) => rest,
+        _ => return Ok(Placed::Unknown("has no name under the workspace that the kernel knows")),
+    };
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(rel));
+    if handle_at(tree, &path).as_ref() == Some(&handle) {
+        Ok(Placed::At(path))
+    } else {
+        Ok(Placed::Unknown("is not where the kernel names it"))
+    }
+}
+
+/// The handle of the object at `path` in the live tree (no symlink followed).
+fn handle_at(tree: &LiveTree, path: &Path) -> Option<FileHandle> {
+    let names: Vec<&std::ffi::OsStr> = path.components().map(|c| c.as_os_str()).collect();
+    let Some((last, dirs)) = names.split_last() else {
+        return crate::sys::name_to_handle_at(tree.root_fd(), std::ffi::OsStr::new("")).ok();
+    };
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir: Option<OwnedFd> = None;
+    for name in dirs {
+        let parent = dir.as_ref().map(|d| d.as_fd()).unwrap_or(tree.root_fd());
+        dir = Some(rustix::fs::openat(parent, *name, flags, Mode::empty()).ok()?);
+    }
+    crate::sys::name_to_handle_at(dir.as_ref().map(|d| d.as_fd()).unwrap_or(tree.root_fd()), last).ok()
+}
+
+/// Encodes paths for `turn_summaries.paths`: each path's bytes (names
+/// joined by `/`), then a NUL.
+pub fn encode_paths(paths: &[PathBuf]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in paths {
+        out.extend_from_slice(p.as_os_str().as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+fn decode_paths(raw: &[u8]) -> Vec<PathBuf> {
+    let body = raw.strip_suffix(&[0]).unwrap_or(raw);
+    if body.is_empty() && raw.is_empty() {
+        return Vec::new();
+    }
+    body.split(|b| *b == 0).map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p))).collect()
+}
+
+/// Notes where the turn just sealed changed the tree; runs under the
+/// exclusive turn gate at the seal, while the live tree is the tree at the
+/// end of that turn.
+pub fn note_sealed_turn(tree: &LiveTree, journal: &Journal) {
+    let turn = journal.current_turn() - 1;
+    let paths = match locate_changes(tree, journal, turn) {
+        Ok(p) => p,
+        Err(e) => {
+            log::warn!(
+                "cannot tell where turn {turn} changed the tree ({e}); its statistics will compare the whole tree"
+            );
+            None
+        }
+    };
+    let encoded = paths.as_deref().map(encode_paths);
+    if let Err(e) = journal.with_meta(|m| m.set_turn_paths(turn, encoded.as_deref())) {
+        log::warn!("cannot record where turn {turn} changed the tree: {e}");
+    }
 }
 
 /// One turn that changed a path.

@@ -137,6 +137,9 @@ pub fn restore(
         let mut path = PathBuf::new();
         let (last, parents) = comps.split_last().expect("non-empty");
         let mut ok = true;
+        // Parents recreated on the way down get their recorded mode, times
+        // and xattrs once what is below them is in place.
+        let mut recreated = Vec::new();
         for name in parents {
             path.push(name);
             let Some(child) = ctx.view.lookup(&node, name)? else {
@@ -148,7 +151,12 @@ pub fn restore(
                 ok = false;
                 break;
             }
+            let existed =
+                live_dir != Ino(0) && ctx.tree.child(live_dir, name).map_err(|e| live_err(&path, e))?.is_some();
             live_dir = ctx.ensure_dir(live_dir, name, &state, &path)?;
+            if !existed && live_dir != Ino(0) {
+                recreated.push((live_dir, state, path.clone()));
+            }
             node = child;
         }
         if !ok {
@@ -159,6 +167,9 @@ pub fn restore(
         path.push(last);
         let target = ctx.view.lookup(&node, last)?;
         ctx.sync_entry(live_dir, last, target.as_ref(), path)?;
+        for (ino, state, path) in recreated.into_iter().rev() {
+            ctx.sync_attrs(ino, None, &state, &path)?;
+        }
     }
     Ok(ctx.out)
 }
@@ -190,6 +201,17 @@ impl Ctx<'_> {
 
     /// Makes `name` in live directory `dir` what `target` was.
     fn sync_entry(&mut self, dir: Ino, name: &OsStr, target: Option<&Node>, path: PathBuf) -> Result<(), RestoreError> {
+        if dir == Ino(0) {
+            // Dry run below a directory that would be recreated: nothing
+            // live to compare with.
+            if let Some(target) = target {
+                self.plan(&path, Action::Recreate);
+                if self.view.state(target)?.is_dir() {
+                    self.sync_dir_contents(Ino(0), target, path)?;
+                }
+            }
+            return Ok(());
+        }
         let live = self.tree.child(dir, name).map_err(|e| live_err(&path, e))?;
         let Some(target) = target else {
             if let Some(a) = live {
@@ -275,6 +297,11 @@ impl Ctx<'_> {
 
     /// Makes sure `name` in `dir` is a directory; returns its inode.
     fn ensure_dir(&mut self, dir: Ino, name: &OsStr, state: &NodeState, path: &Path) -> Result<Ino, RestoreError> {
+        if dir == Ino(0) {
+            // Dry run below a directory that would be recreated.
+            self.plan(path, Action::Recreate);
+            return Ok(Ino(0));
+        }
         match self.tree.child(dir, name).map_err(|e| live_err(path, e))? {
             Some(a) if a.kind == Kind::Dir => Ok(a.ino),
             other => {
@@ -286,7 +313,10 @@ impl Ctx<'_> {
                 if let Some(a) = other {
                     self.remove_quiet(dir, name, a, path)?;
                 }
-                let a = self.tree.mkdir(dir, name, state.perm, self.caller).map_err(|e| live_err(path, e))?;
+                // Owned as recorded: a directory made by the daemon for its
+                // own user would lock the agent out of it.
+                let owner = Caller { uid: state.uid, gid: state.gid, pid: self.caller.pid };
+                let a = self.tree.mkdir(dir, name, state.perm, owner).map_err(|e| live_err(path, e))?;
                 self.touch(dir, name);
                 Ok(a.ino)
             }

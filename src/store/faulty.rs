@@ -124,8 +124,8 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
     }
 
     /// Goes through this wrapper's `get`, so injected faults show up.
-    fn verify(&self) -> Result<VerifyReport, StoreError> {
-        verify_by_get(self)
+    fn verify_with_progress(&self, progress: &mut dyn FnMut(u64)) -> Result<VerifyReport, StoreError> {
+        verify_by_get(self, progress)
     }
 
     fn list(&self) -> Result<Vec<ChunkId>, StoreError> {

@@ -59,8 +59,8 @@ impl ChunkStore for MemoryStore {
         Ok(StoreStats { chunks: chunks.len() as u64, raw_bytes, stored_bytes: raw_bytes })
     }
 
-    fn verify(&self) -> Result<VerifyReport, StoreError> {
-        verify_by_get(self)
+    fn verify_with_progress(&self, progress: &mut dyn FnMut(u64)) -> Result<VerifyReport, StoreError> {
+        verify_by_get(self, progress)
     }
 
     fn list(&self) -> Result<Vec<ChunkId>, StoreError> {

@@ -138,6 +138,10 @@ pub enum StoreError {
 
     #[error("chunk of {len} bytes exceeds the limit of {limit} bytes")]
     TooLarge { len: u64, limit: u64 },
+
+    /// The store was opened read-only (by `fsck` beside nothing else).
+    #[error("chunk store {dir} is open read-only")]
+    ReadOnly { dir: String },
 }
 
 impl StoreError {
@@ -188,6 +192,9 @@ pub struct StoreStats {
 pub struct CorruptChunk {
     pub id: ChunkId,
     pub detail: String,
+    /// Where the index says its record is (pack number, offset of the
+    /// record header), for backends that have packs: `fsck` names it.
+    pub location: Option<(u32, u64)>,
 }
 
 /// The outcome of [`ChunkStore::verify`].
@@ -195,6 +202,8 @@ pub struct CorruptChunk {
 pub struct VerifyReport {
     /// Chunks read and checked.
     pub checked: u64,
+    /// Bytes read to check them (as stored, i.e. compressed).
+    pub bytes: u64,
     /// Chunks whose bytes are damaged or unreadable.
     pub corrupt: Vec<CorruptChunk>,
 }
@@ -223,7 +232,13 @@ pub trait ChunkStore: Send + Sync {
     fn stats(&self) -> Result<StoreStats, StoreError>;
 
     /// Reads every chunk and reports the damaged ones (for `fsck`).
-    fn verify(&self) -> Result<VerifyReport, StoreError>;
+    fn verify(&self) -> Result<VerifyReport, StoreError> {
+        self.verify_with_progress(&mut |_| {})
+    }
+
+    /// As [`ChunkStore::verify`], calling `progress` with the bytes read
+    /// after each chunk, so a long check can show how far it got.
+    fn verify_with_progress(&self, progress: &mut dyn FnMut(u64)) -> Result<VerifyReport, StoreError>;
 
     /// Every chunk id in the store, in ascending order (for GC and `fsck`).
     fn list(&self) -> Result<Vec<ChunkId>, StoreError>;
@@ -238,15 +253,18 @@ pub(crate) fn verified(id: &ChunkId, data: Vec<u8>) -> Result<Vec<u8>, StoreErro
 
 /// Verifies every listed chunk through `get`; backends without a cheaper
 /// way share this.
-pub(crate) fn verify_by_get(store: &dyn ChunkStore) -> Result<VerifyReport, StoreError> {
+pub(crate) fn verify_by_get(store: &dyn ChunkStore, progress: &mut dyn FnMut(u64)) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
     for id in store.list()? {
         report.checked += 1;
         match store.get(&id) {
-            Ok(_) => {}
-            Err(StoreError::Corrupt { detail, .. }) => report.corrupt.push(CorruptChunk { id, detail }),
+            Ok(data) => {
+                report.bytes += data.len() as u64;
+                progress(data.len() as u64);
+            }
+            Err(StoreError::Corrupt { detail, .. }) => report.corrupt.push(CorruptChunk { id, detail, location: None }),
             Err(StoreError::Missing { .. }) => {
-                report.corrupt.push(CorruptChunk { id, detail: "listed but not readable".to_string() })
+                report.corrupt.push(CorruptChunk { id, detail: "listed but not readable".to_string(), location: None })
             }
             Err(other) => return Err(other),
         }

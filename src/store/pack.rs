@@ -232,6 +232,27 @@ impl Location {
     }
 }
 
+/// Opens the index for reading only: no schema change, no recovery, so a
+/// check can run beside the daemon that owns the store, or on a store it
+/// must not alter.
+fn open_index_read_only(path: &Path) -> Result<Connection, StoreError> {
+    use rusqlite::OpenFlags;
+    let context = || format!("opening chunk index {} read-only", path.display());
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| StoreError::sqlite(context(), e))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| StoreError::sqlite(context(), e))?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|e| StoreError::sqlite(context(), e))?;
+    if version != SCHEMA_VERSION {
+        return Err(StoreError::Decode {
+            what: "chunk index",
+            detail: format!("schema version {version}, this build reads {SCHEMA_VERSION}"),
+        });
+    }
+    Ok(conn)
+}
+
 fn open_index(path: &Path) -> Result<Connection, StoreError> {
     let context = || format!("opening chunk index {}", path.display());
     let conn = Connection::open(path).map_err(|e| StoreError::sqlite(context(), e))?;
@@ -355,9 +376,11 @@ pub struct PackStore {
     /// A second connection so lookups do not wait behind appends.
     reader: Mutex<Connection>,
     packs: PackFiles,
+    /// Opened by [`PackStore::open_read_only`]: puts are refused.
+    read_only: bool,
     /// Held for the store's lifetime: two processes appending to one pack
-    /// would interleave records.
-    _lock: File,
+    /// would interleave records. A read-only store takes no lock.
+    _lock: Option<File>,
 }
 
 impl PackStore {
@@ -399,8 +422,64 @@ impl PackStore {
                 totals: None,
             }),
             reader: Mutex::new(reader),
-            _lock: lock,
+            read_only: false,
+            _lock: Some(lock),
         })
+    }
+
+    /// Opens an existing store for reading only: no lock, no recovery, no
+    /// write of any kind, so `fsck` can check a store as it is on disk (the
+    /// recovery of [`PackStore::open`] would drop index rows past the end
+    /// of a truncated pack, hiding the damage it is asked to find).
+    pub fn open_read_only(dir: &Path) -> Result<PackStore, StoreError> {
+        let index_path = dir.join("chunks.sqlite");
+        if !index_path.exists() {
+            return Err(StoreError::io(
+                format!("no chunk index at {} (the next mount rebuilds it from the packs)", index_path.display()),
+                std::io::Error::from(ErrorKind::NotFound),
+            ));
+        }
+        let conn = open_index_read_only(&index_path)?;
+        let reader = open_index_read_only(&index_path)?;
+        let options = PackStoreOptions::default();
+        Ok(PackStore {
+            dir: dir.to_path_buf(),
+            packs: PackFiles { dir: dir.join("packs"), limit: options.max_open_packs, open: Mutex::new(Vec::new()) },
+            options,
+            writer: Mutex::new(Writer {
+                conn,
+                current: None,
+                next_number: 0,
+                poisoned: true,
+                pack_unsynced: false,
+                dir_unsynced: false,
+                totals: None,
+            }),
+            reader: Mutex::new(reader),
+            read_only: true,
+            _lock: None,
+        })
+    }
+
+    /// Removes the index rows of `ids` (chunks found damaged), so the next
+    /// put of the same bytes stores a good copy instead of deduplicating
+    /// against the damaged one. The damaged records stay in their packs;
+    /// the recovery at open never indexes them again (it checks every
+    /// record it indexes). Returns how many rows went.
+    pub fn forget(&self, ids: &[ChunkId]) -> Result<usize, StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly { dir: self.dir.display().to_string() });
+        }
+        let mut writer = self.writer()?;
+        let sql_err = |e| StoreError::sqlite("removing damaged chunks from the index", e);
+        let tx = writer.conn.transaction().map_err(sql_err)?;
+        let mut removed = 0;
+        for id in ids {
+            removed += tx.execute("DELETE FROM chunks WHERE id = ?1", [id.as_bytes().as_slice()]).map_err(sql_err)?;
+        }
+        tx.commit().map_err(sql_err)?;
+        writer.totals = None;
+        Ok(removed)
     }
 
     /// The directory the store lives in.
@@ -799,6 +878,9 @@ impl ChunkStore for PackStore {
         if self.lookup(&id)?.is_some() {
             return Ok(id);
         }
+        if self.read_only {
+            return Err(StoreError::ReadOnly { dir: self.dir.display().to_string() });
+        }
         // Compress before taking the lock so threads compress in parallel.
         let (codec, payload) = encode_chunk(data);
         let header = RecordHeader { id, codec, raw_len: data.len() as u64, stored_len: payload.len() as u64 };
@@ -838,6 +920,9 @@ impl ChunkStore for PackStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
         let mut writer = self.writer()?;
         if writer.pack_unsynced {
             if let Some(pack) = &writer.current {
@@ -889,7 +974,7 @@ impl ChunkStore for PackStore {
         Ok(totals)
     }
 
-    fn verify(&self) -> Result<VerifyReport, StoreError> {
+    fn verify_with_progress(&self, progress: &mut dyn FnMut(u64)) -> Result<VerifyReport, StoreError> {
         // Collected first so reads go in pack order and the index is not
         // locked while the packs are read.
         let rows: Vec<(Vec<u8>, RawLocation)> = {
@@ -905,18 +990,24 @@ impl ChunkStore for PackStore {
         for (raw_id, raw_loc) in rows {
             report.checked += 1;
             let id = ChunkId::from_slice(&raw_id)?;
+            let location = u32::try_from(raw_loc.0).ok().zip(u64::try_from(raw_loc.1).ok());
+            let len = RECORD_HEADER_LEN + u64::try_from(raw_loc.2).unwrap_or(0);
             let result = Location::from_raw(raw_loc).and_then(|loc| self.read_record(&id, &loc));
+            report.bytes += len;
+            progress(len);
             match result {
                 Ok(_) => {}
-                Err(StoreError::Corrupt { detail, .. }) => report.corrupt.push(CorruptChunk { id, detail }),
+                Err(StoreError::Corrupt { detail, .. }) => report.corrupt.push(CorruptChunk { id, detail, location }),
                 Err(e @ (StoreError::Io { .. } | StoreError::Decode { .. })) => {
-                    report.corrupt.push(CorruptChunk { id, detail: e.to_string() })
+                    report.corrupt.push(CorruptChunk { id, detail: e.to_string(), location })
                 }
                 Err(other) => return Err(other),
             }
         }
+        // The caller (fsck) reports each one by path; a missing pack would
+        // otherwise log a line per chunk on the terminal as well.
         for bad in &report.corrupt {
-            log::error!("Chunk {} failed verification: {}", bad.id, bad.detail);
+            log::debug!("Chunk {} failed verification: {}", bad.id, bad.detail);
         }
         Ok(report)
     }

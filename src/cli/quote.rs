@@ -1,0 +1,72 @@
+//! Names and labels the agent controls, made safe to print on the owner's
+//! terminal. A file name or message id may hold newlines and escape
+//! sequences (to fake lines or drive the terminal), or text shaped like
+//! our own output (`x | +1 -1 (modified)` in `diff --stat`). Such text is
+//! printed quoted with C escapes, as `git` does with `core.quotePath` and
+//! `ls -b`; ordinary names are printed as they are.
+
+/// `s` as is when it is plain, else in double quotes with escapes.
+pub fn quote(s: &str) -> String {
+    if !needs_quotes(s) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control() || is_invisible(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn needs_quotes(s: &str) -> bool {
+    s.is_empty()
+        || s.starts_with(' ')
+        || s.ends_with(' ')
+        || s.starts_with('"')
+        // The separators of our own line formats.
+        || s.contains(" | ")
+        || s.contains("  ")
+        || s.chars().any(|c| c.is_control() || c == '\\' || is_invisible(c))
+}
+
+/// Characters that change how the rest of the line reads without being
+/// seen: bidirectional overrides and zero-width characters.
+fn is_invisible(c: char) -> bool {
+    matches!(c as u32, 0x200b..=0x200f | 0x202a..=0x202e | 0x2066..=0x2069 | 0xfeff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quote;
+
+    #[test]
+    fn plain_names_are_printed_as_they_are() {
+        for s in ["src/app.py", "my file.txt", "été", "m1", "prompt 7: fix the bug"] {
+            assert_eq!(quote(s), s);
+        }
+    }
+
+    #[test]
+    fn names_that_could_fake_lines_or_drive_the_terminal_are_quoted() {
+        assert_eq!(quote("a\nb"), "\"a\\nb\"");
+        assert_eq!(quote("\u{1b}[31mred"), "\"\\x1b[31mred\"");
+        assert_eq!(quote("x | +1 -1 (modified)"), "\"x | +1 -1 (modified)\"");
+        assert_eq!(quote("back\\slash"), "\"back\\\\slash\"");
+        assert_eq!(quote("say \"hi\"\r"), "\"say \\\"hi\\\"\\r\"");
+        assert_eq!(quote("\u{202e}txt.exe"), "\"\\u{202e}txt.exe\"");
+        assert_eq!(quote(""), "\"\"");
+        for s in ["a\nb", "\u{1b}[2J", "x | y", "\u{9b}31m"] {
+            assert!(!quote(s).chars().any(|c| c.is_control()), "{s:?} printed with a control character");
+        }
+    }
+}
