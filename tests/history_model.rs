@@ -14,9 +14,12 @@
 //!
 //! Environment: HISTORY_MODEL_SEED=N runs that seed only;
 //! HISTORY_MODEL_SEQUENCES=N random sequences (default 1) after the fixed
-//! seeds (HISTORY_MODEL_FIXED=0 leaves those out); HISTORY_MODEL_STEPS=N
-//! steps per sequence (default 60); HISTORY_MODEL_SHRINK_SECS=N: shrinking stops N s after the test started (default 180);
-//! HISTORY_MODEL_LOG=1 also checks `log` statistics.
+//! seeds 1-5 (HISTORY_MODEL_FIXED=0 leaves those out; the random seeds
+//! derive from HISTORY_MODEL_BASE_SEED if set); HISTORY_MODEL_STEPS=N steps
+//! per sequence (default 80); HISTORY_MODEL_SHRINK_SECS=N: shrinking stops
+//! N s after the test started (default 120); HISTORY_MODEL_LOG=1 also
+//! checks `log` statistics; HISTORY_MODEL_REPLAY='step; step; ...' replays
+//! one printed sequence instead.
 
 mod common;
 #[path = "history_model/harness.rs"]
@@ -222,8 +225,8 @@ fn replay(lines: &[&str]) {
 #[test]
 fn random_sequences_against_the_model() {
     setup();
-    let steps = env_u64("HISTORY_MODEL_STEPS").unwrap_or(60) as usize;
-    let shrink_budget = Duration::from_secs(env_u64("HISTORY_MODEL_SHRINK_SECS").unwrap_or(180));
+    let steps = env_u64("HISTORY_MODEL_STEPS").unwrap_or(80) as usize;
+    let shrink_budget = Duration::from_secs(env_u64("HISTORY_MODEL_SHRINK_SECS").unwrap_or(120));
     if let Ok(list) = std::env::var("HISTORY_MODEL_REPLAY") {
         // Steps separated by `;` or newlines, as printed (quotes and commas allowed).
         let lines: Vec<String> = list
@@ -240,7 +243,7 @@ fn random_sequences_against_the_model() {
         seeds.push(s);
     } else {
         if std::env::var("HISTORY_MODEL_FIXED").map_or(true, |v| v != "0") {
-            seeds.extend([1, 2, 3]);
+            seeds.extend([1, 2, 3, 4, 5]);
         }
         let base = env_u64("HISTORY_MODEL_BASE_SEED").unwrap_or_else(|| now_ms() ^ u64::from(std::process::id()) << 32);
         for i in 0..env_u64("HISTORY_MODEL_SEQUENCES").unwrap_or(1) {

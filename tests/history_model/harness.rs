@@ -369,10 +369,17 @@ impl Runner {
         self.model = self.snaps[&k].clone();
         // A held descriptor keeps its object: it is in the tree if the
         // rewind kept (or brought back) that inode, else it was moved away.
+        // Taken before any slot changes them: two descriptors may hold one object.
+        let held_before: BTreeMap<u64, Node> = self
+            .fds
+            .iter()
+            .flatten()
+            .map(|h| (h.node, pre.nodes.get(&h.node).or_else(|| self.orphans.get(&h.node)).cloned().expect("held")))
+            .collect();
         for slot in 0..SLOTS {
             let Some(h) = &self.fds[slot] else { continue };
             let x = h.node;
-            let before = pre.nodes.get(&x).or_else(|| self.orphans.get(&x)).cloned().expect("held node");
+            let before = held_before[&x].clone();
             let ino = h.file.metadata().map(|m| m.ino()).or_else(|e| fail("fd", format!("fstat: {e}")))?;
             let here = self.model.entries.iter().find(|(_, id)| **id == x).map(|(p, _)| p.clone());
             let attached = match &here {

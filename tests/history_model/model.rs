@@ -223,8 +223,9 @@ impl Model {
     }
 
     /// `restore` of `path` from the snapshot `k`, as src/restore does it:
-    /// parents that were directories then are made directories (mode only,
-    /// owned by root); a path whose parent was not a directory then is
+    /// parents that were directories then are made directories (missing
+    /// ones with their recorded mode, owner and xattrs; one that was a file
+    /// with the mode only, owned by root); a path whose parent was not a directory then is
     /// removed; a file with other bytes is replaced by a new object with
     /// the checkpoint's bytes and attributes; a file with the same bytes
     /// keeps its object and gets the checkpoint's attributes; a symlink
@@ -232,15 +233,26 @@ impl Model {
     pub fn restore(&mut self, k: &Model, path: &str, next_id: &mut u64) {
         let comps: Vec<&str> = path.split('/').collect();
         let mut cur = String::new();
+        let mut recreated = Vec::new();
         for c in &comps[..comps.len() - 1] {
             cur = join(&cur, c);
             if k.kind(&cur) != Some(Kind::Dir) {
                 self.restore_absent_path(&comps);
                 return;
             }
-            self.ensure_dir(&cur, k.node(&cur).expect("a dir"), next_id);
+            let existed = self.kind(&cur).is_some();
+            let want = k.node(&cur).expect("a dir");
+            self.ensure_dir(&cur, want, next_id);
+            if !existed {
+                recreated.push((cur.clone(), want.clone()));
+            }
         }
         self.sync_entry(k, path, next_id);
+        // Parents that did not exist get their recorded attributes (a
+        // parent that was a file is replaced with the mode only).
+        for (p, want) in recreated.into_iter().rev() {
+            self.set_attrs(&p, &want);
+        }
     }
 
     fn restore_absent_path(&mut self, comps: &[&str]) {
