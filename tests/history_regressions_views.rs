@@ -26,8 +26,10 @@ use model::Step;
 /// mount; panics with the first difference from the model.
 fn replay(lines: &[&str]) {
     common::require_fuse();
-    // Modes in the model are exactly those asked for.
-    rustix::process::umask(rustix::fs::Mode::empty());
+    // As tests/history_model.rs: the model's files are made 644 and
+    // directories 755 whatever the caller's umask, and the fixture's own
+    // directories (store, runtime dir) must not be writable by others.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let steps: Vec<Step> = lines.iter().map(|l| Step::parse(l).unwrap_or_else(|e| panic!("{e}"))).collect();
     let run = || -> Result<(), harness::Failure> {
         let mut r = Runner::new(Opts::default())?;
