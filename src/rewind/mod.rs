@@ -166,10 +166,20 @@ pub fn rewind(
     // Before the contents: a file left with one name can swap in a new
     // inode instead of being rewritten in place.
     r.drop_stray_links(&linked)?;
+    let mut done: HashSet<ObjectId> = HashSet::new();
     for id in files {
-        if let Some(fd) = r.object_fd(id) {
-            r.restore_object(id, fd.as_fd())?;
+        // Once only (an object both changed and put back is listed twice),
+        // and not once it left for the attic: replacing a file's content
+        // moves its old inode there, where a held descriptor keeps it.
+        if !done.insert(id) || r.in_attic.contains(&id) {
+            continue;
         }
+        let Some(fd) = r.object_fd(id) else { continue };
+        let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
+        if st.st_nlink == 1 && r.locate_in_attic(fd.as_fd())?.is_some() {
+            continue;
+        }
+        r.restore_object(id, fd.as_fd())?;
     }
     log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
     dirs.extend(std::mem::take(&mut r.dirs_touched));
