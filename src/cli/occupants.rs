@@ -79,6 +79,12 @@ mod tests {
         let dir = dir.path().canonicalize().expect("canonical");
         let mut child = std::process::Command::new("sleep").arg("30").current_dir(&dir).spawn().expect("sleep");
         let pid = child.id();
+        // Until the child has exec'd, /proc shows the test's own name.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim() != "sleep").unwrap_or(true) {
+            assert!(std::time::Instant::now() < deadline, "sleep did not start");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let found = inside(&dir, &HashSet::new());
         let excepted = inside(&dir, &HashSet::from([pid]));
         let _ = child.kill();
