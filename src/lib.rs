@@ -5,6 +5,7 @@
 //! - [`sys`]: the only place with `unsafe` (file handles, signals).
 //! - [`workspace`]: the live tree: object table, backing-tree operations.
 //! - [`store`]: the content-addressed chunk store.
+//! - [`store_dir`]: a store directory's parts and the checks that they belong together.
 //! - [`meta`]: the SQLite metadata (objects, checkpoints, pre-images).
 //! - [`journal`]: turns, checkpoints, recording pre-images.
 //! - [`view`]: the tree at a checkpoint, resolved on demand.
@@ -29,6 +30,7 @@ pub mod report;
 pub mod restore;
 pub mod rewind;
 pub mod store;
+pub mod store_dir;
 pub mod sys;
 pub mod view;
 pub mod workspace;

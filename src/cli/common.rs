@@ -151,21 +151,7 @@ fn create_private_dir(dir: &Path) -> Result<()> {
                 return std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
                     .map_err(|e| Error::io(format!("cannot set permissions of {}", dir.display()), e));
             }
-            // What rewindfs puts in a store; anything else means the
-            // directory is someone's, not a store.
-            const STORE_NAMES: &[&str] = &[
-                "meta.sqlite",
-                "meta.sqlite-wal",
-                "meta.sqlite-shm",
-                "journal.log",
-                "daemon.log",
-                "lock",
-                "chunks",
-                "attic",
-                // A store on a filesystem of its own.
-                "lost+found",
-            ];
-            if let Some(other) = names.iter().find(|n| !STORE_NAMES.iter().any(|s| n.as_os_str() == *s)) {
+            if let Some(other) = names.iter().find(|n| !crate::store_dir::ENTRIES.iter().any(|s| n.as_os_str() == *s)) {
                 return Err(Error::path(
                     dir,
                     format!(
@@ -390,7 +376,7 @@ fn already_mounted(path: &Path) -> Error {
 /// ready. The daemon logs to `daemon.log` in the store.
 pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs executable", e))?;
-    let log_path = spec.store.join("daemon.log");
+    let log_path = crate::store_dir::StoreDir::new(&spec.store).daemon_log();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

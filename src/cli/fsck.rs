@@ -15,6 +15,7 @@ use crate::fsck::{self, Problem, Report, Target};
 use crate::journal::Journal;
 use crate::meta::Meta;
 use crate::store::PackStore;
+use crate::store_dir::StoreDir;
 use crate::workspace::LiveTree;
 
 /// Exit status: problems were found (and not all repaired).
@@ -119,13 +120,13 @@ fn exit_status(report: &Report, repair: bool) -> i32 {
 /// Checks a store nothing else uses, from read-only handles; with
 /// `repair`, reopens it for writing to apply the repairs.
 fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress: bool) -> Result<Report> {
-    let meta_path = store.join("meta.sqlite");
-    if !meta_path.is_file() && !store.join("chunks").is_dir() {
+    let meta_path = StoreDir::new(store).meta();
+    if !meta_path.is_file() && !StoreDir::new(store).chunks().is_dir() {
         return Err(Error::path(store, "not a rewindfs store (no meta.sqlite)"));
     }
     // Held while checking too: a daemon starting on the store mid-check
     // would change what is being read.
-    let _lock = registry::lock(&store.join("lock"), &format!("store {}", store.display()))?;
+    let _lock = registry::lock(&StoreDir::new(store).lock(), &format!("store {}", store.display()))?;
     // A database that cannot be used at all: that is the whole report.
     let fatal: Vec<fsck::StoreDamage> = fsck::store_damage(store).into_iter().filter(|d| d.fatal).collect();
     if !fatal.is_empty() {
@@ -136,13 +137,13 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
         let recorded = meta.get_state("workspace").ok().flatten().filter(|w| !w.is_empty())?;
         Some(PathBuf::from(recorded)).filter(|p| p.is_dir())
     });
-    let pack = PackStore::open_read_only(&store.join("chunks")).map_err(|e| Error::Daemon(e.to_string()))?;
+    let pack = PackStore::open_read_only(&StoreDir::new(store).chunks()).map_err(|e| Error::Daemon(e.to_string()))?;
     let journal = Journal::read_only(meta, Arc::new(pack)).map_err(|e| Error::Daemon(e.to_string()))?;
     let tree = match &workspace {
         Some(w) => Some(LiveTree::new(w, None)?),
         None => None,
     };
-    let attic = store.join("attic");
+    let attic = StoreDir::new(store).attic();
     let target = Target {
         journal: &journal,
         tree: tree.as_ref(),
@@ -170,7 +171,7 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
             "the workspace is unknown (give it with -C): paths are named from records alone, unverified".to_string(),
         );
     }
-    let log = store.join("journal.log");
+    let log = StoreDir::new(store).journal_log();
     if std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
         report.notes.push(format!(
             "{} holds records the last daemon did not fold into the database (it was killed); \
@@ -181,7 +182,7 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
     if repair && !report.is_clean() {
         drop(journal);
         let meta = Meta::open(&meta_path).map_err(|e| Error::Daemon(e.to_string()))?;
-        let pack = PackStore::open(&store.join("chunks")).map_err(|e| Error::Daemon(e.to_string()))?;
+        let pack = PackStore::open(&StoreDir::new(store).chunks()).map_err(|e| Error::Daemon(e.to_string()))?;
         fsck::repair(&meta, &pack, &mut report).map_err(|e| Error::Daemon(format!("repair failed: {e}")))?;
         use crate::store::ChunkStore;
         pack.sync().map_err(|e| Error::Daemon(e.to_string()))?;

@@ -31,8 +31,7 @@ use crate::sys::{self, FileHandle};
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
 
-pub mod store_check;
-pub use store_check::{StoreDamage, store_damage};
+pub use crate::store_dir::{StoreDamage, store_damage};
 
 /// Errors that stop a check (as opposed to problems it finds).
 #[derive(Debug, thiserror::Error)]

@@ -17,7 +17,6 @@ use log::info;
 use serde::Serialize;
 
 pub mod record_log;
-pub mod store_check;
 
 use crate::error::{AsErrno, Errno};
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
@@ -319,11 +318,11 @@ impl Journal {
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
     /// after checking that they are sound and belong together
-    /// ([`crate::journal::store_check`]).
+    /// ([`crate::store_dir`]).
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
         // Before anything writes: an empty or damaged database would
         // otherwise be recreated or used as if it were the history.
-        let damage = crate::fsck::store_damage(dir);
+        let damage = crate::store_dir::store_damage(dir);
         if !damage.is_empty() {
             let what: Vec<String> = damage.into_iter().map(|d| d.detail).collect();
             return Err(crate::Error::kind_of(
@@ -336,11 +335,12 @@ impl Journal {
                 ),
             ));
         }
-        let meta = store_check::open_checked(dir)?;
-        let store =
-            crate::store::PackStore::open(&dir.join("chunks")).map_err(|e| crate::Error::Daemon(e.to_string()))?;
-        let journal = Journal::open_with_log(meta, Arc::new(store), Some(&dir.join("journal.log")))
+        let meta = crate::store_dir::open_checked(dir)?;
+        let store = crate::store::PackStore::open(&crate::store_dir::StoreDir::new(dir).chunks())
             .map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        let journal =
+            Journal::open_with_log(meta, Arc::new(store), Some(&crate::store_dir::StoreDir::new(dir).journal_log()))
+                .map_err(|e| crate::Error::Daemon(e.to_string()))?;
         if let Some(log) = &mut journal.lock().log {
             log.clear().map_err(|e| crate::Error::io("cannot empty the journal log", e))?;
         }

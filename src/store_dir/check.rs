@@ -9,6 +9,8 @@ use std::path::Path;
 use crate::journal::record_log::{LogRecord, RecordLog};
 use crate::meta::Meta;
 
+use super::StoreDir;
+
 /// One thing wrong with the store as a whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreDamage {
@@ -22,8 +24,8 @@ fn damage(detail: String, fatal: bool) -> StoreDamage {
 }
 
 /// Bytes in pack files, and whether any holds a record.
-fn pack_bytes(dir: &Path) -> (u64, bool) {
-    let Ok(entries) = std::fs::read_dir(dir.join("chunks/packs")) else { return (0, false) };
+fn pack_bytes(dir: &StoreDir) -> (u64, bool) {
+    let Ok(entries) = std::fs::read_dir(dir.packs()) else { return (0, false) };
     let sizes: Vec<u64> = entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
@@ -34,8 +36,8 @@ fn pack_bytes(dir: &Path) -> (u64, bool) {
 }
 
 /// The number of attic entries and the largest object id among their names.
-fn attic_entries(dir: &Path) -> (usize, Option<i64>) {
-    let Ok(entries) = std::fs::read_dir(dir.join("attic")) else { return (0, None) };
+fn attic_entries(dir: &StoreDir) -> (usize, Option<i64>) {
+    let Ok(entries) = std::fs::read_dir(dir.attic()) else { return (0, None) };
     let names: Vec<String> =
         entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     (names.len(), names.iter().filter_map(|n| n.parse::<i64>().ok()).max())
@@ -44,9 +46,10 @@ fn attic_entries(dir: &Path) -> (usize, Option<i64>) {
 /// What is wrong with the store in `dir` as a whole (empty: nothing).
 /// Reads only; safe beside a running daemon.
 pub fn store_damage(dir: &Path) -> Vec<StoreDamage> {
-    let meta = dir.join("meta.sqlite");
-    let (packs, has_chunks) = pack_bytes(dir);
-    let (attic, attic_max) = attic_entries(dir);
+    let parts = StoreDir::new(dir);
+    let meta = parts.meta();
+    let (packs, has_chunks) = pack_bytes(&parts);
+    let (attic, attic_max) = attic_entries(&parts);
     let holds = || format!("the store holds {packs} bytes of packs and {attic} attic entries");
     let len = std::fs::metadata(&meta).map(|m| m.len());
     if len.as_ref().map_or(true, |l| *l == 0) {
@@ -72,7 +75,7 @@ pub fn store_damage(dir: &Path) -> Vec<StoreDamage> {
     }
     // Object ids the daemon logged but did not fold into the database
     // before it was killed are known too: the next open folds them.
-    let logged = RecordLog::read(&dir.join("journal.log")).unwrap_or_default();
+    let logged = RecordLog::read(&parts.journal_log()).unwrap_or_default();
     let logged_max = logged
         .iter()
         .filter_map(|r| match r {

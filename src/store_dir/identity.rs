@@ -1,7 +1,7 @@
 //! That a store's database and its packs belong together: a database from
 //! another store (copied over, or restored from the wrong backup) must not
 //! be mounted as the history of these packs and this attic. The database
-//! is checked for emptiness and damage before (`fsck::store_damage`). A
+//! is checked for emptiness and damage before ([`super::check`]). A
 //! refusal changes nothing and names `rewindfs fsck`.
 
 use std::path::Path;
@@ -9,18 +9,19 @@ use std::path::Path;
 use crate::error::{Error, ErrorKind, Result};
 use crate::meta::Meta;
 
-/// The file beside the packs that says which database they belong to; the
-/// same id is kept in the database's `state` table.
-const ID_FILE: &str = "store-id";
+use super::StoreDir;
+
+/// The key of the store id in the database's `state` table; the same id is
+/// kept beside the packs ([`super::StoreDir::id_file`]).
 const ID_KEY: &str = "store_id";
 
 /// How much history a store directory holds outside its database.
-fn history_outside_db(dir: &Path) -> (usize, usize) {
+fn history_outside_db(dir: &StoreDir) -> (usize, usize) {
     let count = |p: &Path| std::fs::read_dir(p).map(|d| d.filter_map(|e| e.ok()).count()).unwrap_or(0);
-    let packs = std::fs::read_dir(dir.join("chunks/packs"))
+    let packs = std::fs::read_dir(dir.packs())
         .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.metadata().is_ok_and(|m| m.len() > 0)).count())
         .unwrap_or(0);
-    (packs, count(&dir.join("attic")))
+    (packs, count(&dir.attic()))
 }
 
 fn refuse(dir: &Path, what: String) -> Error {
@@ -37,15 +38,16 @@ fn refuse(dir: &Path, what: String) -> Error {
 /// Opens `dir/meta.sqlite` after checking that the database and the packs
 /// carry the same store id. A new store gets its id here.
 pub fn open_checked(dir: &Path) -> Result<Meta> {
-    let db = dir.join("meta.sqlite");
-    let id_path = dir.join("chunks").join(ID_FILE);
+    let parts = StoreDir::new(dir);
+    let db = parts.meta();
+    let id_path = parts.id_file();
     let file_id = match std::fs::read_to_string(&id_path) {
         Ok(s) => Some(s.trim().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(format!("cannot read {}", id_path.display()), e)),
     };
-    // Emptiness and damage were checked before (`fsck::store_damage`).
-    let (packs, attic) = history_outside_db(dir);
+    // Emptiness and damage were checked before (`super::store_damage`).
+    let (packs, attic) = history_outside_db(&parts);
     let meta = Meta::open(&db).map_err(|e| refuse(dir, format!("its database cannot be opened: {e}")))?;
     let db_id = meta.get_state(ID_KEY).map_err(|e| refuse(dir, format!("its database is damaged: {e}")))?;
     let has_history = meta.checkpoints().map(|c| !c.is_empty()).unwrap_or(false);
@@ -71,8 +73,8 @@ pub fn open_checked(dir: &Path) -> Result<Meta> {
             // A new store, or one made before stores had ids: give it one.
             let id = db_id.unwrap_or_else(new_id);
             meta.set_state(ID_KEY, &id).map_err(|e| Error::Daemon(e.to_string()))?;
-            std::fs::create_dir_all(dir.join("chunks"))
-                .map_err(|e| Error::io(format!("cannot create {}", dir.join("chunks").display()), e))?;
+            std::fs::create_dir_all(parts.chunks())
+                .map_err(|e| Error::io(format!("cannot create {}", parts.chunks().display()), e))?;
             let tmp = id_path.with_extension("tmp");
             std::fs::write(&tmp, format!("{id}\n"))
                 .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
@@ -103,7 +105,7 @@ mod tests {
     fn a_new_store_gets_an_id_and_opens_again() {
         let dir = tempfile::tempdir().expect("tempdir");
         drop(open_checked(dir.path()).expect("new store"));
-        let id = std::fs::read_to_string(dir.path().join("chunks").join(ID_FILE)).expect("id file");
+        let id = std::fs::read_to_string(StoreDir::new(dir.path()).id_file()).expect("id file");
         assert_eq!(id.trim().len(), 32);
         drop(open_checked(dir.path()).expect("second open"));
     }

@@ -1,0 +1,71 @@
+//! The store directory as a whole: what rewindfs puts in it, and the checks
+//! that the parts belong together before anything is mounted over them.
+//!
+//! A store holds the metadata database (`meta.sqlite` and its WAL), the
+//! chunk store (`chunks/`: packs, indexes and the store id), the attic
+//! (`attic/`: files moved aside, named by object id), the journal log the
+//! daemon appends to between folds, the daemon's own log and the lock that
+//! keeps one daemon per store.
+
+pub mod check;
+pub mod identity;
+
+use std::path::{Path, PathBuf};
+
+pub use check::{StoreDamage, store_damage};
+pub use identity::open_checked;
+
+/// Every name rewindfs puts at the top of a store directory. Anything else
+/// there means the directory is someone's, not a store.
+pub const ENTRIES: &[&str] = &[
+    "meta.sqlite",
+    "meta.sqlite-wal",
+    "meta.sqlite-shm",
+    "journal.log",
+    "daemon.log",
+    "lock",
+    "chunks",
+    "attic",
+    // A store on a filesystem of its own.
+    "lost+found",
+];
+
+/// The paths of a store's parts, named once.
+#[derive(Clone, Debug)]
+pub struct StoreDir {
+    root: PathBuf,
+}
+
+impl StoreDir {
+    pub fn new(root: &Path) -> StoreDir {
+        StoreDir { root: root.to_path_buf() }
+    }
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn meta(&self) -> PathBuf {
+        self.root.join("meta.sqlite")
+    }
+    pub fn chunks(&self) -> PathBuf {
+        self.root.join("chunks")
+    }
+    pub fn packs(&self) -> PathBuf {
+        self.chunks().join("packs")
+    }
+    /// The file beside the packs that says which database they belong to.
+    pub fn id_file(&self) -> PathBuf {
+        self.chunks().join("store-id")
+    }
+    pub fn attic(&self) -> PathBuf {
+        self.root.join("attic")
+    }
+    pub fn journal_log(&self) -> PathBuf {
+        self.root.join("journal.log")
+    }
+    pub fn daemon_log(&self) -> PathBuf {
+        self.root.join("daemon.log")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+}
