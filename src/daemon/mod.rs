@@ -196,6 +196,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .invalidator()
             .map_err(|e| Error::io("cannot duplicate the FUSE device descriptor".to_string(), e))?,
         world,
+        turn_stats: spawn_turn_stats(tree.clone(), journal.clone()),
     });
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
@@ -235,6 +236,8 @@ struct Ctx {
     /// Shared by every FUSE request; history operations go one at a time
     /// and freeze the tree while they change it.
     world: Arc<World>,
+    /// Sealed turns whose `log` statistics are to be computed.
+    turn_stats: std::sync::mpsc::Sender<i64>,
 }
 
 /// The fsname prefix of view mounts (`rewindfs show`).
@@ -265,12 +268,27 @@ fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> s
         })?;
     // The turn's `log` statistics, off the turn gate and the caller's
     // path: reading contents for line counts must not delay the next turn.
-    let _ = std::thread::Builder::new().name("turn-stats".into()).spawn(move || {
-        if let Err(e) = crate::report::summarize_sealed_turn(&tree, &journal, sealed - 1) {
-            warn!("cannot compute the statistics of turn {}: {e}", sealed - 1);
+    // (`log` computes any it finds missing, so a lost request costs time only.)
+    let _ = ctx.turn_stats.send(sealed - 1);
+    Ok(sealed)
+}
+
+/// One thread computes sealed turns' statistics in the order they were
+/// sealed: a burst of seals (a hook per prompt) queues, rather than
+/// starting as many threads reading the same contents.
+fn spawn_turn_stats(tree: Arc<LiveTree>, journal: Arc<Journal>) -> std::sync::mpsc::Sender<i64> {
+    let (tx, rx) = std::sync::mpsc::channel::<i64>();
+    let spawned = std::thread::Builder::new().name("turn-stats".into()).spawn(move || {
+        for turn in rx {
+            if let Err(e) = crate::report::summarize_sealed_turn(&tree, &journal, turn) {
+                warn!("cannot compute the statistics of turn {turn}: {e}");
+            }
         }
     });
-    Ok(sealed)
+    if let Err(e) = spawned {
+        warn!("cannot start the turn statistics thread ({e}); `log` computes them when asked");
+    }
+    tx
 }
 
 fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
