@@ -235,12 +235,22 @@ pub mod test_hooks {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }
+
+    /// Whether the journal must fail to become durable, as on a full or
+    /// failing store: while the file named by `REWINDFS_TEST_FAIL_SYNC_WHILE`
+    /// exists.
+    pub fn sync_fails() -> bool {
+        std::env::var_os("REWINDFS_TEST_FAIL_SYNC_WHILE").is_some_and(|p| std::path::Path::new(&p).exists())
+    }
 }
 
 /// What the tests' hooks become in a shipped build: nothing.
 #[cfg(not(feature = "test-hooks"))]
 pub mod test_hooks {
     pub fn hold_frozen() {}
+    pub fn sync_fails() -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -158,3 +158,37 @@ fn read_mounted(p: &std::path::Path) -> Vec<u8> {
     let p = p.to_path_buf();
     io_timeout(&format!("read {}", p.display()), CHILD_TIMEOUT, move || std::fs::read(p)).expect("read")
 }
+
+/// Unmount makes the history durable before the mount goes. When it cannot
+/// (a store that fails to sync), `unmount` exits non-zero, says so, and the
+/// mount stays, recording as before; once the store works again, unmount
+/// succeeds and the history is all there at the next mount.
+#[test]
+fn unmount_that_cannot_make_history_durable_fails_and_keeps_the_mount() {
+    let mut f = Fixture::new();
+    std::fs::write(f.ws.join("a.txt"), b"one\n").unwrap();
+    let flag = f.tmp.path().join("fail-sync");
+    f.mount_with_env(&[("REWINDFS_TEST_FAIL_SYNC_WHILE", flag.as_os_str())]);
+    let mnt = f.mnt.to_str().unwrap().to_string();
+    f.turn("m1");
+    f.sh("printf 'two\\n' >> a.txt");
+
+    std::fs::write(&flag, b"").unwrap();
+    let out = f.cli_raw(&["unmount", &mnt]);
+    assert_eq!(out.status.code(), Some(1), "unmount must fail (exit 1): {}", describe_status(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot make the history durable") && err.contains("stays mounted"), "{err}");
+    assert!(is_mounted(&f.mnt), "the mount must stay when the history is not durable");
+    // Still recording.
+    f.sh("printf 'three\\n' >> a.txt");
+    let second = f.turn("m2");
+
+    std::fs::remove_file(&flag).unwrap();
+    f.unmount();
+    assert!(!is_mounted(&f.mnt));
+    assert_eq!(std::fs::read(f.ws.join("a.txt")).unwrap(), b"one\ntwo\nthree\n");
+    f.mount();
+    let view = |n: i64| std::fs::read(f.mnt.join(format!(".rewindfs/checkpoints/{n}/a.txt"))).unwrap();
+    assert_eq!(view(1), b"one\n", "checkpoint m1 holds the file as it was");
+    assert_eq!(view(second), b"one\ntwo\nthree\n", "checkpoint m2 holds the changes made around the failed unmount");
+}

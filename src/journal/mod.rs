@@ -709,6 +709,12 @@ impl Journal {
 
     /// Makes everything recorded so far durable (used at unmount).
     pub fn sync(&self) -> JournalResult<()> {
+        if crate::world::test_hooks::sync_fails() {
+            return Err(JournalError::Read {
+                what: "the store (test hook)".into(),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            });
+        }
         self.store.sync()?;
         let mut inner = self.lock();
         inner.fold()?;

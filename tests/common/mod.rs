@@ -699,12 +699,23 @@ impl Fixture {
     }
 
     pub fn mount(&mut self) {
+        self.mount_with_env(&[]);
+    }
+
+    /// As `mount`, with extra environment for the daemon (the test hooks of
+    /// `rewindfs::world::test_hooks`).
+    pub fn mount_with_env(&mut self, env: &[(&str, &OsStr)]) {
         let (ws, mnt, store) = (
             self.ws.to_str().unwrap().to_string(),
             self.mnt.to_str().unwrap().to_string(),
             self.store.to_str().unwrap().to_string(),
         );
-        self.cli(&["mount", &ws, &mnt, "--store", &store, "--auto-turn", "0"]);
+        let words = ["mount", &ws, &mnt, "--store", &store, "--auto-turn", "0"];
+        let args: Vec<&OsStr> = words.iter().map(OsStr::new).collect();
+        let mut envs = vec![("REWINDFS_RUNTIME_DIR", self.run.as_os_str())];
+        envs.extend_from_slice(env);
+        let o = run_timeout(300, BIN, &args, Some(self.tmp.path()), &envs);
+        assert!(o.status.success(), "rewindfs mount failed:\n{}", show(&o));
         self.mounted = true;
         live_mounts().push(self.mnt.clone());
     }
