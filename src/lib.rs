@@ -18,6 +18,7 @@
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
+//! - [`name_json`]: file names in JSON without loss (UTF-8 as strings, other bytes as base64).
 
 pub mod cli;
 pub mod daemon;
@@ -26,6 +27,7 @@ pub mod fs;
 pub mod fsck;
 pub mod journal;
 pub mod meta;
+pub mod name_json;
 pub mod report;
 pub mod restore;
 pub mod rewind;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::cli::FsckArgs;
 use crate::cli::common;
+use crate::cli::quote::quote_name;
 use crate::daemon::registry::{self, MountInfo};
 use crate::error::{Error, Result};
 use crate::fsck::{self, Problem, Report, Target};
@@ -97,7 +98,8 @@ pub fn run(args: FsckArgs) -> Result<i32> {
     let code = exit_status(&report, args.repair);
     if args.json {
         let mut v = serde_json::to_value(&report).map_err(|e| Error::Daemon(e.to_string()))?;
-        v["store"] = serde_json::json!(store);
+        v["store"] = serde_json::to_value(crate::name_json::Name(store.as_os_str()))
+            .map_err(|e| Error::Daemon(e.to_string()))?;
         v["repair"] = args.repair.into();
         v["exit_status"] = code.into();
         common::print_json(&v)?;
@@ -236,22 +238,22 @@ fn problem_lines(p: &Problem) -> Vec<String> {
         lines.push(format!("{subject}: {}", p.kind));
     }
     // Group checkpoints by path, keeping the order they came in.
-    let mut groups: Vec<(Option<String>, Vec<String>, bool)> = Vec::new();
+    let mut groups: Vec<(Option<&Path>, Vec<String>, bool)> = Vec::new();
     for a in &p.affected {
         let label = match a.checkpoint {
             Some(k) => checkpoint_label(k, &a.message_id),
             None => String::new(),
         };
         let live = a.checkpoint.is_none();
-        match groups.iter_mut().find(|(path, _, l)| *path == a.path && *l == live) {
+        match groups.iter_mut().find(|(path, _, l)| *path == a.path.as_deref() && *l == live) {
             Some(g) => g.1.push(label),
-            None => groups.push((a.path.clone(), vec![label], live)),
+            None => groups.push((a.path.as_deref(), vec![label], live)),
         }
     }
     for (path, labels, live) in groups {
         let path = match (path, p.object) {
-            (Some(p), _) if p.is_empty() => "/".to_string(),
-            (Some(p), _) => p,
+            (Some(p), _) if p.as_os_str().is_empty() => "/".to_string(),
+            (Some(p), _) => quote_name(p),
             (None, Some(o)) => format!("object {o}"),
             (None, None) => "unknown path".to_string(),
         };

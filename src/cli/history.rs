@@ -1,7 +1,7 @@
 //! `rewindfs log`, `diff` and `history`: reading the record.
 
 use crate::cli::common;
-use crate::cli::quote::quote;
+use crate::cli::quote::{quote, quote_name};
 use crate::cli::{DiffArgs, HistoryArgs, LogArgs};
 use crate::daemon::control::{self as op, RewindReply};
 use crate::error::Result;
@@ -39,7 +39,7 @@ pub fn log(args: LogArgs) -> Result<()> {
         if let Some(l) = &t.label {
             message = format!("{message} {}", quote(l));
         }
-        let programs: Vec<String> = t.programs.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        let programs: Vec<String> = t.programs.iter().map(|(k, v)| format!("{}:{v}", quote(k))).collect();
         let marker = if t.current { "*" } else { " " };
         println!(
             "{marker}{:>3}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  {}",
@@ -69,7 +69,7 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
     let changes = reply.changes;
     let (mut added, mut removed) = (0, 0);
     for c in &changes {
-        let (path, a, r) = (quote(&c.path), c.lines_added, c.lines_removed);
+        let (path, a, r) = (quote_name(&c.path), c.lines_added, c.lines_removed);
         added += a;
         removed += r;
         let kind = change_name(&c.change);
@@ -101,7 +101,7 @@ pub fn history(args: HistoryArgs) -> Result<()> {
         return common::print_json(&events);
     }
     if events.is_empty() {
-        println!("no recorded turn changed {}", path.display());
+        println!("no recorded turn changed {}", quote_name(&path));
     }
     for e in events {
         let msg = e.message_id.map(|m| format!(" (message {})", quote(&m))).unwrap_or_default();
@@ -118,7 +118,7 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
         return common::print_json(&reply);
     }
     for c in &reply.changes {
-        println!("{:<10} {}", action_name(&c.action), quote(&c.path));
+        println!("{:<10} {}", action_name(&c.action), quote_name(&c.path));
     }
     match reply.undo_checkpoint {
         Some(undo) if !reply.dry_run => println!(
@@ -151,7 +151,7 @@ pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
                 plus += a;
                 minus += r;
                 let lines = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
-                println!("{what:<9} {}  ({lines})", quote(&c.path));
+                println!("{what:<9} {}  ({lines})", quote_name(&c.path));
             }
             println!(
                 "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",

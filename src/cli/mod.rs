@@ -5,13 +5,14 @@ mod fsck;
 mod history;
 mod mount;
 mod occupants;
-mod quote;
+pub(crate) mod quote;
 mod run;
 mod show;
 mod status;
 mod turn;
 mod unmount;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -291,7 +292,7 @@ pub struct RunArgs {
     pub as_user: Option<String>,
     /// The command to run and its arguments (after `--`). Default: $SHELL.
     #[arg(last = true)]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 #[derive(Args, Debug)]

@@ -5,23 +5,44 @@
 //! printed quoted with C escapes, as `git` does with `core.quotePath` and
 //! `ls -b`; ordinary names are printed as they are.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
 /// `s` as is when it is plain, else in double quotes with escapes.
 pub fn quote(s: &str) -> String {
-    if !needs_quotes(s) {
+    quote_bytes(s.as_bytes())
+}
+
+/// A file name or path, quoted as [`quote`] does; bytes that are not
+/// UTF-8 are written as octal escapes (`\377`, as `git` and `ls -b` do),
+/// which bash's `$'...'` turns back into the same bytes.
+pub fn quote_name(name: impl AsRef<OsStr>) -> String {
+    quote_bytes(name.as_ref().as_bytes())
+}
+
+fn quote_bytes(bytes: &[u8]) -> String {
+    if let Ok(s) = std::str::from_utf8(bytes)
+        && !needs_quotes(s)
+    {
         return s.to_string();
     }
-    let mut out = String::with_capacity(s.len() + 2);
+    let mut out = String::with_capacity(bytes.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control() || is_invisible(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if c.is_control() || is_invisible(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\{b:03o}"));
         }
     }
     out.push('"');
@@ -47,7 +68,10 @@ fn is_invisible(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::quote;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    use super::{quote, quote_name};
 
     #[test]
     fn plain_names_are_printed_as_they_are() {
@@ -68,5 +92,12 @@ mod tests {
         for s in ["a\nb", "\u{1b}[2J", "x | y", "\u{9b}31m"] {
             assert!(!quote(s).chars().any(|c| c.is_control()), "{s:?} printed with a control character");
         }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_octal_escapes() {
+        assert_eq!(quote_name(OsStr::from_bytes(b"bad\xff\xfe.txt")), "\"bad\\377\\376.txt\"");
+        assert_eq!(quote_name(OsStr::from_bytes(b"d\xe9j\xe0 vu/\xc3\xa9")), "\"d\\351j\\340 vu/\u{e9}\"");
+        assert_eq!(quote_name(OsStr::new("src/app.py")), "src/app.py");
     }
 }

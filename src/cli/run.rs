@@ -1,5 +1,6 @@
 //! `rewindfs run`: mount in place, run a command inside, unmount after.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -57,7 +58,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     let (workspace, command) = match args.workspace {
         Some(ws) => {
             let cmd = if args.command.is_empty() {
-                vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
+                vec![std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into())]
             } else {
                 args.command
             };
@@ -88,7 +89,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     Ok(code)
 }
 
-fn run_child(command: &[String], cwd: &std::path::Path, run_as: Option<(u32, u32)>) -> Result<i32> {
+fn run_child(command: &[OsString], cwd: &std::path::Path, run_as: Option<(u32, u32)>) -> Result<i32> {
     let (program, rest) = command.split_first().ok_or_else(|| Error::Usage("no command given".into()))?;
     let mut cmd = match run_as {
         None => Command::new(program),
@@ -105,7 +106,7 @@ fn run_child(command: &[String], cwd: &std::path::Path, run_as: Option<(u32, u32
         .current_dir(cwd)
         .env("REWINDFS", std::env::current_exe().unwrap_or_else(|_| "rewindfs".into()))
         .spawn()
-        .map_err(|e| Error::io(format!("cannot run {program}"), e))?;
+        .map_err(|e| Error::io(format!("cannot run {}", program.display()), e))?;
     loop {
         if let Some(sig) = sys::signals::take() {
             // Ctrl-C already reached the child through the terminal's

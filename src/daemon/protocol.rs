@@ -93,6 +93,7 @@ pub struct Log;
 pub struct Diff {
     pub from: String,
     pub to: Option<String>,
+    #[serde(with = "crate::name_json::vec")]
     pub paths: Vec<PathBuf>,
     pub patch: bool,
 }
@@ -100,6 +101,7 @@ pub struct Diff {
 /// The turns that changed a path (relative to the mount root).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct History {
+    #[serde(with = "crate::name_json")]
     pub path: PathBuf,
 }
 
@@ -108,6 +110,7 @@ pub struct History {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Restore {
     pub checkpoint: String,
+    #[serde(with = "crate::name_json::vec")]
     pub paths: Vec<PathBuf>,
     pub dry_run: bool,
 }
@@ -124,6 +127,7 @@ pub struct Rewind {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Show {
     pub checkpoint: String,
+    #[serde(with = "crate::name_json")]
     pub mountpoint: PathBuf,
 }
 
@@ -224,6 +228,7 @@ pub struct RewindPreview {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ShowReply {
     pub checkpoint: i64,
+    #[serde(with = "crate::name_json")]
     pub mountpoint: PathBuf,
 }
 
@@ -290,6 +295,33 @@ mod tests {
             let back: Request = serde_json::from_str(want).expect("decode");
             assert_eq!(serde_json::to_string(&back).expect("encode"), want);
         }
+    }
+
+    /// A path that is not UTF-8 reaches the daemon as the same bytes (it
+    /// used to fail to encode: "path contains invalid UTF-8 characters").
+    #[test]
+    fn paths_cross_the_wire_as_bytes() {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let bad = PathBuf::from(OsStr::from_bytes(b"d\xe9j\xe0/bad\xff.txt"));
+        let req: Request =
+            Restore { checkpoint: "1".into(), paths: vec![bad.clone(), "ok".into()], dry_run: true }.into();
+        let text = serde_json::to_string(&req).expect("encode");
+        assert_eq!(
+            text,
+            r#"{"op":"restore","checkpoint":"1","paths":[{"base64":"ZOlq4C9iYWT/LnR4dA=="},"ok"],"dry_run":true}"#
+        );
+        let Request::Restore(back) = serde_json::from_str(&text).expect("decode") else {
+            panic!("not a restore: {text}")
+        };
+        assert_eq!(back.paths, vec![bad.clone(), PathBuf::from("ok")]);
+        let Request::History(h) = serde_json::from_str(
+            &serde_json::to_string(&Request::from(History { path: bad.clone() })).expect("encode"),
+        )
+        .expect("decode") else {
+            panic!("not a history")
+        };
+        assert_eq!(h.path, bad);
     }
 
     #[test]

@@ -16,13 +16,17 @@ use crate::error::{Error, ErrorKind, Result};
 /// What the daemon of one mount publishes about itself.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct MountInfo {
+    #[serde(with = "crate::name_json")]
     pub mountpoint: PathBuf,
+    #[serde(with = "crate::name_json")]
     pub workspace: PathBuf,
+    #[serde(with = "crate::name_json")]
     pub store: PathBuf,
     pub in_place: bool,
     pub pid: i32,
     /// Seconds since the Unix epoch.
     pub started_at: u64,
+    #[serde(with = "crate::name_json")]
     pub socket: PathBuf,
     pub passthrough: bool,
     /// Device and inode of the workspace's backing directory: another path

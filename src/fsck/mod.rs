@@ -17,13 +17,14 @@
 //! the workspace or the attic, by handle.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cli::quote::quote_name;
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, Meta, MetaError, ObjectId};
 use crate::store::{ChunkId, ContentRef, CorruptChunk, StoreError};
@@ -78,8 +79,10 @@ pub struct Affected {
     /// written from the store).
     pub checkpoint: Option<i64>,
     pub message_id: Option<String>,
-    /// The path relative to the workspace root (lossy UTF-8), when known.
-    pub path: Option<String>,
+    /// The path relative to the workspace root, when known (in JSON as
+    /// `crate::name_json` writes names).
+    #[serde(with = "crate::name_json::option")]
+    pub path: Option<PathBuf>,
 }
 
 /// What is wrong.
@@ -112,11 +115,22 @@ pub enum ProblemKind {
     /// Records name an object that has no row in `objects`.
     ObjectRowMissing,
     /// A file in the attic whose name is no object id with a row.
-    AtticEntryUnknown { name: String },
+    AtticEntryUnknown {
+        #[serde(with = "crate::name_json")]
+        name: PathBuf,
+    },
     /// `attic/<N>` is another inode than object N's row points at.
-    AtticEntryMismatch { name: String },
+    AtticEntryMismatch {
+        #[serde(with = "crate::name_json")]
+        name: PathBuf,
+    },
     /// Entry records of a directory that has no object row.
-    EntryDirUnknown { turn: i64, dir: i64, name: String },
+    EntryDirUnknown {
+        turn: i64,
+        dir: i64,
+        #[serde(with = "crate::name_json")]
+        name: PathBuf,
+    },
     /// A checkpoint's parent does not exist (or is not older).
     ParentMissing { checkpoint: i64, parent: i64 },
     /// The store as a whole: the database is damaged, or the packs or the
@@ -150,13 +164,17 @@ impl std::fmt::Display for ProblemKind {
             ProblemKind::ChunkListUndecodable { detail } => write!(f, "the chunk list is unreadable ({detail})"),
             ProblemKind::InodeGone { detail } => write!(f, "the recorded inode is gone ({detail})"),
             ProblemKind::ObjectRowMissing => write!(f, "records name an object that has no row in the database"),
-            ProblemKind::AtticEntryUnknown { name } => write!(f, "attic entry {name} belongs to no object"),
+            ProblemKind::AtticEntryUnknown { name } => {
+                write!(f, "attic entry {} belongs to no object", quote_name(name))
+            }
             ProblemKind::AtticEntryMismatch { name } => {
-                write!(f, "attic entry {name} is not the inode its object's row points at")
+                write!(f, "attic entry {} is not the inode its object's row points at", quote_name(name))
             }
-            ProblemKind::EntryDirUnknown { turn, dir, name } => {
-                write!(f, "an entry record of turn {turn} names {name:?} in directory object {dir}, which has no row")
-            }
+            ProblemKind::EntryDirUnknown { turn, dir, name } => write!(
+                f,
+                "an entry record of turn {turn} names {} in directory object {dir}, which has no row",
+                quote_name(name)
+            ),
             ProblemKind::ParentMissing { checkpoint, parent } => {
                 write!(f, "checkpoint {checkpoint} has parent {parent}, which does not exist before it")
             }
@@ -468,7 +486,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
 
     // Entry records -> directories; checkpoints -> parents; records -> turns.
     for (turn, dir, name) in journal.with_meta(|m| m.entries_in_unknown_dirs())? {
-        let name = String::from_utf8_lossy(&name).into_owned();
+        let name = PathBuf::from(OsString::from_vec(name));
         report.problems.push(problem(ProblemKind::EntryDirUnknown { turn, dir: dir.0, name }, Some(dir), Some(turn)));
     }
     let ids: HashSet<i64> = checkpoints.iter().map(|c| c.checkpoint).collect();
@@ -534,7 +552,7 @@ fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Repor
     }
     names.sort();
     for name in names {
-        let shown = name.to_string_lossy().into_owned();
+        let shown = PathBuf::from(&name);
         let id = std::str::from_utf8(name.as_bytes()).ok().and_then(|s| s.parse::<i64>().ok());
         let Some(Some(row)) = id.map(|i| rows.get(&i)) else {
             report.problems.push(problem(ProblemKind::AtticEntryUnknown { name: shown }, None, None));
@@ -550,7 +568,7 @@ fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Repor
 
 /// The path of a live inode relative to the workspace root, if it is in
 /// the workspace.
-fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<String> {
+fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<PathBuf> {
     let tree = target.tree?;
     let handle = FileHandle::from_bytes(handle)?;
     let fd = tree.open_handle(&handle, libc::O_PATH).ok()?;
@@ -562,12 +580,12 @@ fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
     std::fs::read_link(OsStr::from_bytes(link.as_bytes())).ok()
 }
 
-fn relative_to_root(tree: &LiveTree, fd: &OwnedFd) -> Option<String> {
+fn relative_to_root(tree: &LiveTree, fd: &OwnedFd) -> Option<PathBuf> {
     let root = tree.root_fd().try_clone_to_owned().ok()?;
     let root = fd_path(&root)?;
     let path = fd_path(fd)?;
     let rel = path.strip_prefix(&root).ok()?;
-    Some(rel.to_string_lossy().into_owned())
+    Some(rel.to_path_buf())
 }
 
 /// Names the paths an object has in checkpoint views: candidates from its
@@ -635,7 +653,7 @@ impl<'a> Namer<'a> {
             .map(|(k, p)| Affected {
                 checkpoint: Some(k),
                 message_id: self.messages.get(&k).cloned().flatten(),
-                path: p.map(|p| String::from_utf8_lossy(&p).into_owned()),
+                path: p.map(|p| PathBuf::from(OsString::from_vec(p))),
             })
             .collect())
     }
@@ -685,7 +703,7 @@ impl<'a> Namer<'a> {
         if let Some(handle) = journal.with_meta(|m| m.object_handle(object))?
             && let Some(p) = live_path(self.target, &handle)
         {
-            out.push(p.into_bytes());
+            out.push(p.into_os_string().into_vec());
         }
         out.dedup();
         self.paths.insert((object, k), out.clone());

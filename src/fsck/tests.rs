@@ -102,7 +102,7 @@ fn a_corrupt_chunk_is_named_by_the_checkpoints_and_path_that_show_it() {
     assert_eq!(ks, vec![Some(2), Some(3)]);
     // Without the live tree the root is unknown; the name comes from the
     // entry record of turn 2, which the view at 2 uses.
-    assert_eq!(p.affected[0].path.as_deref(), Some(format!("<object {}>/app.py", f.dir.0).as_str()));
+    assert_eq!(p.affected[0].path.as_deref(), Some(std::path::Path::new(&format!("<object {}>/app.py", f.dir.0))));
     assert_eq!(p.affected[1].message_id.as_deref(), Some("m2"));
 }
 
@@ -172,7 +172,7 @@ fn attic_entries_and_lost_inodes_are_found() {
     // Views at 0..=3 read it by handle (named in turn 3, no content record).
     let ks: Vec<Option<i64>> = lost.affected.iter().map(|a| a.checkpoint).collect();
     assert_eq!(ks, vec![Some(0), Some(1), Some(2), Some(3)]);
-    assert_eq!(lost.affected[3].path.as_deref(), Some(format!("<object {}>/old.txt", f.dir.0).as_str()));
+    assert_eq!(lost.affected[3].path.as_deref(), Some(std::path::Path::new(&format!("<object {}>/old.txt", f.dir.0))));
 }
 
 struct Forgetful(Mutex<Vec<ChunkId>>);

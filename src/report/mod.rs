@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
+use crate::cli::quote::quote_name;
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, ObjectId, TurnStats};
 use crate::sys::FileHandle;
@@ -36,7 +37,9 @@ pub enum ChangeKind {
 /// One changed path.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FileChange {
-    pub path: String,
+    /// Relative to the root; in JSON as `crate::name_json` writes names.
+    #[serde(with = "crate::name_json")]
+    pub path: PathBuf,
     pub change: ChangeKind,
     pub binary: bool,
     pub lines_added: u64,
@@ -114,9 +117,8 @@ fn change(
     };
     let old = read(a, sa)?;
     let new = read(b, sb)?;
-    let display = path.to_string_lossy().into_owned();
     let mut fc = FileChange {
-        path: display.clone(),
+        path: path.to_path_buf(),
         change: kind,
         binary: false,
         lines_added: 0,
@@ -143,8 +145,11 @@ fn change(
         }
     }
     if with_patch {
-        let from = if sa.is_some() { format!("a/{display}") } else { "/dev/null".into() };
-        let to = if sb.is_some() { format!("b/{display}") } else { "/dev/null".into() };
+        // Quoted as in human output (git does the same): the patch is
+        // printed as it is, and a name holding a newline would fake lines.
+        let header = |side: &str| quote_name(Path::new(side).join(path));
+        let from = if sa.is_some() { header("a") } else { "/dev/null".into() };
+        let to = if sb.is_some() { header("b") } else { "/dev/null".into() };
         fc.patch = diff.unified_diff().context_radius(3).header(&from, &to).to_string();
     }
     Ok(fc)
@@ -183,7 +188,7 @@ fn walk(
         | (_, Err(e @ crate::view::ViewError::ChangedOutside(..))) => {
             log::info!("{}: {e}", path.display());
             out.push(FileChange {
-                path: path.to_string_lossy().into_owned(),
+                path: path.clone(),
                 change: ChangeKind::Unknown,
                 binary: false,
                 lines_added: 0,

@@ -53,7 +53,9 @@ impl AsErrno for RestoreError {
 /// One change a restore makes (or would make, with --dry-run).
 #[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 pub struct Planned {
-    pub path: String,
+    /// In JSON as `crate::name_json` writes names.
+    #[serde(with = "crate::name_json")]
+    pub path: PathBuf,
     #[serde(rename = "action")]
     pub action: Action,
 }
@@ -176,7 +178,7 @@ pub fn restore(
 
 impl Ctx<'_> {
     fn plan(&mut self, path: &Path, action: Action) {
-        self.out.push(Planned { path: path.display().to_string(), action });
+        self.out.push(Planned { path: path.to_path_buf(), action });
     }
 
     fn touch(&mut self, dir: Ino, name: &OsStr) {

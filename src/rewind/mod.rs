@@ -306,7 +306,7 @@ impl Rewinder<'_> {
             // One of several names: the object stays alive under the others.
             rustix::fs::unlinkat(dir, os, AtFlags::empty()).map_err(from_rustix("unlink"))?;
             self.touch(dir, os);
-            self.out.push(Planned { path: self.display(name), action: Action::Delete });
+            self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Delete });
             return Ok(());
         }
         if !self.tree.to_attic(dir, os, obj).map_err(|e| err(self.display(name), e))? {
@@ -317,7 +317,7 @@ impl Rewinder<'_> {
         }
         self.in_attic.insert(obj);
         self.touch(dir, os);
-        self.out.push(Planned { path: self.display(name), action: Action::Delete });
+        self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Delete });
         Ok(())
     }
 
@@ -338,7 +338,7 @@ impl Rewinder<'_> {
             rustix::fs::renameat_with(attic, slot.as_str(), dir, os, RenameFlags::NOREPLACE)
                 .map_err(from_rustix("put back from the attic"))?;
             self.in_attic.remove(&target);
-            self.out.push(Planned { path: self.display(name), action: Action::Recreate });
+            self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Recreate });
         } else if let Some(fd) = self.object_fd(target) {
             match self.locate_in_attic(fd.as_fd())? {
                 // Inside a directory that was moved aside whole.
@@ -368,7 +368,7 @@ impl Rewinder<'_> {
                     }
                 }
             }
-            self.out.push(Planned { path: self.display(name), action: Action::Recreate });
+            self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Recreate });
         } else {
             self.recreate(dir, name, target)?;
         }
@@ -413,7 +413,7 @@ impl Rewinder<'_> {
             self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(self.display(name), e))?;
         }
         self.set_owner_and_times(fd.as_fd(), &state)?;
-        self.out.push(Planned { path: self.display(name), action: Action::Recreate });
+        self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Recreate });
         Ok(())
     }
 
@@ -502,7 +502,7 @@ impl Rewinder<'_> {
             // now (a pending file is settled before its attributes change).
             self.set_owner_and_times(fd, &state)?;
             self.touched.inodes.insert(ino);
-            self.out.push(Planned { path: format!("object {}", id.0), action: Action::Restore });
+            self.out.push(Planned { path: format!("object {}", id.0).into(), action: Action::Restore });
         }
         self.restore_attrs(id, fd)
     }
@@ -696,7 +696,7 @@ impl Rewinder<'_> {
             self.touched.inodes.insert(ino);
         }
         self.touch(dir, name);
-        self.out.push(Planned { path: self.display(&bytes), action: Action::Restore });
+        self.out.push(Planned { path: OsStr::from_bytes(&bytes).into(), action: Action::Restore });
         Ok(())
     }
 

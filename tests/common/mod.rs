@@ -272,20 +272,21 @@ impl MountFixture {
     /// `rewindfs::world::test_hooks`).
     pub fn mount_with_env(&mut self, in_place: bool, extra: &[&str], env: &[(&str, &str)]) {
         self.mountpoint = if in_place { self.ws.clone() } else { self.mnt.clone() };
-        let mut args: Vec<&str> = vec!["mount", self.ws.to_str().expect("utf-8 path")];
+        // As bytes: a test may put the workspace or store at a name that is
+        // not UTF-8.
+        let mut args: Vec<&OsStr> = vec![OsStr::new("mount"), self.ws.as_os_str()];
         if !in_place {
-            args.push(self.mnt.to_str().expect("utf-8 path"));
+            args.push(self.mnt.as_os_str());
         }
-        let store = self.store.to_str().expect("utf-8 path").to_string();
-        args.extend(["--store", &store]);
+        args.extend([OsStr::new("--store"), self.store.as_os_str()]);
         // Arguments for every mount of a run that asks for none itself,
         // e.g. "--passthrough off" to put the suite through the daemon's
         // data path.
         let from_env = std::env::var("REWINDFS_TEST_MOUNT_ARGS").unwrap_or_default();
         if extra.is_empty() {
-            args.extend(from_env.split_whitespace());
+            args.extend(from_env.split_whitespace().map(OsStr::new));
         }
-        args.extend(extra);
+        args.extend(extra.iter().map(OsStr::new));
         let out = run_with_timeout(self.command().args(&args).envs(env.iter().copied()), CHILD_TIMEOUT);
         check(out, "rewindfs mount");
         self.mounted = true;
@@ -312,8 +313,7 @@ impl MountFixture {
 
     /// Unmounts, asserting success and that the mount is gone.
     pub fn unmount(&mut self) {
-        let mp = self.mountpoint.to_str().expect("utf-8 path").to_string();
-        check(self.rewindfs(&["unmount", &mp]), "rewindfs unmount");
+        check(run_with_timeout(self.command().arg("unmount").arg(&self.mountpoint), CHILD_TIMEOUT), "rewindfs unmount");
         self.forget_mount();
         assert!(!is_mounted(&self.mountpoint), "{} is still mounted after unmount", self.mountpoint.display());
     }
@@ -326,8 +326,11 @@ impl MountFixture {
 
     /// This mount's entry in `status -C MOUNT --json`.
     pub fn status_json(&self) -> serde_json::Value {
-        let mp = self.mountpoint.to_str().expect("utf-8 path").to_string();
-        let out = check(self.rewindfs(&["status", "-C", &mp, "--json"]), "rewindfs status");
+        let mp = self.mountpoint.display();
+        let out = check(
+            run_with_timeout(self.command().arg("status").arg("-C").arg(&self.mountpoint).arg("--json"), CHILD_TIMEOUT),
+            "rewindfs status",
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json prints JSON");
         let entry = if v.is_array() { v[0].clone() } else { v };
         assert!(entry.is_object(), "status --json has no entry for {mp}: {}", stdout(&out));
