@@ -235,12 +235,22 @@ pub mod test_hooks {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
     }
+
+    /// Whether the background settler waits: while the file named by
+    /// `REWINDFS_TEST_SETTLER_PAUSE` exists (opens still settle), so a test
+    /// can damage the store while rewound files are pending.
+    pub fn settler_paused() -> bool {
+        std::env::var_os("REWINDFS_TEST_SETTLER_PAUSE").is_some_and(|p| std::path::Path::new(&p).exists())
+    }
 }
 
 /// What the tests' hooks become in a shipped build: nothing.
 #[cfg(not(feature = "test-hooks"))]
 pub mod test_hooks {
     pub fn hold_frozen() {}
+    pub fn settler_paused() -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
