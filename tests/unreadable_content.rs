@@ -111,8 +111,10 @@ fn state(fx: &MountFixture) -> String {
     stdout(&check(out, "state of the tree and its views"))
 }
 
-fn checkpoints(fx: &MountFixture) -> usize {
-    fx.cli_json(&["log"]).as_array().expect("log --json is an array").len()
+/// The newest checkpoint (not `log`: its statistics may need the damaged
+/// content).
+fn checkpoints(fx: &MountFixture) -> i64 {
+    fx.status_json()["turn"].as_i64().expect("status has the turn")
 }
 
 fn mp(fx: &MountFixture) -> String {
@@ -233,4 +235,31 @@ fn damage_after_the_switch_is_contained_and_unmount_puts_the_file_back() {
     assert_eq!(std::fs::read(fx.ws.join("a.txt")).expect("plain a.txt"), v.a1, "a.txt as before the rewind");
     assert_eq!(std::fs::read(fx.ws.join("b.txt")).expect("plain b.txt"), v.b0, "b.txt rewound");
     assert_eq!(std::fs::read(fx.ws.join("keep.txt")).expect("plain keep.txt"), b"keep\n");
+}
+
+/// A restore of two files, one of whose contents cannot be read back, is
+/// refused before it changes either (before, the other was restored and
+/// the command failed part-way after sealing a checkpoint).
+#[test]
+fn a_restore_over_a_flipped_byte_is_refused_and_changes_nothing() {
+    let (mut fx, v) = history(&[]);
+    damage(&fx, Damage::Flip, &v.a0);
+    let before = state(&fx);
+    let sealed = checkpoints(&fx);
+    let (a, b) = (fx.path().join("a.txt"), fx.path().join("b.txt"));
+    let (a, b) = (a.to_str().expect("utf-8 path"), b.to_str().expect("utf-8 path"));
+
+    let dry = fx.rewindfs(&["restore", "-C", &mp(&fx), "--dry-run", "1", "--", b, a]);
+    assert_eq!(dry.status.code(), Some(1), "the dry run must fail: {}", describe_status(&dry));
+    assert!(stderr(&dry).contains("a.txt"), "the dry run names the file: {}", stderr(&dry));
+
+    let out = fx.rewindfs(&["restore", "-C", &mp(&fx), "1", "--", b, a]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "the restore must fail: {}", describe_status(&out));
+    assert!(err.contains("a.txt") && err.contains("checkpoint 1") && err.contains("refused"), "{err}");
+    assert!(!err.contains("b.txt"), "only the unreadable file is named: {err}");
+    assert_eq!(checkpoints(&fx), sealed, "a refused restore seals no checkpoint");
+    assert_eq!(state(&fx), before, "a refused restore changes nothing, live or in any view");
+    assert_eq!(std::fs::read(fx.path().join("b.txt")).expect("b.txt"), v.b1);
+    fx.unmount();
 }

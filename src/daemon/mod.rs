@@ -364,7 +364,17 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             // A restore is a turn of its own, and atomic for everyone else.
             let history = (!dry_run).then(|| ctx.world.history());
             let _op = dry_run.then(|| ctx.world.op());
+            // Every content readable, before anything changes (not frozen).
+            let mut checked = Default::default();
+            let recorded = {
+                let _check = (!dry_run).then(|| ctx.world.op());
+                check_readable(ctx, k, Some(&paths), &mut checked)?;
+                journal.activity().0
+            };
             let mut frozen = history.as_ref().map(|h| h.freeze(&ctx.invalidator));
+            if !dry_run && journal.activity().0 != recorded {
+                check_readable(ctx, k, Some(&paths), &mut checked)?;
+            }
             let before = if dry_run {
                 None
             } else {
@@ -527,7 +537,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     if dry_run {
         let _op = ctx.world.op();
         // Every unreadable file named at once, as the rewind would refuse.
-        check_readable(ctx, k, &mut Default::default())?;
+        check_readable(ctx, k, None, &mut Default::default())?;
         // The impact, as a diff from the live tree to the checkpoint.
         let live = TreeView::live(tree, journal);
         let past = TreeView::at(tree, journal, k);
@@ -541,13 +551,13 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     let mut checked = Default::default();
     let recorded = {
         let _op = ctx.world.op();
-        check_readable(ctx, k, &mut checked)?;
+        check_readable(ctx, k, None, &mut checked)?;
         journal.activity().0
     };
     let started = std::time::Instant::now();
     let mut frozen = history.freeze(&ctx.invalidator);
     if journal.activity().0 != recorded {
-        check_readable(ctx, k, &mut checked)?;
+        check_readable(ctx, k, None, &mut checked)?;
     }
     let safety_label =
         TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
@@ -678,19 +688,27 @@ fn put_back_unsettled(
     )))
 }
 
-/// Refuses a rewind to `k` when a content it would put back cannot be
-/// read from the store (every chunk read and verified), naming each file.
+/// Refuses a rewind to `k` (or with `paths`, a restore of them) when a
+/// content it would put back cannot be read from the store (every chunk
+/// read and verified), naming each file.
 fn check_readable(
     ctx: &Ctx,
     k: i64,
+    paths: Option<&[PathBuf]>,
     checked: &mut crate::rewind::preflight::Checked,
 ) -> std::result::Result<(), Failure> {
-    let files = crate::rewind::preflight::unreadable(&ctx.tree, &ctx.journal, k, checked)
-        .map_err(|e| restore_failure(format!("cannot check the contents of checkpoint {k}: {e}"), &e))?;
+    use crate::rewind::preflight;
+    let (tree, journal) = (&*ctx.tree, &*ctx.journal);
+    let files = match paths {
+        None => preflight::unreadable(tree, journal, k, checked),
+        Some(paths) => preflight::unreadable_under(tree, journal, k, paths, checked),
+    }
+    .map_err(|e| restore_failure(format!("cannot check the contents of checkpoint {k}: {e}"), &e))?;
     if files.is_empty() {
         return Ok(());
     }
-    let message = crate::rewind::preflight::refusal(k, &files);
+    let what = if paths.is_some() { format!("restore from checkpoint {k}") } else { format!("rewind to {k}") };
+    let message = preflight::refusal(&what, k, &files);
     warn!("{message}");
     Err(Failure::failed(libc::EIO, message))
 }

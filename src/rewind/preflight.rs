@@ -11,13 +11,14 @@
 //! the attic) need no check.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 
 use crate::journal::Journal;
 use crate::meta::ObjectId;
 use crate::restore::RestoreError;
 use crate::store::{ChunkId, ContentRef};
 use crate::sys::FileHandle;
-use crate::view::{Content, Node, TreeView};
+use crate::view::{Content, Node, NodeState, TreeView};
 use crate::workspace::LiveTree;
 
 /// A file whose content at the checkpoint cannot be read back.
@@ -65,18 +66,7 @@ pub fn unreadable(
         // A state the view cannot give fails the rewind itself, with its
         // own message; only contents are this check's business.
         let Ok(state) = view.state(&node) else { continue };
-        if !state.is_file() {
-            continue;
-        }
-        let content = match &state.content {
-            Content::Stored(c) => c.clone(),
-            Content::Live(h) => match tree.pending_content(h) {
-                Some(c) => c,
-                None => continue,
-            },
-            Content::None => continue,
-        };
-        if let Some(problem) = first_problem(journal, &content, checked) {
+        if let Some(problem) = problem_of(tree, journal, &state, checked) {
             let path =
                 crate::fsck::path_in_view(tree, journal, id, checkpoint).unwrap_or_else(|| format!("object {}", id.0));
             out.push(Unreadable { path, checkpoint, problem });
@@ -84,6 +74,51 @@ pub fn unreadable(
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// As [`unreadable`], for a restore of `paths` (empty: the whole tree):
+/// every file under them at `checkpoint` whose content comes from the store.
+pub fn unreadable_under(
+    tree: &LiveTree,
+    journal: &Journal,
+    checkpoint: i64,
+    paths: &[PathBuf],
+    checked: &mut Checked,
+) -> Result<Vec<Unreadable>, RestoreError> {
+    let view = TreeView::at(tree, journal, checkpoint);
+    let mut stack = Vec::new();
+    let whole = [PathBuf::new()];
+    for p in if paths.is_empty() { &whole[..] } else { paths } {
+        // A path that is not there then is the restore's business.
+        if let Ok(Some(node)) = view.resolve(p) {
+            stack.push((p.clone(), node));
+        }
+    }
+    let mut out = Vec::new();
+    while let Some((path, node)) = stack.pop() {
+        let Ok(state) = view.state(&node) else { continue };
+        if state.is_dir() {
+            stack.extend(view.list(&node)?.into_iter().map(|(name, child)| (path.join(name), child)));
+        } else if let Some(problem) = problem_of(tree, journal, &state, checked) {
+            out.push(Unreadable { path: path.display().to_string(), checkpoint, problem });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// What stops the content of a file in a view from being read back from
+/// the store (None: readable, or not taken from the store).
+fn problem_of(tree: &LiveTree, journal: &Journal, state: &NodeState, checked: &mut Checked) -> Option<String> {
+    if !state.is_file() {
+        return None;
+    }
+    let content = match &state.content {
+        Content::Stored(c) => c.clone(),
+        Content::Live(h) => tree.pending_content(h)?,
+        Content::None => return None,
+    };
+    first_problem(journal, &content, checked)
 }
 
 /// The first chunk of `content` that cannot be read back, if any.
@@ -113,12 +148,13 @@ fn first_problem(journal: &Journal, content: &ContentRef, checked: &mut Checked)
     None
 }
 
-/// The refusal: which files at which checkpoint, and what to do.
-pub fn refusal(checkpoint: i64, files: &[Unreadable]) -> String {
+/// The refusal of `what` ("rewind to 3"): which files at which
+/// checkpoint, and what to do.
+pub fn refusal(what: &str, checkpoint: i64, files: &[Unreadable]) -> String {
     let list: Vec<String> = files.iter().map(|u| format!("{} ({})", u.path, u.problem)).collect();
     format!(
-        "rewind to {checkpoint} refused, nothing was changed: {} of checkpoint {checkpoint} cannot be read back \
-         from the store: {}; `rewindfs fsck` names all the damage",
+        "{what} refused, nothing was changed: {} of checkpoint {checkpoint} cannot be read back from the store: {}; \
+         `rewindfs fsck` names all the damage",
         if files.len() == 1 { "1 file".to_string() } else { format!("{} files", files.len()) },
         list.join(", ")
     )
