@@ -549,11 +549,13 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     // Before the tree freezes, so reading the chunks does not stall the
     // agent; only what was recorded meanwhile is checked again, frozen.
     let mut checked = Default::default();
+    let checking = std::time::Instant::now();
     let recorded = {
         let _op = ctx.world.op();
         check_readable(ctx, k, None, &mut checked)?;
         journal.activity().0
     };
+    let checked_in = checking.elapsed();
     let started = std::time::Instant::now();
     let mut frozen = history.freeze(&ctx.invalidator);
     if journal.activity().0 != recorded {
@@ -597,6 +599,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
         ms(thawed.invalidation),
         if thawed.released_early { " (tree released before the end: invalidation stalled)" } else { "" },
     );
+    info!("rewind to checkpoint {k}: contents checked readable in {:.1} ms before the tree froze", ms(checked_in));
     Ok(protocol::RewindReply::Done(protocol::RewindDone {
         checkpoint: k,
         dry_run: false,
@@ -659,15 +662,16 @@ fn put_back_unsettled(
         .iter()
         .map(|u| format!("{} ({})", crate::workspace::pending::shown_path(u.path.as_deref()), u.reason))
         .collect();
-    let what = format!("{} rewound file{} could not be settled", stuck.len(), if stuck.len() == 1 { "" } else { "s" });
+    let what =
+        format!("{} rewound file{} that could not be settled", stuck.len(), if stuck.len() == 1 { "" } else { "s" });
     let mut frozen = history.freeze(&ctx.invalidator);
     let label = |s: String| TurnInfo { label: Some(s), ..Default::default() };
-    let before = seal(ctx, &label(format!("before putting back the {what}")), Reason::Turn)?;
+    let before = seal(ctx, &label(format!("before putting back {what}")), Reason::Turn)?;
     for (k, paths) in &by_checkpoint {
         crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched()).map_err(|e| {
             restore_failure(
                 format!(
-                    "{what} ({}), and putting them back as they were at checkpoint {k} failed part-way (undo with \
+                    "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
                      `rewindfs restore {before}`): {e}; {mp} stays mounted",
                     names.join(", ")
                 ),
@@ -676,15 +680,16 @@ fn put_back_unsettled(
         })?;
     }
     let ks: Vec<String> = by_checkpoint.keys().map(|k| k.to_string()).collect();
-    let after = seal(ctx, &label(format!("put back the {what} as before the rewind")), Reason::Turn)?;
+    let after = seal(ctx, &label(format!("put back {what}, as before the rewind")), Reason::Turn)?;
     drop(frozen);
-    warn!("{what}: {}; put back as they were at checkpoint {} (checkpoint {after})", names.join(", "), ks.join(", "));
+    warn!("put back {what}: {}; as they were at checkpoint {} (checkpoint {after})", names.join(", "), ks.join(", "));
     Ok(Some(format!(
-        "{what}, their bytes cannot be read from the store: {}. They were put back as they were before the rewind \
-         (checkpoint {}), so the workspace holds no invented bytes; checkpoint {before} keeps the rewound state, \
+        "{what} {} put back as before the rewind (checkpoint {}), since the bytes cannot be read from the \
+         store: {}; the workspace holds no invented bytes, checkpoint {before} keeps the rewound state, \
          and `rewindfs fsck` names the damage",
-        names.join(", "),
-        ks.join(", ")
+        if stuck.len() == 1 { "was" } else { "were" },
+        ks.join(", "),
+        names.join(", ")
     )))
 }
 

@@ -98,7 +98,11 @@ pub fn unreadable_under(
     while let Some((path, node)) = stack.pop() {
         let Ok(state) = view.state(&node) else { continue };
         if state.is_dir() {
-            stack.extend(view.list(&node)?.into_iter().map(|(name, child)| (path.join(name), child)));
+            // As for states: a listing the view cannot give fails the
+            // restore itself.
+            if let Ok(children) = view.list(&node) {
+                stack.extend(children.into_iter().map(|(name, child)| (path.join(name), child)));
+            }
         } else if let Some(problem) = problem_of(tree, journal, &state, checked) {
             out.push(Unreadable { path: path.display().to_string(), checkpoint, problem });
         }
