@@ -263,3 +263,39 @@ fn a_restore_over_a_flipped_byte_is_refused_and_changes_nothing() {
     assert_eq!(std::fs::read(fx.path().join("b.txt")).expect("b.txt"), v.b1);
     fx.unmount();
 }
+
+/// A file that cannot be settled survives a `kill -9` of the daemon: the
+/// next daemon finds it again, lists it, and its `unmount` puts it back as
+/// it was before the rewind (found from the newest rewind, since the new
+/// daemon did not make it pending).
+#[test]
+fn an_unsettled_file_left_by_a_killed_daemon_is_put_back_by_the_next_unmount() {
+    let hold = tempfile::NamedTempFile::new().expect("pause file");
+    let hold_path = hold.path().to_str().expect("utf-8 path").to_string();
+    let (mut fx, v) = history(&[("REWINDFS_TEST_SETTLER_PAUSE", &hold_path)]);
+    fx.cli_json(&["rewind", "1"]);
+    damage(&fx, Damage::Flip, &v.a0);
+    let pid = fx.daemon_pid();
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_for("the daemon to die", || !std::path::Path::new(&format!("/proc/{pid}")).exists());
+    check(fx.rewindfs(&["unmount", &mp(&fx)]), "unmount of the dead mount");
+    fx.forget_mount();
+    drop(hold);
+
+    fx.mount(false, &["--auto-turn", "0"]);
+    wait_for("b.txt to settle and a.txt to be listed", || {
+        let s = fx.status_json();
+        s["pending_files"] == 1 && s["unsettled"].as_array().is_some_and(|u| u.len() == 1)
+    });
+    assert_eq!(fx.status_json()["unsettled"][0]["path"], "a.txt");
+    assert_eq!(unreadable_path_errno(&fx.path().join("a.txt")), Some(libc::EIO), "reading a.txt gives EIO");
+    assert_eq!(std::fs::read(fx.path().join("b.txt")).expect("b.txt"), v.b0);
+
+    let out = fx.rewindfs(&["unmount", &mp(&fx)]);
+    assert_eq!(out.status.code(), Some(1), "unmount must fail: {}", describe_status(&out));
+    assert!(stderr(&out).contains("a.txt"), "unmount names the file: {}", stderr(&out));
+    fx.forget_mount();
+    assert_eq!(std::fs::read(fx.ws.join("a.txt")).expect("plain a.txt"), v.a1, "a.txt as before the rewind");
+    assert_eq!(std::fs::read(fx.ws.join("b.txt")).expect("plain b.txt"), v.b0, "b.txt rewound");
+}
