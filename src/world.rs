@@ -242,6 +242,13 @@ pub mod test_hooks {
     pub fn sync_fails() -> bool {
         std::env::var_os("REWINDFS_TEST_FAIL_SYNC_WHILE").is_some_and(|p| std::path::Path::new(&p).exists())
     }
+
+    /// Whether the background settler waits: while the file named by
+    /// `REWINDFS_TEST_SETTLER_PAUSE` exists (opens still settle), so a test
+    /// can damage the store while rewound files are pending.
+    pub fn settler_paused() -> bool {
+        std::env::var_os("REWINDFS_TEST_SETTLER_PAUSE").is_some_and(|p| std::path::Path::new(&p).exists())
+    }
 }
 
 /// What the tests' hooks become in a shipped build: nothing.
@@ -249,6 +256,9 @@ pub mod test_hooks {
 pub mod test_hooks {
     pub fn hold_frozen() {}
     pub fn sync_fails() -> bool {
+        false
+    }
+    pub fn settler_paused() -> bool {
         false
     }
 }

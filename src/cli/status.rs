@@ -64,6 +64,9 @@ pub fn run(args: StatusArgs) -> Result<()> {
         if s.pending_files > 0 {
             println!("  settling:    {} rewound files still being written to the workspace", s.pending_files);
         }
+        for u in &s.unsettled {
+            println!("  cannot settle: {} ({})", crate::cli::quote::quote(&u.path), u.reason);
+        }
     }
     Ok(())
 }

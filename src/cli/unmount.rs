@@ -30,7 +30,19 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
             let request = control::Unmount { lazy }.into();
             match control::exchange(&info.socket, &request, Duration::from_secs(120)) {
                 // An answer: done, or refused (busy) with nothing unmounted.
-                Ok(answer) => answer.into_result::<()>()?,
+                Ok(answer) => {
+                    if let Err(e) = answer.into_result::<()>() {
+                        // Unmounted, but not everything was done (files that
+                        // could not be settled): the daemon exits all the same.
+                        if !daemon::is_fuse_mountpoint(mp) {
+                            let until = Instant::now() + Duration::from_secs(60);
+                            while sys::process_alive(info.pid) && Instant::now() < until {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                        }
+                        return Err(e.into());
+                    }
+                }
                 // The daemon unmounts, then exits; it may exit before its
                 // answer is written. Gone from the mount table is success.
                 // A daemon killed as we connected resets the connection:

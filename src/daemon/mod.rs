@@ -88,6 +88,13 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
                     }
                 }
             }
+            for u in ctx.tree.unsettled() {
+                warn!(
+                    "{} could not be settled and stays pending for the next mount: {}",
+                    crate::workspace::pending::shown_path(u.path.as_deref()),
+                    u.reason
+                );
+            }
             match journal.sync().and_then(|_| journal.mark_clean_unmount()) {
                 Ok(()) => {}
                 Err(e) => warn!("could not make the journal durable at unmount: {e}"),
@@ -375,7 +382,17 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             // A restore is a turn of its own, and atomic for everyone else.
             let history = (!dry_run).then(|| ctx.world.history());
             let _op = dry_run.then(|| ctx.world.op());
+            // Every content readable, before anything changes (not frozen).
+            let mut checked = Default::default();
+            let recorded = {
+                let _check = (!dry_run).then(|| ctx.world.op());
+                check_readable(ctx, k, Some(&paths), &mut checked)?;
+                journal.activity().0
+            };
             let mut frozen = history.as_ref().map(|h| h.freeze(&ctx.invalidator));
+            if !dry_run && journal.activity().0 != recorded {
+                check_readable(ctx, k, Some(&paths), &mut checked)?;
+            }
             let before = if dry_run {
                 None
             } else {
@@ -472,15 +489,26 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 turn_changes: changes,
                 idle_secs: idle,
                 pending_files: tree.pending_count() as u64,
+                unsettled: tree
+                    .unsettled()
+                    .into_iter()
+                    .map(|u| protocol::UnsettledFile {
+                        path: crate::workspace::pending::shown_path(u.path.as_deref()),
+                        reason: u.reason,
+                    })
+                    .collect(),
                 view_inodes: ctx.hidden_views.as_ref().map(|b| b.inode_count() as u64).unwrap_or(0),
             })
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {
             // After the history operation in progress, if any.
-            let _history = ctx.world.history();
+            let history = ctx.world.history();
             if let Err(e) = tree.syncfs() {
                 warn!("syncfs of {} before unmount failed: {e}", info.workspace.display());
             }
+            // The unmounted workspace must never hold bytes that were not
+            // read back: files that cannot be settled are put back first.
+            let put_back = put_back_unsettled(ctx, &history)?;
             // The history must be durable before the mount goes: once it is
             // gone, nothing could be recorded again, and the daemon could
             // only log the failure. The mount stays, the command fails.
@@ -507,7 +535,14 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     errno.unwrap_or(libc::EIO),
                     format!("cannot unmount {}: {e}", info.mountpoint.display()),
                 ),
-            })
+            })?;
+            match put_back {
+                Some(message) => Err(Failure::failed(
+                    libc::EIO,
+                    format!("{} is unmounted, but {message}", info.mountpoint.display()),
+                )),
+                None => Ok(()),
+            }
         }),
     }
 }
@@ -519,6 +554,8 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     let k = resolve(journal, checkpoint)?;
     if dry_run {
         let _op = ctx.world.op();
+        // Every unreadable file named at once, as the rewind would refuse.
+        check_readable(ctx, k, None, &mut Default::default())?;
         // The impact, as a diff from the live tree to the checkpoint.
         let live = TreeView::live(tree, journal);
         let past = TreeView::at(tree, journal, k);
@@ -527,8 +564,21 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
         return Ok(protocol::RewindReply::Preview(protocol::RewindPreview { checkpoint: k, dry_run: true, changes }));
     }
     let history = ctx.world.history();
+    // Before the tree freezes, so reading the chunks does not stall the
+    // agent; only what was recorded meanwhile is checked again, frozen.
+    let mut checked = Default::default();
+    let checking = std::time::Instant::now();
+    let recorded = {
+        let _op = ctx.world.op();
+        check_readable(ctx, k, None, &mut checked)?;
+        journal.activity().0
+    };
+    let checked_in = checking.elapsed();
     let started = std::time::Instant::now();
     let mut frozen = history.freeze(&ctx.invalidator);
+    if journal.activity().0 != recorded {
+        check_readable(ctx, k, None, &mut checked)?;
+    }
     let safety_label =
         TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
     let safety = seal(ctx, &safety_label, Reason::Turn)?;
@@ -567,6 +617,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
         ms(thawed.invalidation),
         if thawed.released_early { " (tree released before the end: invalidation stalled)" } else { "" },
     );
+    info!("rewind to checkpoint {k}: contents checked readable in {:.1} ms before the tree froze", ms(checked_in));
     Ok(protocol::RewindReply::Done(protocol::RewindDone {
         checkpoint: k,
         dry_run: false,
@@ -583,6 +634,108 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     }))
 }
 
+/// Settles every pending file it can; the files in the tree that still
+/// cannot be settled (their bytes cannot be read back) are restored as they
+/// were before the rewind that left them pending, from its safety
+/// checkpoint, as a restore of their own between two checkpoints. Returns
+/// what to tell the user, None when every file was settled. A put-back that
+/// fails keeps the mount (the error says so): unmounting then would leave
+/// placeholders in the workspace.
+fn put_back_unsettled(
+    ctx: &Ctx,
+    history: &crate::world::HistoryOp<'_>,
+) -> std::result::Result<Option<String>, Failure> {
+    let stuck = {
+        let _op = ctx.world.op();
+        ctx.tree.settle_all_now()
+    };
+    // Files moved out of the tree since (in the attic, history only) do not
+    // hold up the unmount; `status` and the log name them.
+    let stuck: Vec<_> = stuck.into_iter().filter(|u| u.path.is_some()).collect();
+    if stuck.is_empty() {
+        return Ok(None);
+    }
+    let mp = ctx.info.mountpoint.display();
+    // Files loaded from an earlier daemon do not know their rewind: the
+    // newest one's safety checkpoint (sealed just before its result).
+    let newest_rewind = ctx
+        .journal
+        .with_meta(|m| m.checkpoints())
+        .ok()
+        .and_then(|cs| cs.iter().filter(|c| c.reason == Reason::Rewind).map(|c| c.checkpoint - 1).max());
+    let mut by_checkpoint: std::collections::BTreeMap<i64, Vec<PathBuf>> = Default::default();
+    for u in &stuck {
+        let Some(k) = u.before.or(newest_rewind) else {
+            return Err(Failure::failed(
+                libc::EIO,
+                format!(
+                    "{} cannot be settled and its state before the rewind is unknown; {mp} stays mounted",
+                    u.reason
+                ),
+            ));
+        };
+        by_checkpoint.entry(k).or_default().extend(u.path.clone());
+    }
+    let names: Vec<String> = stuck
+        .iter()
+        .map(|u| format!("{} ({})", crate::workspace::pending::shown_path(u.path.as_deref()), u.reason))
+        .collect();
+    let what =
+        format!("{} rewound file{} that could not be settled", stuck.len(), if stuck.len() == 1 { "" } else { "s" });
+    let mut frozen = history.freeze(&ctx.invalidator);
+    let label = |s: String| TurnInfo { label: Some(s), ..Default::default() };
+    let before = seal(ctx, &label(format!("before putting back {what}")), Reason::Turn)?;
+    for (k, paths) in &by_checkpoint {
+        crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched()).map_err(|e| {
+            restore_failure(
+                format!(
+                    "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
+                     `rewindfs restore {before}`): {e}; {mp} stays mounted",
+                    names.join(", ")
+                ),
+                &e,
+            )
+        })?;
+    }
+    let ks: Vec<String> = by_checkpoint.keys().map(|k| k.to_string()).collect();
+    let after = seal(ctx, &label(format!("put back {what}, as before the rewind")), Reason::Turn)?;
+    drop(frozen);
+    warn!("put back {what}: {}; as they were at checkpoint {} (checkpoint {after})", names.join(", "), ks.join(", "));
+    Ok(Some(format!(
+        "{what} {} put back as before the rewind (checkpoint {}), since the bytes cannot be read from the \
+         store: {}; the workspace holds no invented bytes, checkpoint {before} keeps the rewound state, \
+         and `rewindfs fsck` names the damage",
+        if stuck.len() == 1 { "was" } else { "were" },
+        ks.join(", "),
+        names.join(", ")
+    )))
+}
+
+/// Refuses a rewind to `k` (or with `paths`, a restore of them) when a
+/// content it would put back cannot be read from the store (every chunk
+/// read and verified), naming each file.
+fn check_readable(
+    ctx: &Ctx,
+    k: i64,
+    paths: Option<&[PathBuf]>,
+    checked: &mut crate::rewind::preflight::Checked,
+) -> std::result::Result<(), Failure> {
+    use crate::rewind::preflight;
+    let (tree, journal) = (&*ctx.tree, &*ctx.journal);
+    let files = match paths {
+        None => preflight::unreadable(tree, journal, k, checked),
+        Some(paths) => preflight::unreadable_under(tree, journal, k, paths, checked),
+    }
+    .map_err(|e| restore_failure(format!("cannot check the contents of checkpoint {k}: {e}"), &e))?;
+    if files.is_empty() {
+        return Ok(());
+    }
+    let what = if paths.is_some() { format!("restore from checkpoint {k}") } else { format!("rewind to {k}") };
+    let message = preflight::refusal(&what, k, &files);
+    warn!("{message}");
+    Err(Failure::failed(libc::EIO, message))
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -592,6 +745,10 @@ fn ms(d: Duration) -> f64 {
 fn spawn_settler(tree: Arc<LiveTree>, world: Arc<World>) {
     let _ = std::thread::Builder::new().name("settler".into()).spawn(move || {
         loop {
+            if crate::world::test_hooks::settler_paused() {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
             let settled = {
                 let _op = world.op();
                 tree.settle_one()

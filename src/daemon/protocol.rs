@@ -148,10 +148,23 @@ pub struct StatusReply {
     pub idle_secs: Option<f64>,
     /// Rewound files whose bytes the settler has not written yet.
     pub pending_files: u64,
+    /// Pending files the settler cannot fill (their bytes cannot be read
+    /// back from the store): reads give EIO, `unmount` puts them back.
+    #[serde(default)]
+    pub unsettled: Vec<UnsettledFile>,
     /// Inode numbers `.rewindfs/` holds: the entries the kernel remembers
     /// (freed when it forgets them) plus a bounded number listed by a plain
     /// readdir.
     pub view_inodes: u64,
+}
+
+/// A rewound file whose bytes cannot be written into the workspace.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UnsettledFile {
+    /// Relative to the workspace root.
+    pub path: String,
+    /// The chunk that cannot be read, or the write that failed.
+    pub reason: String,
 }
 
 /// `turn`: the checkpoint sealed and the labels it got.

@@ -569,23 +569,16 @@ fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Repor
 /// The path of a live inode relative to the workspace root, if it is in
 /// the workspace.
 fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<PathBuf> {
-    let tree = target.tree?;
     let handle = FileHandle::from_bytes(handle)?;
-    let fd = tree.open_handle(&handle, libc::O_PATH).ok()?;
-    relative_to_root(tree, &fd)
+    target.tree?.path_of_handle(&handle)
 }
 
-fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
-    let link = sys::proc_fd_path(fd.as_fd());
-    std::fs::read_link(OsStr::from_bytes(link.as_bytes())).ok()
-}
-
-fn relative_to_root(tree: &LiveTree, fd: &OwnedFd) -> Option<PathBuf> {
-    let root = tree.root_fd().try_clone_to_owned().ok()?;
-    let root = fd_path(&root)?;
-    let path = fd_path(fd)?;
-    let rel = path.strip_prefix(&root).ok()?;
-    Some(rel.to_path_buf())
+/// The path of `object` in the view at checkpoint `k`, found the way
+/// `fsck` names damage (for the messages of other commands).
+pub fn path_in_view(tree: &LiveTree, journal: &Journal, object: ObjectId, k: i64) -> Option<PathBuf> {
+    let target = Target { journal, tree: Some(tree), attic: None, store_dir: None };
+    let mut namer = Namer::new(&target, &[]).ok()?;
+    namer.name(object, &[k]).ok()?.into_iter().find_map(|a| a.path)
 }
 
 /// Names the paths an object has in checkpoint views: candidates from its

@@ -16,6 +16,8 @@
 //! Each step goes through the same recording as any writer, so the rewind
 //! is itself a turn and is undone by rewinding to the safety checkpoint.
 
+pub mod preflight;
+
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -2,9 +2,16 @@
 //! place with its size and attributes at once and leaves the bytes to the
 //! settler, so the rewind costs metadata only. Any open of such a file
 //! writes its bytes first; reads through views come from the store.
+//!
+//! Bytes that cannot be read back from the store (a damaged or missing
+//! pack) are never written: the file stays pending, is marked unsettled
+//! (reads give EIO, `status` lists it) and is retried with a growing delay,
+//! while the other pending files go on.
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, Timespec, Timestamps};
 
@@ -21,7 +28,34 @@ type Res<T> = std::result::Result<T, Errno>;
 pub struct PendingContent {
     pub content: ContentRef,
     pub mtime_ns: i64,
+    /// The checkpoint sealed just before the rewind that made it pending
+    /// (its safety checkpoint), where it was not yet; None for files loaded
+    /// from an earlier daemon.
+    pub before: Option<i64>,
 }
+
+/// A pending file the settler could not fill.
+#[derive(Clone, Debug)]
+pub struct Unsettled {
+    pub handle: FileHandle,
+    /// Where it is, relative to the workspace root (None: not in the tree,
+    /// e.g. moved to the attic since).
+    pub path: Option<std::path::PathBuf>,
+    /// Why (the chunk that cannot be read, or the write that failed).
+    pub reason: String,
+    pub before: Option<i64>,
+    next_try: Instant,
+    delay: Duration,
+}
+
+/// First and longest wait before a file that could not be settled is tried
+/// again by the settler (a reader's open tries it at once).
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Contents up to this size are read whole into memory and written once
+/// verified; larger ones are read twice (verified, then written).
+const VERIFY_IN_MEMORY: u64 = 64 << 20;
 
 /// The pending files of a tree, by handle bytes.
 #[derive(Default, Debug)]
@@ -29,6 +63,8 @@ pub struct PendingSet {
     pub(crate) files: std::sync::Mutex<HashMap<Vec<u8>, PendingContent>>,
     /// One materialisation at a time: a file is never written twice.
     pub(crate) settle_lock: std::sync::Mutex<()>,
+    /// Pending files that could not be settled, by handle bytes.
+    unsettled: std::sync::Mutex<HashMap<Vec<u8>, Unsettled>>,
 }
 
 fn eio<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> Errno + '_ {
@@ -41,6 +77,29 @@ fn eio<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> Errno + '_ {
 impl LiveTree {
     fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, PendingContent>> {
         self.pending.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unsettled_map(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Unsettled>> {
+        self.pending.unsettled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pending files that could not be settled so far, and why.
+    pub fn unsettled(&self) -> Vec<Unsettled> {
+        let mut list: Vec<Unsettled> = self.unsettled_map().values().cloned().collect();
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        list
+    }
+
+    /// The path of a live object relative to the workspace root (None when
+    /// it is not in the tree: in the attic, or gone).
+    pub fn path_of_handle(&self, handle: &FileHandle) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let fd = self.open_handle(handle, libc::O_PATH).ok()?;
+        let link = |fd: std::os::fd::BorrowedFd<'_>| {
+            std::fs::read_link(std::ffi::OsStr::from_bytes(sys::proc_fd_path(fd).as_bytes())).ok()
+        };
+        let (root, path) = (link(self.root_fd())?, link(fd.as_fd())?);
+        Some(path.strip_prefix(&root).ok()?.to_path_buf())
     }
 
     /// How many rewound files still wait for the settler to write their
@@ -64,7 +123,7 @@ impl LiveTree {
             let hash = crate::store::ChunkId::from_slice(&row.hash).map_err(eio("malformed pending hash"))?;
             let size = spans.iter().map(|s| s.len as u64).sum();
             let content = ContentRef { hash, size, chunks: spans };
-            map.insert(row.handle, PendingContent { content, mtime_ns: row.mtime_ns });
+            map.insert(row.handle, PendingContent { content, mtime_ns: row.mtime_ns, before: None });
         }
         Ok(map.len())
     }
@@ -92,7 +151,8 @@ impl LiveTree {
         journal
             .with_meta(|m| m.add_pending(&key, content.hash.as_bytes(), list, mtime_ns))
             .map_err(eio("cannot record pending content"))?;
-        self.pending_map().insert(key, PendingContent { content, mtime_ns });
+        let before = Some(journal.current_turn());
+        self.pending_map().insert(key, PendingContent { content, mtime_ns, before });
         Ok(())
     }
 
@@ -116,7 +176,13 @@ impl LiveTree {
     }
 
     /// Writes a pending file's bytes now (no-op when it is not pending).
+    /// Content that cannot be read back leaves the file untouched and
+    /// pending, and answers EIO (logged with the path and the chunk).
     pub fn settle(&self, handle: &FileHandle) -> Res<()> {
+        self.settle_file(handle, true)
+    }
+
+    fn settle_file(&self, handle: &FileHandle, for_reader: bool) -> Res<()> {
         if self.pending_map().is_empty() {
             return Ok(());
         }
@@ -126,38 +192,127 @@ impl LiveTree {
         let Some(journal) = self.journal() else { return Err(Errno::EIO) };
         match self.open_handle(handle, libc::O_WRONLY) {
             Ok(fd) => {
-                let mut file = std::fs::File::from(fd);
-                crate::store::read_content_to(journal.store(), &p.content, &mut file)
-                    .map_err(eio("cannot write a rewound file"))?;
-                file.sync_data().map_err(Errno::from)?;
-                let path = sys::proc_fd_path(file.as_fd());
-                let t = Timespec {
-                    tv_sec: p.mtime_ns.div_euclid(1_000_000_000),
-                    tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _,
-                };
-                let _ = rustix::fs::utimensat(
-                    rustix::fs::CWD,
-                    path.as_c_str(),
-                    &Timestamps { last_access: t, last_modification: t },
-                    AtFlags::empty(),
-                );
+                if let Err((errno, reason)) = fill(journal.store(), &p, fd) {
+                    return Err(self.cannot_settle(handle, &p, reason, errno, for_reader));
+                }
             }
             // Removed since: nothing to fill.
             Err(e) if e == Errno::ENOENT => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(self.cannot_settle(handle, &p, format!("cannot open it: {e}"), e, for_reader)),
         }
         journal.settled(&key).map_err(eio("cannot clear pending content"))?;
         self.pending_map().remove(&key);
+        if let Some(u) = self.unsettled_map().remove(&key) {
+            log::info!("settled {} after all", shown_path(u.path.as_deref()));
+        }
         log::debug!("settled a rewound file ({} bytes)", p.content.size);
         Ok(())
     }
 
-    /// Settles one pending file; `false` when none is left.
+    /// Marks a file that could not be settled: the settler skips it until
+    /// its next try, and says so once per file.
+    fn cannot_settle(
+        &self,
+        handle: &FileHandle,
+        p: &PendingContent,
+        reason: String,
+        errno: Errno,
+        for_reader: bool,
+    ) -> Errno {
+        let path = self.path_of_handle(handle);
+        let shown = shown_path(path.as_deref());
+        let now = Instant::now();
+        let mut map = self.unsettled_map();
+        let first = !map.contains_key(&handle.to_bytes());
+        let u = map.entry(handle.to_bytes()).or_insert_with(|| Unsettled {
+            handle: handle.clone(),
+            path: None,
+            reason: String::new(),
+            before: p.before,
+            next_try: now,
+            delay: Duration::ZERO,
+        });
+        u.path = path;
+        u.reason = reason.clone();
+        if !for_reader {
+            u.delay = (u.delay * 2).clamp(RETRY_FIRST, RETRY_MAX);
+            u.next_try = now + u.delay;
+        }
+        if for_reader {
+            log::warn!("{}: {shown}: its rewound bytes cannot be read: {reason}", errno);
+        } else if first {
+            log::error!(
+                "cannot settle {shown}: {reason}; it stays pending (reads give EIO, `rewindfs status` lists it), \
+                 the other files go on, and it is tried again later"
+            );
+        } else {
+            log::debug!("still cannot settle {shown}: {reason}");
+        }
+        errno
+    }
+
+    /// Settles one pending file that is not waiting for a retry; `false`
+    /// when none is left to try now.
     pub fn settle_one(&self) -> Res<bool> {
-        let next = self.pending_map().keys().next().cloned();
-        match next.and_then(|k| FileHandle::from_bytes(&k)) {
-            Some(h) => self.settle(&h).map(|_| true),
-            None => Ok(false),
+        let now = Instant::now();
+        let next = {
+            let map = self.pending_map();
+            let unsettled = self.unsettled_map();
+            map.keys().find(|k| unsettled.get(*k).is_none_or(|u| u.next_try <= now)).cloned()
+        };
+        let Some(handle) = next.as_deref().and_then(FileHandle::from_bytes) else { return Ok(false) };
+        match self.settle_file(&handle, false) {
+            Ok(()) => Ok(true),
+            // Marked and skipped until its next try: the others go on.
+            Err(_) if self.unsettled_map().contains_key(&handle.to_bytes()) => Ok(true),
+            Err(e) => Err(e),
         }
     }
+
+    /// Tries every pending file once, whatever its retry time (at
+    /// unmount); returns those that could not be settled.
+    pub fn settle_all_now(&self) -> Vec<Unsettled> {
+        let keys: Vec<Vec<u8>> = self.pending_map().keys().cloned().collect();
+        for handle in keys.iter().filter_map(|k| FileHandle::from_bytes(k)) {
+            let _ = self.settle_file(&handle, false);
+        }
+        let pending = self.pending_map();
+        self.unsettled().into_iter().filter(|u| pending.contains_key(&u.handle.to_bytes())).collect()
+    }
+}
+
+/// How a pending file is named in messages.
+pub fn shown_path(path: Option<&std::path::Path>) -> String {
+    match path {
+        Some(p) => p.display().to_string(),
+        None => "a rewound file outside the tree".to_string(),
+    }
+}
+
+/// Writes a pending file's content into `fd`, which holds the placeholder.
+/// Every chunk is read and verified before the first byte is written, so
+/// content that cannot be read back leaves the file as it was.
+fn fill(store: &dyn crate::store::ChunkStore, p: &PendingContent, fd: OwnedFd) -> Result<(), (Errno, String)> {
+    let unreadable = |e: crate::store::StoreError| (crate::error::AsErrno::errno(&e), e.to_string());
+    let unwritable = |e: std::io::Error| (crate::error::AsErrno::errno(&e), format!("cannot write it: {e}"));
+    let mut file = std::fs::File::from(fd);
+    if p.content.size <= VERIFY_IN_MEMORY {
+        let mut bytes = Vec::with_capacity(p.content.size as usize);
+        crate::store::read_content_to(store, &p.content, &mut bytes).map_err(unreadable)?;
+        file.write_all(&bytes).map_err(unwritable)?;
+    } else {
+        crate::store::read_content_to(store, &p.content, std::io::sink()).map_err(unreadable)?;
+        crate::store::read_content_to(store, &p.content, &mut file).map_err(unreadable)?;
+    }
+    file.sync_data().map_err(unwritable)?;
+    let path = sys::proc_fd_path(file.as_fd());
+    let t =
+        Timespec { tv_sec: p.mtime_ns.div_euclid(1_000_000_000), tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _ };
+    let _ = rustix::fs::utimensat(
+        rustix::fs::CWD,
+        path.as_c_str(),
+        &Timestamps { last_access: t, last_modification: t },
+        AtFlags::empty(),
+    );
+    Ok(())
 }

@@ -1,0 +1,166 @@
+//! Before a rewind changes anything: every content it will put back must
+//! be readable. A rewind leaves file bytes to the settler, so a damaged or
+//! missing chunk found later would leave a file that can never be filled;
+//! found here, the rewind is refused with nothing changed.
+//!
+//! What is checked is a superset of what the rewind reads: the content at
+//! the checkpoint of every object recorded since it and of every object a
+//! name recorded since referred to then, when that content comes from the
+//! store (a content record, or a file still pending from an earlier
+//! rewind). Contents that stay on disk (unchanged files, files moved to
+//! the attic) need no check.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use crate::journal::Journal;
+use crate::meta::ObjectId;
+use crate::restore::RestoreError;
+use crate::store::{ChunkId, ContentRef};
+use crate::sys::FileHandle;
+use crate::view::{Content, Node, NodeState, TreeView};
+use crate::workspace::LiveTree;
+
+/// A file whose content at the checkpoint cannot be read back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unreadable {
+    /// Its path at the checkpoint (`object N` when none is found).
+    pub path: PathBuf,
+    pub checkpoint: i64,
+    /// The first chunk that failed, and how.
+    pub problem: String,
+}
+
+/// Chunks already read and verified, and those that failed, so a second
+/// check (after the tree froze) reads only what is new.
+#[derive(Default)]
+pub struct Checked {
+    good: HashSet<ChunkId>,
+    bad: HashMap<ChunkId, String>,
+}
+
+/// Every file whose content at `checkpoint` a rewind would take from the
+/// chunk store and cannot read back (each chunk read and its blake3
+/// checked); empty when the rewind can go ahead.
+pub fn unreadable(
+    tree: &LiveTree,
+    journal: &Journal,
+    checkpoint: i64,
+    checked: &mut Checked,
+) -> Result<Vec<Unreadable>, RestoreError> {
+    let mut objects: Vec<ObjectId> = journal.with_meta(|m| m.objects_since_born_before(checkpoint))?;
+    for (dir, name) in journal.with_meta(|m| m.entry_keys_since_in_older_dirs(checkpoint))? {
+        if let Some(Some(target)) = journal.with_meta(|m| m.entry_at(dir, &name, checkpoint))? {
+            objects.push(target);
+        }
+    }
+    let view = TreeView::at(tree, journal, checkpoint);
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for id in objects {
+        if !seen.insert(id) {
+            continue;
+        }
+        let handle = journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
+        let node = Node { id: Some(id), handle };
+        // A state the view cannot give fails the rewind itself, with its
+        // own message; only contents are this check's business.
+        let Ok(state) = view.state(&node) else { continue };
+        if let Some(problem) = problem_of(tree, journal, &state, checked) {
+            let path = crate::fsck::path_in_view(tree, journal, id, checkpoint)
+                .unwrap_or_else(|| format!("object {}", id.0).into());
+            out.push(Unreadable { path, checkpoint, problem });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// As [`unreadable`], for a restore of `paths` (empty: the whole tree):
+/// every file under them at `checkpoint` whose content comes from the store.
+pub fn unreadable_under(
+    tree: &LiveTree,
+    journal: &Journal,
+    checkpoint: i64,
+    paths: &[PathBuf],
+    checked: &mut Checked,
+) -> Result<Vec<Unreadable>, RestoreError> {
+    let view = TreeView::at(tree, journal, checkpoint);
+    let mut stack = Vec::new();
+    let whole = [PathBuf::new()];
+    for p in if paths.is_empty() { &whole[..] } else { paths } {
+        // A path that is not there then is the restore's business.
+        if let Ok(Some(node)) = view.resolve(p) {
+            stack.push((p.clone(), node));
+        }
+    }
+    let mut out = Vec::new();
+    while let Some((path, node)) = stack.pop() {
+        let Ok(state) = view.state(&node) else { continue };
+        if state.is_dir() {
+            // As for states: a listing the view cannot give fails the
+            // restore itself.
+            if let Ok(children) = view.list(&node) {
+                stack.extend(children.into_iter().map(|(name, child)| (path.join(name), child)));
+            }
+        } else if let Some(problem) = problem_of(tree, journal, &state, checked) {
+            out.push(Unreadable { path, checkpoint, problem });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// What stops the content of a file in a view from being read back from
+/// the store (None: readable, or not taken from the store).
+fn problem_of(tree: &LiveTree, journal: &Journal, state: &NodeState, checked: &mut Checked) -> Option<String> {
+    if !state.is_file() {
+        return None;
+    }
+    let content = match &state.content {
+        Content::Stored(c) => c.clone(),
+        Content::Live(h) => tree.pending_content(h)?,
+        Content::None => return None,
+    };
+    first_problem(journal, &content, checked)
+}
+
+/// The first chunk of `content` that cannot be read back, if any.
+fn first_problem(journal: &Journal, content: &ContentRef, checked: &mut Checked) -> Option<String> {
+    for span in &content.chunks {
+        if checked.good.contains(&span.id) {
+            continue;
+        }
+        if let Some(bad) = checked.bad.get(&span.id) {
+            return Some(bad.clone());
+        }
+        match journal.store().get(&span.id) {
+            Ok(data) if data.len() == span.len as usize => {
+                checked.good.insert(span.id);
+            }
+            Ok(data) => {
+                let bad = format!("chunk {} has {} bytes, the content list says {}", span.id, data.len(), span.len);
+                checked.bad.insert(span.id, bad.clone());
+                return Some(bad);
+            }
+            Err(e) => {
+                checked.bad.insert(span.id, e.to_string());
+                return Some(e.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// The refusal of `what` ("rewind to 3"): which files at which
+/// checkpoint, and what to do.
+pub fn refusal(what: &str, checkpoint: i64, files: &[Unreadable]) -> String {
+    let list: Vec<String> =
+        files.iter().map(|u| format!("{} ({})", crate::cli::quote::quote_name(&u.path), u.problem)).collect();
+    format!(
+        "{what} refused, nothing was changed: {} of checkpoint {checkpoint} cannot be read back from the store: {}; \
+         `rewindfs fsck` names all the damage",
+        if files.len() == 1 { "1 file".to_string() } else { format!("{} files", files.len()) },
+        list.join(", ")
+    )
+}
