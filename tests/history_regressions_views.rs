@@ -144,3 +144,15 @@ fn a_change_made_outside_after_a_crash_is_still_detected() {
         "the view of {result} shows b changed outside the mount after the crash: {b:?}"
     );
 }
+
+/// F12 (seed 655218057): a restore of `b/a` while `b` is a file replaces
+/// `b` with a directory. Restore gave that directory the recorded owner (so
+/// that the agent is not locked out) but not its xattrs or times, while the
+/// model gave it neither: the two disagreed on the owner, which showed as a
+/// view differing from the model after the restore. A directory put in the
+/// place of a file is recreated like a missing one: mode, owner, times and
+/// xattrs as recorded.
+#[test]
+fn restore_through_a_parent_that_is_now_a_file_gives_it_its_recorded_attributes() {
+    replay(&["chown b 1234 4321", "setx b 1 7 43859", "turn m1", "rmrf b", "create b 10 1", "restore 1 b/a"]);
+}
