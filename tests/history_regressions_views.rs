@@ -144,3 +144,52 @@ fn a_change_made_outside_after_a_crash_is_still_detected() {
         "the view of {result} shows b changed outside the mount after the crash: {b:?}"
     );
 }
+
+/// F12 (seed 655218057): a restore of `b/a` while `b` is a file replaces
+/// `b` with a directory. Restore gave that directory the recorded owner (so
+/// that the agent is not locked out) but not its xattrs or times, while the
+/// model gave it neither: the two disagreed on the owner, which showed as a
+/// view differing from the model after the restore. A directory put in the
+/// place of a file is recreated like a missing one: mode, owner, times and
+/// xattrs as recorded.
+#[test]
+fn restore_through_a_parent_that_is_now_a_file_gives_it_its_recorded_attributes() {
+    replay(&["chown b 1234 4321", "setx b 1 7 43859", "turn m1", "rmrf b", "create b 10 1", "restore 1 b/a"]);
+}
+
+/// E1: two names of one file (a hard link) showed different inode numbers
+/// in a checkpoint view. The browser numbered a view object by the node it
+/// was first met as: `a`, met before anything was recorded of the file,
+/// was numbered as a node without id; once the file was recorded (the
+/// chmod), its other name `l` came as a node with an id, which is another
+/// key, so another number, while the kernel still held the first.
+#[test]
+fn two_names_of_one_file_have_one_inode_number_in_a_view() {
+    use std::os::unix::fs::{DirEntryExt, MetadataExt};
+    common::require_fuse();
+    let mut fx = common::MountFixture::unmounted();
+    common::sh(&fx.ws, "echo one > a && ln a l");
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.turn("t1");
+    let view = fx.path().join(".rewindfs/checkpoints/0");
+    let stat =
+        |name: &str| std::fs::symlink_metadata(view.join(name)).unwrap_or_else(|e| panic!("view of {name}: {e}"));
+    let a = stat("a");
+    fx.sh("chmod 600 a");
+    let l = stat("l");
+    assert_eq!((a.nlink(), l.nlink()), (2, 2), "both names of the file, link count 2");
+    assert_eq!(l.mode() & 0o777, 0o644, "the view shows the mode at checkpoint 0");
+    assert_eq!(a.ino(), l.ino(), "`a` and its hard link `l` have different inode numbers in the view of 0");
+    // Listed (readdirplus, as `ls -l` does) and looked up again: still one number.
+    let listed: Vec<(String, u64)> = std::fs::read_dir(&view)
+        .expect("list the view of 0")
+        .map(|e| e.expect("entry"))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.ino()))
+        .collect();
+    for (name, ino) in &listed {
+        if name == "a" || name == "l" {
+            assert_eq!(*ino, a.ino(), "{name} listed with another inode number: {listed:?}");
+        }
+    }
+    assert_eq!(stat("a").ino(), stat("l").ino());
+}

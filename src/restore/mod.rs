@@ -153,8 +153,10 @@ pub fn restore(
                 ok = false;
                 break;
             }
-            let existed =
-                live_dir != Ino(0) && ctx.tree.child(live_dir, name).map_err(|e| live_err(&path, e))?.is_some();
+            // A parent that was another kind of thing (a file) is replaced
+            // by a new directory: recreated, like a missing one.
+            let existed = live_dir != Ino(0)
+                && ctx.tree.child(live_dir, name).map_err(|e| live_err(&path, e))?.is_some_and(|a| a.kind == Kind::Dir);
             live_dir = ctx.ensure_dir(live_dir, name, &state, &path)?;
             if !existed && live_dir != Ino(0) {
                 recreated.push((live_dir, state, path.clone()));

@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::journal::Journal;
+use crate::meta::ObjectId;
+use crate::sys::FileHandle;
 use crate::view::{Node, NodeState, TreeView, ViewError, ViewResult};
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Attr, Ino, Kind, LiveTree};
@@ -42,8 +44,30 @@ enum Slot {
     /// An object inside the tree at a checkpoint.
     Object {
         checkpoint: i64,
-        node: Node,
+        key: ObjectKey,
     },
+}
+
+/// How a view object is numbered: by its object id, so that every name of
+/// it (hard links, a name resolved from a record and one from the live
+/// tree) has one number; by handle only while it has no id yet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum ObjectKey {
+    Id(ObjectId),
+    Handle(FileHandle),
+}
+
+/// A slot to number, and the slot its object may already be numbered
+/// under: by handle, when it was met before it had an id.
+struct Wanted {
+    slot: Slot,
+    alias: Option<Slot>,
+}
+
+impl From<Slot> for Wanted {
+    fn from(slot: Slot) -> Wanted {
+        Wanted { slot, alias: None }
+    }
 }
 
 /// Inode numbers handed out, with the kernel's lookup count of each: a
@@ -152,7 +176,7 @@ impl Browser {
             stored_states: Mutex::new(HashMap::new()),
         };
         let root = b.view(checkpoint).root()?;
-        b.intern(Slot::Object { checkpoint, node: root });
+        b.intern(b.object_slot(checkpoint, root)?);
         Ok(b)
     }
 
@@ -161,9 +185,20 @@ impl Browser {
     }
 
     /// The number of `slot`, taking `lookups` kernel references to it.
-    fn intern_counted(&self, slot: Slot, lookups: u64) -> Ino {
+    fn intern_counted(&self, wanted: Wanted, lookups: u64) -> Ino {
+        let Wanted { slot, alias } = wanted;
         let mut guard = self.lock();
         let t = &mut *guard;
+        // Numbered by handle before it had an id: the same object, so the
+        // same number, from now on under its id.
+        if !t.by_slot.contains_key(&slot)
+            && let Some(ino) = alias.and_then(|a| t.by_slot.remove(&a))
+        {
+            if let Some(e) = t.by_ino.get_mut(&ino) {
+                e.slot = slot.clone();
+            }
+            t.by_slot.insert(slot.clone(), ino);
+        }
         if let Some(&ino) = t.by_slot.get(&slot) {
             if let Some(e) = t.by_ino.get_mut(&ino) {
                 if e.lookups == 0 && lookups > 0 {
@@ -193,8 +228,8 @@ impl Browser {
 
     /// The number of `slot`, without a kernel reference (a number shown
     /// in a plain directory listing, or one the browser itself keeps).
-    fn intern(&self, slot: Slot) -> Ino {
-        self.intern_counted(slot, 0)
+    fn intern(&self, wanted: impl Into<Wanted>) -> Ino {
+        self.intern_counted(wanted.into(), 0)
     }
 
     /// The kernel forgot `nlookup` references to `ino`; at zero its number
@@ -224,21 +259,31 @@ impl Browser {
     }
 
     fn slot(&self, ino: Ino) -> ViewResult<Slot> {
-        let slot = self
-            .lock()
+        self.lock()
             .by_ino
             .get(&ino.0)
             .map(|e| e.slot.clone())
-            .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))?;
-        // An object first seen before anything was recorded of it had no id
-        // then; records written since (a rename out of this directory) are
-        // found by id, so look it up again.
-        if let Slot::Object { checkpoint, node: Node { id: None, handle: Some(h) } } = &slot
-            && let Some(id) = self.journal.known_object_id(&h.to_bytes())?
-        {
-            return Ok(Slot::Object { checkpoint: *checkpoint, node: Node { id: Some(id), handle: Some(h.clone()) } });
+            .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))
+    }
+
+    /// The slot of a view object, numbered by id when it has one.
+    fn object_slot(&self, checkpoint: i64, node: Node) -> ViewResult<Wanted> {
+        let (key, alias) = match node {
+            Node { id: Some(id), handle } => (ObjectKey::Id(id), handle.map(ObjectKey::Handle)),
+            Node { id: None, handle: Some(h) } => (ObjectKey::Handle(h), None),
+            Node { id: None, handle: None } => return Err(enoent()),
+        };
+        Ok(Wanted { slot: Slot::Object { checkpoint, key }, alias: alias.map(|key| Slot::Object { checkpoint, key }) })
+    }
+
+    /// The node behind a numbered view object. By id, the object's current
+    /// handle (a rewind may have given it a new inode since it was
+    /// numbered); by handle, the view looks its id up on each use.
+    fn node(&self, checkpoint: i64, key: &ObjectKey) -> ViewResult<Node> {
+        match key {
+            ObjectKey::Id(id) => self.view(checkpoint).node_of_id(*id),
+            ObjectKey::Handle(h) => Ok(Node { id: None, handle: Some(h.clone()) }),
         }
-        Ok(slot)
     }
 
     /// Whether an inode number belongs to this browser.
@@ -255,9 +300,9 @@ impl Browser {
         TreeView::at(&self.tree, &self.journal, checkpoint)
     }
 
-    fn checkpoint_root(&self, checkpoint: i64) -> ViewResult<Slot> {
+    fn checkpoint_root(&self, checkpoint: i64) -> ViewResult<Wanted> {
         let node = self.view(checkpoint).root()?;
-        Ok(Slot::Object { checkpoint, node })
+        self.object_slot(checkpoint, node)
     }
 
     fn synthetic_dir(&self, ino: Ino) -> Attr {
@@ -298,8 +343,8 @@ impl Browser {
                 a.size = README.len() as u64;
                 Ok(a)
             }
-            Slot::Object { checkpoint, node } => {
-                let s = self.view(checkpoint).state(&node)?;
+            Slot::Object { checkpoint, key } => {
+                let s = self.view(checkpoint).state(&self.node(checkpoint, &key)?)?;
                 Ok(self.object_attr(ino, &s))
             }
         }
@@ -317,40 +362,40 @@ impl Browser {
     /// Looks `name` up in directory `dir`. The answer holds one kernel
     /// reference to the entry's number, given back by `forget`.
     pub fn lookup(&self, dir: Ino, name: &OsStr) -> ViewResult<Attr> {
-        let slot = match self.slot(dir)? {
+        let wanted = match self.slot(dir)? {
             Slot::Top => match name.to_str() {
-                Some("README") => Slot::Readme,
-                Some("checkpoints") => Slot::CheckpointsDir,
-                Some("messages") => Slot::MessagesDir,
+                Some("README") => Slot::Readme.into(),
+                Some("checkpoints") => Slot::CheckpointsDir.into(),
+                Some("messages") => Slot::MessagesDir.into(),
                 _ => return Err(enoent()),
             },
             Slot::CheckpointsDir => self.checkpoint_root(self.checkpoint_named(name, false)?)?,
             Slot::MessagesDir => self.checkpoint_root(self.checkpoint_named(name, true)?)?,
             Slot::Readme => return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR))),
-            Slot::Object { checkpoint, node } => {
-                let child = self.view(checkpoint).lookup(&node, name)?.ok_or_else(enoent)?;
-                Slot::Object { checkpoint, node: child }
+            Slot::Object { checkpoint, key } => {
+                let child = self.view(checkpoint).lookup(&self.node(checkpoint, &key)?, name)?.ok_or_else(enoent)?;
+                self.object_slot(checkpoint, child)?
             }
         };
-        self.referenced_attr(slot)
+        self.referenced_attr(wanted)
     }
 
     /// The attributes of `slot` under a number the kernel takes one
     /// reference to; none is kept when they cannot be read.
-    fn referenced_attr(&self, slot: Slot) -> ViewResult<Attr> {
-        let ino = self.intern_counted(slot, 1);
+    fn referenced_attr(&self, wanted: Wanted) -> ViewResult<Attr> {
+        let ino = self.intern_counted(wanted, 1);
         self.getattr(ino).inspect_err(|_| self.forget(ino, 1))
     }
 
     /// The entries of a directory after "." and "..", by slot.
-    fn entries(&self, dir: &Slot) -> ViewResult<Vec<(OsString, Slot, Kind)>> {
+    fn entries(&self, dir: &Slot) -> ViewResult<Vec<(OsString, Wanted, Kind)>> {
         let mut out = Vec::new();
-        let dir_entry = |name: String, slot: Slot| (OsString::from(name), slot, Kind::Dir);
+        let dir_entry = |name: String, wanted: Wanted| (OsString::from(name), wanted, Kind::Dir);
         match dir {
             Slot::Top => {
-                out.push((OsString::from("README"), Slot::Readme, Kind::File));
-                out.push(dir_entry("checkpoints".into(), Slot::CheckpointsDir));
-                out.push(dir_entry("messages".into(), Slot::MessagesDir));
+                out.push((OsString::from("README"), Slot::Readme.into(), Kind::File));
+                out.push(dir_entry("checkpoints".into(), Slot::CheckpointsDir.into()));
+                out.push(dir_entry("messages".into(), Slot::MessagesDir.into()));
             }
             Slot::CheckpointsDir => {
                 for c in self.journal.with_meta(|m| m.checkpoints())? {
@@ -366,14 +411,14 @@ impl Browser {
                 }
             }
             Slot::Readme => return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR))),
-            Slot::Object { checkpoint, node } => {
+            Slot::Object { checkpoint, key } => {
                 let view = self.view(*checkpoint);
-                for (name, child) in view.list(node)? {
+                for (name, child) in view.list(&self.node(*checkpoint, key)?)? {
                     let kind = match view.state(&child) {
                         Ok(s) => kind_of(s.kind),
                         Err(_) => Kind::File,
                     };
-                    out.push((name, Slot::Object { checkpoint: *checkpoint, node: child }, kind));
+                    out.push((name, self.object_slot(*checkpoint, child)?, kind));
                 }
             }
         }
@@ -387,8 +432,8 @@ impl Browser {
             BrowseEntry { name: ".".into(), ino: dir, kind: Kind::Dir },
             BrowseEntry { name: "..".into(), ino: dir, kind: Kind::Dir },
         ];
-        for (name, slot, kind) in self.entries(&self.slot(dir)?)? {
-            out.push(BrowseEntry { name, ino: self.intern(slot), kind });
+        for (name, wanted, kind) in self.entries(&self.slot(dir)?)? {
+            out.push(BrowseEntry { name, ino: self.intern(wanted), kind });
         }
         Ok(out)
     }
@@ -410,9 +455,9 @@ impl Browser {
                 return Ok(());
             }
         }
-        for (i, (name, slot, kind)) in entries.into_iter().enumerate().map(|(i, e)| (i + 2, e)).skip(offset) {
+        for (i, (name, wanted, kind)) in entries.into_iter().enumerate().map(|(i, e)| (i + 2, e)).skip(offset) {
             // Gone or unreadable since the listing: leave it out.
-            let Ok(attr) = self.referenced_attr(slot) else { continue };
+            let Ok(attr) = self.referenced_attr(wanted) else { continue };
             if !add(i, &BrowseEntry { name, ino: attr.ino, kind }, &attr) {
                 // Not sent: give back the reference taken for it.
                 self.forget(attr.ino, 1);
@@ -431,8 +476,9 @@ impl Browser {
                 let end = (start + size as usize).min(b.len());
                 Ok(b[start..end].to_vec())
             }
-            Slot::Object { checkpoint, node } => {
+            Slot::Object { checkpoint, key } => {
                 let view = self.view(checkpoint);
+                let node = self.node(checkpoint, &key)?;
                 let cached = self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).get(&ino.0).cloned();
                 let s = match cached {
                     Some(s) => s,
@@ -469,9 +515,9 @@ impl Browser {
 
     pub fn readlink(&self, ino: Ino) -> ViewResult<Vec<u8>> {
         match self.slot(ino)? {
-            Slot::Object { checkpoint, node } => self
+            Slot::Object { checkpoint, key } => self
                 .view(checkpoint)
-                .state(&node)?
+                .state(&self.node(checkpoint, &key)?)?
                 .target
                 .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
             _ => Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
@@ -481,7 +527,7 @@ impl Browser {
     /// The xattrs of an object (none for synthetic entries).
     pub fn xattrs(&self, ino: Ino) -> ViewResult<Vec<(Vec<u8>, Vec<u8>)>> {
         match self.slot(ino)? {
-            Slot::Object { checkpoint, node } => Ok(self.view(checkpoint).state(&node)?.xattrs),
+            Slot::Object { checkpoint, key } => Ok(self.view(checkpoint).state(&self.node(checkpoint, &key)?)?.xattrs),
             _ => Ok(Vec::new()),
         }
     }

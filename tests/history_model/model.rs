@@ -240,7 +240,7 @@ impl Model {
                 self.restore_absent_path(&comps);
                 return;
             }
-            let existed = self.kind(&cur).is_some();
+            let existed = self.kind(&cur) == Some(Kind::Dir);
             let want = k.node(&cur).expect("a dir");
             self.ensure_dir(&cur, want, next_id);
             if !existed {
@@ -248,8 +248,8 @@ impl Model {
             }
         }
         self.sync_entry(k, path, next_id);
-        // Parents that did not exist get their recorded attributes (a
-        // parent that was a file is replaced with the mode only).
+        // Parents that did not exist as directories (missing, or another
+        // kind of thing, replaced) get their recorded attributes.
         for (p, want) in recreated.into_iter().rev() {
             self.set_attrs(&p, &want);
         }
