@@ -478,12 +478,13 @@ impl Browser {
             }
             Slot::Object { checkpoint, key } => {
                 let view = self.view(checkpoint);
-                let node = self.node(checkpoint, &key)?;
                 let cached = self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).get(&ino.0).cloned();
                 let s = match cached {
                     Some(s) => s,
                     None => {
-                        let s = view.state(&node)?;
+                        // Resolving the node costs a query: only when the
+                        // state is not cached.
+                        let s = view.state(&self.node(checkpoint, &key)?)?;
                         if matches!(s.content, crate::view::Content::Stored(_)) {
                             let mut cache = self.stored_states.lock().unwrap_or_else(|p| p.into_inner());
                             if cache.len() >= STATE_CACHE {
