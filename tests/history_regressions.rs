@@ -284,3 +284,31 @@ fn a_descriptor_held_across_rewinds_keeps_its_file() {
     assert_eq!(got.len(), 45, "the held descriptor's file: {:?}", String::from_utf8_lossy(&got));
     assert!(got.ends_with(b"through the held descriptor"), "{:?}", String::from_utf8_lossy(&got));
 }
+
+/// F11 (model seeds 261983028, 372292927, 904220194): a descriptor held
+/// across several rewinds read the rewound bytes. The first rewind gave `b/c`
+/// a new inode; the file held open was that inode, given a second name and
+/// new bytes, then moved into the attic by the rewind to 0. The rewind to 1
+/// took it for a file of checkpoint 1 (a file the rewind itself created was
+/// not noted as born), and the kernel's name for it was the one it had lost
+/// while held open (`b/d (deleted)`), so it was not seen in the attic
+/// either: it was refilled in place, under the descriptor.
+#[test]
+fn a_descriptor_held_across_several_rewinds_keeps_its_file() {
+    use std::io::Read;
+    let mut h = History::new("printf 'forty bytes, the first file at mount\\n' > a && mkdir b && echo b-a > b/a");
+    h.turn();
+    h.sh("ln a b/c && rm a");
+    let c2 = h.turn();
+    h.sh("echo appended >> b/c");
+    h.rewind(c2);
+    h.sh("ln b/c b/d && echo 'new bytes of the held file' > b/c && mv b/c b/a");
+    let mut held = std::fs::File::open(h.fx.path().join("b/a")).unwrap();
+    h.sh("mv b/a a");
+    h.rewind(0);
+    h.rewind(c2);
+    let mut got = String::new();
+    held.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "new bytes of the held file\n", "the held descriptor's file");
+    h.check_views("after the rewinds");
+}

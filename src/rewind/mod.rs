@@ -149,11 +149,11 @@ pub fn rewind(
         let Some(fd) = r.object_fd(*id) else { continue };
         let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-        // Inside a directory moved aside whole: not part of the tree rewound
-        // to. A file with several names may be there under one name and in
-        // the tree under another (the kernel reports any one of them), so
-        // it is restored anyway.
-        if (is_dir || st.st_nlink == 1) && r.locate_in_attic(fd.as_fd())?.is_some() {
+        // In the attic (in its own slot, or inside a directory moved aside
+        // whole): not part of the tree rewound to. A file with several names
+        // may be there under one name and in the tree under another (the
+        // kernel reports any one of them), so it is restored anyway.
+        if (is_dir || st.st_nlink == 1) && r.is_in_attic(*id, fd.as_fd())? {
             continue;
         }
         if is_dir {
@@ -168,19 +168,11 @@ pub fn rewind(
     // Before the contents: a file left with one name can swap in a new
     // inode instead of being rewritten in place.
     r.drop_stray_links(&linked)?;
-    let mut done: HashSet<ObjectId> = HashSet::new();
+    // `files` holds each object once and none in the attic; restoring one
+    // file moves no other into the attic, and dropping stray links removes
+    // names in the attic only, so the filter above still holds here.
     for id in files {
-        // Once only (an object both changed and put back is listed twice),
-        // and not once it left for the attic: replacing a file's content
-        // moves its old inode there, where a held descriptor keeps it.
-        if !done.insert(id) || r.in_attic.contains(&id) {
-            continue;
-        }
         let Some(fd) = r.object_fd(id) else { continue };
-        let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
-        if st.st_nlink == 1 && r.locate_in_attic(fd.as_fd())?.is_some() {
-            continue;
-        }
         r.restore_object(id, fd.as_fd())?;
     }
     log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
@@ -593,6 +585,20 @@ impl Rewinder<'_> {
         Ok(())
     }
 
+    /// Whether a live object is in the attic: in its own slot (checked by
+    /// name, since the kernel's name for the inode may be one it has lost),
+    /// or inside a directory there.
+    fn is_in_attic(&self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<bool, RestoreError> {
+        let Some(attic) = self.tree.attic_fd() else { return Ok(false) };
+        if let (Ok(slot), Ok(own)) =
+            (sys::name_to_handle_at(attic, OsStr::new(&id.0.to_string())), sys::name_to_handle_at(fd, OsStr::new("")))
+            && slot == own
+        {
+            return Ok(true);
+        }
+        Ok(self.locate_in_attic(fd)?.is_some())
+    }
+
     /// Where a live object is inside the attic, if it is there.
     fn locate_in_attic(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
         match self.tree.attic_fd() {
@@ -683,6 +689,10 @@ impl Rewinder<'_> {
         let old_handle =
             sys::name_to_handle_at(old_fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         rustix::fs::renameat_with(dir, temp.as_str(), dir, name, RenameFlags::EXCHANGE).map_err(from_rustix("swap"))?;
+        // Born in this rewind's turn: a later rewind to a checkpoint before
+        // it must not take it for a file of that checkpoint (and refill it,
+        // under the descriptors that may hold it by then, in the attic).
+        self.journal.note_born(&handle.to_bytes(), kind_code(Kind::File))?;
         // The old inode, now under the temporary name, keeps the current
         // bytes and its object id (history reads it from the attic); the new
         // inode is a new object.
