@@ -1,8 +1,11 @@
 //! The command line: argument definitions and one file per subcommand.
 
+mod agents;
 mod common;
 mod fsck;
 mod history;
+mod hook;
+mod hooks;
 mod mount;
 mod occupants;
 mod quote;
@@ -95,6 +98,67 @@ pub enum Command {
     /// mounted workspace it asks the daemon; --repair needs the store
     /// unmounted.
     Fsck(FsckArgs),
+    /// Wire a coding agent's prompt hook to rewindfs (install, uninstall, status).
+    ///
+    /// With the hook installed, each prompt seals a checkpoint named by the
+    /// prompt's id and labelled with its first line, in whatever rewindfs
+    /// mount the agent works in (outside any mount the hook does nothing).
+    Hooks(HooksArgs),
+    /// What an agent's prompt hook runs (reads the hook's JSON on stdin).
+    ///
+    /// Seals a checkpoint for the prompt in the mount holding the agent's
+    /// working directory; prints nothing on stdout; exits 0 when there is
+    /// no mount; gives up after 5 s.
+    Hook {
+        #[arg(value_enum)]
+        agent: agents::Agent,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct HooksArgs {
+    #[command(subcommand)]
+    pub command: HooksCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HooksCommand {
+    /// Add rewindfs's prompt hook to the agent's settings (idempotent;
+    /// keeps everything else; the previous file is kept as
+    /// `<file>.rewindfs-backup`).
+    Install(HookEdit),
+    /// Remove exactly the hook entries `install` adds.
+    Uninstall(HookEdit),
+    /// Say which settings files hold rewindfs's hooks.
+    Status {
+        /// The project directory to look at (default: the current one).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
+}
+
+/// Which agent's hook to add or remove, where.
+#[derive(Args, Debug)]
+pub struct HookEdit {
+    #[arg(value_enum)]
+    pub agent: agents::Agent,
+    #[command(flatten)]
+    pub scope: HookScope,
+    /// Print the change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Which settings file: the user's (default) or a project's.
+#[derive(Args, Debug)]
+#[group(multiple = false)]
+pub struct HookScope {
+    /// The user's settings (~/.claude/settings.json, ~/.gemini/settings.json); the default.
+    #[arg(long)]
+    pub user: bool,
+    /// The project in DIR (DIR/.claude/settings.local.json, DIR/.gemini/settings.json).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -320,6 +384,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Restore(a) => history::restore(a).map(|_| 0),
         Command::Rewind(a) => history::rewind(a).map(|_| 0),
         Command::Fsck(a) => fsck::run(a),
+        Command::Hooks(a) => hooks::run(a).map(|_| 0),
+        Command::Hook { agent } => return hook::run(agent),
     };
     match result {
         Ok(code) => code,

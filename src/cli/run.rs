@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use log::warn;
 
 use crate::cli::RunArgs;
+use crate::cli::agents::{self, Agent};
 use crate::cli::common;
 use crate::cli::unmount;
 use crate::error::{Error, Result};
@@ -71,6 +72,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
             (ws, cmd)
         }
     };
+    let command = wire_agent(command);
     let spec = common::prepare(&workspace, None, &args.opts)?;
     // The shell that started `run` waits for it; the command itself starts
     // inside the mount.
@@ -86,6 +88,21 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     unmounted?;
     eprintln!("rewindfs: unmounted {}", info.mountpoint.display());
     Ok(code)
+}
+
+/// Gives a recognized agent our prompt hook for this run only, without
+/// touching the user's settings: Claude Code takes extra settings with
+/// `--settings` (merged with the user's own; when the user also installed
+/// the hook, the second call for a prompt finds its checkpoint already
+/// sealed and changes nothing).
+fn wire_agent(mut command: Vec<String>) -> Vec<String> {
+    let Some(agent) = command.first().and_then(|p| Agent::of_program(p)) else { return command };
+    let Ok(exe) = std::env::current_exe() else { return command };
+    let settings = agents::run_settings(agent, &agents::hook_command(&exe, agent));
+    if let (Agent::Claude, Ok(json)) = (agent, serde_json::to_string(&settings)) {
+        command.splice(1..1, ["--settings".to_string(), json]);
+    }
+    command
 }
 
 fn run_child(command: &[String], cwd: &std::path::Path, run_as: Option<(u32, u32)>) -> Result<i32> {

@@ -1,0 +1,362 @@
+//! The real agent CLIs inside a mount: Claude Code (and Gemini CLI) from
+//! npm, driven by a scripted model server of our own
+//! (tests/agents/model_server.py) that answers each prompt with a fixed
+//! scenario of tool calls: file writes and edits, a build writing hundreds
+//! of files, `rm -rf`, `git init` and commits. Everything runs in a network
+//! namespace of its own (`unshare -n`) with the server on its loopback, so
+//! nothing leaves the machine.
+//!
+//! The server copies the workspace when a prompt's first model request
+//! arrives: the agent has run its prompt hook and waits, so the copy is the
+//! tree the prompt's checkpoint must hold.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CLAUDE: (&str, &str, &str) = ("@anthropic-ai/claude-code", "2.1.328", "claude");
+
+/// One npm install at a time (the tests of this file run in parallel).
+static NPM: Mutex<()> = Mutex::new(());
+
+/// The agent CLI's executable, installed with npm into a cache under the
+/// target directory (or $REWINDFS_AGENT_CLIS) when it is not there yet.
+/// Fails the test, loudly, when it cannot be installed.
+fn agent_cli((package, version, bin): (&str, &str, &str)) -> PathBuf {
+    let _one = NPM.lock().unwrap_or_else(|p| p.into_inner());
+    let cache = std::env::var_os("REWINDFS_AGENT_CLIS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("agent-clis"));
+    let dir = cache.join(format!("{}@{version}", package.replace('/', "+")));
+    let exe = dir.join("node_modules/.bin").join(bin);
+    if exe.exists() {
+        return exe;
+    }
+    let tmp = cache.join(format!("{}.installing", dir.file_name().and_then(OsStr::to_str).unwrap_or("cli")));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("cannot create the agent CLI cache");
+    let started = Instant::now();
+    // Its own npm cache, removed after: the packages are large and the
+    // installed copy is all we keep.
+    let npm_cache = tmp.join(".npm-cache");
+    let out = run_with_timeout(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--no-package-lock", "--loglevel=error", "--prefix"])
+            .arg(&tmp)
+            .arg("--cache")
+            .arg(&npm_cache)
+            .arg(format!("{package}@{version}")),
+        Duration::from_secs(600),
+    );
+    let _ = std::fs::remove_dir_all(&npm_cache);
+    assert!(
+        out.status.success(),
+        "cannot install {package}@{version} with npm (the agent tests need it; is the npm registry reachable?): {}\n{}{}",
+        describe_status(&out),
+        stdout(&out),
+        stderr(&out)
+    );
+    std::fs::rename(&tmp, &dir).expect("cannot move the installed agent CLI into place");
+    eprintln!("installed {package}@{version} in {:.1}s", started.elapsed().as_secs_f64());
+    assert!(exe.exists(), "{package}@{version} installed no {}", exe.display());
+    exe
+}
+
+/// Starts the model server in a fresh network namespace, points the agent
+/// at it and runs the rest of the command line there.
+const DRIVER: &str = r#"
+ip link set lo up || exit 90
+api=$1; shift
+rm -f "$PORT_FILE"
+python3 "$SERVER" --api "$api" --workspace "$WS" --snapshots "$SNAPS" --port-file "$PORT_FILE" --log "$SERVER_LOG" &
+srv=$!
+trap 'kill $srv 2>/dev/null' EXIT
+for _ in $(seq 200); do [ -s "$PORT_FILE" ] && break; sleep 0.05; done
+[ -s "$PORT_FILE" ] || { echo "the model server did not start" >&2; exit 91; }
+export ANTHROPIC_BASE_URL="http://127.0.0.1:$(cat "$PORT_FILE")"
+export GOOGLE_GEMINI_BASE_URL="$ANTHROPIC_BASE_URL"
+cd "$WS" || exit 92
+"$@"
+"#;
+
+/// A mounted-workspace scenario for one agent: the fixture, a scratch HOME,
+/// the server's snapshots, and a log of what the agent's hooks received.
+struct Scene {
+    fx: MountFixture,
+    home: PathBuf,
+    snaps: PathBuf,
+    hook_log: PathBuf,
+    server_log: PathBuf,
+    bin_dir: PathBuf,
+}
+
+impl Scene {
+    fn new(cli: &Path) -> Scene {
+        let fx = MountFixture::unmounted();
+        let root = fx.dir.path().canonicalize().expect("temp dir");
+        let (home, snaps, bin_dir) = (root.join("home"), root.join("snaps"), root.join("bin"));
+        for d in [&home, &snaps, &bin_dir] {
+            std::fs::create_dir_all(d).expect("cannot create scene dirs");
+        }
+        // The agent finds `rewindfs`, the agent CLI and git on PATH.
+        std::os::unix::fs::symlink(cli, bin_dir.join(cli.file_name().expect("cli name"))).expect("symlink cli");
+        std::os::unix::fs::symlink(bin(), bin_dir.join("rewindfs")).expect("symlink rewindfs");
+        let (hook_log, server_log) = (root.join("hook-input.log"), root.join("server.log"));
+        let s = Scene { fx, home, snaps, hook_log, server_log, bin_dir };
+        s.fx.sh_in_ws("printf 'first notes\\n' > old.txt && printf '# demo\\n' > README.md");
+        s
+    }
+
+    /// A command with the scene's environment and nothing else of ours
+    /// (no API keys or agent settings of whoever runs the tests).
+    fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut c = Command::new(program);
+        let path = format!("{}:{}", self.bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+        c.env_clear()
+            .env("PATH", path)
+            .env("HOME", &self.home)
+            .env("LANG", "C.UTF-8")
+            .env("TERM", "dumb")
+            .env("REWINDFS_RUNTIME_DIR", &self.fx.run)
+            .env("REWINDFS_HOME", self.fx.dir.path().join("rewindfs-home"))
+            .env("ANTHROPIC_API_KEY", "dummy")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            // Root may skip permission prompts only in a declared sandbox.
+            .env("IS_SANDBOX", "1")
+            .env("GEMINI_API_KEY", "dummy")
+            // Not the workspace: an in-place mount refuses processes inside.
+            .current_dir(self.fx.dir.path());
+        c
+    }
+
+    /// `rewindfs ARGS` in the scene's environment; asserts success.
+    fn rewindfs(&self, args: &[&str]) -> String {
+        stdout(&check(run_with_timeout(self.command(bin()).args(args), CHILD_TIMEOUT), &format!("rewindfs {args:?}")))
+    }
+
+    /// Runs ARGS inside a network namespace of its own with the model
+    /// server on its loopback; asserts success.
+    fn offline(&self, api: &str, args: &[&OsStr]) -> Output {
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/model_server.py");
+        let port_file = self.fx.dir.path().join("port");
+        let mut c = self.command("unshare");
+        c.args(["-n", "bash", "-c", DRIVER, "driver", api])
+            .args(args)
+            .env("SERVER", server)
+            .env("WS", &self.fx.ws)
+            .env("SNAPS", &self.snaps)
+            .env("PORT_FILE", port_file)
+            .env("SERVER_LOG", &self.server_log);
+        let out = run_with_timeout(&mut c, CHILD_TIMEOUT);
+        if !out.status.success() {
+            let log = std::fs::read_to_string(&self.server_log).unwrap_or_default();
+            panic!(
+                "{args:?} under unshare -n failed: {}\nstdout: {}\nstderr: {}\nserver log:\n{log}",
+                describe_status(&out),
+                stdout(&out),
+                stderr(&out)
+            );
+        }
+        out
+    }
+
+    /// What the agent's prompt hooks received, one JSON object per prompt
+    /// (written by the user's own logging hook).
+    fn hook_inputs(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.hook_log).unwrap_or_default();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<serde_json::Value>()
+            .map(|v| v.unwrap_or_else(|e| panic!("bad hook input in {}: {e}\n{text}", self.hook_log.display())))
+            .collect()
+    }
+
+    fn log_json(&self) -> Vec<serde_json::Value> {
+        let ws = self.fx.ws.to_str().expect("utf-8 path");
+        let v: serde_json::Value =
+            serde_json::from_str(&self.rewindfs(&["log", "-C", ws, "--json"])).expect("log --json is JSON");
+        v.as_array().expect("log --json is an array").clone()
+    }
+
+    /// `cp -a` of the workspace (through the mount) into NAME.
+    fn copy(&self, name: &str) -> PathBuf {
+        let dst = self.fx.dir.path().join(name);
+        let out = run_with_timeout(Command::new("cp").arg("-a").arg(self.fx.ws.join(".")).arg(&dst), CHILD_TIMEOUT);
+        check(out, "cp -a of the workspace");
+        dst
+    }
+}
+
+impl MountFixture {
+    fn sh_in_ws(&self, script: &str) -> String {
+        sh(&self.ws, script)
+    }
+}
+
+/// The checkpoints sealed for an agent session's prompts, oldest first.
+fn prompt_checkpoints(log: &[serde_json::Value], session: &str) -> Vec<serde_json::Value> {
+    log.iter().filter(|t| t["session"] == session).cloned().collect()
+}
+
+/// Claude Code end to end: one prompt under `rewindfs run` (wired for the
+/// run, nothing installed), then `hooks install` and two more prompts of
+/// the same session (`--resume`) in a mount. Each prompt gets one
+/// checkpoint, named by its prompt id and labelled with its first line,
+/// whose view is the tree the agent started the prompt from; rewinding to
+/// each gives that tree back exactly, and the rewind can be undone.
+#[test]
+fn claude_code_prompts_are_checkpoints() {
+    let started = Instant::now();
+    let cli = agent_cli(CLAUDE);
+    let scene = Scene::new(&cli);
+    let ws = scene.fx.ws.to_str().expect("utf-8 path").to_string();
+    let store = scene.fx.store.to_str().expect("utf-8 path").to_string();
+
+    // The user's own settings: a hook that logs what Claude Code sends (so
+    // the test knows each prompt's id), which `hooks install` must keep.
+    let user_settings = scene.home.join(".claude/settings.json");
+    std::fs::create_dir_all(user_settings.parent().expect("parent")).expect("mkdir .claude");
+    let logging_hook = format!("cat >> {}; echo >> {}", scene.hook_log.display(), scene.hook_log.display());
+    let original = serde_json::to_string_pretty(&serde_json::json!({
+        "hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": logging_hook}]}]}
+    }))
+    .expect("json")
+        + "\n";
+    std::fs::write(&user_settings, &original).expect("write settings");
+
+    let prompts = [
+        "Create the app and build it (scenario prompt 1)\nUse python.",
+        "Bump the greeting and clean up (scenario prompt 2)",
+        "Package it (scenario prompt 3)",
+    ];
+    let claude = |extra: &[&str], prompt: &str| -> Vec<String> {
+        let mut a: Vec<String> = vec!["claude".into(), "-p".into(), prompt.into()];
+        a.extend(["--output-format", "json", "--dangerously-skip-permissions"].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let session_of = |out: &Output| -> String {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("claude printed no JSON ({e}): {}", stdout(out)));
+        assert_eq!(v["is_error"], false, "claude reported an error: {v}");
+        v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string()
+    };
+
+    // Prompt 1: `rewindfs run` mounts, wires Claude Code for the run (no
+    // hook of ours installed yet) and unmounts.
+    let t = Instant::now();
+    let mut args: Vec<String> = ["rewindfs", "run", &ws, "--store", &store, "--"].map(String::from).to_vec();
+    args.extend(claude(&[], prompts[0]));
+    let out = scene.offline("anthropic", &args.iter().map(OsStr::new).collect::<Vec<_>>());
+    let session = session_of(&out);
+    eprintln!("prompt 1 (rewindfs run) took {:.1}s", t.elapsed().as_secs_f64());
+    assert_eq!(
+        std::fs::read_to_string(&user_settings).expect("settings"),
+        original,
+        "`run` changed the user's settings"
+    );
+
+    // Then the hook installed for the user, next to the user's own.
+    let installed = scene.rewindfs(&["hooks", "install", "claude", "--dry-run"]);
+    assert!(installed.contains("+") && installed.contains("hook claude"), "dry run shows no change: {installed}");
+    assert_eq!(std::fs::read_to_string(&user_settings).expect("settings"), original, "--dry-run wrote the file");
+    scene.rewindfs(&["hooks", "install", "claude"]);
+    let again = scene.rewindfs(&["hooks", "install", "claude"]);
+    assert!(again.contains("already installed"), "second install: {again}");
+    let backup = std::fs::read_to_string(scene.home.join(".claude/settings.json.rewindfs-backup")).expect("backup");
+    assert_eq!(backup, original, "the backup is the file as it was");
+    let status = scene.rewindfs(&["hooks", "status"]);
+    assert!(status.lines().any(|l| l.starts_with("claude  user") && l.contains("installed: ")), "{status}");
+
+    // Prompts 2 and 3 continue the session in a plain mount.
+    scene.rewindfs(&["mount", &ws, "--store", &store]);
+    let mut fx_mounted = Unmount { scene: &scene, ws: ws.clone() };
+    for prompt in &prompts[1..] {
+        let t = Instant::now();
+        let out = scene
+            .offline("anthropic", &claude(&["--resume", &session], prompt).iter().map(OsStr::new).collect::<Vec<_>>());
+        assert_eq!(session_of(&out), session, "--resume continued another session");
+        eprintln!("a prompt took {:.1}s", t.elapsed().as_secs_f64());
+    }
+    let final_copy = scene.copy("final");
+
+    // One checkpoint per prompt, named by the prompt's id, labelled with
+    // its first line.
+    let inputs = scene.hook_inputs();
+    assert_eq!(inputs.len(), 3, "the logging hook saw {} prompts: {inputs:?}", inputs.len());
+    let log = scene.log_json();
+    let mine = prompt_checkpoints(&log, &session);
+    let ids: Vec<String> = inputs.iter().map(|i| i["prompt_id"].as_str().expect("prompt_id").to_string()).collect();
+    let got: Vec<&str> = mine.iter().map(|t| t["message_id"].as_str().unwrap_or("")).collect();
+    assert_eq!(got, ids, "checkpoints of the session vs prompt ids; log: {log:#?}");
+    let labels: Vec<&str> = mine.iter().map(|t| t["label"].as_str().unwrap_or("")).collect();
+    assert_eq!(
+        labels,
+        ["Create the app and build it (scenario prompt 1)", prompts[1], prompts[2]],
+        "labels are the prompts' first lines"
+    );
+
+    // Each prompt's checkpoint is the tree the agent started it from.
+    for (n, id) in ids.iter().enumerate() {
+        let snap = scene.snaps.join(format!("p{}", n + 1));
+        assert_same_tree(&snap, &scene.fx.ws.join(".rewindfs/messages").join(id), &format!("view of prompt {}", n + 1));
+    }
+    let text_log = scene.rewindfs(&["log", "-C", &ws]);
+    assert!(text_log.contains("Bump the greeting and clean up (scenario prompt 2)"), "{text_log}");
+
+    // Rewind to each prompt, newest first, then undo.
+    let mut safety = None;
+    for (n, id) in ids.iter().enumerate().rev() {
+        let out = scene.rewindfs(&["rewind", "-C", &ws, "--json", id]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("rewind --json");
+        safety.get_or_insert(v["safety_checkpoint"].as_i64().expect("safety checkpoint"));
+        assert_same_tree(
+            &scene.snaps.join(format!("p{}", n + 1)),
+            &scene.fx.ws,
+            &format!("rewound to prompt {}", n + 1),
+        );
+    }
+    let undo = safety.expect("a rewind").to_string();
+    scene.rewindfs(&["rewind", "-C", &ws, &undo]);
+    assert_same_tree(&final_copy, &scene.fx.ws, "the first rewind undone");
+
+    fx_mounted.done();
+    let removed = scene.rewindfs(&["hooks", "uninstall", "claude"]);
+    assert!(removed.contains("removed"), "{removed}");
+    assert_eq!(
+        std::fs::read_to_string(&user_settings).expect("settings"),
+        original,
+        "uninstall left the file as it was"
+    );
+    eprintln!("claude end to end: {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// Unmounts the scene's workspace when dropped (also on a failed assert).
+struct Unmount<'a> {
+    scene: &'a Scene,
+    ws: String,
+}
+
+impl Unmount<'_> {
+    fn done(&mut self) {
+        self.scene.rewindfs(&["unmount", &self.ws]);
+        self.ws.clear();
+    }
+}
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        if !self.ws.is_empty() {
+            let _ = run_with_timeout(self.scene.command(bin()).args(["unmount", &self.ws]), CHILD_TIMEOUT);
+            if is_mounted(Path::new(&self.ws)) {
+                let _ = Command::new("umount").arg("-l").arg(&self.ws).status();
+            }
+        }
+    }
+}
