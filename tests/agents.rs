@@ -307,6 +307,14 @@ fn claude_code_prompts_are_checkpoints() {
         let snap = scene.snaps.join(format!("p{}", n + 1));
         assert_same_tree(&snap, &scene.fx.ws.join(".rewindfs/messages").join(id), &format!("view of prompt {}", n + 1));
     }
+    // The agent's processes, not its threads, are named.
+    let p1 = &mine[0]["programs"];
+    let names: Vec<&String> = p1.as_object().expect("programs").keys().collect();
+    assert!(names.iter().any(|n| *n == "claude"), "the Write tool's changes are not claude's: {names:?}");
+    assert!(names.iter().all(|n| !n.starts_with("Bun ")), "thread names in programs: {names:?}");
+    for p in ["git", "mkdir"] {
+        assert!(names.iter().any(|n| *n == p), "{p} missing from prompt 1's programs {names:?}");
+    }
     let text_log = scene.rewindfs(&["log", "-C", &ws]);
     assert!(text_log.contains("Bump the greeting and clean up (scenario prompt 2)"), "{text_log}");
 

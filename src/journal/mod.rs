@@ -370,13 +370,20 @@ impl Journal {
         f(&inner.meta)
     }
 
-    /// The command name of a process (cached for the turn).
+    /// The command name of the process a request came from (cached for the
+    /// turn). FUSE gives the id of the calling thread, whose own name is
+    /// often a worker's (`Bun Pool 0` for Claude Code's file tools); the
+    /// thread group's leader carries the program's name.
     pub fn program(&self, pid: u32) -> Option<String> {
         let mut inner = self.lock();
         if let Some(p) = inner.programs.get(&pid) {
             return p.clone();
         }
-        let p = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string());
+        let tgid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse::<u32>().ok())))
+            .unwrap_or(pid);
+        let p = std::fs::read_to_string(format!("/proc/{tgid}/comm")).ok().map(|s| s.trim_end().to_string());
         inner.programs.insert(pid, p.clone());
         p
     }
@@ -777,6 +784,26 @@ mod tests {
         assert_eq!(j.resolve("~1").unwrap(), CheckpointId(0));
         let e = j.resolve("nope").unwrap_err().to_string();
         assert!(e.contains("m1") && e.contains("0, 1"), "{e}");
+    }
+
+    #[test]
+    fn programs_are_named_by_process_not_by_thread() {
+        let j = journal();
+        let process = std::fs::read_to_string("/proc/self/comm").unwrap().trim_end().to_string();
+        let tid = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("Pool 7".into())
+                .spawn_scoped(s, || {
+                    let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+                    let own = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+                    assert_eq!(own.trim_end(), "Pool 7", "the thread has its own name");
+                    (tid, j.program(tid))
+                })
+                .unwrap()
+                .join()
+                .unwrap()
+        });
+        assert_eq!(tid.1.as_deref(), Some(process.as_str()), "thread {}", tid.0);
     }
 
     #[test]
