@@ -318,10 +318,20 @@ fn claude_code_prompts_are_checkpoints() {
     let text_log = scene.rewindfs(&["log", "-C", &ws]);
     assert!(text_log.contains("Bump the greeting and clean up (scenario prompt 2)"), "{text_log}");
 
+    // A prompt is named by its id, a unique prefix of it, or its label.
+    let references = [ids[0][..8].to_string(), "bump the GREETING".to_string(), ids[2].clone()];
+    let stat = scene.rewindfs(&["diff", "-C", &ws, "--stat", &references[0], &references[1]]);
+    assert!(stat.contains("build/app.bin | +1 -0 (added)") && stat.contains("app.py"), "{stat}");
+    let shown = scene.fx.dir.path().join("shown");
+    std::fs::create_dir(&shown).expect("mkdir");
+    scene.rewindfs(&["show", "-C", &ws, "Package it", shown.to_str().expect("utf-8 path")]);
+    assert_same_tree(&scene.snaps.join("p3"), &shown, "show by label");
+    scene.rewindfs(&["unmount", shown.to_str().expect("utf-8 path")]);
+
     // Rewind to each prompt, newest first, then undo.
     let mut safety = None;
-    for (n, id) in ids.iter().enumerate().rev() {
-        let out = scene.rewindfs(&["rewind", "-C", &ws, "--json", id]);
+    for (n, reference) in references.iter().enumerate().rev() {
+        let out = scene.rewindfs(&["rewind", "-C", &ws, "--json", reference]);
         let v: serde_json::Value = serde_json::from_str(&out).expect("rewind --json");
         safety.get_or_insert(v["safety_checkpoint"].as_i64().expect("safety checkpoint"));
         assert_same_tree(

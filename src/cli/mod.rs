@@ -65,7 +65,8 @@ pub enum Command {
     Log(LogArgs),
     /// Show changes between two checkpoints (TO defaults to the live tree).
     ///
-    /// A checkpoint is a number, ~N (N before the newest), or a message id.
+    /// A checkpoint is a number, ~N (N before the newest), a message id or a
+    /// unique prefix of one, or words of its label.
     Diff(DiffArgs),
     /// List the checkpoints whose turns changed PATH.
     History(HistoryArgs),
@@ -185,7 +186,8 @@ pub struct FsckArgs {
 pub struct RewindArgs {
     #[command(flatten)]
     pub target: Target,
-    /// A checkpoint: a number, ~N, or a message id.
+    /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
+    /// least 4 characters), or words of its label.
     pub checkpoint: String,
     /// Change nothing; show what would be restored, deleted and recreated.
     #[arg(long)]
@@ -196,7 +198,8 @@ pub struct RewindArgs {
 pub struct RestoreArgs {
     #[command(flatten)]
     pub target: Target,
-    /// A checkpoint: a number, ~N, or a message id.
+    /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
+    /// least 4 characters), or words of its label.
     pub checkpoint: String,
     /// Only list what would change.
     #[arg(long)]
@@ -211,7 +214,8 @@ pub struct RestoreArgs {
 pub struct ShowArgs {
     #[command(flatten)]
     pub target: Target,
-    /// A checkpoint: a number, ~N, or a message id.
+    /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
+    /// least 4 characters), or words of its label.
     pub checkpoint: String,
     /// An empty directory to mount the view on.
     pub mountpoint: PathBuf,
