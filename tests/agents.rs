@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use common::*;
 
 const CLAUDE: (&str, &str, &str) = ("@anthropic-ai/claude-code", "2.1.328", "claude");
+const GEMINI: (&str, &str, &str) = ("@google/gemini-cli", "0.61.0", "gemini");
 
 /// One npm install at a time (the tests of this file run in parallel).
 static NPM: Mutex<()> = Mutex::new(());
@@ -131,6 +132,8 @@ impl Scene {
             // Root may skip permission prompts only in a declared sandbox.
             .env("IS_SANDBOX", "1")
             .env("GEMINI_API_KEY", "dummy")
+            // Headless runs refuse an untrusted folder.
+            .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
             // Not the workspace: an in-place mount refuses processes inside.
             .current_dir(self.fx.dir.path());
         c
@@ -204,101 +207,115 @@ fn prompt_checkpoints(log: &[serde_json::Value], session: &str) -> Vec<serde_jso
     log.iter().filter(|t| t["session"] == session).cloned().collect()
 }
 
-/// Claude Code end to end: one prompt under `rewindfs run` (wired for the
+/// What differs between the agents in the end-to-end scenario.
+struct AgentSpec {
+    name: &'static str,
+    cli: (&'static str, &'static str, &'static str),
+    /// The model API the scripted server speaks.
+    api: &'static str,
+    /// The user's settings file, relative to HOME.
+    settings: &'static str,
+    /// Settings the agent needs besides hooks.
+    base_settings: serde_json::Value,
+    /// The hook event that fires per prompt.
+    event: &'static str,
+    /// The command line of one prompt, continuing the session when `resume`.
+    args: fn(prompt: &str, resume: Option<&str>) -> Vec<String>,
+    /// The session id, from the agent's JSON output.
+    session_of: fn(&serde_json::Value) -> String,
+    /// The message ids the prompts' checkpoints must have, from what the
+    /// hooks received.
+    message_ids: fn(&[serde_json::Value], &str) -> Vec<String>,
+    /// Its process name in `log`'s programs.
+    program: &'static str,
+}
+
+const PROMPTS: [&str; 3] = [
+    "Create the app and build it (scenario prompt 1)\nUse python.",
+    "Bump the greeting and clean up (scenario prompt 2)",
+    "Package it (scenario prompt 3)",
+];
+
+/// One agent end to end: one prompt under `rewindfs run` (wired for the
 /// run, nothing installed), then `hooks install` and two more prompts of
-/// the same session (`--resume`) in a mount. Each prompt gets one
-/// checkpoint, named by its prompt id and labelled with its first line,
-/// whose view is the tree the agent started the prompt from; rewinding to
-/// each gives that tree back exactly, and the rewind can be undone.
-#[test]
-fn claude_code_prompts_are_checkpoints() {
+/// the same session in a mount. Each prompt gets one checkpoint, named by
+/// its message id and labelled with its first line, whose view is the tree
+/// the agent started the prompt from; references by id prefix and label
+/// work; rewinding to each prompt gives that tree back exactly (the Bash
+/// changes included), and the rewind can be undone.
+fn agent_end_to_end(spec: &AgentSpec) {
     let started = Instant::now();
-    let cli = agent_cli(CLAUDE);
+    let cli = agent_cli(spec.cli);
     let scene = Scene::new(&cli);
     let ws = scene.fx.ws.to_str().expect("utf-8 path").to_string();
     let store = scene.fx.store.to_str().expect("utf-8 path").to_string();
 
-    // The user's own settings: a hook that logs what Claude Code sends (so
+    // The user's own settings: a hook that logs what the agent sends (so
     // the test knows each prompt's id), which `hooks install` must keep.
-    let user_settings = scene.home.join(".claude/settings.json");
-    std::fs::create_dir_all(user_settings.parent().expect("parent")).expect("mkdir .claude");
+    let user_settings = scene.home.join(spec.settings);
+    std::fs::create_dir_all(user_settings.parent().expect("parent")).expect("mkdir settings dir");
     let logging_hook = format!("cat >> {}; echo >> {}", scene.hook_log.display(), scene.hook_log.display());
-    let original = serde_json::to_string_pretty(&serde_json::json!({
-        "hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": logging_hook}]}]}
-    }))
-    .expect("json")
-        + "\n";
+    let mut settings = spec.base_settings.clone();
+    settings["hooks"] = serde_json::json!({spec.event: [{"hooks": [{"type": "command", "command": logging_hook}]}]});
+    let original = serde_json::to_string_pretty(&settings).expect("json") + "\n";
     std::fs::write(&user_settings, &original).expect("write settings");
+    let read_settings = || std::fs::read_to_string(&user_settings).expect("settings");
 
-    let prompts = [
-        "Create the app and build it (scenario prompt 1)\nUse python.",
-        "Bump the greeting and clean up (scenario prompt 2)",
-        "Package it (scenario prompt 3)",
-    ];
-    let claude = |extra: &[&str], prompt: &str| -> Vec<String> {
-        let mut a: Vec<String> = vec!["claude".into(), "-p".into(), prompt.into()];
-        a.extend(["--output-format", "json", "--dangerously-skip-permissions"].map(String::from));
-        a.extend(extra.iter().map(|s| s.to_string()));
-        a
-    };
     let session_of = |out: &Output| -> String {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("claude printed no JSON ({e}): {}", stdout(out)));
-        assert_eq!(v["is_error"], false, "claude reported an error: {v}");
-        v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string()
+            .unwrap_or_else(|e| panic!("{} printed no JSON ({e}): {}", spec.name, stdout(out)));
+        (spec.session_of)(&v)
     };
 
-    // Prompt 1: `rewindfs run` mounts, wires Claude Code for the run (no
+    // Prompt 1: `rewindfs run` mounts, wires the agent for the run (no
     // hook of ours installed yet) and unmounts.
     let t = Instant::now();
     let mut args: Vec<String> = ["rewindfs", "run", &ws, "--store", &store, "--"].map(String::from).to_vec();
-    args.extend(claude(&[], prompts[0]));
-    let out = scene.offline("anthropic", &args.iter().map(OsStr::new).collect::<Vec<_>>());
+    args.extend((spec.args)(PROMPTS[0], None));
+    let out = scene.offline(spec.api, &args.iter().map(OsStr::new).collect::<Vec<_>>());
     let session = session_of(&out);
-    eprintln!("prompt 1 (rewindfs run) took {:.1}s", t.elapsed().as_secs_f64());
-    assert_eq!(
-        std::fs::read_to_string(&user_settings).expect("settings"),
-        original,
-        "`run` changed the user's settings"
-    );
+    eprintln!("{}: prompt 1 (rewindfs run) took {:.1}s", spec.name, t.elapsed().as_secs_f64());
+    assert_eq!(read_settings(), original, "`run` changed the user's settings");
 
     // Then the hook installed for the user, next to the user's own.
-    let installed = scene.rewindfs(&["hooks", "install", "claude", "--dry-run"]);
-    assert!(installed.contains("+") && installed.contains("hook claude"), "dry run shows no change: {installed}");
-    assert_eq!(std::fs::read_to_string(&user_settings).expect("settings"), original, "--dry-run wrote the file");
-    scene.rewindfs(&["hooks", "install", "claude"]);
-    let again = scene.rewindfs(&["hooks", "install", "claude"]);
+    let installed = scene.rewindfs(&["hooks", "install", spec.name, "--dry-run"]);
+    let ours = format!("hook {}", spec.name);
+    assert!(installed.contains('+') && installed.contains(&ours), "dry run shows no change: {installed}");
+    assert_eq!(read_settings(), original, "--dry-run wrote the file");
+    scene.rewindfs(&["hooks", "install", spec.name]);
+    let again = scene.rewindfs(&["hooks", "install", spec.name]);
     assert!(again.contains("already installed"), "second install: {again}");
-    let backup = std::fs::read_to_string(scene.home.join(".claude/settings.json.rewindfs-backup")).expect("backup");
+    let backup = std::fs::read_to_string(format!("{}.rewindfs-backup", user_settings.display())).expect("backup");
     assert_eq!(backup, original, "the backup is the file as it was");
     let status = scene.rewindfs(&["hooks", "status"]);
-    assert!(status.lines().any(|l| l.starts_with("claude  user") && l.contains("installed: ")), "{status}");
+    let line = format!("{:<7} user", spec.name);
+    assert!(status.lines().any(|l| l.starts_with(&line) && l.contains("installed: ")), "{status}");
 
     // Prompts 2 and 3 continue the session in a plain mount.
     scene.rewindfs(&["mount", &ws, "--store", &store]);
-    let mut fx_mounted = Unmount { scene: &scene, ws: ws.clone() };
-    for prompt in &prompts[1..] {
+    let mut mounted = Unmount { scene: &scene, ws: ws.clone() };
+    for prompt in &PROMPTS[1..] {
         let t = Instant::now();
-        let out = scene
-            .offline("anthropic", &claude(&["--resume", &session], prompt).iter().map(OsStr::new).collect::<Vec<_>>());
-        assert_eq!(session_of(&out), session, "--resume continued another session");
-        eprintln!("a prompt took {:.1}s", t.elapsed().as_secs_f64());
+        let args = (spec.args)(prompt, Some(&session));
+        let out = scene.offline(spec.api, &args.iter().map(OsStr::new).collect::<Vec<_>>());
+        assert_eq!(session_of(&out), session, "the session was not continued");
+        eprintln!("{}: a prompt took {:.1}s", spec.name, t.elapsed().as_secs_f64());
     }
     let final_copy = scene.copy("final");
 
-    // One checkpoint per prompt, named by the prompt's id, labelled with
+    // One checkpoint per prompt, named by its message id, labelled with
     // its first line.
     let inputs = scene.hook_inputs();
     assert_eq!(inputs.len(), 3, "the logging hook saw {} prompts: {inputs:?}", inputs.len());
     let log = scene.log_json();
     let mine = prompt_checkpoints(&log, &session);
-    let ids: Vec<String> = inputs.iter().map(|i| i["prompt_id"].as_str().expect("prompt_id").to_string()).collect();
+    let ids = (spec.message_ids)(&inputs, &session);
     let got: Vec<&str> = mine.iter().map(|t| t["message_id"].as_str().unwrap_or("")).collect();
-    assert_eq!(got, ids, "checkpoints of the session vs prompt ids; log: {log:#?}");
+    assert_eq!(got, ids, "checkpoints of the session vs message ids; log: {log:#?}");
     let labels: Vec<&str> = mine.iter().map(|t| t["label"].as_str().unwrap_or("")).collect();
     assert_eq!(
         labels,
-        ["Create the app and build it (scenario prompt 1)", prompts[1], prompts[2]],
+        ["Create the app and build it (scenario prompt 1)", PROMPTS[1], PROMPTS[2]],
         "labels are the prompts' first lines"
     );
 
@@ -310,7 +327,7 @@ fn claude_code_prompts_are_checkpoints() {
     // The agent's processes, not its threads, are named.
     let p1 = &mine[0]["programs"];
     let names: Vec<&String> = p1.as_object().expect("programs").keys().collect();
-    assert!(names.iter().any(|n| *n == "claude"), "the Write tool's changes are not claude's: {names:?}");
+    assert!(names.iter().any(|n| *n == spec.program), "the edit tools' changes are not {}'s: {names:?}", spec.program);
     assert!(names.iter().all(|n| !n.starts_with("Bun ")), "thread names in programs: {names:?}");
     for p in ["git", "mkdir"] {
         assert!(names.iter().any(|n| *n == p), "{p} missing from prompt 1's programs {names:?}");
@@ -319,7 +336,13 @@ fn claude_code_prompts_are_checkpoints() {
     assert!(text_log.contains("Bump the greeting and clean up (scenario prompt 2)"), "{text_log}");
 
     // A prompt is named by its id, a unique prefix of it, or its label.
-    let references = [ids[0][..8].to_string(), "bump the GREETING".to_string(), ids[2].clone()];
+    // The shortest prefix of the first id that is no other's (Gemini's ids
+    // share the session; then it is the whole id).
+    let prefix = (8..=ids[0].len())
+        .map(|n| ids[0][..n].to_string())
+        .find(|p| ids[1..].iter().all(|i| !i.starts_with(p.as_str())))
+        .unwrap_or_else(|| ids[0].clone());
+    let references = [prefix, "bump the GREETING".to_string(), ids[2].clone()];
     let stat = scene.rewindfs(&["diff", "-C", &ws, "--stat", &references[0], &references[1]]);
     assert!(stat.contains("build/app.bin | +1 -0 (added)") && stat.contains("app.py"), "{stat}");
     let shown = scene.fx.dir.path().join("shown");
@@ -334,25 +357,78 @@ fn claude_code_prompts_are_checkpoints() {
         let out = scene.rewindfs(&["rewind", "-C", &ws, "--json", reference]);
         let v: serde_json::Value = serde_json::from_str(&out).expect("rewind --json");
         safety.get_or_insert(v["safety_checkpoint"].as_i64().expect("safety checkpoint"));
-        assert_same_tree(
-            &scene.snaps.join(format!("p{}", n + 1)),
-            &scene.fx.ws,
-            &format!("rewound to prompt {}", n + 1),
-        );
+        let what = format!("rewound to prompt {}", n + 1);
+        assert_same_tree(&scene.snaps.join(format!("p{}", n + 1)), &scene.fx.ws, &what);
     }
     let undo = safety.expect("a rewind").to_string();
     scene.rewindfs(&["rewind", "-C", &ws, &undo]);
     assert_same_tree(&final_copy, &scene.fx.ws, "the first rewind undone");
 
-    fx_mounted.done();
-    let removed = scene.rewindfs(&["hooks", "uninstall", "claude"]);
+    mounted.done();
+    let removed = scene.rewindfs(&["hooks", "uninstall", spec.name]);
     assert!(removed.contains("removed"), "{removed}");
-    assert_eq!(
-        std::fs::read_to_string(&user_settings).expect("settings"),
-        original,
-        "uninstall left the file as it was"
-    );
-    eprintln!("claude end to end: {:.1}s", started.elapsed().as_secs_f64());
+    assert_eq!(read_settings(), original, "uninstall left the file as it was");
+    eprintln!("{} end to end: {:.1}s", spec.name, started.elapsed().as_secs_f64());
+}
+
+/// Claude Code: UserPromptSubmit carries a fresh prompt_id per prompt.
+#[test]
+fn claude_code_prompts_are_checkpoints() {
+    agent_end_to_end(&AgentSpec {
+        name: "claude",
+        cli: CLAUDE,
+        api: "anthropic",
+        settings: ".claude/settings.json",
+        base_settings: serde_json::json!({}),
+        event: "UserPromptSubmit",
+        args: |prompt, resume| {
+            let mut a: Vec<String> = vec!["claude".into(), "-p".into(), prompt.into()];
+            a.extend(["--output-format", "json", "--dangerously-skip-permissions"].map(String::from));
+            if let Some(s) = resume {
+                a.extend(["--resume".into(), s.into()]);
+            }
+            a
+        },
+        session_of: |v| {
+            assert_eq!(v["is_error"], false, "claude reported an error: {v}");
+            v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string()
+        },
+        message_ids: |inputs, _| {
+            inputs.iter().map(|i| i["prompt_id"].as_str().expect("prompt_id").to_string()).collect()
+        },
+        program: "claude",
+    });
+}
+
+/// Gemini CLI: BeforeAgent has no prompt id; the message ids are the
+/// session id and the prompt's number in it.
+#[test]
+fn gemini_cli_prompts_are_checkpoints() {
+    agent_end_to_end(&AgentSpec {
+        name: "gemini",
+        cli: GEMINI,
+        api: "gemini",
+        settings: ".gemini/settings.json",
+        base_settings: serde_json::json!({"security": {"auth": {"selectedType": "gemini-api-key"}}}),
+        event: "BeforeAgent",
+        args: |prompt, resume| {
+            // An explicit model: the default asks a router model first.
+            let mut a: Vec<String> = vec!["gemini".into(), "-p".into(), prompt.into()];
+            a.extend(["--output-format", "json", "--yolo", "-m", "gemini-2.5-flash"].map(String::from));
+            if resume.is_some() {
+                a.extend(["--resume".into(), "latest".into()]);
+            }
+            a
+        },
+        session_of: |v| v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string(),
+        message_ids: |inputs, session| {
+            for i in inputs {
+                assert_eq!(i["session_id"], session, "a prompt of another session: {i}");
+            }
+            (1..=inputs.len()).map(|n| format!("{session}-{n}")).collect()
+        },
+        program: "node",
+    });
 }
 
 /// Unmounts the scene's workspace when dropped (also on a failed assert).

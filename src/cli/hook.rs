@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::cli::agents::{Agent, HOOK_DEADLINE, PromptEvent, parse_event};
 use crate::cli::{common, turn};
+use crate::daemon::control as op;
 use crate::daemon::registry::MountInfo;
 use crate::error::{ErrorKind, Result};
 use crate::journal::{TurnInfo, check_message_id};
@@ -63,26 +64,44 @@ pub fn run(agent: Agent) -> i32 {
     }
 }
 
-/// Seals the checkpoint of one prompt; None when the directory is in no
-/// mount.
+/// Seals the checkpoint of one prompt.
 fn checkpoint(agent: Agent, event: &PromptEvent) -> Result<i64> {
     let info = common::find_mount(Some(&event.cwd))?;
-    let message_id = message_id(agent, event, &info)?;
-    let turn = TurnInfo { message_id, session: event.session.clone(), label: event.label.clone() };
     // What is left of the deadline, less a margin to report a timeout.
-    let reply = turn::seal(&info, turn, HOOK_DEADLINE.saturating_sub(Duration::from_millis(500)))?;
+    let timeout = HOOK_DEADLINE.saturating_sub(Duration::from_millis(500));
+    let message_id = message_id(agent, event, &info, timeout)?;
+    let turn = TurnInfo { message_id, session: event.session.clone(), label: event.label.clone() };
+    let reply = turn::seal(&info, turn, timeout)?;
     Ok(reply.checkpoint)
 }
 
-/// The message id of a prompt: the agent's own prompt id when it is a
-/// valid one.
-fn message_id(agent: Agent, event: &PromptEvent, _info: &MountInfo) -> Result<Option<String>> {
-    let valid = |id: &String| match check_message_id(id) {
+/// The message id of a prompt: Claude Code's own prompt id; for Gemini
+/// CLI, which has none, the session id and the prompt's number in the
+/// session (one more than the highest this mount has seen, so a rewind
+/// never makes a number come round again). None when the agent gave
+/// nothing usable; the checkpoint still gets its session and label.
+fn message_id(agent: Agent, event: &PromptEvent, info: &MountInfo, timeout: Duration) -> Result<Option<String>> {
+    let id = match agent {
+        Agent::Claude => event.prompt_id.clone(),
+        Agent::Gemini => match &event.session {
+            Some(session) => {
+                let prefix = format!("{session}-");
+                let rows = op::call(&info.socket, op::Checkpoints, timeout)?;
+                let last = rows
+                    .iter()
+                    .filter_map(|c| c.message_id.as_deref()?.strip_prefix(&prefix)?.parse::<u64>().ok())
+                    .max()
+                    .unwrap_or(0);
+                Some(format!("{prefix}{}", last + 1))
+            }
+            None => None,
+        },
+    };
+    Ok(id.filter(|id| match check_message_id(id) {
         Ok(()) => true,
         Err(e) => {
-            log::warn!("hook {}: the prompt id is not used as a message id: {e}", agent.name());
+            log::warn!("hook {}: no message id for this prompt: {e}", agent.name());
             false
         }
-    };
-    Ok(event.prompt_id.clone().filter(valid))
+    }))
 }

@@ -28,7 +28,7 @@ fn settings_file(agent: Agent, scope: &HookScope) -> Result<PathBuf> {
 }
 
 /// The file's text and its parsed document; `{}` for a missing file.
-fn read_settings(path: &Path) -> Result<(Option<String>, Json)> {
+pub fn read_settings(path: &Path) -> Result<(Option<String>, Json)> {
     match std::fs::read_to_string(path) {
         Ok(text) if text.trim().is_empty() => Ok((Some(text), Json::Obj(Default::default()))),
         Ok(text) => {

@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MARKER = re.compile(r"\(scenario prompt (\d+)\)")
 
 BUILD = (
-    "mkdir -p build/obj && for i in $(seq 1 300); do echo \"object $i\" > build/obj/o$i.o; done"
+    "mkdir -p build/obj && seq 1 300 | while read i; do echo \"object $i\" > build/obj/o$i.o; done"
     " && echo linked > build/app.bin"
     " && git init -q && git add -A && git -c user.email=agent@example.invalid -c user.name=agent commit -qm build"
 )
@@ -228,6 +228,8 @@ def gemini_reply(body):
     for t in body.get("tools") or []:
         names += [f.get("name") for f in t.get("functionDeclarations") or []]
     actions = scripted("gemini", gemini_turns(body), "run_shell_command" in names)
+    if os.environ.get("MODEL_SERVER_DEBUG"):
+        log("gemini request contents: " + json.dumps(body.get("contents", [])[-1:])[:3000])
     return {"candidates": [{"content": {"role": "model", "parts": gemini_parts(actions)}, "finishReason": "STOP",
                             "index": 0}],
             "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 10, "totalTokenCount": 20},
