@@ -454,3 +454,47 @@ impl Drop for Unmount<'_> {
         }
     }
 }
+
+/// `rewindfs hook` without a real agent: outside any mount it exits 0 and
+/// prints nothing; inside one, Codex's UserPromptSubmit input (no prompt
+/// id: its turn id names the prompt) seals one checkpoint, and nothing
+/// goes to stdout (Claude Code and Codex put a prompt hook's stdout in
+/// the model's context).
+#[test]
+fn hook_is_silent_outside_a_mount_and_keys_codex_prompts_by_turn_id() {
+    let fx = MountFixture::new();
+    let hook = |cwd: &Path, input: String| -> Output {
+        let mut c = fx.command();
+        c.args(["hook", "codex"]).stdin(std::process::Stdio::piped());
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).current_dir(cwd);
+        let mut child = c.spawn().expect("spawn rewindfs hook");
+        use std::io::Write;
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write hook input");
+        wait_child(&mut child, CHILD_TIMEOUT, "rewindfs hook codex")
+    };
+    let outside = fx.dir.path().to_path_buf();
+    let input = |cwd: &Path| {
+        serde_json::json!({"session_id": "s-9", "turn_id": "019d036e-3164", "cwd": cwd,
+            "hook_event_name": "UserPromptSubmit", "prompt": "Tidy the docs\nplease"})
+        .to_string()
+    };
+    let out = hook(&outside, input(&outside));
+    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(), "{}", describe_status(&out));
+
+    let inside = fx.path().join("sub");
+    std::fs::create_dir(&inside).expect("mkdir in mount");
+    for _ in 0..2 {
+        // A hook that fires twice for one prompt gets the same checkpoint.
+        let out = hook(&inside, input(&inside));
+        assert!(out.status.success(), "{}: {}", describe_status(&out), stderr(&out));
+        assert!(out.stdout.is_empty(), "the hook printed on stdout: {}", stdout(&out));
+    }
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    let log: serde_json::Value =
+        serde_json::from_str(&stdout(&check(fx.rewindfs(&["log", "-C", &mp, "--json"]), "log"))).expect("json");
+    let mine: Vec<&serde_json::Value> =
+        log.as_array().expect("array").iter().filter(|t| t["session"] == "s-9").collect();
+    assert_eq!(mine.len(), 1, "{log:#}");
+    assert_eq!(mine[0]["message_id"], "019d036e-3164");
+    assert_eq!(mine[0]["label"], "Tidy the docs");
+}

@@ -15,15 +15,19 @@ pub enum Agent {
     Claude,
     /// Gemini CLI (`gemini`): BeforeAgent hook in settings.json.
     Gemini,
+    /// Codex CLI (`codex`): UserPromptSubmit hook in hooks.json (Codex runs
+    /// it only once the user has trusted it).
+    Codex,
 }
 
 impl Agent {
-    pub const ALL: [Agent; 2] = [Agent::Claude, Agent::Gemini];
+    pub const ALL: [Agent; 3] = [Agent::Claude, Agent::Gemini, Agent::Codex];
 
     pub fn name(self) -> &'static str {
         match self {
             Agent::Claude => "claude",
             Agent::Gemini => "gemini",
+            Agent::Codex => "codex",
         }
     }
 
@@ -31,7 +35,7 @@ impl Agent {
     /// model sees it.
     pub fn event(self) -> &'static str {
         match self {
-            Agent::Claude => "UserPromptSubmit",
+            Agent::Claude | Agent::Codex => "UserPromptSubmit",
             Agent::Gemini => "BeforeAgent",
         }
     }
@@ -52,6 +56,10 @@ impl Agent {
                 .or_else(|| home().map(|h| h.join(".claude")))
                 .map(|d| d.join("settings.json")),
             Agent::Gemini => home().map(|h| h.join(".gemini/settings.json")),
+            Agent::Codex => std::env::var_os("CODEX_HOME")
+                .map(PathBuf::from)
+                .or_else(|| home().map(|h| h.join(".codex")))
+                .map(|d| d.join("hooks.json")),
         }
     }
 
@@ -62,6 +70,7 @@ impl Agent {
         match self {
             Agent::Claude => dir.join(".claude/settings.local.json"),
             Agent::Gemini => dir.join(".gemini/settings.json"),
+            Agent::Codex => dir.join(".codex/hooks.json"),
         }
     }
 
@@ -76,7 +85,7 @@ impl Agent {
         // The hook itself gives up after HOOK_DEADLINE; this only bounds a
         // hook that cannot even start.
         let timeout = match self {
-            Agent::Claude => Json::Num(10.into()),
+            Agent::Claude | Agent::Codex => Json::Num(10.into()),
             Agent::Gemini => Json::Num(10_000.into()),
         };
         e.insert("timeout".into(), timeout);
@@ -97,7 +106,7 @@ pub struct PromptEvent {
     pub cwd: PathBuf,
     pub session: Option<String>,
     /// The agent's own id of the prompt, when it has one (Claude Code's
-    /// `prompt_id`).
+    /// `prompt_id`, Codex's `turn_id`).
     pub prompt_id: Option<String>,
     pub label: Option<String>,
 }
@@ -107,11 +116,12 @@ struct RawEvent {
     cwd: Option<PathBuf>,
     session_id: Option<String>,
     prompt_id: Option<String>,
+    turn_id: Option<String>,
     prompt: Option<String>,
 }
 
-/// Parses the JSON a prompt hook gets on stdin. Claude Code and Gemini CLI
-/// send the same names for what we use.
+/// Parses the JSON a prompt hook gets on stdin. Claude Code, Gemini CLI and
+/// Codex send the same names for what we use.
 pub fn parse_event(input: &[u8]) -> Result<PromptEvent, String> {
     let raw: RawEvent = serde_json::from_slice(input).map_err(|e| format!("the hook input is not JSON: {e}"))?;
     let cwd = raw.cwd.ok_or("the hook input has no cwd")?;
@@ -119,7 +129,7 @@ pub fn parse_event(input: &[u8]) -> Result<PromptEvent, String> {
     Ok(PromptEvent {
         cwd,
         session: non_empty(raw.session_id),
-        prompt_id: non_empty(raw.prompt_id),
+        prompt_id: non_empty(raw.prompt_id).or(non_empty(raw.turn_id)),
         label: raw.prompt.as_deref().and_then(label_of),
     })
 }
@@ -322,6 +332,11 @@ mod tests {
             }
         );
         assert!(parse_event(b"{}").is_err(), "no cwd");
+        let codex = parse_event(
+            br#"{"session_id":"s2","turn_id":"019d036d-c7fa","cwd":"/w","hook_event_name":"UserPromptSubmit","prompt":"hi"}"#,
+        )
+        .unwrap();
+        assert_eq!(codex.prompt_id.as_deref(), Some("019d036d-c7fa"), "Codex's turn id names the prompt");
         assert!(parse_event(b"not json").is_err());
     }
 

@@ -82,7 +82,7 @@ fn checkpoint(agent: Agent, event: &PromptEvent) -> Result<i64> {
 /// nothing usable; the checkpoint still gets its session and label.
 fn message_id(agent: Agent, event: &PromptEvent, info: &MountInfo, timeout: Duration) -> Result<Option<String>> {
     let id = match agent {
-        Agent::Claude => event.prompt_id.clone(),
+        Agent::Claude | Agent::Codex => event.prompt_id.clone(),
         Agent::Gemini => match &event.session {
             Some(session) => {
                 let prefix = format!("{session}-");

@@ -93,6 +93,14 @@ fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()>
         }
         None => println!("{what} rewindfs's {name} hook in {}", path.display()),
     }
+    if add && agent == Agent::Codex {
+        // Codex skips a new hook, silently, until a person trusts it; there
+        // is no supported way for us to trust it on the user's behalf.
+        println!(
+            "note: Codex runs a new hook only after you trust it: start `codex` in a terminal and choose to trust it \
+             when it shows \"Hooks need review\" (or use /hooks); `codex exec` skips untrusted hooks"
+        );
+    }
     Ok(())
 }
 

@@ -122,6 +122,9 @@ fn wire_agent(command: &mut Vec<String>, workspace: &std::path::Path) -> Wiring 
             }
             Wiring::default()
         }
+        // Codex runs a hook only after the user has trusted it in its own
+        // review screen; a hook given for one run would never be trusted.
+        Agent::Codex => Wiring::default(),
         Agent::Gemini => {
             let installed = [agent.user_settings(), Some(agent.project_settings(workspace))]
                 .into_iter()
