@@ -498,3 +498,64 @@ fn hook_is_silent_outside_a_mount_and_keys_codex_prompts_by_turn_id() {
     assert_eq!(mine[0]["message_id"], "019d036e-3164");
     assert_eq!(mine[0]["label"], "Tidy the docs");
 }
+
+/// `rewind` without a checkpoint: refused without a terminal; on one (a
+/// tmux pane), a list of the prompts, newest first, where Down and Enter
+/// pick the older one and the workspace is rewound there.
+#[test]
+fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
+    let fx = MountFixture::new();
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    let turn = |id: &str, label: &str| {
+        check(fx.rewindfs(&["turn", "-C", &mp, "--message-id", id, "--session", "s", "--label", label]), "turn");
+    };
+    turn("p-one", "First prompt");
+    fx.sh("echo one > a.txt");
+    turn("p-two", "Second prompt");
+    fx.sh("echo two > a.txt && echo b > b.txt");
+
+    let out = fx.rewindfs(&["rewind", "-C", &mp]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe_status(&out));
+    assert!(stderr(&out).contains("only on a terminal"), "{}", stderr(&out));
+
+    let socket = format!("rewindfs-test-{}", std::process::id());
+    let (result, rc) = (fx.dir.path().join("result"), fx.dir.path().join("rc"));
+    let script = format!(
+        "REWINDFS_RUNTIME_DIR={} {} rewind -C {mp} > {}; echo $? > {}; sleep 60",
+        fx.run.display(),
+        bin(),
+        result.display(),
+        rc.display()
+    );
+    let tmux = |args: &[&str]| -> Output {
+        run_with_timeout(Command::new("tmux").args(["-L", &socket]).args(args), Duration::from_secs(30))
+    };
+    struct Server<'a>(&'a dyn Fn(&[&str]) -> Output);
+    impl Drop for Server<'_> {
+        fn drop(&mut self) {
+            (self.0)(&["kill-server"]);
+        }
+    }
+    check(tmux(&["new-session", "-d", "-x", "160", "-y", "30", &script]), "tmux new-session");
+    let _server = Server(&tmux);
+    let screen = || stdout(&tmux(&["capture-pane", "-p"]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !screen().contains("Second prompt") {
+        assert!(Instant::now() < deadline, "no list on the terminal:\n{}", screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let shown = screen();
+    let (two, one) = (shown.find("Second prompt").expect("p-two"), shown.find("First prompt"));
+    assert!(one.is_some_and(|one| two < one), "newest first:\n{shown}");
+    check(tmux(&["send-keys", "Down"]), "send Down");
+    std::thread::sleep(Duration::from_millis(300));
+    check(tmux(&["send-keys", "Enter"]), "send Enter");
+    while !rc.exists() {
+        assert!(Instant::now() < deadline, "rewind did not finish:\n{}", screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let done = std::fs::read_to_string(&result).expect("result");
+    assert_eq!(std::fs::read_to_string(&rc).expect("rc").trim(), "0", "{done}\n{}", screen());
+    assert!(done.starts_with("rewound to checkpoint 1:"), "{done}");
+    assert!(!fx.path().join("a.txt").exists() && !fx.path().join("b.txt").exists(), "not rewound to p-one");
+}

@@ -133,7 +133,14 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
 
 pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply = common::ask(&info, op::Rewind { checkpoint: args.checkpoint, dry_run: args.dry_run })?;
+    let checkpoint = match args.checkpoint {
+        Some(c) => c,
+        None => match crate::cli::picker::pick(&info)? {
+            Some(n) => n.to_string(),
+            None => return Ok(()),
+        },
+    };
+    let reply = common::ask(&info, op::Rewind { checkpoint, dry_run: args.dry_run })?;
     if args.target.json {
         return common::print_json(&reply);
     }

@@ -8,6 +8,7 @@ mod hook;
 mod hooks;
 mod mount;
 mod occupants;
+mod picker;
 mod quote;
 mod run;
 mod show;
@@ -187,8 +188,9 @@ pub struct RewindArgs {
     #[command(flatten)]
     pub target: Target,
     /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
-    /// least 4 characters), or words of its label.
-    pub checkpoint: String,
+    /// least 4 characters), or words of its label. Without it, on a
+    /// terminal, pick one from the recent prompts.
+    pub checkpoint: Option<String>,
     /// Change nothing; show what would be restored, deleted and recreated.
     #[arg(long)]
     pub dry_run: bool,
