@@ -333,7 +333,12 @@ fn agent_end_to_end(spec: &AgentSpec) {
         assert!(names.iter().any(|n| *n == p), "{p} missing from prompt 1's programs {names:?}");
     }
     let text_log = scene.rewindfs(&["log", "-C", &ws]);
-    assert!(text_log.contains("Bump the greeting and clean up (scenario prompt 2)"), "{text_log}");
+    eprintln!("{} session, `rewindfs log`:\n{text_log}", spec.name);
+    let row = text_log
+        .lines()
+        .find(|l| l.contains(&ids[1][..8]))
+        .unwrap_or_else(|| panic!("no row for {}:\n{text_log}", ids[1]));
+    assert!(row.ends_with("\"Bump the greeting and clean up (scenario prompt 2)\""), "label not last, quoted: {row}");
 
     // A prompt is named by its id, a unique prefix of it, or its label.
     // The shortest prefix of the first id that is no other's (Gemini's ids
