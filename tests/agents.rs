@@ -336,9 +336,10 @@ fn agent_end_to_end(spec: &AgentSpec) {
     eprintln!("{} session, `rewindfs log`:\n{text_log}", spec.name);
     let row = text_log
         .lines()
-        .find(|l| l.contains(&ids[1][..8]))
+        .find(|l| l.contains("(scenario prompt 2)"))
         .unwrap_or_else(|| panic!("no row for {}:\n{text_log}", ids[1]));
     assert!(row.ends_with("\"Bump the greeting and clean up (scenario prompt 2)\""), "label not last, quoted: {row}");
+    assert!(row.contains(&format!("  {}", &ids[1][..8])), "the row does not name prompt 2's id: {row}");
 
     // A prompt is named by its id, a unique prefix of it, or its label.
     // The shortest prefix of the first id that is no other's (Gemini's ids

@@ -155,10 +155,12 @@ pub struct HookEdit {
 #[derive(Args, Debug)]
 #[group(multiple = false)]
 pub struct HookScope {
-    /// The user's settings (~/.claude/settings.json, ~/.gemini/settings.json); the default.
+    /// The user's settings (~/.claude/settings.json, ~/.gemini/settings.json,
+    /// ~/.codex/hooks.json); the default.
     #[arg(long)]
     pub user: bool,
-    /// The project in DIR (DIR/.claude/settings.local.json, DIR/.gemini/settings.json).
+    /// The project in DIR (DIR/.claude/settings.local.json,
+    /// DIR/.gemini/settings.json, DIR/.codex/hooks.json).
     #[arg(long, value_name = "DIR")]
     pub project: Option<PathBuf>,
 }
