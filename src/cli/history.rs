@@ -31,15 +31,20 @@ pub fn log(args: LogArgs) -> Result<()> {
         "{:>4}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  programs",
         "#", "created", "message", "+file", "~file", "-file", "+lines", "-lines", "stored"
     );
+    let ids: Vec<&str> = turns.iter().filter_map(|t| t.message_id.as_deref()).collect();
     for t in &turns {
-        let mut message = match &t.message_id {
-            Some(m) if !m.is_empty() => quote(m),
+        let message = match &t.message_id {
+            Some(m) if !m.is_empty() => quote(short_id(m, &ids)),
             _ => format!("({})", reason_name(t)),
         };
-        if let Some(l) = &t.label {
-            message = format!("{message} {}", quote(l));
+        let mut programs: Vec<String> = t.programs.iter().map(|(k, v)| format!("{}:{v}", quote(k))).collect();
+        // Last, so that a long label does not push the columns around; an
+        // agent's prompt (a session) is shown in quotes.
+        match &t.label {
+            Some(l) if t.session.is_some() => programs.push(quoted(l)),
+            Some(l) => programs.push(quote(l)),
+            None => {}
         }
-        let programs: Vec<String> = t.programs.iter().map(|(k, v)| format!("{}:{v}", quote(k))).collect();
         let marker = if t.current { "*" } else { " " };
         println!(
             "{marker}{:>3}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  {}",
@@ -56,6 +61,26 @@ pub fn log(args: LogArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A message id as `log` shows it: agents' prompt ids are 36-character
+/// UUIDs, so a long one is cut to its shortest unique prefix of at least 8
+/// characters (a reference that names it, as git does with hashes).
+fn short_id<'a>(id: &'a str, all: &[&str]) -> &'a str {
+    if id.chars().count() <= 16 {
+        return id;
+    }
+    (8..id.len())
+        .filter(|n| id.is_char_boundary(*n))
+        .map(|n| &id[..n])
+        .find(|p| all.iter().filter(|o| o.starts_with(p)).count() == 1)
+        .unwrap_or(id)
+}
+
+/// `s` in double quotes, with the escapes of `quote` when it needs them.
+fn quoted(s: &str) -> String {
+    let q = quote(s);
+    if q != s { q } else { format!("\"{s}\"") }
 }
 
 pub fn diff(args: DiffArgs) -> Result<i32> {
@@ -133,7 +158,14 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
 
 pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply = common::ask(&info, op::Rewind { checkpoint: args.checkpoint, dry_run: args.dry_run })?;
+    let checkpoint = match args.checkpoint {
+        Some(c) => c,
+        None => match crate::cli::picker::pick(&info)? {
+            Some(n) => n.to_string(),
+            None => return Ok(()),
+        },
+    };
+    let reply = common::ask(&info, op::Rewind { checkpoint, dry_run: args.dry_run })?;
     if args.target.json {
         return common::print_json(&reply);
     }
@@ -225,5 +257,25 @@ pub fn graph(turns: &[TurnSummary]) {
             _ => String::new(),
         };
         println!("{mark} {n:>4}  {text}{branch}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{quoted, short_id};
+
+    #[test]
+    fn long_message_ids_are_cut_to_a_unique_prefix() {
+        let all = ["9c776ace-1b69-42ac-a7c5-8a1f880122ea", "9c776acf-0000-42ac-a7c5-8a1f880122ea", "m1"];
+        assert_eq!(short_id(all[0], &all), "9c776ace");
+        let near = ["9c776ace-1b69-42ac", "9c776ace-1b70-42ac", "m1"];
+        assert_eq!(short_id(near[0], &near), "9c776ace-1b6");
+        assert_eq!(short_id("m1", &all), "m1", "short ids stay whole");
+    }
+
+    #[test]
+    fn prompt_labels_are_always_quoted() {
+        assert_eq!(quoted("Fix the bug"), "\"Fix the bug\"");
+        assert_eq!(quoted("a\nb"), "\"a\\nb\"");
     }
 }

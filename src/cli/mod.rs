@@ -1,10 +1,14 @@
 //! The command line: argument definitions and one file per subcommand.
 
+mod agents;
 mod common;
 mod fsck;
 mod history;
+mod hook;
+mod hooks;
 mod mount;
 mod occupants;
+mod picker;
 pub(crate) mod quote;
 mod run;
 mod show;
@@ -63,7 +67,8 @@ pub enum Command {
     Log(LogArgs),
     /// Show changes between two checkpoints (TO defaults to the live tree).
     ///
-    /// A checkpoint is a number, ~N (N before the newest), or a message id.
+    /// A checkpoint is a number, ~N (N before the newest), a message id or a
+    /// unique prefix of one, or words of its label.
     Diff(DiffArgs),
     /// List the checkpoints whose turns changed PATH.
     History(HistoryArgs),
@@ -96,6 +101,69 @@ pub enum Command {
     /// mounted workspace it asks the daemon; --repair needs the store
     /// unmounted.
     Fsck(FsckArgs),
+    /// Wire a coding agent's prompt hook to rewindfs (install, uninstall, status).
+    ///
+    /// With the hook installed, each prompt seals a checkpoint named by the
+    /// prompt's id and labelled with its first line, in whatever rewindfs
+    /// mount the agent works in (outside any mount the hook does nothing).
+    Hooks(HooksArgs),
+    /// What an agent's prompt hook runs (reads the hook's JSON on stdin).
+    ///
+    /// Seals a checkpoint for the prompt in the mount holding the agent's
+    /// working directory; prints nothing on stdout; exits 0 when there is
+    /// no mount; gives up after 5 s.
+    Hook {
+        #[arg(value_enum)]
+        agent: agents::Agent,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct HooksArgs {
+    #[command(subcommand)]
+    pub command: HooksCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HooksCommand {
+    /// Add rewindfs's prompt hook to the agent's settings (idempotent;
+    /// keeps everything else; the previous file is kept as
+    /// `<file>.rewindfs-backup`).
+    Install(HookEdit),
+    /// Remove exactly the hook entries `install` adds.
+    Uninstall(HookEdit),
+    /// Say which settings files hold rewindfs's hooks.
+    Status {
+        /// The project directory to look at (default: the current one).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+    },
+}
+
+/// Which agent's hook to add or remove, where.
+#[derive(Args, Debug)]
+pub struct HookEdit {
+    #[arg(value_enum)]
+    pub agent: agents::Agent,
+    #[command(flatten)]
+    pub scope: HookScope,
+    /// Print the change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Which settings file: the user's (default) or a project's.
+#[derive(Args, Debug)]
+#[group(multiple = false)]
+pub struct HookScope {
+    /// The user's settings (~/.claude/settings.json, ~/.gemini/settings.json,
+    /// ~/.codex/hooks.json); the default.
+    #[arg(long)]
+    pub user: bool,
+    /// The project in DIR (DIR/.claude/settings.local.json,
+    /// DIR/.gemini/settings.json, DIR/.codex/hooks.json).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -122,8 +190,10 @@ pub struct FsckArgs {
 pub struct RewindArgs {
     #[command(flatten)]
     pub target: Target,
-    /// A checkpoint: a number, ~N, or a message id.
-    pub checkpoint: String,
+    /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
+    /// least 4 characters), or words of its label. Without it, on a
+    /// terminal, pick one from the recent prompts.
+    pub checkpoint: Option<String>,
     /// Change nothing; show what would be restored, deleted and recreated.
     #[arg(long)]
     pub dry_run: bool,
@@ -133,7 +203,8 @@ pub struct RewindArgs {
 pub struct RestoreArgs {
     #[command(flatten)]
     pub target: Target,
-    /// A checkpoint: a number, ~N, or a message id.
+    /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
+    /// least 4 characters), or words of its label.
     pub checkpoint: String,
     /// Only list what would change.
     #[arg(long)]
@@ -148,7 +219,8 @@ pub struct RestoreArgs {
 pub struct ShowArgs {
     #[command(flatten)]
     pub target: Target,
-    /// A checkpoint: a number, ~N, or a message id.
+    /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
+    /// least 4 characters), or words of its label.
     pub checkpoint: String,
     /// An empty directory to mount the view on.
     pub mountpoint: PathBuf,
@@ -321,6 +393,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Restore(a) => history::restore(a).map(|_| 0),
         Command::Rewind(a) => history::rewind(a).map(|_| 0),
         Command::Fsck(a) => fsck::run(a),
+        Command::Hooks(a) => hooks::run(a).map(|_| 0),
+        Command::Hook { agent } => return hook::run(agent),
     };
     match result {
         Ok(code) => code,

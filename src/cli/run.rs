@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use log::warn;
 
 use crate::cli::RunArgs;
+use crate::cli::agents::{self, Agent};
 use crate::cli::common;
+use crate::cli::hooks;
 use crate::cli::unmount;
 use crate::error::{Error, Result};
 use crate::sys;
@@ -72,6 +74,8 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
             (ws, cmd)
         }
     };
+    let mut command = command;
+    let wiring = wire_agent(&mut command, &workspace);
     let spec = common::prepare(&workspace, None, &args.opts)?;
     // The shell that started `run` waits for it; the command itself starts
     // inside the mount.
@@ -81,7 +85,10 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
 
     // From here on, whatever happens, unmount before returning.
     sys::signals::install();
-    let status = run_child(&command, &info.mountpoint, run_as);
+    let status = run_child(&command, &info.mountpoint, run_as, &wiring.env);
+    if let Some(temp) = &wiring.temp {
+        let _ = std::fs::remove_file(temp);
+    }
     let unmounted = unmount_when_idle(&info.mountpoint);
     let code = status?;
     unmounted?;
@@ -89,7 +96,97 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     Ok(code)
 }
 
-fn run_child(command: &[OsString], cwd: &std::path::Path, run_as: Option<(u32, u32)>) -> Result<i32> {
+/// What `run` adds to COMMAND so that a recognized agent calls our prompt
+/// hook for this run, without touching the user's settings.
+#[derive(Default)]
+struct Wiring {
+    env: Vec<(String, PathBuf)>,
+    /// A settings file made for the run, removed after it.
+    temp: Option<PathBuf>,
+}
+
+/// Claude Code takes extra settings with `--settings`, merged with the
+/// user's own (when the user also installed the hook, the second call for
+/// a prompt finds its checkpoint already sealed and changes nothing).
+/// Gemini CLI has no such flag: it reads its system settings from
+/// GEMINI_CLI_SYSTEM_SETTINGS_PATH, so the run gets a copy of those with
+/// the hook added, unless the user's or the project's settings already
+/// hold it (Gemini's message ids count prompts: one call per prompt).
+fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wiring {
+    let Some(agent) = command.first().and_then(|p| p.to_str()).and_then(Agent::of_program) else {
+        return Wiring::default();
+    };
+    let Ok(exe) = std::env::current_exe() else { return Wiring::default() };
+    let hook = agents::hook_command(&exe, agent);
+    match agent {
+        Agent::Claude => {
+            if let Ok(json) = serde_json::to_string(&agents::run_settings(agent, &hook)) {
+                command.splice(1..1, [OsString::from("--settings"), OsString::from(json)]);
+            }
+            Wiring::default()
+        }
+        // Codex runs a hook only after the user has trusted it in its own
+        // review screen; a hook given for one run would never be trusted.
+        Agent::Codex => Wiring::default(),
+        Agent::Gemini => {
+            let installed = [agent.user_settings(), Some(agent.project_settings(workspace))]
+                .into_iter()
+                .flatten()
+                .any(|f| hooks::read_settings(&f).is_ok_and(|(_, doc)| !agents::installed(&doc, agent).is_empty()));
+            if installed {
+                return Wiring::default();
+            }
+            const VAR: &str = "GEMINI_CLI_SYSTEM_SETTINGS_PATH";
+            let system =
+                std::env::var_os(VAR).map(PathBuf::from).unwrap_or_else(|| "/etc/gemini-cli/settings.json".into());
+            let mut doc =
+                hooks::read_settings(&system).map(|(_, d)| d).unwrap_or_else(|_| agents::Json::Obj(Default::default()));
+            if let Err(why) = agents::install(&mut doc, agent, &hook) {
+                warn!("cannot add the rewindfs hook to a copy of {}: {why}; gemini runs unwired", system.display());
+                return Wiring::default();
+            }
+            let Some(dir) = private_dir() else {
+                warn!("no directory that Gemini CLI trusts for system settings; gemini runs unwired");
+                return Wiring::default();
+            };
+            let temp = dir.join(format!("rewindfs-gemini-{}.json", std::process::id()));
+            match serde_json::to_string_pretty(&doc)
+                .map_err(std::io::Error::other)
+                .and_then(|t| std::fs::write(&temp, t))
+            {
+                Ok(()) => Wiring { env: vec![(VAR.to_string(), temp.clone())], temp: Some(temp) },
+                Err(e) => {
+                    warn!("cannot write {}: {e}; gemini runs unwired", temp.display());
+                    Wiring::default()
+                }
+            }
+        }
+    }
+}
+
+/// A directory for a settings file that Gemini CLI will read: it skips
+/// system settings below any directory writable by group or others (so
+/// nothing under /tmp).
+fn private_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let secure = |d: &std::path::Path| {
+        d.is_absolute()
+            && d.ancestors().all(|a| std::fs::metadata(a).is_ok_and(|m| m.is_dir() && m.mode() & 0o022 == 0))
+    };
+    let candidates = [
+        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+        (sys::geteuid() == 0).then(|| PathBuf::from("/run")),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ];
+    candidates.into_iter().flatten().find(|d| secure(d))
+}
+
+fn run_child(
+    command: &[OsString],
+    cwd: &std::path::Path,
+    run_as: Option<(u32, u32)>,
+    env: &[(String, PathBuf)],
+) -> Result<i32> {
     let (program, rest) = command.split_first().ok_or_else(|| Error::Usage("no command given".into()))?;
     let mut cmd = match run_as {
         None => Command::new(program),
@@ -105,6 +202,7 @@ fn run_child(command: &[OsString], cwd: &std::path::Path, run_as: Option<(u32, u
         .args(rest)
         .current_dir(cwd)
         .env("REWINDFS", std::env::current_exe().unwrap_or_else(|_| "rewindfs".into()))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .spawn()
         .map_err(|e| Error::io(format!("cannot run {}", program.display()), e))?;
     loop {

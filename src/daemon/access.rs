@@ -26,7 +26,8 @@ fn agent_may(req: &Request) -> bool {
         | Request::Log(_)
         | Request::Diff(_)
         | Request::History(_)
-        | Request::Fsck(_) => true,
+        | Request::Fsck(_)
+        | Request::Checkpoints(_) => true,
         Request::Restore(r) => r.dry_run,
         Request::Rewind(r) => r.dry_run,
         Request::Unmount(_) | Request::Show(_) => false,

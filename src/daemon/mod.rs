@@ -355,6 +355,12 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             let n = seal(ctx, &turn, Reason::Turn)?;
             Ok(protocol::TurnReply { checkpoint: n, info: turn })
         }),
+        Request::Checkpoints(op) => answer(op, |_| {
+            journal.with_meta(|m| m.checkpoints()).map_err(|e| {
+                let e = JournalError::from(e);
+                Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}"))
+            })
+        }),
         Request::Log(op) => answer(op, |_| {
             let _op = ctx.world.op();
             crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e))

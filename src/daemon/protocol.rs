@@ -60,7 +60,13 @@ ops! {
     Rewind "rewind" => RewindReply,
     Show "show" => ShowReply,
     Fsck "fsck" => crate::fsck::Report,
+    Checkpoints "checkpoints" => Vec<crate::meta::Checkpoint>,
 }
+
+/// Every checkpoint's row (number, parent, message id, session, label),
+/// without the statistics `log` computes: cheap enough for a prompt hook.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Checkpoints;
 
 /// Check the store (`rewindfs fsck` on a mounted workspace). Never
 /// repairs: that needs the store unused.

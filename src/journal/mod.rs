@@ -17,6 +17,7 @@ use log::info;
 use serde::Serialize;
 
 pub mod record_log;
+mod reference;
 
 use crate::error::{AsErrno, Errno};
 use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
@@ -370,13 +371,20 @@ impl Journal {
         f(&inner.meta)
     }
 
-    /// The command name of a process (cached for the turn).
+    /// The command name of the process a request came from (cached for the
+    /// turn). FUSE gives the id of the calling thread, whose own name is
+    /// often a worker's (`Bun Pool 0` for Claude Code's file tools); the
+    /// thread group's leader carries the program's name.
     pub fn program(&self, pid: u32) -> Option<String> {
         let mut inner = self.lock();
         if let Some(p) = inner.programs.get(&pid) {
             return p.clone();
         }
-        let p = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string());
+        let tgid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse::<u32>().ok())))
+            .unwrap_or(pid);
+        let p = std::fs::read_to_string(format!("/proc/{tgid}/comm")).ok().map(|s| s.trim_end().to_string());
         inner.programs.insert(pid, p.clone());
         p
     }
@@ -723,7 +731,8 @@ impl Journal {
     }
 
     /// Resolves a checkpoint reference: a number, `~N` (N before the
-    /// newest), or a message id.
+    /// newest), or a message id; failing those, a unique prefix of a
+    /// message id or words of a label (`reference.rs`).
     pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
         let all = self.with_meta(|m| m.checkpoints())?;
         let known = || {
@@ -749,7 +758,14 @@ impl Journal {
         matches.dedup();
         match matches.as_slice() {
             [one] => Ok(CheckpointId(*one)),
-            [] => Err(unknown()),
+            [] => match reference::loose_matches(&all, reference).as_slice() {
+                [one] => Ok(CheckpointId(*one)),
+                [] => Err(unknown()),
+                many => Err(JournalError::Ambiguous {
+                    reference: reference.to_string(),
+                    matches: reference::describe(&all, many),
+                }),
+            },
             many => Err(JournalError::Ambiguous {
                 reference: reference.to_string(),
                 matches: many.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
@@ -783,6 +799,57 @@ mod tests {
         assert_eq!(j.resolve("~1").unwrap(), CheckpointId(0));
         let e = j.resolve("nope").unwrap_err().to_string();
         assert!(e.contains("m1") && e.contains("0, 1"), "{e}");
+    }
+
+    #[test]
+    fn prompt_ids_resolve_by_unique_prefix_and_labels_by_words() {
+        let j = journal();
+        for (id, label) in [
+            ("3f2a9c10-aaaa", "Create the app and build it"),
+            ("3f2b0000-bbbb", "Fix the failing test"),
+            ("77aa0000-cccc", "fix the README"),
+        ] {
+            let info = TurnInfo { message_id: Some(id.into()), label: Some(label.into()), ..Default::default() };
+            j.seal(&info, Reason::Turn, || {}).unwrap();
+        }
+        assert_eq!(j.resolve("3f2a9c10-aaaa").unwrap(), CheckpointId(1), "exact");
+        assert_eq!(j.resolve("3f2a").unwrap(), CheckpointId(1), "unique prefix");
+        assert_eq!(j.resolve("77aa").unwrap(), CheckpointId(3));
+        let e = j.resolve("3f2").unwrap_err().to_string();
+        assert!(e.contains("unknown"), "a prefix shorter than 4 is no reference: {e}");
+        let e = j.resolve("3f2a9c10-aaaa-more").unwrap_err().to_string();
+        assert!(e.contains("unknown"), "{e}");
+        assert!(matches!(j.resolve("3f2b").unwrap(), CheckpointId(2)));
+        let e = j.resolve("3f2").unwrap_err().to_string();
+        assert!(e.contains("unknown"), "{e}");
+        assert_eq!(j.resolve("build it").unwrap(), CheckpointId(1), "label words");
+        assert_eq!(j.resolve("FAILING").unwrap(), CheckpointId(2), "case is ignored");
+        let e = j.resolve("fix the").unwrap_err().to_string();
+        assert!(
+            e.contains("ambiguous") && e.contains("2 (message 3f2b0000-bbbb)") && e.contains("fix the README"),
+            "{e}"
+        );
+        assert_eq!(j.resolve("2").unwrap(), CheckpointId(2), "numbers come first");
+    }
+
+    #[test]
+    fn programs_are_named_by_process_not_by_thread() {
+        let j = journal();
+        let process = std::fs::read_to_string("/proc/self/comm").unwrap().trim_end().to_string();
+        let tid = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("Pool 7".into())
+                .spawn_scoped(s, || {
+                    let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+                    let own = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+                    assert_eq!(own.trim_end(), "Pool 7", "the thread has its own name");
+                    (tid, j.program(tid))
+                })
+                .unwrap()
+                .join()
+                .unwrap()
+        });
+        assert_eq!(tid.1.as_deref(), Some(process.as_str()), "thread {}", tid.0);
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl Reason {
 }
 
 /// One checkpoint row.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Checkpoint {
     pub checkpoint: i64,
     pub parent: Option<i64>,

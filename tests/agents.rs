@@ -1,0 +1,567 @@
+//! The real agent CLIs inside a mount: Claude Code (and Gemini CLI) from
+//! npm, driven by a scripted model server of our own
+//! (tests/agents/model_server.py) that answers each prompt with a fixed
+//! scenario of tool calls: file writes and edits, a build writing hundreds
+//! of files, `rm -rf`, `git init` and commits. Everything runs in a network
+//! namespace of its own (`unshare -n`) with the server on its loopback, so
+//! nothing leaves the machine.
+//!
+//! The server copies the workspace when a prompt's first model request
+//! arrives: the agent has run its prompt hook and waits, so the copy is the
+//! tree the prompt's checkpoint must hold.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CLAUDE: (&str, &str, &str) = ("@anthropic-ai/claude-code", "2.1.328", "claude");
+const GEMINI: (&str, &str, &str) = ("@google/gemini-cli", "0.61.0", "gemini");
+
+/// One npm install at a time (the tests of this file run in parallel).
+static NPM: Mutex<()> = Mutex::new(());
+
+/// The agent CLI's executable, installed with npm into a cache under the
+/// target directory (or $REWINDFS_AGENT_CLIS) when it is not there yet.
+/// Fails the test, loudly, when it cannot be installed.
+fn agent_cli((package, version, bin): (&str, &str, &str)) -> PathBuf {
+    let _one = NPM.lock().unwrap_or_else(|p| p.into_inner());
+    let cache = std::env::var_os("REWINDFS_AGENT_CLIS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("agent-clis"));
+    let dir = cache.join(format!("{}@{version}", package.replace('/', "+")));
+    let exe = dir.join("node_modules/.bin").join(bin);
+    if exe.exists() {
+        return exe;
+    }
+    let tmp = cache.join(format!("{}.installing", dir.file_name().and_then(OsStr::to_str).unwrap_or("cli")));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("cannot create the agent CLI cache");
+    let started = Instant::now();
+    // Its own npm cache, removed after: the packages are large and the
+    // installed copy is all we keep.
+    let npm_cache = tmp.join(".npm-cache");
+    let out = run_with_timeout(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--no-package-lock", "--loglevel=error", "--prefix"])
+            .arg(&tmp)
+            .arg("--cache")
+            .arg(&npm_cache)
+            .arg(format!("{package}@{version}")),
+        Duration::from_secs(600),
+    );
+    let _ = std::fs::remove_dir_all(&npm_cache);
+    assert!(
+        out.status.success(),
+        "cannot install {package}@{version} with npm (the agent tests need it; is the npm registry reachable?): {}\n{}{}",
+        describe_status(&out),
+        stdout(&out),
+        stderr(&out)
+    );
+    std::fs::rename(&tmp, &dir).expect("cannot move the installed agent CLI into place");
+    eprintln!("installed {package}@{version} in {:.1}s", started.elapsed().as_secs_f64());
+    assert!(exe.exists(), "{package}@{version} installed no {}", exe.display());
+    exe
+}
+
+/// Starts the model server in a fresh network namespace, points the agent
+/// at it and runs the rest of the command line there.
+const DRIVER: &str = r#"
+ip link set lo up || exit 90
+api=$1; shift
+rm -f "$PORT_FILE"
+python3 "$SERVER" --api "$api" --workspace "$WS" --snapshots "$SNAPS" --port-file "$PORT_FILE" --log "$SERVER_LOG" &
+srv=$!
+trap 'kill $srv 2>/dev/null' EXIT
+for _ in $(seq 200); do [ -s "$PORT_FILE" ] && break; sleep 0.05; done
+[ -s "$PORT_FILE" ] || { echo "the model server did not start" >&2; exit 91; }
+export ANTHROPIC_BASE_URL="http://127.0.0.1:$(cat "$PORT_FILE")"
+export GOOGLE_GEMINI_BASE_URL="$ANTHROPIC_BASE_URL"
+cd "$WS" || exit 92
+"$@"
+"#;
+
+/// A mounted-workspace scenario for one agent: the fixture, a scratch HOME,
+/// the server's snapshots, and a log of what the agent's hooks received.
+struct Scene {
+    fx: MountFixture,
+    home: PathBuf,
+    snaps: PathBuf,
+    hook_log: PathBuf,
+    server_log: PathBuf,
+    bin_dir: PathBuf,
+}
+
+impl Scene {
+    fn new(cli: &Path) -> Scene {
+        let fx = MountFixture::unmounted();
+        let root = fx.dir.path().canonicalize().expect("temp dir");
+        let (home, snaps, bin_dir) = (root.join("home"), root.join("snaps"), root.join("bin"));
+        for d in [&home, &snaps, &bin_dir] {
+            std::fs::create_dir_all(d).expect("cannot create scene dirs");
+        }
+        // The agent finds `rewindfs`, the agent CLI and git on PATH.
+        std::os::unix::fs::symlink(cli, bin_dir.join(cli.file_name().expect("cli name"))).expect("symlink cli");
+        std::os::unix::fs::symlink(bin(), bin_dir.join("rewindfs")).expect("symlink rewindfs");
+        let (hook_log, server_log) = (root.join("hook-input.log"), root.join("server.log"));
+        let s = Scene { fx, home, snaps, hook_log, server_log, bin_dir };
+        s.fx.sh_in_ws("printf 'first notes\\n' > old.txt && printf '# demo\\n' > README.md");
+        s
+    }
+
+    /// A command with the scene's environment and nothing else of ours
+    /// (no API keys or agent settings of whoever runs the tests).
+    fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut c = Command::new(program);
+        let path = format!("{}:{}", self.bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+        c.env_clear()
+            .env("PATH", path)
+            .env("HOME", &self.home)
+            .env("LANG", "C.UTF-8")
+            .env("TERM", "dumb")
+            .env("REWINDFS_RUNTIME_DIR", &self.fx.run)
+            .env("REWINDFS_HOME", self.fx.dir.path().join("rewindfs-home"))
+            .env("ANTHROPIC_API_KEY", "dummy")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            // Root may skip permission prompts only in a declared sandbox.
+            .env("IS_SANDBOX", "1")
+            .env("GEMINI_API_KEY", "dummy")
+            // Headless runs refuse an untrusted folder.
+            .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+            // Not the workspace: an in-place mount refuses processes inside.
+            .current_dir(self.fx.dir.path());
+        c
+    }
+
+    /// `rewindfs ARGS` in the scene's environment; asserts success.
+    fn rewindfs(&self, args: &[&str]) -> String {
+        stdout(&check(run_with_timeout(self.command(bin()).args(args), CHILD_TIMEOUT), &format!("rewindfs {args:?}")))
+    }
+
+    /// Runs ARGS inside a network namespace of its own with the model
+    /// server on its loopback; asserts success.
+    fn offline(&self, api: &str, args: &[&OsStr]) -> Output {
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/model_server.py");
+        let port_file = self.fx.dir.path().join("port");
+        let mut c = self.command("unshare");
+        c.args(["-n", "bash", "-c", DRIVER, "driver", api])
+            .args(args)
+            .env("SERVER", server)
+            .env("WS", &self.fx.ws)
+            .env("SNAPS", &self.snaps)
+            .env("PORT_FILE", port_file)
+            .env("SERVER_LOG", &self.server_log);
+        let out = run_with_timeout(&mut c, CHILD_TIMEOUT);
+        if !out.status.success() {
+            let log = std::fs::read_to_string(&self.server_log).unwrap_or_default();
+            panic!(
+                "{args:?} under unshare -n failed: {}\nstdout: {}\nstderr: {}\nserver log:\n{log}",
+                describe_status(&out),
+                stdout(&out),
+                stderr(&out)
+            );
+        }
+        out
+    }
+
+    /// What the agent's prompt hooks received, one JSON object per prompt
+    /// (written by the user's own logging hook).
+    fn hook_inputs(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.hook_log).unwrap_or_default();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<serde_json::Value>()
+            .map(|v| v.unwrap_or_else(|e| panic!("bad hook input in {}: {e}\n{text}", self.hook_log.display())))
+            .collect()
+    }
+
+    fn log_json(&self) -> Vec<serde_json::Value> {
+        let ws = self.fx.ws.to_str().expect("utf-8 path");
+        let v: serde_json::Value =
+            serde_json::from_str(&self.rewindfs(&["log", "-C", ws, "--json"])).expect("log --json is JSON");
+        v.as_array().expect("log --json is an array").clone()
+    }
+
+    /// `cp -a` of the workspace (through the mount) into NAME.
+    fn copy(&self, name: &str) -> PathBuf {
+        let dst = self.fx.dir.path().join(name);
+        let out = run_with_timeout(Command::new("cp").arg("-a").arg(self.fx.ws.join(".")).arg(&dst), CHILD_TIMEOUT);
+        check(out, "cp -a of the workspace");
+        dst
+    }
+}
+
+impl MountFixture {
+    fn sh_in_ws(&self, script: &str) -> String {
+        sh(&self.ws, script)
+    }
+}
+
+/// The checkpoints sealed for an agent session's prompts, oldest first.
+fn prompt_checkpoints(log: &[serde_json::Value], session: &str) -> Vec<serde_json::Value> {
+    log.iter().filter(|t| t["session"] == session).cloned().collect()
+}
+
+/// What differs between the agents in the end-to-end scenario.
+struct AgentSpec {
+    name: &'static str,
+    cli: (&'static str, &'static str, &'static str),
+    /// The model API the scripted server speaks.
+    api: &'static str,
+    /// The user's settings file, relative to HOME.
+    settings: &'static str,
+    /// Settings the agent needs besides hooks.
+    base_settings: serde_json::Value,
+    /// The hook event that fires per prompt.
+    event: &'static str,
+    /// The command line of one prompt, continuing the session when `resume`.
+    args: fn(prompt: &str, resume: Option<&str>) -> Vec<String>,
+    /// The session id, from the agent's JSON output.
+    session_of: fn(&serde_json::Value) -> String,
+    /// The message ids the prompts' checkpoints must have, from what the
+    /// hooks received.
+    message_ids: fn(&[serde_json::Value], &str) -> Vec<String>,
+    /// Its process name in `log`'s programs.
+    program: &'static str,
+}
+
+const PROMPTS: [&str; 3] = [
+    "Create the app and build it (scenario prompt 1)\nUse python.",
+    "Bump the greeting and clean up (scenario prompt 2)",
+    "Package it (scenario prompt 3)",
+];
+
+/// One agent end to end: one prompt under `rewindfs run` (wired for the
+/// run, nothing installed), then `hooks install` and two more prompts of
+/// the same session in a mount. Each prompt gets one checkpoint, named by
+/// its message id and labelled with its first line, whose view is the tree
+/// the agent started the prompt from; references by id prefix and label
+/// work; rewinding to each prompt gives that tree back exactly (the Bash
+/// changes included), and the rewind can be undone.
+fn agent_end_to_end(spec: &AgentSpec) {
+    let started = Instant::now();
+    let cli = agent_cli(spec.cli);
+    let scene = Scene::new(&cli);
+    let ws = scene.fx.ws.to_str().expect("utf-8 path").to_string();
+    let store = scene.fx.store.to_str().expect("utf-8 path").to_string();
+
+    // The user's own settings: a hook that logs what the agent sends (so
+    // the test knows each prompt's id), which `hooks install` must keep.
+    let user_settings = scene.home.join(spec.settings);
+    std::fs::create_dir_all(user_settings.parent().expect("parent")).expect("mkdir settings dir");
+    let logging_hook = format!("cat >> {}; echo >> {}", scene.hook_log.display(), scene.hook_log.display());
+    let mut settings = spec.base_settings.clone();
+    settings["hooks"] = serde_json::json!({spec.event: [{"hooks": [{"type": "command", "command": logging_hook}]}]});
+    let original = serde_json::to_string_pretty(&settings).expect("json") + "\n";
+    std::fs::write(&user_settings, &original).expect("write settings");
+    let read_settings = || std::fs::read_to_string(&user_settings).expect("settings");
+
+    let session_of = |out: &Output| -> String {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{} printed no JSON ({e}): {}", spec.name, stdout(out)));
+        (spec.session_of)(&v)
+    };
+
+    // Prompt 1: `rewindfs run` mounts, wires the agent for the run (no
+    // hook of ours installed yet) and unmounts.
+    let t = Instant::now();
+    let mut args: Vec<String> = ["rewindfs", "run", &ws, "--store", &store, "--"].map(String::from).to_vec();
+    args.extend((spec.args)(PROMPTS[0], None));
+    let out = scene.offline(spec.api, &args.iter().map(OsStr::new).collect::<Vec<_>>());
+    let session = session_of(&out);
+    eprintln!("{}: prompt 1 (rewindfs run) took {:.1}s", spec.name, t.elapsed().as_secs_f64());
+    assert_eq!(read_settings(), original, "`run` changed the user's settings");
+
+    // Then the hook installed for the user, next to the user's own.
+    let installed = scene.rewindfs(&["hooks", "install", spec.name, "--dry-run"]);
+    let ours = format!("hook {}", spec.name);
+    assert!(installed.contains('+') && installed.contains(&ours), "dry run shows no change: {installed}");
+    assert_eq!(read_settings(), original, "--dry-run wrote the file");
+    scene.rewindfs(&["hooks", "install", spec.name]);
+    let again = scene.rewindfs(&["hooks", "install", spec.name]);
+    assert!(again.contains("already installed"), "second install: {again}");
+    let backup = std::fs::read_to_string(format!("{}.rewindfs-backup", user_settings.display())).expect("backup");
+    assert_eq!(backup, original, "the backup is the file as it was");
+    let status = scene.rewindfs(&["hooks", "status"]);
+    let line = format!("{:<7} user", spec.name);
+    assert!(status.lines().any(|l| l.starts_with(&line) && l.contains("installed: ")), "{status}");
+
+    // Prompts 2 and 3 continue the session in a plain mount.
+    scene.rewindfs(&["mount", &ws, "--store", &store]);
+    let mut mounted = Unmount { scene: &scene, ws: ws.clone() };
+    for prompt in &PROMPTS[1..] {
+        let t = Instant::now();
+        let args = (spec.args)(prompt, Some(&session));
+        let out = scene.offline(spec.api, &args.iter().map(OsStr::new).collect::<Vec<_>>());
+        assert_eq!(session_of(&out), session, "the session was not continued");
+        eprintln!("{}: a prompt took {:.1}s", spec.name, t.elapsed().as_secs_f64());
+    }
+    let final_copy = scene.copy("final");
+
+    // One checkpoint per prompt, named by its message id, labelled with
+    // its first line.
+    let inputs = scene.hook_inputs();
+    assert_eq!(inputs.len(), 3, "the logging hook saw {} prompts: {inputs:?}", inputs.len());
+    let log = scene.log_json();
+    let mine = prompt_checkpoints(&log, &session);
+    let ids = (spec.message_ids)(&inputs, &session);
+    let got: Vec<&str> = mine.iter().map(|t| t["message_id"].as_str().unwrap_or("")).collect();
+    assert_eq!(got, ids, "checkpoints of the session vs message ids; log: {log:#?}");
+    let labels: Vec<&str> = mine.iter().map(|t| t["label"].as_str().unwrap_or("")).collect();
+    assert_eq!(
+        labels,
+        ["Create the app and build it (scenario prompt 1)", PROMPTS[1], PROMPTS[2]],
+        "labels are the prompts' first lines"
+    );
+
+    // Each prompt's checkpoint is the tree the agent started it from.
+    for (n, id) in ids.iter().enumerate() {
+        let snap = scene.snaps.join(format!("p{}", n + 1));
+        assert_same_tree(&snap, &scene.fx.ws.join(".rewindfs/messages").join(id), &format!("view of prompt {}", n + 1));
+    }
+    // The agent's processes, not its threads, are named.
+    let p1 = &mine[0]["programs"];
+    let names: Vec<&String> = p1.as_object().expect("programs").keys().collect();
+    assert!(names.iter().any(|n| *n == spec.program), "the edit tools' changes are not {}'s: {names:?}", spec.program);
+    assert!(names.iter().all(|n| !n.starts_with("Bun ")), "thread names in programs: {names:?}");
+    for p in ["git", "mkdir"] {
+        assert!(names.iter().any(|n| *n == p), "{p} missing from prompt 1's programs {names:?}");
+    }
+    let text_log = scene.rewindfs(&["log", "-C", &ws]);
+    eprintln!("{} session, `rewindfs log`:\n{text_log}", spec.name);
+    let row = text_log
+        .lines()
+        .find(|l| l.contains("(scenario prompt 2)"))
+        .unwrap_or_else(|| panic!("no row for {}:\n{text_log}", ids[1]));
+    assert!(row.ends_with("\"Bump the greeting and clean up (scenario prompt 2)\""), "label not last, quoted: {row}");
+    assert!(row.contains(&format!("  {}", &ids[1][..8])), "the row does not name prompt 2's id: {row}");
+
+    // A prompt is named by its id, a unique prefix of it, or its label.
+    // The shortest prefix of the first id that is no other's (Gemini's ids
+    // share the session; then it is the whole id).
+    let prefix = (8..=ids[0].len())
+        .map(|n| ids[0][..n].to_string())
+        .find(|p| ids[1..].iter().all(|i| !i.starts_with(p.as_str())))
+        .unwrap_or_else(|| ids[0].clone());
+    let references = [prefix, "bump the GREETING".to_string(), ids[2].clone()];
+    let stat = scene.rewindfs(&["diff", "-C", &ws, "--stat", &references[0], &references[1]]);
+    assert!(stat.contains("build/app.bin | +1 -0 (added)") && stat.contains("app.py"), "{stat}");
+    let shown = scene.fx.dir.path().join("shown");
+    std::fs::create_dir(&shown).expect("mkdir");
+    scene.rewindfs(&["show", "-C", &ws, "Package it", shown.to_str().expect("utf-8 path")]);
+    assert_same_tree(&scene.snaps.join("p3"), &shown, "show by label");
+    scene.rewindfs(&["unmount", shown.to_str().expect("utf-8 path")]);
+
+    // Rewind to each prompt, newest first, then undo.
+    let mut safety = None;
+    for (n, reference) in references.iter().enumerate().rev() {
+        let out = scene.rewindfs(&["rewind", "-C", &ws, "--json", reference]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("rewind --json");
+        safety.get_or_insert(v["safety_checkpoint"].as_i64().expect("safety checkpoint"));
+        let what = format!("rewound to prompt {}", n + 1);
+        assert_same_tree(&scene.snaps.join(format!("p{}", n + 1)), &scene.fx.ws, &what);
+    }
+    let undo = safety.expect("a rewind").to_string();
+    scene.rewindfs(&["rewind", "-C", &ws, &undo]);
+    assert_same_tree(&final_copy, &scene.fx.ws, "the first rewind undone");
+
+    mounted.done();
+    let removed = scene.rewindfs(&["hooks", "uninstall", spec.name]);
+    assert!(removed.contains("removed"), "{removed}");
+    assert_eq!(read_settings(), original, "uninstall left the file as it was");
+    eprintln!("{} end to end: {:.1}s", spec.name, started.elapsed().as_secs_f64());
+}
+
+/// Claude Code: UserPromptSubmit carries a fresh prompt_id per prompt.
+#[test]
+fn claude_code_prompts_are_checkpoints() {
+    agent_end_to_end(&AgentSpec {
+        name: "claude",
+        cli: CLAUDE,
+        api: "anthropic",
+        settings: ".claude/settings.json",
+        base_settings: serde_json::json!({}),
+        event: "UserPromptSubmit",
+        args: |prompt, resume| {
+            let mut a: Vec<String> = vec!["claude".into(), "-p".into(), prompt.into()];
+            a.extend(["--output-format", "json", "--dangerously-skip-permissions"].map(String::from));
+            if let Some(s) = resume {
+                a.extend(["--resume".into(), s.into()]);
+            }
+            a
+        },
+        session_of: |v| {
+            assert_eq!(v["is_error"], false, "claude reported an error: {v}");
+            v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string()
+        },
+        message_ids: |inputs, _| {
+            inputs.iter().map(|i| i["prompt_id"].as_str().expect("prompt_id").to_string()).collect()
+        },
+        program: "claude",
+    });
+}
+
+/// Gemini CLI: BeforeAgent has no prompt id; the message ids are the
+/// session id and the prompt's number in it.
+#[test]
+fn gemini_cli_prompts_are_checkpoints() {
+    agent_end_to_end(&AgentSpec {
+        name: "gemini",
+        cli: GEMINI,
+        api: "gemini",
+        settings: ".gemini/settings.json",
+        base_settings: serde_json::json!({"security": {"auth": {"selectedType": "gemini-api-key"}}}),
+        event: "BeforeAgent",
+        args: |prompt, resume| {
+            // An explicit model: the default asks a router model first.
+            let mut a: Vec<String> = vec!["gemini".into(), "-p".into(), prompt.into()];
+            a.extend(["--output-format", "json", "--yolo", "-m", "gemini-2.5-flash"].map(String::from));
+            if resume.is_some() {
+                a.extend(["--resume".into(), "latest".into()]);
+            }
+            a
+        },
+        session_of: |v| v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string(),
+        message_ids: |inputs, session| {
+            for i in inputs {
+                assert_eq!(i["session_id"], session, "a prompt of another session: {i}");
+            }
+            (1..=inputs.len()).map(|n| format!("{session}-{n}")).collect()
+        },
+        program: "node",
+    });
+}
+
+/// Unmounts the scene's workspace when dropped (also on a failed assert).
+struct Unmount<'a> {
+    scene: &'a Scene,
+    ws: String,
+}
+
+impl Unmount<'_> {
+    fn done(&mut self) {
+        self.scene.rewindfs(&["unmount", &self.ws]);
+        self.ws.clear();
+    }
+}
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        if !self.ws.is_empty() {
+            let _ = run_with_timeout(self.scene.command(bin()).args(["unmount", &self.ws]), CHILD_TIMEOUT);
+            if is_mounted(Path::new(&self.ws)) {
+                let _ = Command::new("umount").arg("-l").arg(&self.ws).status();
+            }
+        }
+    }
+}
+
+/// `rewindfs hook` without a real agent: outside any mount it exits 0 and
+/// prints nothing; inside one, Codex's UserPromptSubmit input (no prompt
+/// id: its turn id names the prompt) seals one checkpoint, and nothing
+/// goes to stdout (Claude Code and Codex put a prompt hook's stdout in
+/// the model's context).
+#[test]
+fn hook_is_silent_outside_a_mount_and_keys_codex_prompts_by_turn_id() {
+    let fx = MountFixture::new();
+    let hook = |cwd: &Path, input: String| -> Output {
+        let mut c = fx.command();
+        c.args(["hook", "codex"]).stdin(std::process::Stdio::piped());
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).current_dir(cwd);
+        let mut child = c.spawn().expect("spawn rewindfs hook");
+        use std::io::Write;
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write hook input");
+        wait_child(&mut child, CHILD_TIMEOUT, "rewindfs hook codex")
+    };
+    let outside = fx.dir.path().to_path_buf();
+    let input = |cwd: &Path| {
+        serde_json::json!({"session_id": "s-9", "turn_id": "019d036e-3164", "cwd": cwd,
+            "hook_event_name": "UserPromptSubmit", "prompt": "Tidy the docs\nplease"})
+        .to_string()
+    };
+    let out = hook(&outside, input(&outside));
+    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(), "{}", describe_status(&out));
+
+    let inside = fx.path().join("sub");
+    std::fs::create_dir(&inside).expect("mkdir in mount");
+    for _ in 0..2 {
+        // A hook that fires twice for one prompt gets the same checkpoint.
+        let out = hook(&inside, input(&inside));
+        assert!(out.status.success(), "{}: {}", describe_status(&out), stderr(&out));
+        assert!(out.stdout.is_empty(), "the hook printed on stdout: {}", stdout(&out));
+    }
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    let log: serde_json::Value =
+        serde_json::from_str(&stdout(&check(fx.rewindfs(&["log", "-C", &mp, "--json"]), "log"))).expect("json");
+    let mine: Vec<&serde_json::Value> =
+        log.as_array().expect("array").iter().filter(|t| t["session"] == "s-9").collect();
+    assert_eq!(mine.len(), 1, "{log:#}");
+    assert_eq!(mine[0]["message_id"], "019d036e-3164");
+    assert_eq!(mine[0]["label"], "Tidy the docs");
+}
+
+/// `rewind` without a checkpoint: refused without a terminal; on one (a
+/// tmux pane), a list of the prompts, newest first, where Down and Enter
+/// pick the older one and the workspace is rewound there.
+#[test]
+fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
+    let fx = MountFixture::new();
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    let turn = |id: &str, label: &str| {
+        check(fx.rewindfs(&["turn", "-C", &mp, "--message-id", id, "--session", "s", "--label", label]), "turn");
+    };
+    turn("p-one", "First prompt");
+    fx.sh("echo one > a.txt");
+    turn("p-two", "Second prompt");
+    fx.sh("echo two > a.txt && echo b > b.txt");
+
+    let out = fx.rewindfs(&["rewind", "-C", &mp]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe_status(&out));
+    assert!(stderr(&out).contains("only on a terminal"), "{}", stderr(&out));
+
+    let socket = format!("rewindfs-test-{}", std::process::id());
+    let (result, rc) = (fx.dir.path().join("result"), fx.dir.path().join("rc"));
+    let script = format!(
+        "REWINDFS_RUNTIME_DIR={} {} rewind -C {mp} > {}; echo $? > {}; sleep 60",
+        fx.run.display(),
+        bin(),
+        result.display(),
+        rc.display()
+    );
+    let tmux = |args: &[&str]| -> Output {
+        run_with_timeout(Command::new("tmux").args(["-L", &socket]).args(args), Duration::from_secs(30))
+    };
+    struct Server<'a>(&'a dyn Fn(&[&str]) -> Output);
+    impl Drop for Server<'_> {
+        fn drop(&mut self) {
+            (self.0)(&["kill-server"]);
+        }
+    }
+    check(tmux(&["new-session", "-d", "-x", "160", "-y", "30", &script]), "tmux new-session");
+    let _server = Server(&tmux);
+    let screen = || stdout(&tmux(&["capture-pane", "-p"]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !screen().contains("Second prompt") {
+        assert!(Instant::now() < deadline, "no list on the terminal:\n{}", screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let shown = screen();
+    let (two, one) = (shown.find("Second prompt").expect("p-two"), shown.find("First prompt"));
+    assert!(one.is_some_and(|one| two < one), "newest first:\n{shown}");
+    check(tmux(&["send-keys", "Down"]), "send Down");
+    std::thread::sleep(Duration::from_millis(300));
+    check(tmux(&["send-keys", "Enter"]), "send Enter");
+    while !rc.exists() {
+        assert!(Instant::now() < deadline, "rewind did not finish:\n{}", screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let done = std::fs::read_to_string(&result).expect("result");
+    assert_eq!(std::fs::read_to_string(&rc).expect("rc").trim(), "0", "{done}\n{}", screen());
+    assert!(done.starts_with("rewound to checkpoint 1:"), "{done}");
+    assert!(!fx.path().join("a.txt").exists() && !fx.path().join("b.txt").exists(), "not rewound to p-one");
+}
