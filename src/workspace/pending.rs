@@ -146,6 +146,7 @@ impl LiveTree {
             Err(e) if e == Errno::ENOENT => {}
             Err(e) => return Err(e),
         }
+        crate::world::test_hooks::kill_point("settle-written");
         journal.settled(&key).map_err(eio("cannot clear pending content"))?;
         self.pending_map().remove(&key);
         log::debug!("settled a rewound file ({} bytes)", p.content.size);
