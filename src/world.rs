@@ -226,6 +226,52 @@ pub mod test_hooks {
     /// Name whose lookup panics in the live mount's FUSE handler.
     pub const PANIC_NAME: &str = "rewindfs-test-panic";
 
+    use std::sync::Mutex;
+
+    /// What the daemon is doing, for `record` (`rewind`, `restore`).
+    static PHASE: Mutex<Option<&'static str>> = Mutex::new(None);
+    static REACHED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+    /// `REWINDFS_TEST_KILL_AT=POINT:N` kills the daemon with SIGKILL the
+    /// N-th time (from 1) it reaches `POINT`: a crash at a chosen place,
+    /// with nothing cleaned up, exactly as `kill -9` would leave it.
+    pub fn kill_point(point: &str) {
+        let Ok(spec) = std::env::var("REWINDFS_TEST_KILL_AT") else { return };
+        let Some((name, n)) = spec.rsplit_once(':') else { return };
+        if name != point {
+            return;
+        }
+        let Ok(n) = n.parse::<u64>() else { return };
+        let mut reached = REACHED.lock().unwrap_or_else(|p| p.into_inner());
+        let count = match reached.iter_mut().find(|(p, _)| p == point) {
+            Some((_, c)) => {
+                *c += 1;
+                *c
+            }
+            None => {
+                reached.push((point.to_string(), 1));
+                1
+            }
+        };
+        if count == n {
+            log::warn!("test hook: killing the daemon at {point} #{n}");
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        }
+    }
+
+    /// Sets what the daemon is doing (None: nothing the hooks watch).
+    pub fn phase(what: Option<&'static str>) {
+        *PHASE.lock().unwrap_or_else(|p| p.into_inner()) = what;
+    }
+
+    /// A journal record was appended: `<phase>-record` is a kill point.
+    pub fn record() {
+        let phase = *PHASE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = phase {
+            kill_point(&format!("{p}-record"));
+        }
+    }
+
     /// Keeps a frozen rewind or restore frozen this long after it changed
     /// the tree and before it seals its result
     /// (`REWINDFS_TEST_HOLD_FROZEN_MS`), so a test can race it.
@@ -261,6 +307,9 @@ pub mod test_hooks {
     pub fn settler_paused() -> bool {
         false
     }
+    pub fn kill_point(_point: &str) {}
+    pub fn phase(_what: Option<&'static str>) {}
+    pub fn record() {}
 }
 
 #[cfg(test)]

@@ -432,6 +432,13 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     }
 }
 
+/// Says on stderr what the daemon found interrupted and completed.
+pub fn print_recovered(info: &MountInfo) {
+    for r in &info.recovered {
+        eprintln!("rewindfs: {}", r.message);
+    }
+}
+
 /// The mount a command acts on: `-C MOUNT`, else the one containing the
 /// current directory.
 pub fn find_mount(explicit: Option<&Path>) -> Result<MountInfo> {

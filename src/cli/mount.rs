@@ -19,6 +19,7 @@ pub fn run(args: MountArgs) -> Result<()> {
             info.store.display(),
             info.pid
         );
+        common::print_recovered(&info);
         return Ok(());
     }
     let as_daemon = std::env::var_os(DAEMON_ENV).is_some();
@@ -41,11 +42,14 @@ pub fn run(args: MountArgs) -> Result<()> {
                 let _ = writeln!(out, "error: {failure}");
                 let _ = out.flush();
             }
-            (Ok(info), false) => eprintln!(
-                "rewindfs: serving {} on {} (Ctrl-C to unmount)",
-                info.workspace.display(),
-                info.mountpoint.display()
-            ),
+            (Ok(info), false) => {
+                eprintln!(
+                    "rewindfs: serving {} on {} (Ctrl-C to unmount)",
+                    info.workspace.display(),
+                    info.mountpoint.display()
+                );
+                common::print_recovered(info);
+            }
             (Err(_), false) => {}
         }
     })

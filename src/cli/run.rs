@@ -82,6 +82,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     common::refuse_occupied(&spec, &crate::cli::occupants::self_and_ancestors())?;
     let info = common::spawn_daemon(&spec)?;
     eprintln!("rewindfs: mounted {} in place (daemon pid {})", info.workspace.display(), info.pid);
+    common::print_recovered(&info);
 
     // From here on, whatever happens, unmount before returning.
     sys::signals::install();

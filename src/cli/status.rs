@@ -61,6 +61,9 @@ pub fn run(args: StatusArgs) -> Result<()> {
         let message =
             s.message_id.as_ref().map(|m| format!(" (message {})", crate::cli::quote::quote(m))).unwrap_or_default();
         println!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);
+        for r in &m.recovered {
+            println!("  {}", r.message);
+        }
         if s.pending_files > 0 {
             println!("  settling:    {} rewound files still being written to the workspace", s.pending_files);
         }

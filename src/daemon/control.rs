@@ -41,7 +41,11 @@ pub fn exchange(socket: &Path, request: &Request, timeout: Duration) -> Result<R
     let mut answer = String::new();
     BufReader::new(stream).read_line(&mut answer).map_err(|e| Error::io("no answer from the daemon", e))?;
     if answer.is_empty() {
-        return Err(Error::Daemon("the daemon closed the connection without answering".into()));
+        return Err(Error::Daemon(
+            "the daemon closed the connection without answering (did it die? a rewind or restore it was applying \
+             is completed by the next mount: `rewindfs unmount` the dead mount, then mount again)"
+                .into(),
+        ));
     }
     Ok(serde_json::from_str(&answer)
         .map_err(|e| Failure::internal(format!("malformed answer from the daemon: {e}")))?)

@@ -16,13 +16,14 @@ use log::{info, warn};
 use crate::error::{AsErrno, Error, Failure, Result};
 use crate::fs::{FsOptions, LiveFs, MountedSession, Passthrough};
 use crate::journal::{Journal, JournalError, TurnInfo};
-use crate::meta::Reason;
+use crate::meta::{IntentOp, Reason};
 use crate::sys;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
 use crate::world::World;
 use control::{Op, Request, Response};
 use registry::MountInfo;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Everything a daemon needs to serve one mount.
@@ -152,7 +153,6 @@ fn start(spec: &MountSpec) -> Result<Started> {
         Err(e) => return Err(Error::Daemon(format!("cannot read pending files: {e}"))),
     }
     let world = Arc::new(World::new());
-    spawn_settler(tree.clone(), world.clone());
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
         let changed = tree
@@ -160,6 +160,10 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }
+    // After the scan (what recovery changes is recorded) and before the
+    // settler starts and the tree is served: nobody sees a half state.
+    let recovered = recover(&tree, &journal, &spec.store)?;
+    spawn_settler(tree.clone(), world.clone());
     let fs = LiveFs::new(
         tree.clone(),
         FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough },
@@ -188,6 +192,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         socket: entry.socket.clone(),
         passthrough: spec.passthrough == Passthrough::All,
         workspace_id: Some(workspace_id),
+        recovered,
     };
     registry::publish(&info)?;
 
@@ -255,10 +260,23 @@ fn seal(ctx: &Ctx, info: &TurnInfo, reason: Reason) -> std::result::Result<i64, 
 }
 
 fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, Failure> {
-    let tree = ctx.tree.clone();
-    let journal = ctx.journal.clone();
-    let sealed = ctx
-        .journal
+    let sealed = seal_with(&ctx.tree, &ctx.journal, info, reason, parent)?;
+    // The turn's `log` statistics, off the turn gate and the caller's
+    // path: reading contents for line counts must not delay the next turn.
+    // (`log` computes any it finds missing, so a lost request costs time only.)
+    let _ = ctx.turn_stats.send(sealed - 1);
+    Ok(sealed)
+}
+
+fn seal_with(
+    tree: &Arc<LiveTree>,
+    journal: &Arc<Journal>,
+    info: &TurnInfo,
+    reason: Reason,
+    parent: Option<i64>,
+) -> std::result::Result<i64, Failure> {
+    let (tree, journal) = (tree.clone(), journal.clone());
+    let sealed = journal
         .seal_on(info, reason, parent, || {
             // Before the writers are recorded again: the live tree is still
             // the tree at the end of the sealed turn.
@@ -273,10 +291,6 @@ fn seal_on(ctx: &Ctx, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> s
             }
             e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
         })?;
-    // The turn's `log` statistics, off the turn gate and the caller's
-    // path: reading contents for line counts must not delay the next turn.
-    // (`log` computes any it finds missing, so a lost request costs time only.)
-    let _ = ctx.turn_stats.send(sealed - 1);
     Ok(sealed)
 }
 
@@ -408,12 +422,22 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 };
                 Some(seal(ctx, &label, Reason::Turn)?)
             };
+            let intent = match before {
+                Some(b) => {
+                    let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
+                    Some(begin_intent(journal, IntentOp::Restore, k, b, &bytes)?)
+                }
+                None => None,
+            };
             let mut unused = crate::restore::Touched::default();
             let touched = frozen.as_mut().map(|f| f.touched()).unwrap_or(&mut unused);
+            crate::world::test_hooks::phase(intent.map(|_| "restore"));
             let result = crate::restore::restore(tree, journal, k, &paths, dry_run, touched);
+            crate::world::test_hooks::phase(None);
             let changes = match result {
                 Ok(x) => x,
                 Err(e) => {
+                    intent.into_iter().for_each(|i| end_intent(journal, i));
                     return Err(restore_failure(
                         format!("restore failed part-way (undo with `rewindfs restore {}`): {e}", before.unwrap_or(k)),
                         &e,
@@ -429,6 +453,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 }
                 None => None,
             };
+            intent.into_iter().for_each(|i| end_intent(journal, i));
             // The kernel forgets what changed before anyone sees the tree.
             drop(frozen);
             Ok(protocol::RestoreReply {
@@ -588,15 +613,20 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     let safety_label =
         TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
     let safety = seal(ctx, &safety_label, Reason::Turn)?;
+    let intent = begin_intent(journal, IntentOp::Rewind, k, safety, &[])?;
     let sealed_safety = started.elapsed();
+    crate::world::test_hooks::phase(Some("rewind"));
     let result = if crate::rewind::instant_available(tree) {
         crate::rewind::rewind(tree, journal, k, frozen.touched())
     } else {
         crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
     };
+    crate::world::test_hooks::phase(None);
     let changes = match result {
         Ok(x) => x,
         Err(e) => {
+            // Said, with how to undo it: not one for the next mount to finish.
+            end_intent(journal, intent);
             // Dropping `frozen` tells the kernel what the part done changed.
             return Err(restore_failure(
                 format!("rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"),
@@ -608,6 +638,8 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     crate::world::test_hooks::hold_frozen();
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
     let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
+    crate::world::test_hooks::kill_point("rewind-sealed");
+    end_intent(journal, intent);
     let sealed_result = started.elapsed();
     let thawed = frozen.thaw();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -740,6 +772,83 @@ fn check_readable(
     let message = preflight::refusal(&what, k, &files);
     warn!("{message}");
     Err(Failure::failed(libc::EIO, message))
+}
+
+/// Notes a rewind or restore before it changes anything (see
+/// `rewind::recovery`): without it, nothing may change.
+fn begin_intent(
+    journal: &Journal,
+    op: IntentOp,
+    checkpoint: i64,
+    undo: i64,
+    paths: &[Vec<u8>],
+) -> std::result::Result<i64, Failure> {
+    journal.begin_intent(op, checkpoint, undo, paths).map_err(|e| {
+        Failure::failed(e.errno().0, format!("cannot record what is about to change ({e}); nothing was changed"))
+    })
+}
+
+/// The operation is over (its result sealed, or its failure reported).
+/// If this fails, the next mount finds the result sealed and only ends it.
+fn end_intent(journal: &Journal, id: i64) {
+    if let Err(e) = journal.end_intent(id) {
+        warn!("cannot clear the intent of a finished operation ({e}); the next mount will");
+    }
+}
+
+/// Completes the rewinds and restores the previous daemon died in, before
+/// anything is served. A failure stops the mount: a half-changed tree is
+/// never served as if it were whole.
+fn recover(
+    tree: &Arc<LiveTree>,
+    journal: &Arc<Journal>,
+    store: &Path,
+) -> Result<Vec<crate::rewind::recovery::Recovered>> {
+    use crate::rewind::recovery;
+    let refuse = |what: String| {
+        Error::kind_of(
+            crate::error::ErrorKind::Failed,
+            format!(
+                "{what}; the workspace was not mounted. `rewindfs fsck --store {}` checks what the store can still                  read back",
+                store.display()
+            ),
+        )
+    };
+    let intents = journal.open_intents().map_err(|e| refuse(format!("cannot read the interrupted operations: {e}")))?;
+    let mut out = Vec::new();
+    for intent in intents {
+        let what = recovery::describe(&intent);
+        let checkpoints = journal.with_meta(|m| m.checkpoints()).map_err(|e| refuse(e.to_string()))?;
+        // The result was sealed; only the intent's removal was lost.
+        let sealed =
+            checkpoints.iter().any(|c| c.checkpoint == intent.undo_checkpoint + 1 && c.reason != Reason::Mount);
+        if sealed {
+            info!("{what} had finished before the daemon died; nothing to recover");
+            journal.end_intent(intent.id).map_err(|e| refuse(e.to_string()))?;
+            continue;
+        }
+        let interrupted = journal.current_turn();
+        warn!("{what} was interrupted; completing it before mounting");
+        let label = format!("state at mount: {what} was interrupted, half applied");
+        journal.with_meta(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
+        let changes = recovery::complete(tree, journal, &intent).map_err(|e| {
+            refuse(format!(
+                "{what} was interrupted (the daemon died) and could not be completed at mount: {e}. The tree is as                  the interruption left it; checkpoint {} is the tree before it",
+                intent.undo_checkpoint
+            ))
+        })?;
+        let (reason, parent) = match intent.op {
+            IntentOp::Rewind => (Reason::Rewind, Some(intent.checkpoint)),
+            IntentOp::Restore => (Reason::Turn, None),
+        };
+        let info = TurnInfo { label: Some(recovery::result_label(&intent)), ..Default::default() };
+        let result = seal_with(tree, journal, &info, reason, parent).map_err(|f| refuse(f.message))?;
+        journal.end_intent(intent.id).map_err(|e| refuse(e.to_string()))?;
+        let report = recovery::recovered(&intent, interrupted, result);
+        info!("{} ({} changes)", report.message, changes.len());
+        out.push(report);
+    }
+    Ok(out)
 }
 
 fn ms(d: Duration) -> f64 {

@@ -33,6 +33,10 @@ pub struct MountInfo {
     /// to it (a bind mount) is the same workspace.
     #[serde(default)]
     pub workspace_id: Option<(u64, u64)>,
+    /// Rewinds and restores the daemon found interrupted when it started,
+    /// and completed before mounting.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovered: Vec<crate::rewind::recovery::Recovered>,
 }
 
 /// The runtime directory: `$REWINDFS_RUNTIME_DIR`, else `/run/rewindfs` for

@@ -20,7 +20,7 @@ pub mod record_log;
 mod reference;
 
 use crate::error::{AsErrno, Errno};
-use crate::meta::{Checkpoint, CheckpointId, Meta, MetaError, ObjectId, ObjectState, Reason};
+use crate::meta::{Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, ObjectId, ObjectState, Reason};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use record_log::{LogRecord, RecordLog};
 
@@ -145,6 +145,13 @@ impl Inner {
     /// Makes a record durable against a crash of the daemon, before the
     /// change it describes is applied.
     fn append(&mut self, record: LogRecord) -> JournalResult<()> {
+        let appended = self.append_now(record);
+        // Killed with the record durable and its change not yet applied.
+        crate::world::test_hooks::record();
+        appended
+    }
+
+    fn append_now(&mut self, record: LogRecord) -> JournalResult<()> {
         match &mut self.log {
             Some(log) => {
                 log.append(&record).map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
@@ -637,6 +644,7 @@ impl Journal {
             inner.programs.clear();
             next
         };
+        crate::world::test_hooks::kill_point("seal-committed");
         recapture();
         info!("sealed checkpoint {next} ({:?}, message {:?})", reason, info.message_id);
         Ok(CheckpointId(next))
@@ -700,6 +708,35 @@ impl Journal {
             m.set_state(&settled_key(handle), "")
         })?;
         Ok(())
+    }
+
+    /// Notes, durably, that a rewind or restore is about to change the tree
+    /// (see [`crate::rewind::recovery`]); returns the intent's id.
+    pub fn begin_intent(
+        &self,
+        op: IntentOp,
+        checkpoint: i64,
+        undo_checkpoint: i64,
+        paths: &[Vec<u8>],
+    ) -> JournalResult<i64> {
+        let inner = self.lock();
+        let intent = Intent { id: 0, op, checkpoint, undo_checkpoint, paths: paths.to_vec(), started_at: now_ms() };
+        // A commit survives the daemon's death, as the records appended
+        // after it do (neither is fsynced; a seal makes both survive power
+        // loss).
+        Ok(inner.meta.transaction(|m| m.begin_intent(&intent))?)
+    }
+
+    /// The rewind or restore `id` is done (or failed and said so).
+    pub fn end_intent(&self, id: i64) -> JournalResult<()> {
+        let mut inner = self.lock();
+        inner.fold()?;
+        Ok(inner.meta.transaction(|m| m.end_intent(id))?)
+    }
+
+    /// Intents a daemon began and never ended.
+    pub fn open_intents(&self) -> JournalResult<Vec<Intent>> {
+        Ok(self.lock().meta.open_intents()?)
     }
 
     /// Notes a clean unmount: the next mount only looks for changes made

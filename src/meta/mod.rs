@@ -11,7 +11,7 @@ use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -209,6 +209,38 @@ pub struct Probe {
     pub max_object_id: Option<i64>,
 }
 
+/// What an intent is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentOp {
+    /// The whole tree to `checkpoint` (`undo_checkpoint`: the safety checkpoint).
+    Rewind,
+    /// `paths` to `checkpoint` (`undo_checkpoint`: the one sealed before).
+    Restore,
+}
+
+impl IntentOp {
+    fn as_str(self) -> &'static str {
+        match self {
+            IntentOp::Rewind => "rewind",
+            IntentOp::Restore => "restore",
+        }
+    }
+}
+
+/// A rewind or restore that was about to change the tree (`intents`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intent {
+    pub id: i64,
+    pub op: IntentOp,
+    pub checkpoint: i64,
+    pub undo_checkpoint: i64,
+    /// Paths relative to the root, as bytes (restore; empty: the whole tree).
+    pub paths: Vec<Vec<u8>>,
+    /// Unix milliseconds.
+    pub started_at: i64,
+}
+
 /// A pending row and the record its chunk list comes from.
 #[derive(Clone, Debug)]
 pub struct PendingSource {
@@ -400,6 +432,24 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("migrate to schema version 6")?;
+    }
+    if version < 7 {
+        // A rewind or restore in progress: written before it changes the
+        // tree, removed once its result is sealed. One left open means the
+        // daemon died under it; the next mount completes it.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE intents(
+                 id INTEGER PRIMARY KEY,
+                 op TEXT NOT NULL,
+                 checkpoint INTEGER NOT NULL,
+                 undo_checkpoint INTEGER NOT NULL,
+                 paths BLOB,
+                 started_at INTEGER NOT NULL);
+             PRAGMA user_version = 7;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 7")?;
     }
     Ok(())
 }
@@ -937,6 +987,56 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
     }
 
+    /// Notes an intent; returns its id.
+    pub fn begin_intent(&self, i: &Intent) -> MetaResult<i64> {
+        let mut paths = Vec::new();
+        for p in &i.paths {
+            // NUL cannot be in a path: a safe separator.
+            paths.extend_from_slice(p);
+            paths.push(0);
+        }
+        self.conn
+            .execute(
+                "INSERT INTO intents(op, checkpoint, undo_checkpoint, paths, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![i.op.as_str(), i.checkpoint, i.undo_checkpoint, paths, i.started_at],
+            )
+            .ctx("record an intent")?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn end_intent(&self, id: i64) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM intents WHERE id = ?1", [id]).ctx("clear an intent")?;
+        Ok(())
+    }
+
+    /// Intents not ended, oldest first.
+    pub fn open_intents(&self) -> MetaResult<Vec<Intent>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, op, checkpoint, undo_checkpoint, paths, started_at FROM intents ORDER BY id")
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| {
+                let op: String = r.get(1)?;
+                let paths: Option<Vec<u8>> = r.get(4)?;
+                Ok((r.get(0)?, op, r.get(2)?, r.get(3)?, paths.unwrap_or_default(), r.get(5)?))
+            })
+            .ctx("list intents")?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, op, checkpoint, undo_checkpoint, paths, started_at): (i64, String, i64, i64, Vec<u8>, i64) =
+                row.ctx("list intents")?;
+            let op = match op.as_str() {
+                "rewind" => IntentOp::Rewind,
+                "restore" => IntentOp::Restore,
+                _ => return Err(MetaError::Malformed { what: "intent (unknown operation)" }),
+            };
+            let paths = paths.split(|b| *b == 0).filter(|p| !p.is_empty()).map(<[u8]>::to_vec).collect();
+            out.push(Intent { id, op, checkpoint, undo_checkpoint, paths, started_at });
+        }
+        Ok(out)
+    }
+
     /// Sets the label of a checkpoint.
     pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
         self.conn
@@ -1458,7 +1558,7 @@ mod tests {
     }
 
     /// What a version 5 database lacks.
-    const DROP_V6: &str = "DROP TABLE turn_summaries; DROP TABLE turn_programs;";
+    const DROP_V6: &str = "DROP TABLE intents; DROP TABLE turn_summaries; DROP TABLE turn_programs;";
 
     #[test]
     fn version_five_database_gets_turn_summaries() {
@@ -1472,7 +1572,7 @@ mod tests {
         }
         let m = Meta::open(&p).unwrap();
         let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 6);
+        assert_eq!(v, SCHEMA_VERSION);
         assert!(m.turn_stats().unwrap().is_empty(), "a migrated database has no summaries yet");
         assert_eq!(m.turn_paths(3).unwrap(), None);
         assert_eq!(m.programs_in_turn(3).unwrap().get("sh"), Some(&1), "older records still count");
@@ -1502,6 +1602,32 @@ mod tests {
         assert_eq!(m.turn_stats_of(4).unwrap(), Some(stats));
         assert_eq!(m.turn_stats_of(5).unwrap(), None);
         assert_eq!(m.turn_paths(4).unwrap().as_deref(), Some(&b"a\0b/c\0"[..]), "the paths stay");
+    }
+
+    #[test]
+    fn version_six_database_gets_intents_which_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            m.conn.execute_batch("DROP TABLE intents; PRAGMA user_version = 6").unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        assert!(m.open_intents().unwrap().is_empty());
+        let mut i = Intent {
+            id: 0,
+            op: IntentOp::Restore,
+            checkpoint: 3,
+            undo_checkpoint: 7,
+            paths: vec![b"a/b".to_vec(), b"\xff c".to_vec()],
+            started_at: 42,
+        };
+        i.id = m.begin_intent(&i).unwrap();
+        let r = Intent { op: IntentOp::Rewind, paths: Vec::new(), ..i.clone() };
+        let rid = m.begin_intent(&r).unwrap();
+        assert_eq!(m.open_intents().unwrap(), vec![i.clone(), Intent { id: rid, ..r }]);
+        m.end_intent(rid).unwrap();
+        assert_eq!(m.open_intents().unwrap(), vec![i]);
     }
 
     #[test]

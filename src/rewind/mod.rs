@@ -35,6 +35,8 @@ use crate::view::{Content, Node, NodeState, TreeView};
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Caller, Kind, LiveTree, SetTime};
 
+pub mod recovery;
+
 fn err(what: String, errno: Errno) -> RestoreError {
     RestoreError::Live { path: what, errno }
 }
@@ -668,6 +670,10 @@ impl Rewinder<'_> {
         let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
         self.dirs_touched.insert(dir_id);
         let temp = format!(".rewindfs-rewind-{}", id.0);
+        // Recorded as absent, so that a crash leaving the temporary name
+        // behind cannot show it in this turn's checkpoint (recovery moves
+        // it away).
+        self.tree.capture_entry(self.journal, dir, OsStr::new(&temp), self.caller).map_err(|e| err(temp.clone(), e))?;
         let mode = Mode::from_raw_mode(state.perm);
         let fd = rustix::fs::openat(
             dir,

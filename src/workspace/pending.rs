@@ -200,6 +200,7 @@ impl LiveTree {
             Err(e) if e == Errno::ENOENT => {}
             Err(e) => return Err(self.cannot_settle(handle, &p, format!("cannot open it: {e}"), e, for_reader)),
         }
+        crate::world::test_hooks::kill_point("settle-written");
         journal.settled(&key).map_err(eio("cannot clear pending content"))?;
         self.pending_map().remove(&key);
         if let Some(u) = self.unsettled_map().remove(&key) {

@@ -271,6 +271,12 @@ impl MountFixture {
     /// As `mount`, with extra environment for the daemon (the test hooks of
     /// `rewindfs::world::test_hooks`).
     pub fn mount_with_env(&mut self, in_place: bool, extra: &[&str], env: &[(&str, &str)]) {
+        self.mount_output(in_place, extra, env);
+    }
+
+    /// As `mount_with_env`; returns the output of `rewindfs mount` (its
+    /// stderr says what the daemon recovered).
+    pub fn mount_output(&mut self, in_place: bool, extra: &[&str], env: &[(&str, &str)]) -> Output {
         self.mountpoint = if in_place { self.ws.clone() } else { self.mnt.clone() };
         // As bytes: a test may put the workspace or store at a name that is
         // not UTF-8.
@@ -288,10 +294,11 @@ impl MountFixture {
         }
         args.extend(extra.iter().map(OsStr::new));
         let out = run_with_timeout(self.command().args(&args).envs(env.iter().copied()), CHILD_TIMEOUT);
-        check(out, "rewindfs mount");
+        let out = check(out, "rewindfs mount");
         self.mounted = true;
         live_mounts().push(self.mountpoint.clone());
         assert!(is_mounted(&self.mountpoint), "{} is not in the mount table after mount", self.mountpoint.display());
+        out
     }
 
     /// The mounted tree.

@@ -1,0 +1,204 @@
+//! Completing, at mount, a rewind or restore that the daemon died in.
+//!
+//! Before a rewind or restore changes the tree, it writes an intent (the
+//! operation, the checkpoint it goes to, the checkpoint sealed just before
+//! it, and a restore's paths) and makes it durable; it removes the intent
+//! once its result checkpoint is sealed. Every change it makes in between
+//! is recorded first, like any writer's, so a tree left half changed is
+//! simply a tree whose history is complete: running the same operation
+//! again from there makes it what the checkpoint was, which is what the
+//! user asked for. (Rolling back would be the same operation towards the
+//! checkpoint before, and would throw away what was asked.)
+//!
+//! What a crash can leave that no record describes is a temporary name of
+//! the operation itself: `.rewindfs-rewind-<object>` (a file whose content
+//! a rewind was replacing) or `.rewindfs-restore-<random>` (a file a restore
+//! was filling). Those are moved to the attic first, recorded, so the tree
+//! holds only the user's names again and every checkpoint still reads back.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Errno;
+use crate::journal::Journal;
+use crate::meta::{Intent, IntentOp};
+use crate::restore::{Planned, RestoreError, Touched};
+use crate::sys;
+use crate::workspace::capture::kind_code;
+use crate::workspace::{Caller, Kind, LiveTree};
+
+/// Name prefixes of the temporary files of rewind and restore.
+const TEMP_PREFIXES: [&[u8]; 2] = [b".rewindfs-rewind-", b".rewindfs-restore-"];
+
+/// What a mount found interrupted and did about it (mount message,
+/// `status`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Recovered {
+    pub op: IntentOp,
+    /// The checkpoint rewound or restored to.
+    pub checkpoint: i64,
+    /// The checkpoint sealed before the operation: going back to it undoes it.
+    pub undo_checkpoint: i64,
+    /// The mount checkpoint: the tree as the interruption left it.
+    pub interrupted_checkpoint: i64,
+    /// Sealed once the operation was completed.
+    pub result_checkpoint: i64,
+    /// When the operation began (Unix milliseconds).
+    pub started_at: i64,
+    /// A restore's paths (empty: the whole tree).
+    pub paths: Vec<String>,
+    /// The sentence the mount prints and `status` shows.
+    pub message: String,
+}
+
+/// "the rewind to checkpoint 7" / "the restore of a, b from checkpoint 7".
+pub fn describe(intent: &Intent) -> String {
+    match intent.op {
+        IntentOp::Rewind => format!("the rewind to checkpoint {}", intent.checkpoint),
+        IntentOp::Restore => format!("the restore of {} from checkpoint {}", paths_text(intent), intent.checkpoint),
+    }
+}
+
+fn paths_text(intent: &Intent) -> String {
+    if intent.paths.is_empty() {
+        return "everything".to_string();
+    }
+    intent.paths.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect::<Vec<_>>().join(", ")
+}
+
+/// The label of the result checkpoint of a completed intent (what the
+/// uninterrupted operation would have sealed, and where it was finished).
+pub fn result_label(intent: &Intent) -> String {
+    match intent.op {
+        IntentOp::Rewind => format!("rewound to {} (completed at mount after an interruption)", intent.checkpoint),
+        IntentOp::Restore => format!(
+            "restored {} from checkpoint {} (completed at mount after an interruption)",
+            paths_text(intent),
+            intent.checkpoint
+        ),
+    }
+}
+
+/// The report of a completed intent.
+pub fn recovered(intent: &Intent, interrupted_checkpoint: i64, result_checkpoint: i64) -> Recovered {
+    let message = format!(
+        "recovered: {} started at {} was interrupted (the daemon died); it was completed at this mount: \
+         result checkpoint {result_checkpoint} (checkpoint {interrupted_checkpoint} is the tree as the interruption \
+         left it; `rewindfs {} {}` undoes it)",
+        describe(intent),
+        crate::report::rfc3339(intent.started_at),
+        match intent.op {
+            IntentOp::Rewind => "rewind",
+            IntentOp::Restore => "restore",
+        },
+        match intent.op {
+            IntentOp::Rewind => intent.undo_checkpoint.to_string(),
+            IntentOp::Restore => format!("{} -- {}", intent.undo_checkpoint, paths_text(intent)),
+        },
+    );
+    Recovered {
+        op: intent.op,
+        checkpoint: intent.checkpoint,
+        undo_checkpoint: intent.undo_checkpoint,
+        interrupted_checkpoint,
+        result_checkpoint,
+        started_at: intent.started_at,
+        paths: intent.paths.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect(),
+        message,
+    }
+}
+
+/// Runs the interrupted operation again from the tree it left. The caller
+/// (the daemon, before it mounts) seals the result and ends the intent.
+pub fn complete(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<Vec<Planned>, RestoreError> {
+    let moved = put_away_temporaries(tree, journal)?;
+    if moved > 0 {
+        log::info!("recovery: {moved} temporary files of the interrupted operation moved to the attic");
+    }
+    // Nobody else sees the tree yet (nothing is mounted): nothing to forget.
+    let mut touched = Touched::default();
+    match intent.op {
+        IntentOp::Rewind if crate::rewind::instant_available(tree) => {
+            crate::rewind::rewind(tree, journal, intent.checkpoint, &mut touched)
+        }
+        IntentOp::Rewind => crate::restore::restore(tree, journal, intent.checkpoint, &[], false, &mut touched),
+        IntentOp::Restore => {
+            let paths: Vec<PathBuf> =
+                intent.paths.iter().map(|p| PathBuf::from(OsStr::from_bytes(p).to_os_string())).collect();
+            crate::restore::restore(tree, journal, intent.checkpoint, &paths, false, &mut touched)
+        }
+    }
+}
+
+fn live(what: &str) -> impl FnOnce(rustix::io::Errno) -> RestoreError + '_ {
+    move |e| RestoreError::Live { path: what.to_string(), errno: Errno::from(e) }
+}
+
+/// Moves every temporary name of a rewind or restore out of the tree, into
+/// the attic, recorded. A whole walk of the tree: only after a crash.
+fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, RestoreError> {
+    let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
+    let open_dir = |at: BorrowedFd<'_>, name: &OsStr| {
+        rustix::fs::openat(
+            at,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(live("open a directory"))
+    };
+    // Depth first, each directory opened from its parent when its turn
+    // comes: descriptors open are those along one path, not one per
+    // directory of the tree.
+    let mut stack: Vec<(Option<Rc<OwnedFd>>, OsString)> = vec![(None, OsString::from("."))];
+    let mut moved = 0;
+    while let Some((parent, dir_name)) = stack.pop() {
+        let dir = Rc::new(match &parent {
+            Some(p) => open_dir(p.as_fd(), &dir_name)?,
+            None => open_dir(tree.root_fd(), &dir_name)?,
+        });
+        let mut names: Vec<OsString> = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&*dir).map_err(live("list a directory"))? {
+            let entry = entry.map_err(live("list a directory"))?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                names.push(OsStr::from_bytes(name).to_os_string());
+            }
+        }
+        for name in names {
+            let st = match rustix::fs::statat(&*dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(live("stat")(e)),
+            };
+            let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            if TEMP_PREFIXES.iter().any(|p| name.as_bytes().starts_with(p)) && !is_dir {
+                let shown = String::from_utf8_lossy(name.as_bytes()).into_owned();
+                let fail = |e: Errno| RestoreError::Live { path: shown.clone(), errno: e };
+                tree.capture_entry(journal, dir.as_fd(), &name, caller).map_err(fail)?;
+                let id = tree.capture_named(journal, dir.as_fd(), &name, false, caller).map_err(fail)?;
+                let id = match id {
+                    Some(id) => id,
+                    None => {
+                        let h = sys::name_to_handle_at(dir.as_fd(), &name).map_err(|e| fail(e.into()))?;
+                        journal.object_id(&h.to_bytes(), kind_code(Kind::from_mode(st.st_mode)))?
+                    }
+                };
+                log::warn!("recovery: moving the leftover temporary file {shown} (object {}) to the attic", id.0);
+                if !tree.to_attic(dir.as_fd(), &name, id).map_err(fail)? {
+                    rustix::fs::unlinkat(&*dir, &name, AtFlags::empty()).map_err(live("unlink"))?;
+                }
+                moved += 1;
+            } else if is_dir {
+                stack.push((Some(dir.clone()), name));
+            }
+        }
+    }
+    Ok(moved)
+}
