@@ -179,6 +179,34 @@ impl Inner {
     }
 }
 
+/// A content stored in the chunk store and not yet recorded; dropped
+/// without [`keep`](UnrecordedContent::keep), its new chunks are taken back.
+pub struct UnrecordedContent<'a> {
+    pub content: ContentRef,
+    added: Vec<crate::store::ChunkId>,
+    store: &'a dyn ChunkStore,
+    _one_at_a_time: MutexGuard<'a, ()>,
+}
+
+impl UnrecordedContent<'_> {
+    /// The content was recorded: its chunks stay.
+    pub fn keep(mut self) -> ContentRef {
+        self.added.clear();
+        self.content.clone()
+    }
+}
+
+impl Drop for UnrecordedContent<'_> {
+    fn drop(&mut self) {
+        if self.added.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.discard(&self.added) {
+            log::warn!("cannot take back the {} chunks of a content that was not recorded: {e}", self.added.len());
+        }
+    }
+}
+
 /// The journal of one store.
 pub struct Journal {
     inner: Mutex<Inner>,
@@ -525,11 +553,20 @@ impl Journal {
 
     /// Stores file content in the chunk store (outside the journal lock).
     pub fn store_content(&self, reader: impl std::io::Read) -> JournalResult<ContentRef> {
-        // One content at a time: a content that fails part-way takes back
-        // the chunks it added, which must not have been found meanwhile by
-        // another content with the same bytes.
-        let _one = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(crate::store::store_content(&*self.store, reader)?)
+        Ok(self.store_content_until_recorded(reader)?.keep())
+    }
+
+    /// Stores file content for a record still to be written: if the
+    /// returned content is dropped without [`UnrecordedContent::keep`] (the
+    /// record could not be written, e.g. for want of space), the chunks it
+    /// added are taken back, so a refused change leaves the store as it was.
+    pub fn store_content_until_recorded(&self, reader: impl std::io::Read) -> JournalResult<UnrecordedContent<'_>> {
+        // One content at a time, until it is recorded or taken back: the
+        // chunks it added must not be found meanwhile by another content
+        // with the same bytes.
+        let lock = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (content, added) = crate::store::store_content_added(&*self.store, reader)?;
+        Ok(UnrecordedContent { content, added, store: &*self.store, _one_at_a_time: lock })
     }
 
     /// Records the object's state before this turn's first change. With

@@ -127,6 +127,16 @@ impl<R: Read> Read for HashingReader<R> {
 /// Chunks everything `reader` yields into `store`, holding at most one
 /// maximum-size chunk in memory, and returns how to find it again.
 pub fn store_content(store: &dyn ChunkStore, reader: impl Read) -> Result<ContentRef, StoreError> {
+    store_content_added(store, reader).map(|(content, _)| content)
+}
+
+/// As [`store_content`], also returning the chunks this call added to the
+/// store (and no other content had), which a caller whose next step fails
+/// takes back with [`ChunkStore::discard`].
+pub fn store_content_added(
+    store: &dyn ChunkStore,
+    reader: impl Read,
+) -> Result<(ContentRef, Vec<ChunkId>), StoreError> {
     let mut hashing = HashingReader { inner: reader, hasher: blake3::Hasher::new(), size: 0 };
     let mut chunks = Vec::new();
     // What this call added: taken back if it fails part-way, so that a
@@ -156,7 +166,7 @@ pub fn store_content(store: &dyn ChunkStore, reader: impl Read) -> Result<Conten
     }
     let hash = ChunkId::from_bytes(*hashing.hasher.finalize().as_bytes());
     log::debug!("Stored content {hash} of {} bytes as {} chunks.", hashing.size, chunks.len());
-    Ok(ContentRef { hash, size: hashing.size, chunks })
+    Ok((ContentRef { hash, size: hashing.size, chunks }, added))
 }
 
 /// Fetches a chunk and checks it has the length the span promised.

@@ -21,7 +21,7 @@ mod conformance;
 use std::fmt;
 use std::str::FromStr;
 
-pub use chunker::{ChunkSpan, ContentRef, read_content_at, read_content_to, store_content};
+pub use chunker::{ChunkSpan, ContentRef, read_content_at, read_content_to, store_content, store_content_added};
 pub use faulty::FaultyStore;
 pub use memory::MemoryStore;
 pub use pack::{PackStore, PackStoreOptions};

@@ -383,6 +383,28 @@ pub struct PackStore {
     _lock: Option<File>,
 }
 
+/// A file of allocated space beside the packs, given up when taking back
+/// the chunks of a refused content needs room the full store no longer
+/// has (the index's deletions go through SQLite's log), and made again as
+/// soon as there is room.
+const RESERVE_FILE: &str = "reserve";
+const RESERVE_LEN: u64 = 1 << 20;
+
+/// Makes the reserve if it is missing, when there is room (best effort).
+fn keep_reserve(dir: &Path) {
+    let path = dir.join(RESERVE_FILE);
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == RESERVE_LEN) {
+        return;
+    }
+    let made = File::create(&path).and_then(|f| {
+        rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, RESERVE_LEN).map_err(std::io::Error::from)
+    });
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&path);
+        log::debug!("no room for the store's reserve {} yet: {e}", path.display());
+    }
+}
+
 impl PackStore {
     /// Opens (creating if needed) the store in `dir` with default options.
     pub fn open(dir: &Path) -> Result<PackStore, StoreError> {
@@ -408,6 +430,7 @@ impl PackStore {
             dir.display(),
             current.as_ref().map_or_else(|| "a new pack".to_string(), |p| p.path.display().to_string())
         );
+        keep_reserve(dir);
         Ok(PackStore {
             dir: dir.to_path_buf(),
             packs: PackFiles { dir: packs_dir, limit: options.max_open_packs, open: Mutex::new(Vec::new()) },
@@ -425,6 +448,10 @@ impl PackStore {
             read_only: false,
             _lock: Some(lock),
         })
+    }
+
+    fn reserve_path(&self) -> PathBuf {
+        self.dir.join(RESERVE_FILE)
     }
 
     /// Opens an existing store for reading only: no lock, no recovery, no
@@ -923,13 +950,32 @@ impl ChunkStore for PackStore {
             return Ok(());
         }
         let mut writer = self.writer()?;
-        let mut freed = 0u64;
+        // The index rows go in one transaction, before any pack byte: a
+        // store that just ran out of space has room for one transaction's
+        // few pages, not for a commit per chunk; and an index row must never
+        // point past the end of a pack.
+        let mut found = Vec::new();
         for id in ids.iter().rev() {
-            let Some(loc) = lookup(&writer.conn, id)? else { continue };
-            writer
-                .conn
-                .execute("DELETE FROM chunks WHERE id = ?1", params![id.as_bytes().as_slice()])
-                .map_err(|e| StoreError::sqlite(format!("unindexing chunk {id}"), e))?;
+            if let Some(loc) = lookup(&writer.conn, id)? {
+                found.push((*id, loc));
+            }
+        }
+        let unindex = |conn: &Connection| {
+            let tx = conn.unchecked_transaction()?;
+            for (id, _) in &found {
+                tx.execute("DELETE FROM chunks WHERE id = ?1", params![id.as_bytes().as_slice()])?;
+            }
+            tx.commit()
+        };
+        if let Err(e) = unindex(&writer.conn) {
+            // Out of space even for that: the reserve kept for this moment
+            // makes the room.
+            log::warn!("cannot unindex {} chunks ({e}); using the store's reserve", found.len());
+            let _ = std::fs::remove_file(self.reserve_path());
+            unindex(&writer.conn).map_err(|e| StoreError::sqlite(format!("unindexing {} chunks", found.len()), e))?;
+        }
+        let mut freed = 0u64;
+        for (_, loc) in found {
             if let Some(t) = writer.totals.as_mut() {
                 t.chunks = t.chunks.saturating_sub(1);
                 t.raw_bytes = t.raw_bytes.saturating_sub(loc.raw_len);
@@ -947,6 +993,7 @@ impl ChunkStore for PackStore {
             }
         }
         log::info!("Took back {} chunks of a content stored part-way ({freed} bytes of pack freed).", ids.len());
+        keep_reserve(&self.dir);
         Ok(())
     }
 

@@ -197,6 +197,9 @@ impl LiveTree {
         } else {
             None
         };
+        // Content stored for this record, taken back if the record cannot
+        // be written.
+        let mut unrecorded = None;
         let content = if let Some(p) = pending {
             Some((p.hash.as_bytes().to_vec(), p.encode_chunks()))
         } else if content && kind == Kind::File {
@@ -207,8 +210,10 @@ impl LiveTree {
                 None => {
                     let path = sys::proc_fd_path(fd);
                     let file = rustix::fs::open(path.as_c_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-                    let stored = journal.store_content(std::fs::File::from(file)).map_err(refused)?;
-                    Some((stored.hash.as_bytes().to_vec(), stored.encode_chunks()))
+                    let stored = journal.store_content_until_recorded(std::fs::File::from(file)).map_err(refused)?;
+                    let content = (stored.content.hash.as_bytes().to_vec(), stored.content.encode_chunks());
+                    unrecorded = Some(stored);
+                    Some(content)
                 }
             }
         } else {
@@ -232,7 +237,11 @@ impl LiveTree {
         // before it was read may change again within the same ctime tick,
         // so its (ctime, size) cannot vouch for this content later.
         let cacheable = trust_known && ctime_ns < started - RACY_NS;
-        journal.record_object(id, &state, program, cacheable).map_err(refused)
+        journal.record_object(id, &state, program, cacheable).map_err(refused)?;
+        if let Some(stored) = unrecorded {
+            stored.keep();
+        }
+        Ok(())
     }
 
     /// Whether `name` in `dir` is the last name of a non-directory (so
