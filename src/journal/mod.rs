@@ -111,9 +111,9 @@ pub trait Queried {
     fn unfolded(e: MetaError) -> Self;
 }
 
-impl<X> Queried for Result<X, MetaError> {
+impl<X, E: From<MetaError>> Queried for Result<X, E> {
     fn unfolded(e: MetaError) -> Self {
-        Err(e)
+        Err(e.into())
     }
 }
 
