@@ -949,3 +949,34 @@ fn a_seal_that_cannot_be_made_durable_still_moves_the_turn_on() {
 fn a_view_never_shows_a_later_state_when_the_journal_cannot_be_folded() {
     replay(&["trunc sub/a 150699", "fill 13", "append sub/a 232452 967264", "turn"]);
 }
+
+/// FS3 (seed 366969664): a rewind without an attic (a restore of the whole
+/// tree) that failed for want of space left its temporary
+/// `.rewindfs-restore-*` file in the tree.
+#[test]
+fn a_failed_restore_leaves_no_temporary_file() {
+    replay(&[
+        "remount",
+        "trunc sub/a 135466",
+        "create b 38452 998698",
+        "create sub/c 18786 332829",
+        "turn",
+        "create b 3715502 475209",
+        "turn",
+        "write b 3708213 250242 164979",
+        "fill 903",
+        "mv sub/a b",
+        "create sub/a 2282631 426663",
+        "turn",
+        "free",
+        "append sub/a 93316 516880",
+        "create a 44337 814803",
+        "write a 44772 2149 36450",
+        "rewind 1",
+        "create sub/a 936097 460315",
+        "create a 198 179224",
+        "fill 17",
+        "rewind 0",
+        "turn",
+    ]);
+}
