@@ -286,6 +286,11 @@ mod tests {
             (Box::new(StoreError::corrupt(chunk, "bad")), libc::EIO, "store corrupt"),
             (Box::new(JournalError::from(sqlite_failure(8))), libc::EROFS, "journal meta"),
             (Box::new(JournalError::from(StoreError::io("a", io(libc::ENOSPC)))), libc::ENOSPC, "journal store"),
+            (
+                Box::new(JournalError::NotDurable { checkpoint: 3, source: sqlite_failure(13) }),
+                libc::ENOSPC,
+                "journal sealed, not durable",
+            ),
             (Box::new(JournalError::Read { what: "log".into(), source: io(libc::EIO) }), libc::EIO, "journal read"),
             (
                 Box::new(JournalError::UnknownCheckpoint { reference: "x".into(), known: String::new() }),

@@ -199,13 +199,16 @@ fn repair_drops_lost_records_and_marks_them_unknown() {
     f.journal.with_meta(|m| repair(m, &forgotten, &mut report)).expect("repair");
     assert!(report.problems.iter().all(|p| p.repaired.is_some()), "{:?}", report.problems);
     assert_eq!(*forgotten.0.lock().expect("lock"), vec![f.chunk3]);
-    f.journal.with_meta(|m| {
-        assert!(m.content_at(f.file, 2).expect("content").is_none(), "the lost record is gone");
-        assert_eq!(m.taint_after(f.file, 2).expect("taint"), Some(4), "checkpoints 2 and 3 now say unknown");
-        assert_eq!(m.taint_after(f.file, 1).expect("taint"), Some(4));
-        assert!(m.content_at(f.file, 1).expect("content").is_some(), "the turn-1 record stays");
-        assert!(m.known_content(f.file, 1, 13).expect("known").is_none(), "the cache is forgotten");
-    });
+    f.journal
+        .with_meta(|m| {
+            assert!(m.content_at(f.file, 2).expect("content").is_none(), "the lost record is gone");
+            assert_eq!(m.taint_after(f.file, 2).expect("taint"), Some(4), "checkpoints 2 and 3 now say unknown");
+            assert_eq!(m.taint_after(f.file, 1).expect("taint"), Some(4));
+            assert!(m.content_at(f.file, 1).expect("content").is_some(), "the turn-1 record stays");
+            assert!(m.known_content(f.file, 1, 13).expect("known").is_none(), "the cache is forgotten");
+            crate::meta::MetaResult::Ok(())
+        })
+        .expect("query");
     // What is left still reads as the damaged chunk (the memory store
     // cannot forget it), used by nothing any more.
     let again = run(&f.journal, None);

@@ -41,6 +41,11 @@ pub enum JournalError {
     BadMessageId { id: String, why: String },
     #[error("message id {id} already names checkpoint {checkpoint}; each message id names one checkpoint")]
     DuplicateMessageId { id: String, checkpoint: i64 },
+    #[error(
+        "checkpoint {checkpoint} was sealed, but the metadata could not be made durable ({source}); \
+         it is lost if the machine loses power before the next seal succeeds"
+    )]
+    NotDurable { checkpoint: i64, source: MetaError },
 }
 
 /// The longest message id, in bytes: it is a directory name under
@@ -90,7 +95,7 @@ impl AsErrno for JournalError {
     /// The errno a refused change answers with.
     fn errno(&self) -> Errno {
         match self {
-            JournalError::Meta(e) => e.errno(),
+            JournalError::Meta(e) | JournalError::NotDurable { source: e, .. } => e.errno(),
             JournalError::Store(e) => e.errno(),
             JournalError::Read { source, .. } => source.errno(),
             JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Errno::EIO,
@@ -100,6 +105,18 @@ impl AsErrno for JournalError {
 }
 
 pub type JournalResult<T> = Result<T, JournalError>;
+
+/// The answer of a query through [`Journal::with_meta`], which can be
+/// refused when the journal's records cannot be folded first.
+pub trait Queried {
+    fn unfolded(e: MetaError) -> Self;
+}
+
+impl<X, E: From<MetaError>> Queried for Result<X, E> {
+    fn unfolded(e: MetaError) -> Self {
+        Err(e.into())
+    }
+}
 
 /// Labels given to a checkpoint by whoever seals it.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
@@ -171,7 +188,12 @@ impl Inner {
             return Ok(());
         }
         let records = std::mem::take(&mut self.unfolded);
-        self.meta.transaction(|m| record_log::fold(m, &records))?;
+        if let Err(e) = self.meta.transaction(|m| record_log::fold(m, &records)) {
+            // Not folded (a full disk): keep them for the next fold, or
+            // that fold would empty the log and lose them.
+            self.unfolded = records;
+            return Err(e.into());
+        }
         if let Some(log) = &mut self.log {
             log.clear().map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
         }
@@ -398,10 +420,19 @@ impl Journal {
 
     /// Runs `f` with the metadata database (for queries), after folding
     /// every logged record into it.
-    pub fn with_meta<T>(&self, f: impl FnOnce(&Meta) -> T) -> T {
+    /// If the records cannot be folded (a full disk), the query is not run
+    /// and answers that error: run on the database alone it would miss
+    /// them, and a view would show a later state as the past.
+    pub fn with_meta<T: Queried>(&self, f: impl FnOnce(&Meta) -> T) -> T {
         let mut inner = self.lock();
-        if let Err(e) = inner.fold() {
-            log::error!("cannot fold the journal log into the database: {e}");
+        match inner.fold() {
+            Ok(()) => {}
+            Err(JournalError::Meta(e)) => {
+                log::error!("cannot fold the journal log into the database: {e}");
+                return T::unfolded(e);
+            }
+            // Folded; only emptying the log failed (folding is idempotent).
+            Err(e) => log::error!("cannot empty the journal log after folding it: {e}"),
         }
         f(&inner.meta)
     }
@@ -647,7 +678,7 @@ impl Journal {
         }
         let store_bytes = self.store.stats()?.stored_bytes as i64;
         self.store.sync()?;
-        let next = {
+        let (next, durable) = {
             let mut inner = self.lock();
             inner.fold()?;
             let next = inner.turn + 1;
@@ -669,7 +700,11 @@ impl Journal {
                 m.remove_states_with_prefix(SETTLED)?;
                 m.set_state("current_turn", &next.to_string())
             })?;
-            inner.meta.sync()?;
+            // The checkpoint exists from the commit on, whether or not the
+            // WAL can be checkpointed (a full disk): the turn moves on, or
+            // the next seal would reuse its number and changes made from
+            // now on would be recorded in the sealed turn.
+            let durable = inner.meta.sync();
             inner.turn = next;
             inner.entries_done.clear();
             inner.meta_done.clear();
@@ -679,10 +714,13 @@ impl Journal {
             inner.last_change = None;
             inner.turn_started = Instant::now();
             inner.programs.clear();
-            next
+            (next, durable)
         };
         crate::world::test_hooks::kill_point("seal-committed");
         recapture();
+        if let Err(source) = durable {
+            return Err(JournalError::NotDurable { checkpoint: next, source });
+        }
         info!("sealed checkpoint {next} ({:?}, message {:?})", reason, info.message_id);
         Ok(CheckpointId(next))
     }

@@ -57,6 +57,8 @@ pub fn fold(meta: &Meta, records: &[LogRecord]) -> MetaResult<()> {
 /// The log file.
 pub struct RecordLog {
     file: File,
+    /// Bytes of whole frames in the file.
+    len: u64,
 }
 
 fn checksum(payload: &[u8]) -> u32 {
@@ -71,7 +73,8 @@ impl RecordLog {
         let mut file = OpenOptions::new().create(true).read(true).append(true).open(path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        Ok((RecordLog { file }, parse(path, &bytes)))
+        let len = bytes.len() as u64;
+        Ok((RecordLog { file, len }, parse(path, &bytes)))
     }
 
     /// The records a log holds, read without opening it for writing (for
@@ -116,12 +119,24 @@ impl RecordLog {
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         frame.extend_from_slice(&checksum(&payload).to_le_bytes());
         frame.extend_from_slice(&payload);
-        self.file.write_all(&frame)
+        if let Err(e) = self.file.write_all(&frame) {
+            // A write cut short (a full disk) must not leave half a frame:
+            // the records appended after it would be unreadable after a
+            // crash, since reading stops at the first torn frame.
+            if let Err(t) = self.file.set_len(self.len) {
+                log::error!("cannot cut the journal log back to {} bytes after a failed append: {t}", self.len);
+            }
+            return Err(e);
+        }
+        self.len += frame.len() as u64;
+        Ok(())
     }
 
     /// Empties the log once its records are folded into the database.
     pub fn clear(&mut self) -> std::io::Result<()> {
-        self.file.set_len(0)
+        self.file.set_len(0)?;
+        self.len = 0;
+        Ok(())
     }
 }
 

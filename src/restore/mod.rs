@@ -439,13 +439,25 @@ impl Ctx<'_> {
             let _ = self.tree.unlink(dir, &temp, self.caller);
             return Err(e);
         }
-        let replaced = self.tree.child(dir, name).map_err(|e| live_err(path, e))?;
-        if let Some(live) = replaced
-            && live.kind == Kind::Dir
-        {
-            self.remove_quiet(dir, name, live, path)?;
-        }
-        self.tree.rename(dir, &temp, dir, name, 0, self.caller).map_err(|e| live_err(path, e))?;
+        let placed = (|| -> Result<_, RestoreError> {
+            let replaced = self.tree.child(dir, name).map_err(|e| live_err(path, e))?;
+            if let Some(live) = replaced
+                && live.kind == Kind::Dir
+            {
+                self.remove_quiet(dir, name, live, path)?;
+            }
+            self.tree.rename(dir, &temp, dir, name, 0, self.caller).map_err(|e| live_err(path, e))?;
+            Ok(replaced)
+        })();
+        // A rename refused (the replaced file's content cannot be stored:
+        // a full store) must not leave the temporary file in the tree.
+        let replaced = match placed {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.tree.unlink(dir, &temp, self.caller);
+                return Err(e);
+            }
+        };
         self.touch(dir, &temp);
         self.touch(dir, name);
         // A replaced file with other names lost one: the kernel must not

@@ -325,6 +325,14 @@ impl MountFixture {
         assert!(!is_mounted(&self.mountpoint), "{} is still mounted after unmount", self.mountpoint.display());
     }
 
+    /// Records a mount of `ws` on `mnt` that the test made itself (with
+    /// `rewindfs mount`, to see it fail), so that drop unmounts it.
+    pub fn adopt_mount(&mut self) {
+        self.mountpoint = self.mnt.clone();
+        self.mounted = true;
+        live_mounts().push(self.mountpoint.clone());
+    }
+
     /// Records that the mount is gone (a test unmounted it another way).
     pub fn forget_mount(&mut self) {
         self.mounted = false;
