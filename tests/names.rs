@@ -182,4 +182,10 @@ fn a_workspace_and_store_at_non_utf8_paths_are_reported_losslessly() {
     let out = cli(&fx, &[os(b"turn"), os(b"-C"), fx.ws.as_os_str(), os(b"--json")]);
     assert_eq!(json(out, "turn -C WORKSPACE")["checkpoint"], 1);
     fx.unmount();
+    // Offline, fsck finds the workspace from the path the store recorded:
+    // a lossy record would name another directory and check no live tree.
+    let out = cli(&fx, &[os(b"fsck"), os(b"--store"), fx.store.as_os_str(), os(b"--json")]);
+    let report = json(out, "fsck --store STORE --json");
+    let notes = report["notes"].to_string();
+    assert!(!notes.contains("workspace is unknown"), "fsck did not find the non-UTF-8 workspace: {report}");
 }

@@ -3,7 +3,9 @@
 //! the store, chooses how to reach it (through a running daemon, or opened
 //! read-only when nothing uses it), shows progress and prints the report.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -136,8 +138,8 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
     }
     let meta = Meta::open_read_only(&meta_path).map_err(|e| Error::Daemon(e.to_string()))?;
     let workspace = workspace.or_else(|| {
-        let recorded = meta.get_state("workspace").ok().flatten().filter(|w| !w.is_empty())?;
-        Some(PathBuf::from(recorded)).filter(|p| p.is_dir())
+        let recorded = meta.get_state_bytes("workspace").ok().flatten().filter(|w| !w.is_empty())?;
+        Some(PathBuf::from(OsString::from_vec(recorded))).filter(|p| p.is_dir())
     });
     let pack = PackStore::open_read_only(&StoreDir::new(store).chunks()).map_err(|e| Error::Daemon(e.to_string()))?;
     let journal = Journal::read_only(meta, Arc::new(pack)).map_err(|e| Error::Daemon(e.to_string()))?;

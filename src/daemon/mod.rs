@@ -139,7 +139,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     // Open the workspace before mounting: an in-place mount hides it.
     let journal = Arc::new(Journal::open_dir(&spec.store)?);
     // So `fsck --store` can find the workspace whose inodes views read.
-    if let Err(e) = journal.with_meta(|m| m.set_state("workspace", &spec.workspace.to_string_lossy())) {
+    if let Err(e) = journal.with_meta(|m| m.set_state_bytes("workspace", spec.workspace.as_os_str().as_bytes())) {
         warn!("cannot record the workspace path in the store: {e}");
     }
     let recording = if spec.record { Some(journal.clone()) } else { None };

@@ -570,7 +570,30 @@ impl Meta {
         self.conn.query_row("SELECT value FROM state WHERE key = ?1", [key], |r| r.get(0)).optional().ctx("read state")
     }
 
+    /// A state value as bytes: a path that need not be UTF-8. Reads a
+    /// value written as text by older versions too.
+    pub fn get_state_bytes(&self, key: &str) -> MetaResult<Option<Vec<u8>>> {
+        self.conn
+            .query_row("SELECT value FROM state WHERE key = ?1", [key], |r| {
+                Ok(match r.get_ref(0)? {
+                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => t.to_vec(),
+                    _ => Vec::new(),
+                })
+            })
+            .optional()
+            .ctx("read state")
+    }
+
+    /// Stores `value` as a blob, byte for byte.
+    pub fn set_state_bytes(&self, key: &str, value: &[u8]) -> MetaResult<()> {
+        self.put_state(key, value)
+    }
+
     pub fn set_state(&self, key: &str, value: &str) -> MetaResult<()> {
+        self.put_state(key, value)
+    }
+
+    fn put_state(&self, key: &str, value: impl rusqlite::ToSql) -> MetaResult<()> {
         self.conn
             .execute(
                 "INSERT INTO state(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -1474,6 +1497,17 @@ mod tests {
 
     fn state(size: u64) -> ObjectState {
         test_file_state(size)
+    }
+
+    #[test]
+    fn state_bytes_round_trip_and_read_older_text_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Meta::open(&dir.path().join("m.sqlite")).unwrap();
+        m.set_state_bytes("workspace", b"/ws\xff").unwrap();
+        assert_eq!(m.get_state_bytes("workspace").unwrap().as_deref(), Some(&b"/ws\xff"[..]));
+        m.set_state("workspace", "/older").unwrap();
+        assert_eq!(m.get_state_bytes("workspace").unwrap().as_deref(), Some(&b"/older"[..]));
+        assert_eq!(m.get_state_bytes("missing").unwrap(), None);
     }
 
     #[test]
