@@ -321,6 +321,7 @@ fn agent_end_to_end(spec: &AgentSpec) {
         eprintln!("{}: a prompt took {:.1}s", spec.name, t.elapsed().as_secs_f64());
     }
     let final_copy = scene.copy("final");
+    scenario_ran(&scene.snaps, &final_copy, spec.name);
 
     // One checkpoint per prompt, named by its message id, labelled with
     // its first line.
@@ -395,6 +396,26 @@ fn agent_end_to_end(spec: &AgentSpec) {
     assert_eq!(read_settings(), original, "uninstall left the file as it was");
     assert_eq!(others(), other_originals, "uninstall left the configuration as it was");
     eprintln!("{} end to end: {:.1}s", spec.name, started.elapsed().as_secs_f64());
+}
+
+/// The agent really did what the scenario asked (an agent that refuses a
+/// command still answers, and the views would match an idle agent too):
+/// the build of prompt 1, the edit and removals of prompt 2, the chmod and
+/// symlink of prompt 3.
+fn scenario_ran(snaps: &Path, final_copy: &Path, agent: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let p2 = snaps.join("p2");
+    assert!(p2.join("build/obj/o300.o").is_file() && p2.join(".git").is_dir(), "{agent}: prompt 1's build did not run");
+    assert!(p2.join("notes/todo.md").is_file() && p2.join("old.txt").is_file(), "{agent}: prompt 1's writes");
+    let p3 = snaps.join("p3");
+    let app = std::fs::read_to_string(p3.join("app.py")).unwrap_or_default();
+    assert!(app.contains("hello v2"), "{agent}: prompt 2's edit did not happen: {app:?}");
+    assert!(!p3.join("build").exists() && !p3.join("old.txt").exists(), "{agent}: prompt 2's removals did not run");
+    assert!(p3.join("notes/log.txt").is_file(), "{agent}: prompt 2's shell step did not run");
+    let mode = std::fs::metadata(final_copy.join("dist/app.py")).map(|m| m.permissions().mode() & 0o777);
+    assert_eq!(mode.ok(), Some(0o600), "{agent}: prompt 3's chmod");
+    let link = std::fs::read_link(final_copy.join("current")).ok();
+    assert_eq!(link.as_deref(), Some(Path::new("dist/app.py")), "{agent}: prompt 3's symlink");
 }
 
 /// Claude Code: UserPromptSubmit carries a fresh prompt_id per prompt.
