@@ -546,6 +546,48 @@ fn codex_prompts_are_checkpoints() {
     });
 }
 
+/// `rewindfs run -- codex` with a stand-in `codex` that records its
+/// arguments: the run gives our hook and its trust entry with `-c`, before
+/// the subcommand; once the user's own install is trusted it adds nothing
+/// (the hook would run twice); the user's files are never changed by it.
+#[test]
+fn run_wires_codex_unless_the_user_s_trusted_hook_does() {
+    let fx_dir = tempfile::tempdir().expect("tempdir");
+    let fake = fx_dir.path().join("codex");
+    let args_file = fx_dir.path().join("args");
+    std::fs::write(&fake, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n", args_file.display())).expect("write");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let scene = Scene::new(&fake);
+    let (ws, store) = (scene.fx.ws.to_str().expect("utf-8"), scene.fx.store.to_str().expect("utf-8"));
+    let run = || -> Vec<String> {
+        let _ = std::fs::remove_file(&args_file);
+        scene.rewindfs(&["run", ws, "--store", store, "--", "codex", "exec", "hi"]);
+        std::fs::read_to_string(&args_file).expect("the stand-in codex ran").lines().map(String::from).collect()
+    };
+    let args = run();
+    assert_eq!(args.len(), 6, "{args:?}");
+    assert_eq!((args[0].as_str(), args[2].as_str()), ("-c", "-c"), "{args:?}");
+    assert!(
+        args[1].starts_with("hooks.UserPromptSubmit=[{hooks=[{type=\"command\",command=")
+            && args[1].contains(" hook codex")
+    );
+    assert!(
+        args[3].starts_with(
+            "hooks.state={\"/<session-flags>/config.toml:user_prompt_submit:0:0\"={trusted_hash=\"sha256:"
+        )
+    );
+    assert_eq!(args[4..], ["exec", "hi"]);
+    assert!(!scene.home.join(".codex").exists(), "run wrote into the user's ~/.codex");
+
+    scene.rewindfs(&["hooks", "install", "codex"]);
+    assert_eq!(run(), ["exec", "hi"], "the user's trusted hook already runs");
+    // Untrusted again (say the user edited config.toml): wired for the run.
+    let config = scene.home.join(".codex/config.toml");
+    std::fs::write(&config, "").expect("truncate config.toml");
+    assert!(scene.rewindfs(&["hooks", "status"]).contains("NOT trusted by Codex"));
+    assert_eq!(run().len(), 6);
+}
+
 fn json_of(out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("the agent printed no JSON ({e}): {out}"))
 }
