@@ -1,5 +1,5 @@
-//! The real agent CLIs inside a mount: Claude Code (and Gemini CLI) from
-//! npm, driven by a scripted model server of our own
+//! The real agent CLIs inside a mount: Claude Code, Gemini CLI and Codex
+//! from npm, driven by a scripted model server of our own
 //! (tests/agents/model_server.py) that answers each prompt with a fixed
 //! scenario of tool calls: file writes and edits, a build writing hundreds
 //! of files, `rm -rf`, `git init` and commits. Everything runs in a network
@@ -19,9 +19,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::*;
+use sha2::Digest;
 
 const CLAUDE: (&str, &str, &str) = ("@anthropic-ai/claude-code", "2.1.328", "claude");
 const GEMINI: (&str, &str, &str) = ("@google/gemini-cli", "0.61.0", "gemini");
+const CODEX: (&str, &str, &str) = ("@openai/codex", "0.171.0", "codex");
+
+/// The model server's port in its network namespace (Codex takes the
+/// address from its config file, not from the environment).
+const MODEL_PORT: u16 = 18321;
 
 /// One npm install at a time (the tests of this file run in parallel).
 static NPM: Mutex<()> = Mutex::new(());
@@ -75,7 +81,8 @@ const DRIVER: &str = r#"
 ip link set lo up || exit 90
 api=$1; shift
 rm -f "$PORT_FILE"
-python3 "$SERVER" --api "$api" --workspace "$WS" --snapshots "$SNAPS" --port-file "$PORT_FILE" --log "$SERVER_LOG" &
+python3 "$SERVER" --api "$api" --workspace "$WS" --snapshots "$SNAPS" --port-file "$PORT_FILE" --log "$SERVER_LOG" \
+    --port "$MODEL_PORT" &
 srv=$!
 trap 'kill $srv 2>/dev/null' EXIT
 for _ in $(seq 200); do [ -s "$PORT_FILE" ] && break; sleep 0.05; done
@@ -156,6 +163,7 @@ impl Scene {
             .env("WS", &self.fx.ws)
             .env("SNAPS", &self.snaps)
             .env("PORT_FILE", port_file)
+            .env("MODEL_PORT", MODEL_PORT.to_string())
             .env("SERVER_LOG", &self.server_log);
         let out = run_with_timeout(&mut c, CHILD_TIMEOUT);
         if !out.status.success() {
@@ -217,12 +225,17 @@ struct AgentSpec {
     settings: &'static str,
     /// Settings the agent needs besides hooks.
     base_settings: serde_json::Value,
+    /// Other files of the user's configuration (relative to HOME), written
+    /// by `setup`; they must not change either.
+    other_files: &'static [&'static str],
+    /// Writes the other files, given HOME and the user's logging hook.
+    setup: fn(home: &Path, logging_hook: &str),
     /// The hook event that fires per prompt.
     event: &'static str,
     /// The command line of one prompt, continuing the session when `resume`.
     args: fn(prompt: &str, resume: Option<&str>) -> Vec<String>,
-    /// The session id, from the agent's JSON output.
-    session_of: fn(&serde_json::Value) -> String,
+    /// The session id, from the agent's output.
+    session_of: fn(&str) -> String,
     /// The message ids the prompts' checkpoints must have, from what the
     /// hooks received.
     message_ids: fn(&[serde_json::Value], &str) -> Vec<String>,
@@ -260,12 +273,14 @@ fn agent_end_to_end(spec: &AgentSpec) {
     let original = serde_json::to_string_pretty(&settings).expect("json") + "\n";
     std::fs::write(&user_settings, &original).expect("write settings");
     let read_settings = || std::fs::read_to_string(&user_settings).expect("settings");
-
-    let session_of = |out: &Output| -> String {
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{} printed no JSON ({e}): {}", spec.name, stdout(out)));
-        (spec.session_of)(&v)
+    (spec.setup)(&scene.home, &logging_hook);
+    let others = || -> Vec<String> {
+        let read = |f: &&str| std::fs::read_to_string(scene.home.join(f)).expect("a configuration file");
+        spec.other_files.iter().map(read).collect()
     };
+    let other_originals = others();
+
+    let session_of = |out: &Output| -> String { (spec.session_of)(&stdout(out)) };
 
     // Prompt 1: `rewindfs run` mounts, wires the agent for the run (no
     // hook of ours installed yet) and unmounts.
@@ -276,6 +291,7 @@ fn agent_end_to_end(spec: &AgentSpec) {
     let session = session_of(&out);
     eprintln!("{}: prompt 1 (rewindfs run) took {:.1}s", spec.name, t.elapsed().as_secs_f64());
     assert_eq!(read_settings(), original, "`run` changed the user's settings");
+    assert_eq!(others(), other_originals, "`run` changed the user's configuration");
 
     // Then the hook installed for the user, next to the user's own.
     let installed = scene.rewindfs(&["hooks", "install", spec.name, "--dry-run"]);
@@ -290,6 +306,9 @@ fn agent_end_to_end(spec: &AgentSpec) {
     let status = scene.rewindfs(&["hooks", "status"]);
     let line = format!("{:<7} user", spec.name);
     assert!(status.lines().any(|l| l.starts_with(&line) && l.contains("installed: ")), "{status}");
+    if spec.name == "codex" {
+        assert!(status.lines().any(|l| l.starts_with(&line) && l.ends_with("(trusted)")), "{status}");
+    }
 
     // Prompts 2 and 3 continue the session in a plain mount.
     scene.rewindfs(&["mount", &ws, "--store", &store]);
@@ -302,6 +321,7 @@ fn agent_end_to_end(spec: &AgentSpec) {
         eprintln!("{}: a prompt took {:.1}s", spec.name, t.elapsed().as_secs_f64());
     }
     let final_copy = scene.copy("final");
+    scenario_ran(&scene.snaps, &final_copy, spec.name);
 
     // One checkpoint per prompt, named by its message id, labelled with
     // its first line.
@@ -374,7 +394,28 @@ fn agent_end_to_end(spec: &AgentSpec) {
     let removed = scene.rewindfs(&["hooks", "uninstall", spec.name]);
     assert!(removed.contains("removed"), "{removed}");
     assert_eq!(read_settings(), original, "uninstall left the file as it was");
+    assert_eq!(others(), other_originals, "uninstall left the configuration as it was");
     eprintln!("{} end to end: {:.1}s", spec.name, started.elapsed().as_secs_f64());
+}
+
+/// The agent really did what the scenario asked (an agent that refuses a
+/// command still answers, and the views would match an idle agent too):
+/// the build of prompt 1, the edit and removals of prompt 2, the chmod and
+/// symlink of prompt 3.
+fn scenario_ran(snaps: &Path, final_copy: &Path, agent: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let p2 = snaps.join("p2");
+    assert!(p2.join("build/obj/o300.o").is_file() && p2.join(".git").is_dir(), "{agent}: prompt 1's build did not run");
+    assert!(p2.join("notes/todo.md").is_file() && p2.join("old.txt").is_file(), "{agent}: prompt 1's writes");
+    let p3 = snaps.join("p3");
+    let app = std::fs::read_to_string(p3.join("app.py")).unwrap_or_default();
+    assert!(app.contains("hello v2"), "{agent}: prompt 2's edit did not happen: {app:?}");
+    assert!(!p3.join("build").exists() && !p3.join("old.txt").exists(), "{agent}: prompt 2's removals did not run");
+    assert!(p3.join("notes/log.txt").is_file(), "{agent}: prompt 2's shell step did not run");
+    let mode = std::fs::metadata(final_copy.join("dist/app.py")).map(|m| m.permissions().mode() & 0o777);
+    assert_eq!(mode.ok(), Some(0o600), "{agent}: prompt 3's chmod");
+    let link = std::fs::read_link(final_copy.join("current")).ok();
+    assert_eq!(link.as_deref(), Some(Path::new("dist/app.py")), "{agent}: prompt 3's symlink");
 }
 
 /// Claude Code: UserPromptSubmit carries a fresh prompt_id per prompt.
@@ -386,6 +427,8 @@ fn claude_code_prompts_are_checkpoints() {
         api: "anthropic",
         settings: ".claude/settings.json",
         base_settings: serde_json::json!({}),
+        other_files: &[],
+        setup: |_, _| {},
         event: "UserPromptSubmit",
         args: |prompt, resume| {
             let mut a: Vec<String> = vec!["claude".into(), "-p".into(), prompt.into()];
@@ -395,7 +438,8 @@ fn claude_code_prompts_are_checkpoints() {
             }
             a
         },
-        session_of: |v| {
+        session_of: |out| {
+            let v = json_of(out);
             assert_eq!(v["is_error"], false, "claude reported an error: {v}");
             v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string()
         },
@@ -416,6 +460,8 @@ fn gemini_cli_prompts_are_checkpoints() {
         api: "gemini",
         settings: ".gemini/settings.json",
         base_settings: serde_json::json!({"security": {"auth": {"selectedType": "gemini-api-key"}}}),
+        other_files: &[],
+        setup: |_, _| {},
         event: "BeforeAgent",
         args: |prompt, resume| {
             // An explicit model: the default asks a router model first.
@@ -426,7 +472,10 @@ fn gemini_cli_prompts_are_checkpoints() {
             }
             a
         },
-        session_of: |v| v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string(),
+        session_of: |out| {
+            let v = json_of(out);
+            v["session_id"].as_str().unwrap_or_else(|| panic!("no session_id in {v}")).to_string()
+        },
         message_ids: |inputs, session| {
             for i in inputs {
                 assert_eq!(i["session_id"], session, "a prompt of another session: {i}");
@@ -435,6 +484,112 @@ fn gemini_cli_prompts_are_checkpoints() {
         },
         program: "node",
     });
+}
+
+/// Codex: UserPromptSubmit carries the turn's id. The user's config.toml
+/// points Codex at the scripted server and trusts the user's own logging
+/// hook (as Codex's review screen would); `hooks install` adds the trust
+/// of ours, `rewindfs run` gives both on the command line.
+#[test]
+fn codex_prompts_are_checkpoints() {
+    agent_end_to_end(&AgentSpec {
+        name: "codex",
+        cli: CODEX,
+        api: "openai",
+        settings: ".codex/hooks.json",
+        base_settings: serde_json::json!({}),
+        other_files: &[".codex/config.toml"],
+        setup: |home, logging_hook| {
+            let hooks_json = home.join(".codex/hooks.json");
+            // Codex's fingerprint of a hook, computed here on our own
+            // from what its source does (serde_json sorts the keys; the
+            // hook gives no timeout, Codex's default is 600 s).
+            let identity = serde_json::json!({"event_name": "user_prompt_submit",
+                "hooks": [{"type": "command", "command": logging_hook, "timeout": 600, "async": false}]});
+            let digest = sha2::Sha256::digest(identity.to_string().as_bytes());
+            let hash: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            let config = format!(
+                "# the user's own\nmodel = \"gpt-5.5\"\nmodel_provider = \"scripted\"\n\n\
+                 [model_providers.scripted]\nname = \"scripted\"\nbase_url = \"http://127.0.0.1:{MODEL_PORT}/v1\"\n\
+                 wire_api = \"responses\"\n\n\
+                 [hooks.state.\"{}:user_prompt_submit:0:0\"]\ntrusted_hash = \"sha256:{hash}\"\n",
+                hooks_json.display()
+            );
+            std::fs::write(home.join(".codex/config.toml"), config).expect("write config.toml");
+        },
+        event: "UserPromptSubmit",
+        args: |prompt, resume| {
+            let mut a: Vec<String> = ["codex", "exec"].map(String::from).to_vec();
+            if let Some(s) = resume {
+                a.extend(["resume".into(), s.into()]);
+            }
+            a.extend(
+                ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"].map(String::from),
+            );
+            a.push(prompt.into());
+            a
+        },
+        session_of: |out| {
+            let events: Vec<serde_json::Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+            assert!(events.iter().any(|e| e["type"] == "turn.completed"), "codex did not complete the turn: {out}");
+            let started = events.iter().find(|e| e["type"] == "thread.started");
+            let id = started.and_then(|e| e["thread_id"].as_str());
+            id.unwrap_or_else(|| panic!("no thread.started in {out}")).to_string()
+        },
+        message_ids: |inputs, session| {
+            for i in inputs {
+                assert_eq!(i["session_id"], session, "a prompt of another session: {i}");
+            }
+            inputs.iter().map(|i| i["turn_id"].as_str().expect("turn_id").to_string()).collect()
+        },
+        program: "codex",
+    });
+}
+
+/// `rewindfs run -- codex` with a stand-in `codex` that records its
+/// arguments: the run gives our hook and its trust entry with `-c`, before
+/// the subcommand; once the user's own install is trusted it adds nothing
+/// (the hook would run twice); the user's files are never changed by it.
+#[test]
+fn run_wires_codex_unless_the_user_s_trusted_hook_does() {
+    let fx_dir = tempfile::tempdir().expect("tempdir");
+    let fake = fx_dir.path().join("codex");
+    let args_file = fx_dir.path().join("args");
+    std::fs::write(&fake, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n", args_file.display())).expect("write");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let scene = Scene::new(&fake);
+    let (ws, store) = (scene.fx.ws.to_str().expect("utf-8"), scene.fx.store.to_str().expect("utf-8"));
+    let run = || -> Vec<String> {
+        let _ = std::fs::remove_file(&args_file);
+        scene.rewindfs(&["run", ws, "--store", store, "--", "codex", "exec", "hi"]);
+        std::fs::read_to_string(&args_file).expect("the stand-in codex ran").lines().map(String::from).collect()
+    };
+    let args = run();
+    assert_eq!(args.len(), 6, "{args:?}");
+    assert_eq!((args[0].as_str(), args[2].as_str()), ("-c", "-c"), "{args:?}");
+    assert!(
+        args[1].starts_with("hooks.UserPromptSubmit=[{hooks=[{type=\"command\",command=")
+            && args[1].contains(" hook codex")
+    );
+    assert!(
+        args[3].starts_with(
+            "hooks.state={\"/<session-flags>/config.toml:user_prompt_submit:0:0\"={trusted_hash=\"sha256:"
+        )
+    );
+    assert_eq!(args[4..], ["exec", "hi"]);
+    assert!(!scene.home.join(".codex").exists(), "run wrote into the user's ~/.codex");
+
+    scene.rewindfs(&["hooks", "install", "codex"]);
+    assert_eq!(run(), ["exec", "hi"], "the user's trusted hook already runs");
+    // Untrusted again (say the user edited config.toml): wired for the run.
+    let config = scene.home.join(".codex/config.toml");
+    std::fs::write(&config, "").expect("truncate config.toml");
+    assert!(scene.rewindfs(&["hooks", "status"]).contains("NOT trusted by Codex"));
+    assert_eq!(run().len(), 6);
+}
+
+fn json_of(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("the agent printed no JSON ({e}): {out}"))
 }
 
 /// Unmounts the scene's workspace when dropped (also on a failed assert).

@@ -15,8 +15,8 @@ pub enum Agent {
     Claude,
     /// Gemini CLI (`gemini`): BeforeAgent hook in settings.json.
     Gemini,
-    /// Codex CLI (`codex`): UserPromptSubmit hook in hooks.json (Codex runs
-    /// it only once the user has trusted it).
+    /// Codex CLI (`codex`): UserPromptSubmit hook in hooks.json, trusted
+    /// in its config.toml (Codex skips a hook it has no trust entry for).
     Codex,
 }
 
@@ -56,10 +56,7 @@ impl Agent {
                 .or_else(|| home().map(|h| h.join(".claude")))
                 .map(|d| d.join("settings.json")),
             Agent::Gemini => home().map(|h| h.join(".gemini/settings.json")),
-            Agent::Codex => std::env::var_os("CODEX_HOME")
-                .map(PathBuf::from)
-                .or_else(|| home().map(|h| h.join(".codex")))
-                .map(|d| d.join("hooks.json")),
+            Agent::Codex => codex::home().map(|d| d.join("hooks.json")),
         }
     }
 
@@ -85,7 +82,8 @@ impl Agent {
         // The hook itself gives up after HOOK_DEADLINE; this only bounds a
         // hook that cannot even start.
         let timeout = match self {
-            Agent::Claude | Agent::Codex => Json::Num(10.into()),
+            Agent::Claude => Json::Num(10.into()),
+            Agent::Codex => Json::Num(codex::TIMEOUT.into()),
             Agent::Gemini => Json::Num(10_000.into()),
         };
         e.insert("timeout".into(), timeout);
@@ -303,6 +301,186 @@ pub fn run_settings(agent: Agent, command: &str) -> Json {
     doc
 }
 
+/// Codex's trust in hooks. Codex runs a hook from the user's or a
+/// project's files only when the user's config.toml holds, under
+/// `hooks.state."<file>:user_prompt_submit:<group>:<handler>"`, a
+/// `trusted_hash` equal to its fingerprint of that hook; otherwise it skips
+/// the hook without a word (`codex exec` included). Its review screen
+/// writes that entry when a person trusts the hook; `hooks install codex`
+/// writes it for the one hook it installs, and `rewindfs run` gives the
+/// hook and its entry for the run on the command line (`-c`), where Codex
+/// reads hook state too.
+pub mod codex {
+    use std::path::{Path, PathBuf};
+
+    use sha2::Digest;
+    use toml_edit::{DocumentMut, Item, Table};
+
+    use super::{Agent, Json, groups};
+
+    /// Seconds Codex gives our hook (it is part of the fingerprint).
+    pub const TIMEOUT: u64 = 10;
+
+    /// Codex's name of the event in hook state keys.
+    const EVENT_KEY: &str = "user_prompt_submit";
+
+    /// The file name Codex gives the hooks passed with `-c` (their layer has
+    /// no file).
+    const SESSION_FLAGS_SOURCE: &str = "/<session-flags>/config.toml";
+
+    /// Codex's own directory: CODEX_HOME, which Codex canonicalizes, else
+    /// ~/.codex as it is.
+    pub fn home() -> Option<PathBuf> {
+        match std::env::var_os("CODEX_HOME").filter(|v| !v.is_empty()) {
+            Some(dir) => {
+                let dir = PathBuf::from(dir);
+                Some(dir.canonicalize().unwrap_or(dir))
+            }
+            None => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")),
+        }
+    }
+
+    /// The key of the state Codex looks up for the handler at
+    /// (group, handler) of the UserPromptSubmit list in `source`.
+    pub fn state_key(source: &Path, group: usize, handler: usize) -> String {
+        format!("{}:{EVENT_KEY}:{group}:{handler}", source.display())
+    }
+
+    /// Codex's fingerprint of our hook entry (`hook_entry`'s fields): the
+    /// SHA-256 of its normalized form as compact JSON with sorted keys
+    /// (codex-rs `command_hook_hash`, `version_for_toml`). A group without a
+    /// matcher, as ours (Codex drops a UserPromptSubmit matcher anyway).
+    pub fn trust_hash(command: &str) -> String {
+        let command = serde_json::to_string(command).unwrap_or_default();
+        let identity = format!(
+            r#"{{"event_name":"{EVENT_KEY}","hooks":[{{"async":false,"command":{command},"timeout":{TIMEOUT},"type":"command"}}]}}"#
+        );
+        let digest = sha2::Sha256::digest(identity.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    }
+
+    /// Our hooks in a hooks.json document: (group, handler, command).
+    pub fn positions(doc: &Json) -> Vec<(usize, usize, String)> {
+        let mut out = Vec::new();
+        for (g, group) in groups(doc, Agent::Codex).into_iter().flatten().enumerate() {
+            for (h, entry) in super::entries(group).into_iter().flatten().enumerate() {
+                if let Some(c) = super::entry_command(entry).filter(|c| super::is_ours(c, Agent::Codex)) {
+                    out.push((g, h, c.to_string()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The trust entries our hooks in `doc` (the hooks.json at `source`)
+    /// need: state key and hash.
+    pub fn wanted(source: &Path, doc: &Json) -> Vec<(String, String)> {
+        positions(doc).into_iter().map(|(g, h, c)| (state_key(source, g, h), trust_hash(&c))).collect()
+    }
+
+    /// The `-c` arguments that give Codex our hook and its trust for one
+    /// run, as TOML values (Codex reads a value that does not parse as a
+    /// plain string, so they must parse).
+    pub fn run_overrides(command: &str) -> [String; 4] {
+        let cmd = toml_edit::Value::from(command).to_string();
+        let key = toml_edit::Value::from(format!("{SESSION_FLAGS_SOURCE}:{EVENT_KEY}:0:0")).to_string();
+        [
+            "-c".into(),
+            format!(
+                r#"hooks.UserPromptSubmit=[{{hooks=[{{type="command",command={},timeout={TIMEOUT}}}]}}]"#,
+                cmd.trim()
+            ),
+            "-c".into(),
+            format!(r#"hooks.state={{{}={{trusted_hash="{}"}}}}"#, key.trim(), trust_hash(command)),
+        ]
+    }
+
+    /// The `hooks.state` table of a config.toml, if it has one.
+    fn state(doc: &DocumentMut) -> Option<&dyn toml_edit::TableLike> {
+        doc.get("hooks")?.as_table_like()?.get("state")?.as_table_like()
+    }
+
+    /// Whether config.toml trusts `hash` under `key`.
+    pub fn is_trusted(doc: &DocumentMut, key: &str, hash: &str) -> bool {
+        state(doc)
+            .and_then(|s| s.get(key))
+            .and_then(|e| e.as_table_like())
+            .and_then(|e| e.get("trusted_hash"))
+            .and_then(|h| h.as_str())
+            == Some(hash)
+    }
+
+    /// Makes config.toml trust exactly `wanted` among the entries of
+    /// `source` (our hooks): adds the missing ones, and removes those of
+    /// `source` whose hash is one of `ours` (our hooks' fingerprints, past
+    /// or present) but that are no longer wanted. Entries of other hooks
+    /// are never touched. Returns whether anything changed; fails on a
+    /// `hooks` or `hooks.state` that is not a table.
+    pub fn set_trust(
+        doc: &mut DocumentMut,
+        source: &Path,
+        wanted: &[(String, String)],
+        ours: &[String],
+    ) -> Result<bool, String> {
+        let prefix = format!("{}:{EVENT_KEY}:", source.display());
+        let stale: Vec<String> = match state(doc) {
+            Some(s) => s
+                .iter()
+                .filter(|(k, _)| k.starts_with(&prefix) && !wanted.iter().any(|(w, _)| w == k))
+                .filter(|(_, v)| {
+                    let hash = v.as_table_like().and_then(|t| t.get("trusted_hash")).and_then(|h| h.as_str());
+                    hash.is_some_and(|h| ours.iter().any(|o| o == h))
+                })
+                .map(|(k, _)| k.to_string())
+                .collect(),
+            None => Vec::new(),
+        };
+        let missing: Vec<&(String, String)> = wanted.iter().filter(|(k, h)| !is_trusted(doc, k, h)).collect();
+        if stale.is_empty() && missing.is_empty() {
+            return Ok(false);
+        }
+        let hooks = doc.entry("hooks").or_insert_with(|| {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            Item::Table(t)
+        });
+        let hooks = hooks.as_table_mut().ok_or("its `hooks` is not a table")?;
+        let state = hooks.entry("state").or_insert_with(|| {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            Item::Table(t)
+        });
+        let state = state.as_table_mut().ok_or("its `hooks.state` is not a table")?;
+        for key in &stale {
+            state.remove(key);
+        }
+        for (key, hash) in missing {
+            match state.get_mut(key).and_then(Item::as_table_like_mut) {
+                // The user's own entry for this hook (say, `enabled`): only
+                // its hash changes.
+                Some(entry) => {
+                    entry.insert("trusted_hash", toml_edit::value(hash.as_str()));
+                }
+                None => {
+                    let mut entry = Table::new();
+                    entry.insert("trusted_hash", toml_edit::value(hash.as_str()));
+                    state.insert(key, Item::Table(entry));
+                }
+            }
+        }
+        // Tables left empty that only held ours go (an explicit header
+        // the user wrote stays).
+        if state.is_empty() && state.is_implicit() {
+            hooks.remove("state");
+        }
+        if hooks.is_empty() && hooks.is_implicit() {
+            doc.remove("hooks");
+        }
+        Ok(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,5 +574,69 @@ mod tests {
         for bad in ["[]", r#"{"hooks":[]}"#, r#"{"hooks":{"UserPromptSubmit":{}}}"#] {
             assert!(install(&mut doc(bad), Agent::Claude, "c").is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn codex_trust_hash_is_codex_s_own() {
+        // The hash Codex 0.171.0 itself accepted for this command (a hook
+        // with a wrong one is skipped): the fingerprint must stay Codex's.
+        assert_eq!(
+            codex::trust_hash("cat >> /tmp/cx/hook.log; echo >> /tmp/cx/hook.log"),
+            "sha256:3d3f08e0a5695a84cd687f32998fbf22be3a5df9690137226eb91ea5cc64499f"
+        );
+    }
+
+    #[test]
+    fn codex_run_overrides_are_toml_holding_the_hook_and_its_trust() {
+        let cmd = "'/my dir/rewindfs' hook codex";
+        let args = codex::run_overrides(cmd);
+        assert_eq!((args[0].as_str(), args[2].as_str()), ("-c", "-c"));
+        let parse = |arg: &str| -> toml_edit::DocumentMut {
+            let (key, value) = arg.split_once('=').unwrap();
+            format!("{key} = {value}").parse().unwrap_or_else(|e| panic!("{arg}: {e}"))
+        };
+        let hooks = parse(&args[1]);
+        let entry = &hooks["hooks"]["UserPromptSubmit"][0]["hooks"][0];
+        assert_eq!(entry["command"].as_str(), Some(cmd));
+        assert_eq!(entry["timeout"].as_integer(), Some(10));
+        let state = parse(&args[3]);
+        let hash =
+            state["hooks"]["state"]["/<session-flags>/config.toml:user_prompt_submit:0:0"]["trusted_hash"].as_str();
+        assert_eq!(hash, Some(codex::trust_hash(cmd).as_str()));
+    }
+
+    #[test]
+    fn codex_trust_is_added_and_removed_leaving_the_config_as_it_was() {
+        let before =
+            "# mine\nmodel = \"m\"\n\n[hooks.state.\"/other/hooks.json:user_prompt_submit:0:0\"]\nenabled = false\n";
+        let mut config: toml_edit::DocumentMut = before.parse().unwrap();
+        let source = Path::new("/h/.codex/hooks.json");
+        let mut hooks = doc(r#"{"hooks":{"UserPromptSubmit":[{"hooks":[{"type":"command","command":"mine"}]}]}}"#);
+        install(&mut hooks, Agent::Codex, "/bin/rewindfs hook codex").unwrap();
+        let wanted = codex::wanted(source, &hooks);
+        assert_eq!(wanted.len(), 1);
+        assert_eq!(wanted[0].0, "/h/.codex/hooks.json:user_prompt_submit:1:0", "our group follows the user's");
+        let ours = vec![wanted[0].1.clone()];
+        assert!(codex::set_trust(&mut config, source, &wanted, &ours).unwrap());
+        assert!(codex::is_trusted(&config, &wanted[0].0, &wanted[0].1));
+        let trusted = config.to_string();
+        assert!(trusted.starts_with(before), "the user's text is kept: {trusted}");
+        assert!(!codex::set_trust(&mut config, source, &wanted, &ours).unwrap(), "a second time changes nothing");
+        // The user's hook goes: ours moves to group 0, and its trust with it.
+        let moved = doc(
+            r#"{"hooks":{"UserPromptSubmit":[{"hooks":[{"type":"command","command":"/bin/rewindfs hook codex","timeout":10}]}]}}"#,
+        );
+        let now = codex::wanted(source, &moved);
+        assert!(codex::set_trust(&mut config, source, &now, &ours).unwrap());
+        assert!(codex::is_trusted(&config, &now[0].0, &now[0].1));
+        assert!(!codex::is_trusted(&config, &wanted[0].0, &wanted[0].1), "the stale entry went");
+        assert!(codex::set_trust(&mut config, source, &[], &ours).unwrap());
+        assert_eq!(config.to_string(), before, "uninstall gives back the file as it was");
+        let mut empty = toml_edit::DocumentMut::new();
+        assert!(codex::set_trust(&mut empty, source, &now, &ours).unwrap());
+        assert!(codex::set_trust(&mut empty, source, &[], &ours).unwrap());
+        assert_eq!(empty.to_string(), "");
+        let mut odd: toml_edit::DocumentMut = "hooks = 3\n".parse().unwrap();
+        assert!(codex::set_trust(&mut odd, source, &now, &ours).is_err());
     }
 }

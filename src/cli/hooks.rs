@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cli::agents::{self, Agent, Json};
+use crate::cli::agents::{self, Agent, Json, codex};
 use crate::cli::{HookScope, HooksArgs, HooksCommand};
 use crate::error::{Error, Result};
 
@@ -51,34 +51,53 @@ fn to_text(doc: &Json) -> Result<String> {
 fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()> {
     let path = settings_file(agent, scope)?;
     let (old_text, mut doc) = read_settings(&path)?;
-    let changed = if add {
+    let before = doc.clone();
+    if add {
         let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs binary", e))?;
-        let before = doc.clone();
         agents::install(&mut doc, agent, &agents::hook_command(&exe, agent))
             .map_err(|why| Error::path(&path, format!("{why}; edit it by hand")))?;
-        doc != before
     } else {
-        agents::uninstall(&mut doc, agent) > 0
-    };
+        agents::uninstall(&mut doc, agent);
+    }
     let (name, what) = (agent.name(), if add { "installed" } else { "removed" });
-    if !changed {
+    if doc == before {
         let state = if add { "already installed" } else { "not installed" };
         println!("rewindfs's {name} hook is {state} in {}; nothing to change", path.display());
-        return Ok(());
+    } else {
+        let new_text = to_text(&doc)?;
+        if let Some(backup) = replace(&path, old_text.as_deref(), &new_text, dry_run)? {
+            let kept = backup.map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
+            println!("{what} rewindfs's {name} hook in {}{kept}", path.display());
+        }
     }
-    let new_text = to_text(&doc)?;
-    let old = old_text.clone().unwrap_or_default();
+    if agent == Agent::Codex {
+        codex_trust(&path, &before, &doc, dry_run)?;
+        if add && scope.project.is_some() {
+            println!(
+                "note: Codex reads a project's .codex directory only once you trust the project \
+                 (`codex` asks when it starts there)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes `new_text` over `path` (whose text is `old_text`, None when it
+/// does not exist), keeping the old text as `<path>.rewindfs-backup`. A dry
+/// run prints the difference instead and returns None; otherwise the
+/// backup's path, if there was a file to back up.
+fn replace(path: &Path, old_text: Option<&str>, new_text: &str, dry_run: bool) -> Result<Option<Option<PathBuf>>> {
     if dry_run {
-        let diff = similar::TextDiff::from_lines(&old, &new_text);
+        let diff = similar::TextDiff::from_lines(old_text.unwrap_or_default(), new_text);
         let shown = path.display().to_string();
         print!("{}", diff.unified_diff().header(&shown, &shown));
         println!("(dry run; {} unchanged)", path.display());
-        return Ok(());
+        return Ok(None);
     }
-    let backup = match &old_text {
+    let backup = match old_text {
         Some(text) => {
             let b = PathBuf::from(format!("{}.rewindfs-backup", path.display()));
-            write_atomic(&b, text, &path)?;
+            write_atomic(&b, text, path)?;
             Some(b)
         }
         None => None,
@@ -86,22 +105,58 @@ fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()>
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
     }
-    write_atomic(&path, &new_text, &path)?;
-    match backup {
-        Some(b) => {
-            println!("{what} rewindfs's {name} hook in {} (the previous file is {})", path.display(), b.display())
-        }
-        None => println!("{what} rewindfs's {name} hook in {}", path.display()),
+    write_atomic(path, new_text, path)?;
+    Ok(Some(backup))
+}
+
+/// Codex's config.toml: its text (None when missing) and document.
+fn read_codex_config() -> Result<(PathBuf, Option<String>, toml_edit::DocumentMut)> {
+    let home = codex::home().ok_or_else(|| Error::Usage("HOME is not set: cannot find Codex's config.toml".into()))?;
+    let path = home.join("config.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
+    };
+    let doc = text
+        .as_deref()
+        .unwrap_or_default()
+        .parse::<toml_edit::DocumentMut>()
+        .map_err(|e| Error::path(&path, format!("is not valid TOML ({e}); fix it and try again")))?;
+    Ok((path, text, doc))
+}
+
+/// Makes Codex's config.toml trust exactly our hooks of `hooks_file` as
+/// they are in `after` (none after an uninstall); `before` names the hooks
+/// of ours whose trust may be removed.
+fn codex_trust(hooks_file: &Path, before: &Json, after: &Json, dry_run: bool) -> Result<()> {
+    let (path, old_text, mut doc) = read_codex_config()?;
+    let wanted = codex::wanted(hooks_file, after);
+    let ours: Vec<String> =
+        codex::positions(before).iter().chain(&codex::positions(after)).map(|(_, _, c)| codex::trust_hash(c)).collect();
+    let changed = codex::set_trust(&mut doc, hooks_file, &wanted, &ours)
+        .map_err(|why| Error::path(&path, format!("{why}; edit it by hand")))?;
+    if !changed {
+        return Ok(());
     }
-    if add && agent == Agent::Codex {
-        // Codex skips a new hook, silently, until a person trusts it; there
-        // is no supported way for us to trust it on the user's behalf.
-        println!(
-            "note: Codex runs a new hook only after you trust it: start `codex` in a terminal and choose to trust it \
-             when it shows \"Hooks need review\" (or use /hooks); `codex exec` skips untrusted hooks"
-        );
+    let what = if wanted.is_empty() { "removed Codex's trust in" } else { "trusted" };
+    if let Some(backup) = replace(&path, old_text.as_deref(), &doc.to_string(), dry_run)? {
+        let kept = backup.map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
+        println!("{what} rewindfs's codex hook in {}{kept}", path.display());
     }
     Ok(())
+}
+
+/// Whether Codex runs our hook for a prompt in `dir` without being told:
+/// installed in the user's or the project's hooks.json and trusted.
+pub fn codex_wired(dir: &Path) -> bool {
+    let Ok((_, _, config)) = read_codex_config() else { return false };
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let files = [Agent::Codex.user_settings(), Some(Agent::Codex.project_settings(&dir))];
+    files.into_iter().flatten().any(|f| {
+        read_settings(&f)
+            .is_ok_and(|(_, doc)| codex::wanted(&f, &doc).iter().any(|(k, h)| codex::is_trusted(&config, k, h)))
+    })
 }
 
 /// Writes `text` to `path` through a temporary file and a rename, with the
@@ -137,6 +192,18 @@ fn status(project: Option<&Path>) -> Result<()> {
                 Ok((None, _)) => "no settings file".to_string(),
                 Ok((Some(_), doc)) => match agents::installed(&doc, agent).as_slice() {
                     [] => "not installed".to_string(),
+                    cmds if agent == Agent::Codex => {
+                        let config = read_codex_config().map(|(_, _, c)| c);
+                        let trusted = codex::wanted(&path, &doc)
+                            .iter()
+                            .all(|(k, h)| config.as_ref().is_ok_and(|c| codex::is_trusted(c, k, h)));
+                        let trust = if trusted {
+                            "trusted"
+                        } else {
+                            "NOT trusted by Codex, which skips it: run `rewindfs hooks install codex` again"
+                        };
+                        format!("installed: {} ({trust})", cmds.join("; "))
+                    }
                     cmds => format!("installed: {}", cmds.join("; ")),
                 },
                 Err(e) => format!("unreadable: {e}"),

@@ -109,6 +109,8 @@ struct Wiring {
 /// Claude Code takes extra settings with `--settings`, merged with the
 /// user's own (when the user also installed the hook, the second call for
 /// a prompt finds its checkpoint already sealed and changes nothing).
+/// Codex takes our hook and its trust entry with `-c`, unless the user's
+/// own (trusted) install already runs it.
 /// Gemini CLI has no such flag: it reads its system settings from
 /// GEMINI_CLI_SYSTEM_SETTINGS_PATH, so the run gets a copy of those with
 /// the hook added, unless the user's or the project's settings already
@@ -126,9 +128,15 @@ fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wirin
             }
             Wiring::default()
         }
-        // Codex runs a hook only after the user has trusted it in its own
-        // review screen; a hook given for one run would never be trusted.
-        Agent::Codex => Wiring::default(),
+        // Codex takes config and hook state with `-c` (before a subcommand
+        // such as `exec`, they hold for it too): our hook and its trust
+        // entry, for this run only.
+        Agent::Codex => {
+            if !hooks::codex_wired(workspace) {
+                command.splice(1..1, agents::codex::run_overrides(&hook).map(OsString::from));
+            }
+            Wiring::default()
+        }
         Agent::Gemini => {
             let installed = [agent.user_settings(), Some(agent.project_settings(workspace))]
                 .into_iter()

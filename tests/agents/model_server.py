@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A scripted model server for the agent tests: it speaks enough of the
-Anthropic Messages API and of the Gemini API for the real Claude Code and
-Gemini CLI to run a fixed scenario of tool calls, offline.
+Anthropic Messages API, of the Gemini API and of the OpenAI Responses API
+for the real Claude Code, Gemini CLI and Codex CLI to run a fixed scenario
+of tool calls, offline.
 
 Each prompt of the scenario carries a marker "(scenario prompt N)". A request
 whose tools include the agent's shell tool is a step of the main loop: the
@@ -14,7 +15,7 @@ prompt hook and is waiting for the answer, so nothing writes to the
 workspace: the server copies it to SNAPSHOTS/pN then, the state the
 prompt's checkpoint must show.
 
-Usage: model_server.py --api anthropic|gemini --workspace DIR --snapshots DIR --port-file FILE [--log FILE]
+Usage: model_server.py --api anthropic|gemini|openai --workspace DIR --snapshots DIR --port-file FILE [--log FILE]
 """
 
 import argparse
@@ -236,6 +237,123 @@ def gemini_reply(body):
             "modelVersion": "scripted"}
 
 
+# ---------------------------------------------------------------- OpenAI Responses (Codex)
+
+def item_text(item):
+    c = item.get("content")
+    if isinstance(c, str):
+        return c
+    return "\n".join(p.get("text", "") for p in c or [] if isinstance(p.get("text"), str))
+
+
+def openai_step(body):
+    """(prompt, step) of a Responses request: the newest user message with a
+    marker, and the step after the newest of our own calls since then (their
+    call ids say which step made them)."""
+    items = body.get("input") or []
+    for i in range(len(items) - 1, -1, -1):
+        it = items[i]
+        if it.get("type", "message") == "message" and it.get("role") == "user":
+            m = MARKER.search(item_text(it))
+            if m:
+                prompt, step = int(m.group(1)), 0
+                for later in items[i + 1:]:
+                    cid = MARKER_CALL.match(later.get("call_id") or "")
+                    if cid and int(cid.group(1)) == prompt:
+                        step = max(step, int(cid.group(2)) + 1)
+                return prompt, step
+    return None
+
+
+MARKER_CALL = re.compile(r"call_p(\d+)_s(\d+)_")
+
+
+def patch_of(action):
+    kind = action[0]
+    if kind == "write":
+        body = "".join("+" + line + "\n" for line in action[2].splitlines())
+        return f"*** Begin Patch\n*** Add File: {action[1]}\n{body}*** End Patch\n"
+    old, new = action[2], action[3]
+    with open(os.path.join(ARGS.workspace, action[1])) as f:
+        lines = f.read().splitlines()
+    hunk = "".join((f"-{l}\n+{l.replace(old, new)}\n" if old in l else f" {l}\n") for l in lines)
+    return f"*** Begin Patch\n*** Update File: {action[1]}\n@@\n{hunk}*** End Patch\n"
+
+
+def openai_items(actions, tools, prompt, step):
+    """Codex's tools by what this version offers: a shell tool taking a
+    string (exec_command, shell_command) or an argv (shell), and apply_patch
+    as a freeform (custom) tool or a function."""
+    items = []
+    for k, a in enumerate(actions):
+        kind = a[0]
+        cid = f"call_p{prompt}_s{step}_{k}"
+        if kind == "text":
+            items.append({"type": "message", "role": "assistant", "id": f"msg_{cid}",
+                          "content": [{"type": "output_text", "text": a[1], "annotations": []}]})
+            continue
+        if kind in ("write", "edit") and "apply_patch" in tools:
+            patch = patch_of(a)
+            if tools["apply_patch"] == "custom":
+                items.append({"type": "custom_tool_call", "id": f"ctc_{cid}", "call_id": cid, "name": "apply_patch",
+                              "input": patch, "status": "completed"})
+            else:
+                items.append({"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": "apply_patch",
+                              "arguments": json.dumps({"input": patch})})
+            continue
+        command = a[1] if kind == "bash" else f"cat {a[1]}"
+        # Codex refuses `rm -f` style commands by a built-in rule, bypass
+        # flags or not ("rm -f style commands are not permitted"): the same
+        # recursive removal, without -f.
+        command = command.replace("rm -rf ", "rm -r ")
+        if "exec_command" in tools:
+            name, args = "exec_command", {"cmd": command, "workdir": ARGS.workspace}
+        elif "shell_command" in tools:
+            name, args = "shell_command", {"command": command, "workdir": ARGS.workspace}
+        else:
+            name, args = "shell", {"command": ["bash", "-lc", command], "workdir": ARGS.workspace}
+        items.append({"type": "function_call", "id": f"fc_{cid}", "call_id": cid, "name": name,
+                      "arguments": json.dumps(args)})
+    return items
+
+
+def openai_tools(body):
+    out = {}
+    for t in body.get("tools") or []:
+        name = t.get("name") or (t.get("function") or {}).get("name")
+        if name:
+            out[name] = t.get("type")
+    return out
+
+
+def openai_stream(body):
+    tools = openai_tools(body)
+    main_loop = any(t in tools for t in ("exec_command", "shell_command", "shell"))
+    where = openai_step(body) if main_loop else None
+    if os.environ.get("MODEL_SERVER_DEBUG"):
+        log("openai request: tools " + json.dumps(tools) + " input tail " + json.dumps((body.get("input") or [])[-3:])[:3000])
+    if where:
+        prompt, step = where
+        if step == 0:
+            snapshot(prompt)
+        actions = actions_for(prompt, step)
+        log(f"openai prompt {prompt} step {step}: {[a[0] for a in actions]}")
+    else:
+        prompt, step, actions = 0, 0, [("text", "ok")]
+    with LOCK:
+        SEQ[0] += 1
+        rid = f"resp_{SEQ[0]}"
+    items = openai_items(actions, tools, prompt, step)
+    events = [("response.created", {"type": "response.created", "response": {"id": rid}})]
+    for n, it in enumerate(items):
+        events.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": n,
+                                                      "item": it}))
+    usage = {"input_tokens": 10, "input_tokens_details": None, "output_tokens": 10,
+             "output_tokens_details": None, "total_tokens": 20}
+    events.append(("response.completed", {"type": "response.completed", "response": {"id": rid, "usage": usage}}))
+    return b"".join(sse(e, d) for e, d in events)
+
+
 # ---------------------------------------------------------------- HTTP
 
 class Handler(BaseHTTPRequestHandler):
@@ -257,6 +375,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self):
+        if ARGS.api == "openai":
+            return self.send(200, b'{"models": [], "data": [], "object": "list"}')
         self.send(200, b"{}")
 
     def do_POST(self):
@@ -268,6 +388,10 @@ class Handler(BaseHTTPRequestHandler):
             body = {}
         path = self.path
         try:
+            if ARGS.api == "openai":
+                if path.rstrip("/").endswith("/models") or "/models?" in path:
+                    return self.send(200, b'{"models": [], "data": []}')
+                return self.send(200, openai_stream(body), "text/event-stream")
             if ARGS.api == "anthropic":
                 if "count_tokens" in path:
                     return self.send(200, b'{"input_tokens": 10}')
@@ -291,13 +415,16 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     global ARGS
     p = argparse.ArgumentParser()
-    p.add_argument("--api", choices=["anthropic", "gemini"], required=True)
+    p.add_argument("--api", choices=["anthropic", "gemini", "openai"], required=True)
     p.add_argument("--workspace", required=True)
     p.add_argument("--snapshots", required=True)
     p.add_argument("--port-file", required=True)
     p.add_argument("--log")
+    # Codex takes its provider's address from its config: a fixed port
+    # (the server runs in a network namespace of its own).
+    p.add_argument("--port", type=int, default=0)
     ARGS = p.parse_args()
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
     with open(ARGS.port_file + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))
     os.rename(ARGS.port_file + ".tmp", ARGS.port_file)
