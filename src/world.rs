@@ -232,6 +232,21 @@ pub mod test_hooks {
     static PHASE: Mutex<Option<&'static str>> = Mutex::new(None);
     static REACHED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
 
+    /// How many times `key` was reached, this one included.
+    fn reach(key: &str) -> u64 {
+        let mut reached = REACHED.lock().unwrap_or_else(|p| p.into_inner());
+        match reached.iter_mut().find(|(p, _)| p == key) {
+            Some((_, c)) => {
+                *c += 1;
+                *c
+            }
+            None => {
+                reached.push((key.to_string(), 1));
+                1
+            }
+        }
+    }
+
     /// `REWINDFS_TEST_KILL_AT=POINT:N` kills the daemon with SIGKILL the
     /// N-th time (from 1) it reaches `POINT`: a crash at a chosen place,
     /// with nothing cleaned up, exactly as `kill -9` would leave it.
@@ -242,21 +257,27 @@ pub mod test_hooks {
             return;
         }
         let Ok(n) = n.parse::<u64>() else { return };
-        let mut reached = REACHED.lock().unwrap_or_else(|p| p.into_inner());
-        let count = match reached.iter_mut().find(|(p, _)| p == point) {
-            Some((_, c)) => {
-                *c += 1;
-                *c
-            }
-            None => {
-                reached.push((point.to_string(), 1));
-                1
-            }
-        };
-        if count == n {
+        if reach(point) == n {
             log::warn!("test hook: killing the daemon at {point} #{n}");
             let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         }
+    }
+
+    /// `REWINDFS_TEST_FAIL_AT=POINT:N`: whether this reach of `POINT` must
+    /// fail (the N-th, from 1), so a test can make one step of a
+    /// multi-step change fail and check that the earlier steps are undone.
+    pub fn fail_point(point: &str) -> bool {
+        let Ok(spec) = std::env::var("REWINDFS_TEST_FAIL_AT") else { return false };
+        let Some((name, n)) = spec.rsplit_once(':') else { return false };
+        if name != point {
+            return false;
+        }
+        let Ok(n) = n.parse::<u64>() else { return false };
+        let count = reach(&format!("fail:{point}"));
+        if count == n {
+            log::warn!("test hook: failing at {point} #{n}");
+        }
+        count == n
     }
 
     /// Sets what the daemon is doing (None: nothing the hooks watch).
@@ -308,6 +329,9 @@ pub mod test_hooks {
         false
     }
     pub fn kill_point(_point: &str) {}
+    pub fn fail_point(_point: &str) -> bool {
+        false
+    }
     pub fn phase(_what: Option<&'static str>) {}
     pub fn record() {}
 }

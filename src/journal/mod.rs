@@ -467,12 +467,23 @@ impl Journal {
 
     /// The persistent id of an object by its handle, recording it if new.
     pub fn object_id(&self, handle: &[u8], kind: u8) -> JournalResult<ObjectId> {
+        self.intern(handle, kind, false)
+    }
+
+    /// The id of `handle` (recorded if new), and with `born` a note that
+    /// the object was created in the current turn: one record either way.
+    fn intern(&self, handle: &[u8], kind: u8, born: bool) -> JournalResult<ObjectId> {
         let mut inner = self.lock();
-        if let Some(id) = inner.ids.get(handle) {
-            return Ok(*id);
-        }
-        if let Some(id) = inner.meta.object_by_handle(handle)? {
+        let turn = inner.turn;
+        let known = match inner.ids.get(handle) {
+            Some(id) => Some(*id),
+            None => inner.meta.object_by_handle(handle)?,
+        };
+        if let Some(id) = known {
             inner.ids.insert(handle.to_vec(), id);
+            if born {
+                inner.append(LogRecord::Born { id: id.0, turn })?;
+            }
             return Ok(id);
         }
         if inner.next_object_id == 0 {
@@ -481,8 +492,12 @@ impl Journal {
         }
         let id = ObjectId(inner.next_object_id);
         inner.next_object_id += 1;
-        inner.append(LogRecord::Object { id: id.0, handle: handle.to_vec(), kind })?;
-        inner.ids.insert(handle.to_vec(), id);
+        let handle = handle.to_vec();
+        inner.append(match born {
+            true => LogRecord::NewObject { id: id.0, handle: handle.clone(), kind, born: turn },
+            false => LogRecord::Object { id: id.0, handle: handle.clone(), kind },
+        })?;
+        inner.ids.insert(handle, id);
         Ok(id)
     }
 
@@ -496,12 +511,54 @@ impl Journal {
         Ok(())
     }
 
-    /// Records that a directory was just created (in the current turn).
-    pub fn note_born(&self, handle: &[u8], kind: u8) -> JournalResult<()> {
-        let id = self.object_id(handle, kind)?;
+    /// Records that an object was just created (in the current turn): a
+    /// rewind to an earlier checkpoint leaves it out (it moves aside whole
+    /// with its name). A new handle costs one record.
+    pub fn note_born(&self, handle: &[u8], kind: u8) -> JournalResult<ObjectId> {
+        self.intern(handle, kind, true)
+    }
+
+    /// Records that object `id` is about to move into its attic slot. The
+    /// record comes first, like every pre-image: after a crash the table
+    /// may name an object whose move never happened, never the reverse.
+    pub fn note_attic(&self, id: ObjectId) -> JournalResult<()> {
         let mut inner = self.lock();
         let turn = inner.turn;
-        inner.append(LogRecord::Born { id: id.0, turn })
+        inner.append(LogRecord::Attic { id: id.0, turn: Some(turn) })
+    }
+
+    /// Records that object `id` left (or, after a failed move, never
+    /// reached) its attic slot.
+    pub fn note_attic_out(&self, id: ObjectId) -> JournalResult<()> {
+        self.lock().append(LogRecord::AtticOut { id: id.0 })
+    }
+
+    /// Whether object `id` is in its attic slot, from the attic table.
+    pub fn in_attic(&self, id: ObjectId) -> JournalResult<bool> {
+        Ok(self.with_meta(|m| m.attic_since(id))?.is_some())
+    }
+
+    /// Fills the attic table from the slots found in the attic directory,
+    /// once (a store made before the table existed).
+    pub fn derive_attic_table(&self, slots: &[ObjectId]) -> JournalResult<()> {
+        const KEY: &str = "attic_table";
+        if self.with_meta(|m| m.get_state(KEY))?.is_some() {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        inner.fold()?;
+        inner.meta.transaction(|m| {
+            for id in slots {
+                if m.attic_since(*id)?.is_none() {
+                    m.attic_put(*id, None)?;
+                }
+            }
+            m.set_state(KEY, "derived")
+        })?;
+        if !slots.is_empty() {
+            log::info!("attic table filled from the {} objects found in the attic", slots.len());
+        }
+        Ok(())
     }
 
     /// The id of a handle if it was ever recorded (no insert).
@@ -898,6 +955,36 @@ mod tests {
 
     fn journal() -> Journal {
         Journal::open(Meta::open_in_memory().unwrap(), Arc::new(MemoryStore::new())).unwrap()
+    }
+
+    /// A store from before the attic table (schema 7) gets it from the
+    /// slots in its attic directory, once; moves after that are recorded.
+    #[test]
+    fn attic_table_is_derived_once_then_kept_by_the_moves() {
+        let j = journal();
+        j.derive_attic_table(&[ObjectId(3), ObjectId(5)]).unwrap();
+        assert!(j.in_attic(ObjectId(3)).unwrap() && j.in_attic(ObjectId(5)).unwrap());
+        assert_eq!(j.with_meta(|m| m.attic_since(ObjectId(3))).unwrap(), Some(None), "found there: no turn");
+        j.note_attic_out(ObjectId(3)).unwrap();
+        j.derive_attic_table(&[ObjectId(3), ObjectId(9)]).unwrap();
+        assert!(!j.in_attic(ObjectId(3)).unwrap(), "derived only once");
+        assert!(!j.in_attic(ObjectId(9)).unwrap(), "derived only once");
+        j.note_attic(ObjectId(9)).unwrap();
+        assert_eq!(j.with_meta(|m| m.attic_since(ObjectId(9))).unwrap(), Some(Some(0)));
+    }
+
+    /// Every created object gets a birth turn, with one record for a new
+    /// handle.
+    #[test]
+    fn a_new_object_is_born_in_the_current_turn() {
+        let j = journal();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        let id = j.note_born(b"new", 1).unwrap();
+        assert_eq!(j.object_id(b"new", 1).unwrap(), id);
+        assert_eq!(j.with_meta(|m| m.born_turn(id)).unwrap(), Some(1));
+        let old = j.object_id(b"old", 1).unwrap();
+        assert_eq!(j.note_born(b"old", 1).unwrap(), old);
+        assert_eq!(j.with_meta(|m| m.born_turn(old)).unwrap(), Some(1));
     }
 
     #[test]

@@ -30,8 +30,16 @@ pub enum LogRecord {
     ObjectPre { turn: i64, object: i64, state: ObjectState, program: Option<String> },
     /// Content known for an object at a ctime and size.
     Known { object: i64, ctime_ns: i64, size: u64, hash: Vec<u8>, chunks: Vec<u8> },
-    /// A directory was created in `turn`.
+    /// An object was created in `turn`.
     Born { id: i64, turn: i64 },
+    /// A new object id for a handle created in `turn`: `Object` and `Born`
+    /// in one record (one `write()` per created file).
+    NewObject { id: i64, handle: Vec<u8>, kind: u8, born: i64 },
+    /// Object `id` moved into its attic slot in `turn` (`None`: found
+    /// there when the attic table was first filled).
+    Attic { id: i64, turn: Option<i64> },
+    /// Object `id` left its attic slot.
+    AtticOut { id: i64 },
 }
 
 /// Applies records to the database (inside the caller's transaction).
@@ -49,6 +57,12 @@ pub fn fold(meta: &Meta, records: &[LogRecord]) -> MetaResult<()> {
                 meta.set_known_content(ObjectId(*object), *ctime_ns, *size, hash, chunks)?
             }
             LogRecord::Born { id, turn } => meta.set_born(ObjectId(*id), *turn)?,
+            LogRecord::NewObject { id, handle, kind, born } => {
+                meta.insert_object(ObjectId(*id), handle, *kind)?;
+                meta.set_born(ObjectId(*id), *born)?;
+            }
+            LogRecord::Attic { id, turn } => meta.attic_put(ObjectId(*id), *turn)?,
+            LogRecord::AtticOut { id } => meta.attic_take(ObjectId(*id))?,
         }
     }
     Ok(())
@@ -170,11 +184,18 @@ mod tests {
             LogRecord::Object { id: 7, handle: b"h".to_vec(), kind: 2 },
             LogRecord::Entry { turn: 0, dir: 7, name: b"n".to_vec(), target: None, program: None },
             LogRecord::Born { id: 7, turn: 0 },
+            LogRecord::NewObject { id: 8, handle: b"i".to_vec(), kind: 1, born: 3 },
+            LogRecord::Attic { id: 8, turn: Some(4) },
+            LogRecord::Attic { id: 7, turn: Some(4) },
+            LogRecord::AtticOut { id: 7 },
         ];
         fold(&meta, &recs).unwrap();
         fold(&meta, &recs).unwrap();
         assert_eq!(meta.object_by_handle(b"h").unwrap(), Some(ObjectId(7)));
         assert_eq!(meta.entry_at(ObjectId(7), b"n", 0).unwrap(), Some(None));
         assert_eq!(meta.born_turn(ObjectId(7)).unwrap(), Some(0));
+        assert_eq!(meta.object_by_handle(b"i").unwrap(), Some(ObjectId(8)));
+        assert_eq!(meta.born_turn(ObjectId(8)).unwrap(), Some(3));
+        assert_eq!(meta.attic_objects().unwrap(), vec![ObjectId(8)]);
     }
 }

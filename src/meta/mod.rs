@@ -11,7 +11,7 @@ use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -451,6 +451,21 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 7")?;
     }
+    if version < 8 {
+        // Which objects sit in their own attic slot (`attic/<id>`), and
+        // since which turn: written with the move, read instead of asking
+        // the kernel for names. A store older than this is derived from
+        // the attic directory at its first mount (`since_turn` NULL).
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE attic(
+                 object INTEGER PRIMARY KEY,
+                 since_turn INTEGER);
+             PRAGMA user_version = 8;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 8")?;
+    }
     Ok(())
 }
 
@@ -634,6 +649,44 @@ impl Meta {
             .execute(params![turn, id.0])
             .ctx("record creation turn")?;
         Ok(())
+    }
+
+    /// Notes that object `id` is in its attic slot since `turn` (None:
+    /// found there when the table was first filled).
+    pub fn attic_put(&self, id: ObjectId, turn: Option<i64>) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO attic(object, since_turn) VALUES (?1, ?2)")
+            .ctx("prepare")?
+            .execute(params![id.0, turn])
+            .ctx("record a move into the attic")?;
+        Ok(())
+    }
+
+    /// Notes that object `id` left its attic slot.
+    pub fn attic_take(&self, id: ObjectId) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("DELETE FROM attic WHERE object = ?1")
+            .ctx("prepare")?
+            .execute([id.0])
+            .ctx("record a move out of the attic")?;
+        Ok(())
+    }
+
+    /// Whether object `id` is in its attic slot, and since which turn.
+    pub fn attic_since(&self, id: ObjectId) -> MetaResult<Option<Option<i64>>> {
+        self.conn
+            .prepare_cached("SELECT since_turn FROM attic WHERE object = ?1")
+            .ctx("prepare")?
+            .query_row([id.0], |r| r.get::<_, Option<i64>>(0))
+            .optional()
+            .ctx("read the attic table")
+    }
+
+    /// Every object in its attic slot.
+    pub fn attic_objects(&self) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare_cached("SELECT object FROM attic ORDER BY object").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok(ObjectId(r.get(0)?))).ctx("read the attic table")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read the attic table")
     }
 
     /// The turn an object was created in, if recorded.
@@ -1592,7 +1645,28 @@ mod tests {
     }
 
     /// What a version 5 database lacks.
-    const DROP_V6: &str = "DROP TABLE intents; DROP TABLE turn_summaries; DROP TABLE turn_programs;";
+    const DROP_V6: &str = "DROP TABLE attic; DROP TABLE intents; DROP TABLE turn_summaries; DROP TABLE turn_programs;";
+
+    #[test]
+    fn version_seven_database_gets_an_attic_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            m.conn.execute_batch("DROP TABLE attic; PRAGMA user_version = 7").unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let a = m.intern_object(b"a", 1).unwrap();
+        assert_eq!(m.attic_since(a).unwrap(), None);
+        m.attic_put(a, Some(3)).unwrap();
+        assert_eq!(m.attic_since(a).unwrap(), Some(Some(3)));
+        assert_eq!(m.attic_objects().unwrap(), vec![a]);
+        m.attic_take(a).unwrap();
+        assert_eq!(m.attic_since(a).unwrap(), None);
+        assert!(m.attic_objects().unwrap().is_empty());
+    }
 
     #[test]
     fn version_five_database_gets_turn_summaries() {
@@ -1644,7 +1718,7 @@ mod tests {
         let p = dir.path().join("m.sqlite");
         {
             let m = Meta::open(&p).unwrap();
-            m.conn.execute_batch("DROP TABLE intents; PRAGMA user_version = 6").unwrap();
+            m.conn.execute_batch("DROP TABLE attic; DROP TABLE intents; PRAGMA user_version = 6").unwrap();
         }
         let m = Meta::open(&p).unwrap();
         assert!(m.open_intents().unwrap().is_empty());

@@ -17,7 +17,6 @@ use serde::Serialize;
 use crate::error::{AsErrno, Errno};
 use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
-use crate::workspace::capture::kind_code;
 use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime};
 
 /// Errors while restoring.
@@ -225,7 +224,7 @@ impl Ctx<'_> {
         };
         let state = self.view.state(target)?;
         let same_object = live.is_some_and(|a| self.tree.handle_of(a.ino).is_some_and(|h| Some(h) == target.handle));
-        match kind_of(state.kind) {
+        match Kind::from_code(state.kind) {
             Kind::Dir => {
                 let ino = self.ensure_dir(dir, name, &state, &path)?;
                 self.sync_dir_contents(ino, target, path.clone())?;
@@ -278,7 +277,7 @@ impl Ctx<'_> {
                 if live.is_none() {
                     self.plan(&path, Action::Recreate);
                     if !self.dry_run {
-                        let mode = state.perm | type_bits(kind_of(state.kind));
+                        let mode = state.perm | type_bits(Kind::from_code(state.kind));
                         self.tree.mknod(dir, name, mode, 0, self.caller).map_err(|e| live_err(&path, e))?;
                         self.touch(dir, name);
                     }
@@ -495,13 +494,6 @@ impl Ctx<'_> {
         self.touched.inodes.insert(live.ino);
         Ok(())
     }
-}
-
-fn kind_of(code: u8) -> Kind {
-    [Kind::File, Kind::Dir, Kind::Symlink, Kind::Fifo, Kind::Socket, Kind::CharDevice, Kind::BlockDevice]
-        .into_iter()
-        .find(|k| kind_code(*k) == code)
-        .unwrap_or(Kind::File)
 }
 
 fn type_bits(kind: Kind) -> u32 {

@@ -23,7 +23,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+use rustix::fs::{AtFlags, Mode, OFlags};
 
 use crate::error::Errno;
 use crate::journal::Journal;
@@ -33,6 +33,7 @@ use crate::store::ContentRef;
 use crate::sys::{self, FileHandle};
 use crate::view::{Content, Node, NodeState, TreeView};
 use crate::workspace::capture::kind_code;
+use crate::workspace::rewind_ops::{Aside, NewFile, RewindOps};
 use crate::workspace::{Caller, Kind, LiveTree, SetTime};
 
 pub mod recovery;
@@ -50,6 +51,11 @@ struct Rewinder<'a> {
     journal: &'a Journal,
     view: TreeView<'a>,
     caller: Caller,
+    /// The only way this rewind changes the backing tree.
+    ops: RewindOps<'a>,
+    /// The names each object had at the checkpoint among the entries this
+    /// rewind visits (where to look first for every name of a file).
+    names_then: std::collections::HashMap<ObjectId, Vec<(ObjectId, Vec<u8>)>>,
     /// Objects this rewind moved into the attic (and not yet back).
     in_attic: HashSet<ObjectId>,
     /// Directories changed by replacing a file's inode, whose own times
@@ -79,6 +85,8 @@ pub fn rewind(
         journal,
         view: TreeView::at(tree, journal, checkpoint),
         caller,
+        ops: RewindOps::new(tree, journal, caller),
+        names_then: std::collections::HashMap::new(),
         in_attic: HashSet::new(),
         dirs_touched: BTreeSet::new(),
         out: Vec::new(),
@@ -100,6 +108,9 @@ pub fn rewind(
     let mut placements: Vec<(ObjectId, Vec<u8>, ObjectId)> = Vec::new();
     for (dir, name) in &keys {
         let target = journal.with_meta(|m| m.entry_at(*dir, name, checkpoint))?.flatten();
+        if let Some(t) = target {
+            r.names_then.entry(t).or_default().push((*dir, name.clone()));
+        }
         let live = match r.dir_fd(*dir) {
             Some(dfd) => r.live_binding(dfd.as_fd(), name)?,
             None => None,
@@ -154,7 +165,8 @@ pub fn rewind(
         // In the attic (in its own slot, or inside a directory moved aside
         // whole): not part of the tree rewound to. A file with several names
         // may be there under one name and in the tree under another (the
-        // kernel reports any one of them), so it is restored anyway.
+        // kernel reports any one of them): `restore_object` looks for its
+        // names in the tree.
         if (is_dir || st.st_nlink == 1) && r.is_in_attic(*id, fd.as_fd())? {
             continue;
         }
@@ -280,7 +292,8 @@ impl Rewinder<'_> {
         }
     }
 
-    /// Step 1: the object at `name` leaves for the attic, whole.
+    /// Step 1: the object at `name` leaves for the attic, whole (or, for
+    /// one of several names of a file, the name is removed).
     fn move_aside(
         &mut self,
         dir: BorrowedFd<'_>,
@@ -289,35 +302,29 @@ impl Rewinder<'_> {
         obj: ObjectId,
     ) -> Result<(), RestoreError> {
         let os = OsStr::from_bytes(name);
-        self.tree.capture_entry(self.journal, dir, os, self.caller).map_err(|e| err(self.display(name), e))?;
-        self.tree.capture_named(self.journal, dir, os, false, self.caller).map_err(|e| err(self.display(name), e))?;
-        if let Ok(fd) = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-            && let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))
+        if let Ok(h) = sys::name_to_handle_at(dir, os)
             && let Some(ino) = self.tree.known_ino(&h)
         {
             self.touched.inodes.insert(ino);
         }
-        let st = rustix::fs::statat(dir, os, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
-            // One of several names: the object stays alive under the others.
-            rustix::fs::unlinkat(dir, os, AtFlags::empty()).map_err(from_rustix("unlink"))?;
-            self.touch(dir, os);
-            self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Delete });
-            return Ok(());
+        match self.ops.move_aside(dir, os, obj) {
+            Ok(Aside::InAttic) => {
+                self.in_attic.insert(obj);
+            }
+            Ok(Aside::Unlinked) => {}
+            Err(e) if e.0 == libc::EEXIST => {
+                return Err(err(format!("{}: the attic already holds object {}", self.display(name), obj.0), e));
+            }
+            Err(e) => return Err(err(self.display(name), e)),
         }
-        if !self.tree.to_attic(dir, os, obj).map_err(|e| err(self.display(name), e))? {
-            return Err(err(
-                format!("{}: the attic already holds object {}", self.display(name), obj.0),
-                Errno::EEXIST,
-            ));
-        }
-        self.in_attic.insert(obj);
         self.touch(dir, os);
         self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Delete });
         Ok(())
     }
 
-    /// Step 2: `target` goes back to `name` in `dir`.
+    /// Step 2: `target` goes back to `name` in `dir`: from its attic slot
+    /// (as the attic table says), out of a directory in the attic, by a
+    /// hard link from its other name in the tree, or recreated.
     fn place(
         &mut self,
         dir: BorrowedFd<'_>,
@@ -326,37 +333,23 @@ impl Rewinder<'_> {
         target: ObjectId,
     ) -> Result<(), RestoreError> {
         let os = OsStr::from_bytes(name);
-        self.tree.capture_entry(self.journal, dir, os, self.caller).map_err(|e| err(self.display(name), e))?;
-        let attic = self.tree.attic_fd().ok_or_else(|| err("no attic".into(), Errno::EIO))?;
-        let slot = target.0.to_string();
-        let in_attic = rustix::fs::statat(attic, slot.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok();
-        if in_attic {
-            rustix::fs::renameat_with(attic, slot.as_str(), dir, os, RenameFlags::NOREPLACE)
-                .map_err(from_rustix("put back from the attic"))?;
+        let fail = |e: Errno| err(String::from_utf8_lossy(name).into_owned(), e);
+        let from_slot = self.journal.in_attic(target)? && self.ops.bring_back(target, dir, os).map_err(fail)?;
+        if from_slot {
             self.in_attic.remove(&target);
-            self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Recreate });
         } else if let Some(fd) = self.object_fd(target) {
             match self.locate_in_attic(fd.as_fd())? {
-                // Inside a directory that was moved aside whole.
-                Some((from, from_name)) => {
-                    // That directory is still an object of history (a
-                    // checkpoint may hold it, e.g. the safety checkpoint
-                    // of this rewind): losing this name is a change to it.
-                    self.tree
-                        .capture_entry(self.journal, from.as_fd(), &from_name, self.caller)
-                        .map_err(|e| err(self.display(name), e))?;
-                    rustix::fs::renameat_with(&from, from_name.as_os_str(), dir, os, RenameFlags::NOREPLACE)
-                        .map_err(from_rustix("put back from the attic"))?;
+                // In its own slot with no row in the attic table (a crash
+                // between the two): the attic itself is no object of history.
+                Some((from, from_name)) if self.is_attic_root(from.as_fd()) && from_name == *target.0.to_string() => {
+                    self.ops.bring_back(target, dir, os).map_err(fail)?;
+                    self.in_attic.remove(&target);
                 }
-                // Alive under another name in the tree: a hard link it had
-                // then. Its link count is part of its state at the safety
-                // checkpoint, so it is recorded first, as `link` does.
+                // Inside a directory that was moved aside whole.
+                Some((from, from_name)) => self.ops.take_out(from.as_fd(), &from_name, dir, os).map_err(fail)?,
+                // Alive under another name in the tree: a hard link it had then.
                 None => {
-                    let program = self.journal.program(self.caller.pid);
-                    self.tree
-                        .capture_fd(self.journal, fd.as_fd(), target, false, program.as_deref())
-                        .map_err(|e| err(self.display(name), e))?;
-                    rustix::fs::linkat(&fd, "", dir, os, AtFlags::EMPTY_PATH).map_err(from_rustix("link"))?;
+                    self.ops.link_back(fd.as_fd(), target, dir, os).map_err(fail)?;
                     if let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))
                         && let Some(ino) = self.tree.known_ino(&h)
                     {
@@ -364,10 +357,12 @@ impl Rewinder<'_> {
                     }
                 }
             }
-            self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Recreate });
         } else {
             self.recreate(dir, name, target)?;
+            self.touch(dir, os);
+            return Ok(());
         }
+        self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Recreate });
         self.touch(dir, os);
         Ok(())
     }
@@ -377,34 +372,15 @@ impl Rewinder<'_> {
         let os = OsStr::from_bytes(name);
         let node = Node { id: Some(target), handle: self.handle_of(target) };
         let state = self.view.state(&node)?;
-        let mode = Mode::from_raw_mode(state.perm);
-        match state.kind {
-            k if k == kind_code(Kind::Dir) => rustix::fs::mkdirat(dir, os, mode).map_err(from_rustix("mkdir"))?,
-            k if k == kind_code(Kind::Symlink) => {
-                let t = state.target.clone().unwrap_or_default();
-                rustix::fs::symlinkat(OsStr::from_bytes(&t), dir, os).map_err(from_rustix("symlink"))?
-            }
-            k if k == kind_code(Kind::File) => {
-                let fd =
-                    rustix::fs::openat(dir, os, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC, mode)
-                        .map_err(from_rustix("create"))?;
-                rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
-            }
-            _ => {
-                let t = match state.kind {
-                    4 => rustix::fs::FileType::Fifo,
-                    5 => rustix::fs::FileType::Socket,
-                    6 => rustix::fs::FileType::CharacterDevice,
-                    _ => rustix::fs::FileType::BlockDevice,
-                };
-                rustix::fs::mknodat(dir, os, t, mode, 0).map_err(from_rustix("mknod"))?
-            }
-        }
-        let fd = rustix::fs::openat(dir, os, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-            .map_err(from_rustix("open"))?;
+        let kind = Kind::from_code(state.kind);
+        let target_bytes = state.target.clone().unwrap_or_default();
+        let fd = self
+            .ops
+            .recreate(dir, os, kind, state.perm, state.size, &target_bytes)
+            .map_err(|e| err(self.display(name), e))?;
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
         self.journal.rebind_object(target, &handle.to_bytes())?;
-        if state.kind == kind_code(Kind::File) {
+        if kind == Kind::File {
             let (content, record) = self.stored_content(&node, &state)?;
             self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(self.display(name), e))?;
         }
@@ -466,41 +442,140 @@ impl Rewinder<'_> {
         Ok(())
     }
 
-    /// Step 3 for a non-directory: content and attributes back.
+    /// Step 3 for a non-directory: content and attributes back. A file
+    /// whose content changed in place gets a new inode with the old
+    /// content at every name it has in the tree, and the current inode
+    /// moves to the attic (kept for history, and for every descriptor that
+    /// holds it). A file with no name in the tree (only in directories in
+    /// the attic) is not part of the tree rewound to and is left alone.
     fn restore_object(&mut self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<(), RestoreError> {
         let node = Node { id: Some(id), handle: self.handle_of(id) };
         let state = self.view.state(&node)?;
         let content_changed = state.is_file() && matches!(state.content, Content::Stored(_));
         if content_changed {
-            // A file with several names keeps its inode, so that all of
-            // them (and the hard link between them) come back together;
-            // swapping in a new inode would fix only the one name found.
-            let nlink = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?.st_nlink;
-            if nlink == 1
-                && let Some((dir, name)) = self.location(fd)?
-            {
-                return self.replace_content(dir.as_fd(), &name, id, &node, &state);
+            let names = self.names_in_tree(id, fd, u64::from(state.nlink))?;
+            if names.is_empty() {
+                log::info!("rewind: object {} has no name in the tree; left as it is", id.0);
+                return Ok(());
             }
-            // Linked elsewhere (several names, or only through a name in
-            // the attic): keep its current bytes in the store, then refill
-            // it in place.
-            log::info!("object {} has no single place in the tree; rewriting it in place", id.0);
-            let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
-            self.tree.capture_ino(self.journal, ino, true, self.caller).map_err(|e| err("record".into(), e))?;
-            let (content, record) = self.stored_content(&node, &state)?;
-            let path = sys::proc_fd_path(fd);
-            let file = rustix::fs::open(path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
-                .map_err(from_rustix("open"))?;
-            rustix::fs::ftruncate(&file, state.size).map_err(from_rustix("truncate"))?;
-            let handle = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-            self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err("pending".into(), e))?;
-            // Directly, not through `setattr`, which would write the bytes
-            // now (a pending file is settled before its attributes change).
-            self.set_owner_and_times(fd, &state)?;
-            self.touched.inodes.insert(ino);
-            self.out.push(Planned { path: format!("object {}", id.0).into(), action: Action::Restore });
+            return self.replace_content(names, id, &node, &state);
         }
         self.restore_attrs(id, fd)
+    }
+
+    /// Every name the file behind `fd` has in the tree (stopping once it has
+    /// `want`, its link count at the checkpoint), as (directory, name). It
+    /// looks where the names are likely first (the kernel's name for the
+    /// inode, the names this rewind gave it back, and their directories),
+    /// then, if names are still missing, walks the whole tree: that is
+    /// rare (a file with several names in different directories, or whose
+    /// kernel name is one it lost), and a name missed would be left
+    /// pointing at the inode the rewind moves away.
+    fn names_in_tree(
+        &self,
+        id: ObjectId,
+        fd: BorrowedFd<'_>,
+        want: u64,
+    ) -> Result<Vec<(OwnedFd, OsString)>, RestoreError> {
+        let st = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?;
+        let key = (st.st_dev, st.st_ino);
+        let want = want.max(1);
+        let mut found: Vec<(OwnedFd, OsString)> = Vec::new();
+        let mut seen: HashSet<(u64, OsString)> = HashSet::new();
+        let mut dirs: Vec<OwnedFd> = Vec::new();
+        if let Some((dir, _)) = self.location(fd)? {
+            dirs.push(dir);
+        }
+        for (dir, _) in self.names_then.get(&id).into_iter().flatten() {
+            if let Some(d) = self.dir_fd(*dir) {
+                dirs.push(d);
+            }
+        }
+        let mut scanned: HashSet<u64> = HashSet::new();
+        for dir in dirs {
+            if self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found, None)? && found.len() as u64 >= want {
+                return Ok(found);
+            }
+        }
+        if (found.len() as u64) < want {
+            log::info!("rewind: looking for the names of object {} in the whole tree", id.0);
+            let root = rustix::fs::openat(
+                self.tree.root_fd(),
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(from_rustix("open the root"))?;
+            let mut stack = vec![root];
+            let attic = self.tree.attic_fd().and_then(|a| rustix::fs::fstat(a).ok()).map(|a| (a.st_dev, a.st_ino));
+            while let Some(dir) = stack.pop() {
+                let mut subdirs = Vec::new();
+                self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found, Some(&mut subdirs))?;
+                if found.len() as u64 >= want {
+                    break;
+                }
+                for sub in subdirs {
+                    let s = rustix::fs::fstat(&sub).map_err(from_rustix("stat"))?;
+                    if Some((s.st_dev, s.st_ino)) != attic {
+                        stack.push(sub);
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Adds the names in `dir` of the inode `key` to `found` (`false` if
+    /// it was scanned already); with `subdirs`, also collects its
+    /// subdirectories, opened.
+    fn scan_dir_for(
+        &self,
+        dir: OwnedFd,
+        key: (u64, u64),
+        scanned: &mut HashSet<u64>,
+        seen: &mut HashSet<(u64, OsString)>,
+        found: &mut Vec<(OwnedFd, OsString)>,
+        mut subdirs: Option<&mut Vec<OwnedFd>>,
+    ) -> Result<bool, RestoreError> {
+        let dst = rustix::fs::fstat(&dir).map_err(from_rustix("stat"))?;
+        // A walk still needs the subdirectories of one scanned before.
+        if !scanned.insert(dst.st_ino) && subdirs.is_none() {
+            return Ok(false);
+        }
+        let listing =
+            rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(from_rustix("open a directory"))?;
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&listing).map_err(from_rustix("list a directory"))? {
+            let entry = entry.map_err(from_rustix("list a directory"))?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                names.push(OsString::from(OsStr::from_bytes(name)));
+            }
+        }
+        let mut mine = Vec::new();
+        for name in names {
+            let Ok(st) = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+            if (st.st_dev, st.st_ino) == key && seen.insert((dst.st_ino, name.clone())) {
+                mine.push(name);
+            } else if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                && let Some(subs) = subdirs.as_deref_mut()
+                && let Ok(sub) = rustix::fs::openat(
+                    &dir,
+                    &name,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            {
+                subs.push(sub);
+            }
+        }
+        for name in mine {
+            let d = rustix::fs::openat(&dir, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(from_rustix("open a directory"))?;
+            found.push((d, name));
+        }
+        Ok(true)
     }
 
     /// A directory moved aside whole may hold a hard link of a file that is
@@ -563,18 +638,12 @@ impl Rewinder<'_> {
                 let key = (st.st_dev, st.st_ino);
                 let Some((id, left)) = excess.get_mut(&key) else { continue };
                 log::info!("rewind: removing a stray hard link of object {} from a directory moved aside", id.0);
-                self.tree
-                    .capture_entry(self.journal, dir.as_fd(), &name, self.caller)
-                    .map_err(|e| err(self.display(name.as_bytes()), e))?;
-                self.tree
-                    .capture_named(self.journal, dir.as_fd(), &name, false, self.caller)
-                    .map_err(|e| err(self.display(name.as_bytes()), e))?;
                 if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), &name)
                     && let Some(ino) = self.tree.known_ino(&h)
                 {
                     self.touched.inodes.insert(ino);
                 }
-                rustix::fs::unlinkat(&dir, &name, AtFlags::empty()).map_err(from_rustix("unlink"))?;
+                self.ops.unlink_link(dir.as_fd(), &name).map_err(|e| err(self.display(name.as_bytes()), e))?;
                 *left -= 1;
                 if *left == 0 {
                     excess.remove(&key);
@@ -587,18 +656,22 @@ impl Rewinder<'_> {
         Ok(())
     }
 
-    /// Whether a live object is in the attic: in its own slot (checked by
-    /// name, since the kernel's name for the inode may be one it has lost),
-    /// or inside a directory there.
+    /// Whether a live object is in the attic: in its own slot (the attic
+    /// table says so), or inside a directory there.
     fn is_in_attic(&self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<bool, RestoreError> {
-        let Some(attic) = self.tree.attic_fd() else { return Ok(false) };
-        if let (Ok(slot), Ok(own)) =
-            (sys::name_to_handle_at(attic, OsStr::new(&id.0.to_string())), sys::name_to_handle_at(fd, OsStr::new("")))
-            && slot == own
-        {
+        if self.tree.attic_fd().is_none() {
+            return Ok(false);
+        }
+        if self.in_attic.contains(&id) || self.journal.in_attic(id)? {
             return Ok(true);
         }
         Ok(self.locate_in_attic(fd)?.is_some())
+    }
+
+    /// Whether `dir` is the attic directory itself.
+    fn is_attic_root(&self, dir: BorrowedFd<'_>) -> bool {
+        let key = |fd: BorrowedFd<'_>| rustix::fs::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino));
+        self.tree.attic_fd().is_some_and(|a| key(a).is_some() && key(a) == key(dir))
     }
 
     /// Where a live object is inside the attic, if it is there.
@@ -649,72 +722,38 @@ impl Rewinder<'_> {
         }
     }
 
-    /// A file whose bytes changed in place: the current inode (and its
-    /// bytes) goes to the attic, still as object `id`, for history; a new
-    /// inode with the old bytes, pending, takes its name as a new object.
+    /// A file whose bytes changed in place: a new inode with the old
+    /// bytes, pending, takes each of its names (`names`: all of them in the
+    /// tree) as a new object; the current inode (and its bytes) goes to the
+    /// attic, still as object `id`, for history and for the descriptors
+    /// that hold it.
     fn replace_content(
         &mut self,
-        dir: BorrowedFd<'_>,
-        name: &OsStr,
+        names: Vec<(OwnedFd, OsString)>,
         id: ObjectId,
         node: &Node,
         state: &NodeState,
     ) -> Result<(), RestoreError> {
         let (content, record) = self.stored_content(node, state)?;
-        let bytes = name.as_bytes().to_vec();
-        self.tree.capture_entry(self.journal, dir, name, self.caller).map_err(|e| err(self.display(&bytes), e))?;
-        self.tree
-            .capture_named(self.journal, dir, name, false, self.caller)
-            .map_err(|e| err(self.display(&bytes), e))?;
-        let dir_handle = sys::name_to_handle_at(dir, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-        let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
-        self.dirs_touched.insert(dir_id);
-        let temp = format!(".rewindfs-rewind-{}", id.0);
-        // Recorded as absent, so that a crash leaving the temporary name
-        // behind cannot show it in this turn's checkpoint (recovery moves
-        // it away).
-        self.tree.capture_entry(self.journal, dir, OsStr::new(&temp), self.caller).map_err(|e| err(temp.clone(), e))?;
-        let mode = Mode::from_raw_mode(state.perm);
-        let fd = rustix::fs::openat(
-            dir,
-            temp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-            mode,
-        )
-        .map_err(from_rustix("create"))?;
-        rustix::fs::ftruncate(&fd, state.size).map_err(from_rustix("truncate"))?;
-        // The new inode carries the file's xattrs as they were (step 3
-        // does not visit it again).
-        for (n, v) in &state.xattrs {
-            sys::setxattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)
-                .map_err(|e| err(format!("{}: xattr", self.display(&bytes)), e.into()))?;
+        let shown = names.iter().map(|(_, n)| self.display(n.as_bytes())).collect::<Vec<_>>().join(", ");
+        let old_handle = self.handle_of(id);
+        for (dir, _) in &names {
+            let dir_handle =
+                sys::name_to_handle_at(dir.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+            let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
+            self.dirs_touched.insert(dir_id);
         }
-        let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-        let old_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-            .map_err(from_rustix("open"))?;
-        let old_handle =
-            sys::name_to_handle_at(old_fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-        rustix::fs::renameat_with(dir, temp.as_str(), dir, name, RenameFlags::EXCHANGE).map_err(from_rustix("swap"))?;
-        // Born in this rewind's turn: a later rewind to a checkpoint before
-        // it must not take it for a file of that checkpoint (and refill it,
-        // under the descriptors that may hold it by then, in the attic).
-        self.journal.note_born(&handle.to_bytes(), kind_code(Kind::File))?;
-        // The old inode, now under the temporary name, keeps the current
-        // bytes and its object id (history reads it from the attic); the new
-        // inode is a new object.
-        let current_id = id;
-        if !self.tree.to_attic(dir, OsStr::new(&temp), current_id).map_err(|e| err(temp.clone(), e))? {
-            rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty()).map_err(from_rustix("unlink"))?;
-        }
-        self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(self.display(&bytes), e))?;
-        let new_fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-            .map_err(from_rustix("open"))?;
+        let new = NewFile { perm: state.perm, size: state.size, xattrs: &state.xattrs };
+        let (handle, new_fd) = self.ops.swap_in_new_inode(id, &names, &new).map_err(|e| err(shown.clone(), e))?;
+        self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(shown.clone(), e))?;
         self.set_owner_and_times(new_fd.as_fd(), state)?;
-        if let Some(ino) = self.tree.known_ino(&old_handle) {
+        if let Some(ino) = old_handle.and_then(|h| self.tree.known_ino(&h)) {
             self.touched.inodes.insert(ino);
         }
-        self.touch(dir, name);
-        self.out.push(Planned { path: OsStr::from_bytes(&bytes).into(), action: Action::Restore });
+        for (dir, name) in &names {
+            self.touch(dir.as_fd(), name);
+            self.out.push(Planned { path: name.clone().into(), action: Action::Restore });
+        }
         Ok(())
     }
 

@@ -79,7 +79,7 @@ pub fn store_damage(dir: &Path) -> Vec<StoreDamage> {
     let logged_max = logged
         .iter()
         .filter_map(|r| match r {
-            LogRecord::Object { id, .. } => Some(*id),
+            LogRecord::Object { id, .. } | LogRecord::NewObject { id, .. } => Some(*id),
             _ => None,
         })
         .max();

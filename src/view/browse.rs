@@ -120,18 +120,6 @@ pub struct Browser {
 /// How many stored-file states a browser keeps.
 const STATE_CACHE: usize = 1024;
 
-fn kind_of(code: u8) -> Kind {
-    match code {
-        2 => Kind::Dir,
-        3 => Kind::Symlink,
-        4 => Kind::Fifo,
-        5 => Kind::Socket,
-        6 => Kind::CharDevice,
-        7 => Kind::BlockDevice,
-        _ => Kind::File,
-    }
-}
-
 /// A time in nanoseconds since the epoch.
 pub fn time_of_ns(ns: i64) -> SystemTime {
     time_of(ns)
@@ -311,7 +299,7 @@ impl Browser {
 
     fn object_attr(&self, ino: Ino, s: &NodeState) -> Attr {
         let t = time_of(s.mtime_ns);
-        let kind = kind_of(s.kind);
+        let kind = Kind::from_code(s.kind);
         Attr {
             ino,
             kind,
@@ -415,7 +403,7 @@ impl Browser {
                 let view = self.view(*checkpoint);
                 for (name, child) in view.list(&self.node(*checkpoint, key)?)? {
                     let kind = match view.state(&child) {
-                        Ok(s) => kind_of(s.kind),
+                        Ok(s) => Kind::from_code(s.kind),
                         Err(_) => Kind::File,
                     };
                     out.push((name, self.object_slot(*checkpoint, child)?, kind));

@@ -28,6 +28,33 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The compact code stored in the database for each kind (the one
+    /// encoding; `from_code` is the one decoding).
+    pub fn code(self) -> u8 {
+        match self {
+            Kind::File => 1,
+            Kind::Dir => 2,
+            Kind::Symlink => 3,
+            Kind::Fifo => 4,
+            Kind::Socket => 5,
+            Kind::CharDevice => 6,
+            Kind::BlockDevice => 7,
+        }
+    }
+
+    /// From a stored code; an unknown code reads as a regular file.
+    pub fn from_code(code: u8) -> Kind {
+        match code {
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            4 => Kind::Fifo,
+            5 => Kind::Socket,
+            6 => Kind::CharDevice,
+            7 => Kind::BlockDevice,
+            _ => Kind::File,
+        }
+    }
+
     /// From the `S_IFMT` bits of a mode.
     pub fn from_mode(mode: u32) -> Kind {
         match mode & libc::S_IFMT {

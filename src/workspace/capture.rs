@@ -29,15 +29,7 @@ fn refused(e: JournalError) -> Errno {
 
 /// A compact code for each kind, stored in the database.
 pub fn kind_code(kind: Kind) -> u8 {
-    match kind {
-        Kind::File => 1,
-        Kind::Dir => 2,
-        Kind::Symlink => 3,
-        Kind::Fifo => 4,
-        Kind::Socket => 5,
-        Kind::CharDevice => 6,
-        Kind::BlockDevice => 7,
-    }
+    kind.code()
 }
 
 fn read_xattrs(fd: BorrowedFd<'_>) -> Res<Vec<(Vec<u8>, Vec<u8>)>> {

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
-use crate::error::Errno;
+use crate::error::{AsErrno, Errno};
 use crate::journal::Journal;
 use crate::sys::{self, FileHandle};
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
@@ -118,6 +119,25 @@ pub(crate) struct Recording<'a> {
     _gate: std::sync::RwLockReadGuard<'a, ()>,
 }
 
+/// Notes a just-created object's birth turn (see `LiveTree::note_born_at`).
+fn note_born(journal: &Journal, handle: &FileHandle, kind: Kind) {
+    if let Err(e) = journal.note_born(&handle.to_bytes(), crate::workspace::capture::kind_code(kind)) {
+        log::warn!("cannot note the creation turn of a new object: {e}");
+    }
+}
+
+/// The object ids named by the attic's slots.
+fn attic_slots(dir: &Path) -> std::io::Result<Vec<crate::meta::ObjectId>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(id) = name.to_str().and_then(|n| n.parse::<i64>().ok()) {
+            out.push(crate::meta::ObjectId(id));
+        }
+    }
+    Ok(out)
+}
+
 fn check_name(name: &OsStr) -> Res<()> {
     let b = name.as_bytes();
     if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
@@ -213,6 +233,16 @@ impl LiveTree {
         let (a, w) = (rustix::fs::fstat(&fd), rustix::fs::fstat(&self.root));
         match (a, w) {
             (Ok(a), Ok(w)) if a.st_dev == w.st_dev => {
+                if let Some(journal) = &self.journal {
+                    let slots = attic_slots(dir)
+                        .map_err(|e| crate::Error::io(format!("cannot list attic {}", dir.display()), e))?;
+                    journal.derive_attic_table(&slots).map_err(|e| {
+                        crate::Error::io(
+                            format!("cannot fill the attic table: {e}"),
+                            io::Error::from_raw_os_error(e.errno().0),
+                        )
+                    })?;
+                }
                 self.attic = Some(fd);
                 log::info!("removed files are moved to {} (same filesystem as the workspace)", dir.display());
             }
@@ -223,9 +253,21 @@ impl LiveTree {
         Ok(self)
     }
 
-    /// Whether an object was moved to the attic (removed from the tree).
+    /// Whether an object is in its attic slot (removed from the tree), as
+    /// the attic table says.
     pub fn in_attic(&self, id: crate::meta::ObjectId) -> bool {
-        self.attic_fd().is_some_and(|a| rustix::fs::statat(a, id.0.to_string(), AtFlags::SYMLINK_NOFOLLOW).is_ok())
+        if self.attic.is_none() {
+            return false;
+        }
+        match &self.journal {
+            Some(j) => j.in_attic(id).unwrap_or_else(|e| {
+                log::warn!("cannot read the attic table: {e}");
+                false
+            }),
+            None => self
+                .attic_fd()
+                .is_some_and(|a| rustix::fs::statat(a, id.0.to_string(), AtFlags::SYMLINK_NOFOLLOW).is_ok()),
+        }
     }
 
     /// The attic directory, if removed files are moved there.
@@ -235,12 +277,47 @@ impl LiveTree {
 
     /// Moves `name` in `dir` to the attic as object `oid`. `Ok(false)` when
     /// there is no attic or the slot is taken (the caller then deletes).
+    /// The move is noted in the attic table first (with the journal).
     pub(crate) fn to_attic(&self, dir: BorrowedFd<'_>, name: &OsStr, oid: crate::meta::ObjectId) -> Res<bool> {
         let Some(attic) = self.attic_fd() else { return Ok(false) };
-        match rustix::fs::renameat_with(dir, name, attic, oid.0.to_string(), RenameFlags::NOREPLACE) {
-            Ok(()) => Ok(true),
-            Err(rustix::io::Errno::EXIST) | Err(rustix::io::Errno::XDEV) => Ok(false),
+        if let Some(j) = &self.journal {
+            j.note_attic(oid).map_err(|e| e.errno())?;
+        }
+        let moved = match rustix::fs::renameat_with(dir, name, attic, oid.0.to_string(), RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(true),
+            // The slot is taken (by this object): the table's row stays right.
+            Err(rustix::io::Errno::EXIST) => return Ok(false),
+            Err(rustix::io::Errno::XDEV) => Ok(false),
             Err(e) => Err(e.into()),
+        };
+        if let Some(j) = &self.journal {
+            j.note_attic_out(oid).map_err(|e| e.errno())?;
+        }
+        moved
+    }
+
+    /// Takes object `oid` out of its attic slot to `name` in `dir` (which
+    /// must not exist), noting it in the attic table first: after a crash
+    /// between the two, the object is in its slot with no row, where the
+    /// rewind still finds it by the kernel's name for it (a row for an
+    /// object in the tree would hide it from the rewind instead).
+    /// `Ok(false)` when the slot is empty.
+    pub(crate) fn from_attic(&self, oid: crate::meta::ObjectId, dir: BorrowedFd<'_>, name: &OsStr) -> Res<bool> {
+        let Some(attic) = self.attic_fd() else { return Ok(false) };
+        if let Some(j) = &self.journal {
+            j.note_attic_out(oid).map_err(|e| e.errno())?;
+        }
+        match rustix::fs::renameat_with(attic, oid.0.to_string(), dir, name, RenameFlags::NOREPLACE) {
+            Ok(()) => Ok(true),
+            // Not there (a move into the attic noted, then cut short by a
+            // crash): the row was wrong.
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => {
+                if let Some(j) = &self.journal {
+                    j.note_attic(oid).map_err(|e| e.errno())?;
+                }
+                Err(e.into())
+            }
         }
     }
 
@@ -515,6 +592,7 @@ impl LiveTree {
         let kind = rustix::fs::FileType::from_raw_mode(mode);
         rustix::fs::mknodat(dir.as_fd(), name, kind, Mode::from_raw_mode(mode & 0o7777), rdev as u64)?;
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+        self.note_born_at(_rec.as_ref(), dir.as_fd(), name, Kind::from_mode(mode))?;
         self.entry_at(dir.as_fd(), name, true)
     }
 
@@ -524,14 +602,9 @@ impl LiveTree {
         let rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
         self.give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
-        if let Some(r) = &rec {
-            // Lets a rewind to an earlier checkpoint move the whole new
-            // directory aside in one step.
-            let handle = sys::name_to_handle_at(dir.as_fd(), name)?;
-            r.journal
-                .note_born(&handle.to_bytes(), crate::workspace::capture::kind_code(Kind::Dir))
-                .map_err(|e| crate::error::AsErrno::errno(&e))?;
-        }
+        // Lets a rewind to an earlier checkpoint move the whole new
+        // directory aside in one step.
+        self.note_born_at(rec.as_ref(), dir.as_fd(), name, Kind::Dir)?;
         self.entry_at(dir.as_fd(), name, true)
     }
 
@@ -541,7 +614,23 @@ impl LiveTree {
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::symlinkat(target, dir.as_fd(), name)?;
         self.give_to_caller(dir.as_fd(), name, caller, None)?;
+        self.note_born_at(_rec.as_ref(), dir.as_fd(), name, Kind::Symlink)?;
         self.entry_at(dir.as_fd(), name, true)
+    }
+
+    /// Notes the object just created at `name` as born in the current turn
+    /// (under the recording's gate): a rewind to an earlier checkpoint
+    /// leaves it out of the objects it visits, since no such checkpoint
+    /// has it.
+    /// The object exists already, so a note that cannot be written does
+    /// not fail the creation: the rewind then visits the object and finds
+    /// it out of the tree (the way it did before births were noted).
+    fn note_born_at(&self, rec: Option<&Recording<'_>>, dir: BorrowedFd<'_>, name: &OsStr, kind: Kind) -> Res<()> {
+        if let Some(r) = rec {
+            let handle = sys::name_to_handle_at(dir, name)?;
+            note_born(r.journal, &handle, kind);
+        }
+        Ok(())
     }
 
     pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &OsStr, caller: Caller) -> Res<Entry> {
@@ -658,9 +747,27 @@ impl LiveTree {
                     // missing), then move the replaced file, now under the
                     // old name, to the attic.
                     rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, RenameFlags::EXCHANGE)?;
-                    if !self.to_attic(from.as_fd(), name, oid)? {
-                        self.capture_named(r.journal, from.as_fd(), name, true, caller)?;
-                        rustix::fs::unlinkat(from.as_fd(), name, AtFlags::empty())?;
+                    let put_away = (|| -> Res<()> {
+                        if crate::world::test_hooks::fail_point("rename-over-attic") {
+                            return Err(Errno(libc::EIO));
+                        }
+                        if !self.to_attic(from.as_fd(), name, oid)? {
+                            self.capture_named(r.journal, from.as_fd(), name, true, caller)?;
+                            rustix::fs::unlinkat(from.as_fd(), name, AtFlags::empty())?;
+                        }
+                        Ok(())
+                    })();
+                    if let Err(e) = put_away {
+                        // The rename did not happen: both names get their
+                        // objects back (the entry records say the same).
+                        let back =
+                            rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, RenameFlags::EXCHANGE);
+                        if let Err(b) = back {
+                            log::error!(
+                                "rename: cannot swap {name:?} and {new_name:?} back after a failure ({e}): {b}"
+                            );
+                        }
+                        return Err(e);
                     }
                     self.note_removed(victim);
                     return Ok(());
@@ -734,6 +841,7 @@ impl LiveTree {
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))?;
         if let Some(r) = &_rec {
             r.journal.note_file_born(&handle.to_bytes());
+            note_born(r.journal, &handle, Kind::File);
         }
         let ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), true);
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;

@@ -1,0 +1,277 @@
+//! The changes a rewind makes to the backing tree, as a small set of
+//! recorded operations. Each one records what it is about to change (entry
+//! and object pre-images, the attic table) before changing it, so the
+//! rewind cannot forget a record: it has no other way to rename, link or
+//! unlink in the tree. A multi-step operation that fails part-way puts
+//! back what its earlier steps changed.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+
+use crate::error::{AsErrno, Errno};
+use crate::journal::Journal;
+use crate::meta::ObjectId;
+use crate::sys::{self, FileHandle};
+use crate::workspace::attr::{Caller, Kind};
+use crate::workspace::capture::kind_code;
+use crate::workspace::live::LiveTree;
+
+type Res<T> = std::result::Result<T, Errno>;
+
+/// What `move_aside` did with a name.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Aside {
+    /// One of several names of a file: removed, the file lives on.
+    Unlinked,
+    /// The object (a whole subtree for a directory) is in its attic slot.
+    InAttic,
+}
+
+/// A new regular file to swap in: its permission bits, size and xattrs.
+pub struct NewFile<'s> {
+    pub perm: u32,
+    pub size: u64,
+    pub xattrs: &'s [(Vec<u8>, Vec<u8>)],
+}
+
+/// The recorded operations, for one rewind (one caller, one journal).
+pub struct RewindOps<'a> {
+    tree: &'a LiveTree,
+    journal: &'a Journal,
+    caller: Caller,
+}
+
+fn open_path(dir: BorrowedFd<'_>, name: &OsStr) -> Res<OwnedFd> {
+    Ok(rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?)
+}
+
+impl<'a> RewindOps<'a> {
+    pub fn new(tree: &'a LiveTree, journal: &'a Journal, caller: Caller) -> RewindOps<'a> {
+        RewindOps { tree, journal, caller }
+    }
+
+    /// Records that (dir, name) is about to change (and the directory's
+    /// attributes), as every writer does.
+    fn entry(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
+        self.tree.capture_entry(self.journal, dir, name, self.caller)
+    }
+
+    /// The object at `name` leaves the tree: one of several names of a file
+    /// is removed; anything else moves, whole, into its attic slot `obj`.
+    pub fn move_aside(&self, dir: BorrowedFd<'_>, name: &OsStr, obj: ObjectId) -> Res<Aside> {
+        self.entry(dir, name)?;
+        self.tree.capture_named(self.journal, dir, name, false, self.caller)?;
+        let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
+            rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
+            return Ok(Aside::Unlinked);
+        }
+        if !self.tree.to_attic(dir, name, obj)? {
+            log::error!("rewind: attic slot {} is taken", obj.0);
+            return Err(Errno(libc::EEXIST));
+        }
+        Ok(Aside::InAttic)
+    }
+
+    /// Object `obj` comes back from its attic slot to `name` in `dir`.
+    /// `Ok(false)`: the slot is empty.
+    pub fn bring_back(&self, obj: ObjectId, dir: BorrowedFd<'_>, name: &OsStr) -> Res<bool> {
+        self.entry(dir, name)?;
+        self.tree.from_attic(obj, dir, name)
+    }
+
+    /// A name inside a directory in the attic moves to `name` in `dir`.
+    /// That directory is still an object of history (a checkpoint may hold
+    /// it, e.g. the rewind's safety checkpoint): losing the name is a
+    /// change to it, recorded.
+    pub fn take_out(&self, from: BorrowedFd<'_>, from_name: &OsStr, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
+        self.entry(dir, name)?;
+        self.entry(from, from_name)?;
+        rustix::fs::renameat_with(from, from_name, dir, name, RenameFlags::NOREPLACE)?;
+        Ok(())
+    }
+
+    /// The live object behind `fd` gets `name` in `dir` as another hard
+    /// link; its link count is part of its state, recorded first.
+    pub fn link_back(&self, fd: BorrowedFd<'_>, obj: ObjectId, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
+        self.entry(dir, name)?;
+        let program = self.journal.program(self.caller.pid);
+        self.tree.capture_fd(self.journal, fd, obj, false, program.as_deref())?;
+        rustix::fs::linkat(fd, "", dir, name, AtFlags::EMPTY_PATH)?;
+        Ok(())
+    }
+
+    /// Removes a name of a file that has others (a stray link in a
+    /// directory in the attic).
+    pub fn unlink_link(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
+        self.entry(dir, name)?;
+        self.tree.capture_named(self.journal, dir, name, false, self.caller)?;
+        rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
+        Ok(())
+    }
+
+    /// Creates an object that no longer exists at `name` (a directory, a
+    /// symlink, a device or fifo, or an empty regular file of `size`
+    /// bytes); the caller gives it its identity and bytes.
+    pub fn recreate(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        kind: Kind,
+        perm: u32,
+        size: u64,
+        target: &[u8],
+    ) -> Res<OwnedFd> {
+        self.entry(dir, name)?;
+        let mode = Mode::from_raw_mode(perm);
+        match kind {
+            Kind::Dir => rustix::fs::mkdirat(dir, name, mode)?,
+            Kind::Symlink => rustix::fs::symlinkat(OsStr::from_bytes(target), dir, name)?,
+            Kind::File => {
+                let fd = rustix::fs::openat(
+                    dir,
+                    name,
+                    OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+                    mode,
+                )?;
+                rustix::fs::ftruncate(&fd, size)?;
+            }
+            other => {
+                let t = match other {
+                    Kind::Fifo => rustix::fs::FileType::Fifo,
+                    Kind::Socket => rustix::fs::FileType::Socket,
+                    Kind::CharDevice => rustix::fs::FileType::CharacterDevice,
+                    _ => rustix::fs::FileType::BlockDevice,
+                };
+                rustix::fs::mknodat(dir, name, t, mode, 0)?
+            }
+        }
+        open_path(dir, name)
+    }
+
+    /// Swaps a new inode in at every name of object `id` (`names`, all of
+    /// them in the tree): the new file is linked at each name, then the old
+    /// inode moves to the attic as `id`, with its bytes, for history and
+    /// for every descriptor that holds it. Returns the new inode's handle
+    /// (a new object, born in this turn) and an `O_PATH` descriptor of it.
+    /// If a step fails, the names already swapped get the old inode back
+    /// and the new one is removed.
+    pub fn swap_in_new_inode(
+        &self,
+        id: ObjectId,
+        names: &[(OwnedFd, OsString)],
+        new: &NewFile<'_>,
+    ) -> Res<(FileHandle, OwnedFd)> {
+        let Some(((dir0, name0), others)) = names.split_first() else { return Err(Errno(libc::EINVAL)) };
+        for (dir, name) in names {
+            self.entry(dir.as_fd(), name)?;
+        }
+        // Its link count changes (to one, in the attic).
+        self.tree.capture_named(self.journal, dir0.as_fd(), name0, false, self.caller)?;
+        // Temporary names are recorded as absent, so that a crash leaving
+        // one behind cannot show it in this turn's checkpoint (recovery
+        // moves it away).
+        let temp = OsString::from(format!(".rewindfs-rewind-{}", id.0));
+        self.entry(dir0.as_fd(), &temp)?;
+        let fd = rustix::fs::openat(
+            dir0.as_fd(),
+            &temp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(new.perm),
+        )?;
+        let prepared = (|| -> Res<FileHandle> {
+            rustix::fs::ftruncate(&fd, new.size)?;
+            for (n, v) in new.xattrs {
+                sys::setxattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)?;
+            }
+            Ok(sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))?)
+        })();
+        let handle = match prepared {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
+                return Err(e);
+            }
+        };
+        if let Err(e) = rustix::fs::renameat_with(dir0.as_fd(), &temp, dir0.as_fd(), name0, RenameFlags::EXCHANGE) {
+            let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
+            return Err(e.into());
+        }
+        // From here the old inode is under `temp` in `dir0`.
+        let mut swapped = 0usize;
+        let mut failed = None;
+        for (i, (dir, name)) in others.iter().enumerate() {
+            let step = (|| -> Res<()> {
+                let t = OsString::from(format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
+                self.entry(dir.as_fd(), &t)?;
+                if crate::world::test_hooks::fail_point("rewind-swap-link") {
+                    return Err(Errno(libc::EIO));
+                }
+                rustix::fs::linkat(&fd, "", dir.as_fd(), &t, AtFlags::EMPTY_PATH)?;
+                if let Err(e) = rustix::fs::renameat(dir.as_fd(), &t, dir.as_fd(), name) {
+                    let _ = rustix::fs::unlinkat(dir.as_fd(), &t, AtFlags::empty());
+                    return Err(e.into());
+                }
+                Ok(())
+            })();
+            match step {
+                Ok(()) => swapped += 1,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            self.undo_swap(id, dir0.as_fd(), name0, &temp, &others[..swapped]);
+            return Err(e);
+        }
+        // Born in this rewind's turn: a later rewind to a checkpoint before
+        // it must not take it for a file of that checkpoint (and refill it,
+        // under the descriptors that may hold it by then).
+        self.journal.note_born(&handle.to_bytes(), kind_code(Kind::File)).map_err(|e| e.errno())?;
+        if !self.tree.to_attic(dir0.as_fd(), &temp, id)? {
+            rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty())?;
+        }
+        let new_fd = open_path(dir0.as_fd(), name0)?;
+        Ok((handle, new_fd))
+    }
+
+    /// Puts the old inode (under `temp` in `dir0`) back at `name0` and at
+    /// the names in `swapped`, and removes the new one. Best effort: each
+    /// failure is logged (the pre-images recorded before stay true of the
+    /// checkpoint, and the tree keeps every name).
+    fn undo_swap(
+        &self,
+        id: ObjectId,
+        dir0: BorrowedFd<'_>,
+        name0: &OsStr,
+        temp: &OsStr,
+        swapped: &[(OwnedFd, OsString)],
+    ) {
+        let old = match open_path(dir0, temp) {
+            Ok(fd) => fd,
+            Err(e) => {
+                log::error!("rewind: cannot undo the swap of object {}: {e}", id.0);
+                return;
+            }
+        };
+        for (i, (dir, name)) in swapped.iter().enumerate() {
+            let t = OsString::from(format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
+            let back = rustix::fs::linkat(&old, "", dir.as_fd(), &t, AtFlags::EMPTY_PATH)
+                .and_then(|()| rustix::fs::renameat(dir.as_fd(), &t, dir.as_fd(), name));
+            if let Err(e) = back {
+                let _ = rustix::fs::unlinkat(dir.as_fd(), &t, AtFlags::empty());
+                log::error!("rewind: cannot give {:?} its old inode back: {e}", name);
+            }
+        }
+        if let Err(e) = rustix::fs::renameat_with(dir0, temp, dir0, name0, RenameFlags::EXCHANGE)
+            .and_then(|()| rustix::fs::unlinkat(dir0, temp, AtFlags::empty()))
+        {
+            log::error!("rewind: cannot give {:?} its old inode back: {e}", name0);
+        }
+    }
+}
