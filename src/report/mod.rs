@@ -293,6 +293,9 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     Ok(out)
 }
 
+/// The name of the daemon's thread that computes sealed turns' statistics.
+pub const TURN_STATS_THREAD: &str = "turn-stats";
+
 /// Serializes the computing of sealed turns' statistics (the daemon's
 /// background summaries and `log`), so that none is computed twice.
 static SUMMARIZING: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -204,6 +204,7 @@ impl<'a> TreeView<'a> {
                 };
             }
         }
+        crate::world::test_hooks::view_lookup();
         let Some(fd) = self.live_dir(dir) else { return Ok(None) };
         match sys::name_to_handle_at(fd.as_fd(), name) {
             Ok(h) => Ok(Some(self.node_of_handle(h)?)),
