@@ -310,6 +310,27 @@ pub mod test_hooks {
         std::env::var_os("REWINDFS_TEST_FAIL_SYNC_WHILE").is_some_and(|p| std::path::Path::new(&p).exists())
     }
 
+    /// Pauses the background turn-statistics thread in a view lookup,
+    /// between the records and the live tree, while the file named by
+    /// `REWINDFS_TEST_STATS_PAUSE` exists (it writes `<that>.reached` when
+    /// it first waits), so a test can run a rewind in that window.
+    pub fn view_lookup() {
+        let Some(pause) = std::env::var_os("REWINDFS_TEST_STATS_PAUSE") else { return };
+        if std::thread::current().name() != Some(crate::report::TURN_STATS_THREAD) {
+            return;
+        }
+        let pause = std::path::PathBuf::from(pause);
+        if pause.exists() {
+            let mut reached = pause.clone().into_os_string();
+            reached.push(".reached");
+            let _ = std::fs::write(reached, b"");
+            log::warn!("test hook: the turn statistics wait in a view lookup");
+        }
+        while pause.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Whether the background settler waits: while the file named by
     /// `REWINDFS_TEST_SETTLER_PAUSE` exists (opens still settle), so a test
     /// can damage the store while rewound files are pending.
@@ -322,6 +343,7 @@ pub mod test_hooks {
 #[cfg(not(feature = "test-hooks"))]
 pub mod test_hooks {
     pub fn hold_frozen() {}
+    pub fn view_lookup() {}
     pub fn sync_fails() -> bool {
         false
     }

@@ -177,3 +177,46 @@ fn renames_links_and_rewinds_count_as_diff_counts_them() {
     let moved = log_stats(turn_of(&log, "after-rewind"));
     assert_eq!(moved, (1, 0, 1, 1, 1), "docs/readme.md moved into archive/: {log:?}");
 }
+
+#[test]
+fn statistics_computed_while_a_rewind_runs_are_those_of_the_turn() {
+    // F14 (docs/history-model-failures.md): the daemon's turn-statistics
+    // thread read its views with no lock, so a rewind could run between a
+    // view's look at the records (nothing recorded for `gone` since turn 2)
+    // and its look at the live tree (`gone` put back by the rewind): turn
+    // 1 then kept "nothing deleted". The hook stops the thread in that
+    // window until the test removes the pause file.
+    let mut f = MountFixture::unmounted();
+    std::fs::write(f.ws.join("gone"), "x\ny\n").expect("write gone");
+    std::fs::write(f.ws.join("kept"), "k\n").expect("write kept");
+    let pause = f.dir.path().join("stats-pause");
+    let reached = f.dir.path().join("stats-pause.reached");
+    let pause_env = pause.to_str().expect("utf-8 path").to_string();
+    f.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_STATS_PAUSE", &pause_env)]);
+    f.turn("m1");
+    std::fs::write(&pause, b"").expect("create the pause file");
+    f.sh("rm gone");
+    f.turn("m2");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !reached.exists() {
+        assert!(std::time::Instant::now() < deadline, "the turn statistics never reached the view lookup hook");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The rewind puts `gone` back; it must wait for the thread (or at
+    // least not change what the thread reads) until the pause ends.
+    let mp = f.path().to_str().expect("utf-8 path").to_string();
+    let mut rewind = f
+        .command()
+        .args(["rewind", "-C", &mp, "m1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rewindfs rewind");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    std::fs::remove_file(&pause).expect("remove the pause file");
+    check(wait_child(&mut rewind, CHILD_TIMEOUT, "rewindfs rewind"), "rewindfs rewind");
+    assert!(f.path().join("gone").exists(), "the rewind put `gone` back");
+    let log = assert_log_matches_diff(&f, "after a rewind raced the statistics of the turn before it");
+    assert_eq!(log_stats(turn_of(&log, "m1")), (0, 0, 1, 0, 2), "turn m1 deleted `gone`: {log:?}");
+}

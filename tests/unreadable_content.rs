@@ -299,3 +299,53 @@ fn an_unsettled_file_left_by_a_killed_daemon_is_put_back_by_the_next_unmount() {
     assert_eq!(std::fs::read(fx.ws.join("a.txt")).expect("plain a.txt"), v.a1, "a.txt as before the rewind");
     assert_eq!(std::fs::read(fx.ws.join("b.txt")).expect("plain b.txt"), v.b0, "b.txt rewound");
 }
+
+#[test]
+fn log_lists_every_turn_and_names_the_damage_when_one_turns_content_is_unreadable() {
+    // The statistics of turn m1 (a.txt and b.txt rewritten) are not stored
+    // yet when a byte of a.txt's old content is flipped in the pack: the
+    // daemon's statistics thread is held (REWINDFS_TEST_STATS_PAUSE) until
+    // the damage is done. `log` used to fail whole; it lists every turn,
+    // marks m1's statistics unavailable naming the file and the chunk, and
+    // exits 1.
+    let mut fx = MountFixture::unmounted();
+    let v = Versions { a0: random(1, 200_000), b0: random(2, 200_000), a1: random(3, 200_000), b1: random(4, 200_000) };
+    std::fs::write(fx.ws.join("a.txt"), &v.a0).expect("write a.txt");
+    std::fs::write(fx.ws.join("b.txt"), &v.b0).expect("write b.txt");
+    let pause = fx.dir.path().join("stats-pause");
+    let reached = fx.dir.path().join("stats-pause.reached");
+    let pause_env = pause.to_str().expect("utf-8 path").to_string();
+    fx.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_STATS_PAUSE", &pause_env)]);
+    assert_eq!(fx.turn("m1"), 1);
+    std::fs::write(&pause, b"").expect("create the pause file");
+    std::fs::write(fx.path().join("a.txt"), &v.a1).expect("rewrite a.txt");
+    std::fs::write(fx.path().join("b.txt"), &v.b1).expect("rewrite b.txt");
+    assert_eq!(fx.turn("m2"), 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !reached.exists() {
+        assert!(Instant::now() < deadline, "the statistics thread never reached its pause");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    damage(&fx, Damage::Flip, &v.a0);
+    std::fs::remove_file(&pause).expect("remove the pause file");
+
+    let out = fx.rewindfs(&["log", "-C", &mp(&fx)]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "log must exit 1: {}", describe_status(&out));
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "every checkpoint is listed:\n{text}\n{err}");
+    assert!(rows[1].contains("m1") && rows[1].contains('?'), "m1's statistics are shown unknown: {text}");
+    assert!(!rows[0].contains('?') && !rows[2].contains('?'), "the other rows have their statistics: {text}");
+    assert!(err.contains("turn 1") && err.contains("a.txt") && err.contains("chunk"), "stderr names it: {err}");
+
+    let out = fx.rewindfs(&["log", "-C", &mp(&fx), "--json"]);
+    assert_eq!(out.status.code(), Some(1), "log --json must exit 1 too: {}", describe_status(&out));
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("log --json prints JSON");
+    let rows = rows.as_array().expect("an array");
+    assert_eq!(rows.len(), 3, "every checkpoint is listed: {rows:?}");
+    let why = rows[1]["stats_unavailable"].as_str().unwrap_or_else(|| panic!("m1 has a reason: {rows:?}"));
+    assert!(why.contains("a.txt") && why.contains("checkpoint 1") && why.contains("corrupt"), "{why}");
+    assert!(rows[0]["stats_unavailable"].is_null() && rows[2]["stats_unavailable"].is_null(), "{rows:?}");
+    assert_eq!(rows[0]["checkpoint"], 0);
+    assert_eq!(rows[2]["checkpoint"], 2);
+}

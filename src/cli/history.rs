@@ -17,15 +17,25 @@ fn human_bytes(n: i64) -> String {
     }
 }
 
-pub fn log(args: LogArgs) -> Result<()> {
+/// Exits 1 when some turn's statistics are unavailable (every row is
+/// still printed, and stderr says which and why), so that scripts notice.
+pub fn log(args: LogArgs) -> Result<i32> {
     let info = common::find_mount(args.target.mount.as_deref())?;
     let turns = common::ask(&info, op::Log)?;
+    let unavailable: Vec<String> = turns
+        .iter()
+        .filter_map(|t| t.stats_unavailable.as_ref().map(|why| format!("turn {}: {why}", t.checkpoint)))
+        .collect();
+    let status = if unavailable.is_empty() { 0 } else { 1 };
+    for line in &unavailable {
+        eprintln!("rewindfs: statistics unavailable for {line}");
+    }
     if args.target.json {
-        return common::print_json(&turns);
+        return common::print_json(&turns).map(|_| status);
     }
     if args.graph {
         graph(&turns);
-        return Ok(());
+        return Ok(status);
     }
     println!(
         "{:>4}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  programs",
@@ -46,21 +56,20 @@ pub fn log(args: LogArgs) -> Result<()> {
             None => {}
         }
         let marker = if t.current { "*" } else { " " };
+        let counts = [t.files_added, t.files_modified, t.files_deleted, t.lines_added, t.lines_removed];
+        // Unknown, not zero: `?` where the statistics could not be computed.
+        let [fa, fm, fd, la, lr] =
+            counts.map(|n| if t.stats_unavailable.is_some() { "?".to_string() } else { n.to_string() });
         println!(
-            "{marker}{:>3}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  {}",
+            "{marker}{:>3}  {:<20}  {:<16}  {fa:>5} {fm:>5} {fd:>5}  {la:>7} {lr:>7}  {:>7}  {}",
             t.checkpoint,
             t.created_at,
             message,
-            t.files_added,
-            t.files_modified,
-            t.files_deleted,
-            t.lines_added,
-            t.lines_removed,
             human_bytes(t.bytes_stored),
             programs.join(" ")
         );
     }
-    Ok(())
+    Ok(status)
 }
 
 /// A message id as `log` shows it: agents' prompt ids are 36-character

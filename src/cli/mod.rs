@@ -386,7 +386,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Run(a) => run::run(a),
         Command::Status(a) => status::run(a).map(|_| 0),
         Command::Turn(a) => turn::run(a).map(|_| 0),
-        Command::Log(a) => history::log(a).map(|_| 0),
+        Command::Log(a) => history::log(a),
         Command::Diff(a) => history::diff(a),
         Command::History(a) => history::history(a).map(|_| 0),
         Command::Show(a) => show::run(a).map(|_| 0),

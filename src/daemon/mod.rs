@@ -207,8 +207,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
         invalidator: session
             .invalidator()
             .map_err(|e| Error::io("cannot duplicate the FUSE device descriptor".to_string(), e))?,
+        turn_stats: spawn_turn_stats(tree.clone(), journal.clone(), world.clone()),
         world,
-        turn_stats: spawn_turn_stats(tree.clone(), journal.clone()),
     });
     let handler_ctx = ctx.clone();
     std::thread::Builder::new()
@@ -297,10 +297,17 @@ fn seal_with(
 /// One thread computes sealed turns' statistics in the order they were
 /// sealed: a burst of seals (a hook per prompt) queues, rather than
 /// starting as many threads reading the same contents.
-fn spawn_turn_stats(tree: Arc<LiveTree>, journal: Arc<Journal>) -> std::sync::mpsc::Sender<i64> {
+fn spawn_turn_stats(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World>) -> std::sync::mpsc::Sender<i64> {
     let (tx, rx) = std::sync::mpsc::channel::<i64>();
-    let spawned = std::thread::Builder::new().name("turn-stats".into()).spawn(move || {
+    let spawned = std::thread::Builder::new().name(crate::report::TURN_STATS_THREAD.into()).spawn(move || {
         for turn in rx {
+            // A view is the live tree plus the records since its checkpoint:
+            // read while a rewind or restore changes both (a name looked up
+            // in the records before it recorded it, then in the tree after
+            // it put it back), it is neither the old tree nor the new, and
+            // the statistics stored from it would stay wrong (F14). As `log`
+            // does, the worker reads a tree that does not change under it.
+            let _op = world.op();
             if let Err(e) = crate::report::summarize_sealed_turn(&tree, &journal, turn) {
                 warn!("cannot compute the statistics of turn {turn}: {e}");
             }

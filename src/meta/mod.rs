@@ -1141,6 +1141,14 @@ impl Meta {
             .ctx("read outside changes")
     }
 
+    /// Every turn at which `object` was noted changed outside the mount.
+    pub fn taint_turns(&self, object: ObjectId) -> MetaResult<Vec<i64>> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT turn FROM tainted WHERE object = ?1 ORDER BY turn").ctx("prepare")?;
+        let rows = stmt.query_map([object.0], |r| r.get(0)).ctx("list outside changes")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list outside changes")
+    }
+
     /// The turn of the earliest entry record for (dir, name) at or after `from`.
     pub fn entry_turn_at(&self, dir: ObjectId, name: &[u8], from: i64) -> MetaResult<Option<i64>> {
         self.conn

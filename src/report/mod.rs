@@ -15,7 +15,7 @@ use crate::cli::quote::quote_name;
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, ObjectId, TurnStats};
 use crate::sys::FileHandle;
-use crate::view::{Content, Node, NodeState, TreeView, ViewResult};
+use crate::view::{Content, Node, NodeState, TreeView, ViewError, ViewResult};
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Kind, LiveTree};
 
@@ -69,13 +69,28 @@ pub struct TurnSummary {
     pub bytes_stored: i64,
     /// Command name -> number of records it caused.
     pub programs: BTreeMap<String, u64>,
+    /// Why the statistics above (zero then) could not be computed: the
+    /// content they need cannot be read (a damaged chunk). `log` still
+    /// lists every turn, and exits 1.
+    #[serde(default)]
+    pub stats_unavailable: Option<String>,
 }
 
 fn is_binary(data: &[u8]) -> bool {
     data.iter().take(8000).any(|b| *b == 0) || std::str::from_utf8(data).is_err()
 }
 
-fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeState) -> ViewResult<bool> {
+/// The whole content of a file of view `v`; an error names the file and
+/// the checkpoint (the view's, or the live tree).
+fn read_file(v: &TreeView<'_>, s: &NodeState, path: &Path) -> ViewResult<Vec<u8>> {
+    v.read_all(s).map_err(|e| ViewError::Unreadable {
+        path: quote_name(path),
+        at: v.checkpoint().map_or("the live tree".to_string(), |c| format!("checkpoint {c}")),
+        source: Box::new(e),
+    })
+}
+
+fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeState, path: &Path) -> ViewResult<bool> {
     if sa.size != sb.size {
         return Ok(false);
     }
@@ -87,14 +102,14 @@ fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeSta
     {
         return Ok(true);
     }
-    Ok(a.read_all(sa)? == b.read_all(sb)?)
+    Ok(read_file(a, sa, path)? == read_file(b, sb, path)?)
 }
 
-fn same_state(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeState) -> ViewResult<bool> {
+fn same_state(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeState, path: &Path) -> ViewResult<bool> {
     if sa.kind != sb.kind || sa.perm != sb.perm || sa.uid != sb.uid || sa.gid != sb.gid || sa.target != sb.target {
         return Ok(false);
     }
-    if sa.is_file() { same_content(a, sa, b, sb) } else { Ok(true) }
+    if sa.is_file() { same_content(a, sa, b, sb, path) } else { Ok(true) }
 }
 
 /// Builds the change record for a path (content read for line counts).
@@ -109,7 +124,7 @@ fn change(
 ) -> ViewResult<FileChange> {
     let read = |v: &TreeView<'_>, s: Option<&NodeState>| -> ViewResult<Option<Vec<u8>>> {
         match s {
-            Some(s) if s.is_file() && s.size <= MAX_DIFF_BYTES => Ok(Some(v.read_all(s)?)),
+            Some(s) if s.is_file() && s.size <= MAX_DIFF_BYTES => Ok(Some(read_file(v, s, path)?)),
             Some(s) if s.is_file() => Ok(None),
             Some(s) => Ok(Some(s.target.clone().unwrap_or_default())),
             None => Ok(Some(Vec::new())),
@@ -206,7 +221,7 @@ fn walk(
         let kind = match (&sa, &sb) {
             (None, Some(_)) => Some(ChangeKind::Added),
             (Some(_), None) => Some(ChangeKind::Deleted),
-            (Some(x), Some(y)) if !same_state(a, x, b, y)? => Some(ChangeKind::Modified),
+            (Some(x), Some(y)) if !same_state(a, x, b, y, &path)? => Some(ChangeKind::Modified),
             _ => None,
         };
         if let (Some(kind), true) = (kind, exact(&path)) {
@@ -264,13 +279,22 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     let mut out = Vec::new();
     for (i, c) in checkpoints.iter().enumerate() {
         let next = checkpoints.get(i + 1);
-        let stats = match (next, stored.remove(&c.checkpoint)) {
-            (Some(_), Some(stats)) => stats,
-            (Some(_), None) => summarize_sealed_turn(tree, journal, c.checkpoint)?,
-            (None, _) => {
-                let paths = locate_changes(tree, journal, c.checkpoint)?;
-                turn_stats(tree, journal, c.checkpoint, paths, &TreeView::live(tree, journal))?
+        let computed = match (next, stored.remove(&c.checkpoint)) {
+            (Some(_), Some(stats)) => Ok(stats),
+            (Some(_), None) => summarize_sealed_turn(tree, journal, c.checkpoint),
+            (None, _) => locate_changes(tree, journal, c.checkpoint)
+                .and_then(|paths| turn_stats(tree, journal, c.checkpoint, paths, &TreeView::live(tree, journal))),
+        };
+        // One turn whose content cannot be read does not hide the others;
+        // the history database failing does.
+        let (stats, stats_unavailable) = match computed {
+            Ok(stats) => (stats, None),
+            Err(e @ (ViewError::Unreadable { .. } | ViewError::Store(_) | ViewError::Lost(_) | ViewError::Io(_))) => {
+                log::warn!("the statistics of turn {} are unavailable: {e}", c.checkpoint);
+                let programs = journal.with_meta(|m| m.programs_in_turn(c.checkpoint))?;
+                (TurnStats { programs, ..TurnStats::default() }, Some(e.to_string()))
             }
+            Err(e) => return Err(e),
         };
         out.push(TurnSummary {
             checkpoint: c.checkpoint,
@@ -288,10 +312,14 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
             lines_removed: stats.lines_removed,
             bytes_stored: next.map(|n| n.store_bytes_at_start).unwrap_or(store_now) - c.store_bytes_at_start,
             programs: stats.programs,
+            stats_unavailable,
         });
     }
     Ok(out)
 }
+
+/// The name of the daemon's thread that computes sealed turns' statistics.
+pub const TURN_STATS_THREAD: &str = "turn-stats";
 
 /// Serializes the computing of sealed turns' statistics (the daemon's
 /// background summaries and `log`), so that none is computed twice.
@@ -597,26 +625,39 @@ pub struct PathEvent {
 }
 
 /// The turns whose changes touched `path` (relative to the root).
+///
+/// Costs in proportion to the turns that recorded something on the way to
+/// `path`, not to the length of the history: where a path leads in a view
+/// depends only on the entries (directory, name) looked up on the way and
+/// on the state of the object reached, and a view differs from the next
+/// checkpoint's only by the records of the turns between them (and the
+/// outside changes noted at them). So, walking back from the live tree,
+/// only the checkpoints whose turns recorded one of those entries or that
+/// object are compared, as before; the way to `path` is taken again in
+/// each one compared (it changes only there).
 pub fn history(tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Vec<PathEvent>> {
     let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
     let mut out = Vec::new();
-    for (i, c) in checkpoints.iter().enumerate() {
+    let mut way = Way::to(&TreeView::live(tree, journal), path)?;
+    // Checkpoints from `upto` on are done (their turns are compared).
+    let mut upto = checkpoints.len();
+    loop {
+        let turns = way.turns(journal)?;
+        // The newest checkpoint before `upto` whose turns (up to the next
+        // checkpoint) recorded something on the way.
+        let next = turns
+            .iter()
+            .rev()
+            .filter_map(|t| checkpoints.partition_point(|c| c.checkpoint <= *t).checked_sub(1))
+            .find(|i| *i < upto);
+        let Some(i) = next else { break };
+        let c = &checkpoints[i];
         let pre = TreeView::at(tree, journal, c.checkpoint);
         let post = match checkpoints.get(i + 1) {
             Some(n) => TreeView::at(tree, journal, n.checkpoint),
             None => TreeView::live(tree, journal),
         };
-        let a = pre.resolve(path)?;
-        let b = post.resolve(path)?;
-        let sa = a.as_ref().and_then(|n| pre.state(n).ok());
-        let sb = b.as_ref().and_then(|n| post.state(n).ok());
-        let kind = match (&sa, &sb) {
-            (None, Some(_)) => Some(ChangeKind::Added),
-            (Some(_), None) => Some(ChangeKind::Deleted),
-            (Some(x), Some(y)) if !same_state(&pre, x, &post, y)? => Some(ChangeKind::Modified),
-            _ => None,
-        };
-        if let Some(change) = kind {
+        if let Some(change) = path_change(&pre, &post, path)? {
             out.push(PathEvent {
                 checkpoint: c.checkpoint,
                 message_id: c.message_id.clone(),
@@ -624,8 +665,79 @@ pub fn history(tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Ve
                 change,
             });
         }
+        way = Way::to(&pre, path)?;
+        upto = i;
     }
+    out.reverse();
     Ok(out)
+}
+
+/// How `path` differs between two views (None: not at all).
+fn path_change(pre: &TreeView<'_>, post: &TreeView<'_>, path: &Path) -> ViewResult<Option<ChangeKind>> {
+    let a = pre.resolve(path)?;
+    let b = post.resolve(path)?;
+    let sa = a.as_ref().and_then(|n| pre.state(n).ok());
+    let sb = b.as_ref().and_then(|n| post.state(n).ok());
+    Ok(match (&sa, &sb) {
+        (None, Some(_)) => Some(ChangeKind::Added),
+        (Some(_), None) => Some(ChangeKind::Deleted),
+        (Some(x), Some(y)) if !same_state(pre, x, post, y, path)? => Some(ChangeKind::Modified),
+        _ => None,
+    })
+}
+
+/// What decides where a path leads in one view: the entries looked up on
+/// the way (directory, name), the directories passed and the object
+/// reached.
+struct Way {
+    entries: Vec<(ObjectId, OsString)>,
+    dirs: Vec<ObjectId>,
+    end: Option<ObjectId>,
+}
+
+impl Way {
+    fn to(view: &TreeView<'_>, path: &Path) -> ViewResult<Way> {
+        let mut way = Way { entries: Vec::new(), dirs: Vec::new(), end: None };
+        let mut node = view.root()?;
+        for comp in path.components() {
+            let std::path::Component::Normal(name) = comp else { continue };
+            // A directory never recorded has no records that could change
+            // its entries.
+            if let Some(id) = node.id {
+                way.entries.push((id, name.to_owned()));
+                way.dirs.push(id);
+            }
+            match view.lookup(&node, name)? {
+                Some(n) => node = n,
+                None => return Ok(way),
+            }
+        }
+        way.end = node.id;
+        Ok(way)
+    }
+
+    /// The turns whose records (or outside changes noted) can make the way
+    /// differ between the checkpoints around them.
+    fn turns(&self, journal: &Journal) -> ViewResult<BTreeSet<i64>> {
+        journal.with_meta(|m| -> ViewResult<BTreeSet<i64>> {
+            let mut turns = BTreeSet::new();
+            for (dir, name) in &self.entries {
+                turns.extend(m.turns_of_entry(*dir, name.as_bytes())?);
+            }
+            if let Some(end) = self.end {
+                turns.extend(m.turns_of_object(end)?);
+            }
+            // A view fails an object changed outside before a later
+            // checkpoint t (`taint_after` is strict): the views at t - 1
+            // and t differ there.
+            for id in self.dirs.iter().chain(&self.end) {
+                for t in m.taint_turns(*id)? {
+                    turns.extend([t - 1, t]);
+                }
+            }
+            Ok(turns)
+        })
+    }
 }
 
 #[cfg(test)]

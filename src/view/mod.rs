@@ -34,6 +34,10 @@ pub enum ViewError {
     Lost(ObjectId),
     #[error("object {0:?} was changed outside rewindfs before checkpoint {1}; its state at this checkpoint is unknown")]
     ChangedOutside(ObjectId, i64),
+    /// The content of one file could not be read (a damaged or missing
+    /// chunk, an unreadable backing file): `path` as shown, `at` the side.
+    #[error("cannot read {path} at {at}: {source}")]
+    Unreadable { path: String, at: String, source: Box<ViewError> },
 }
 
 impl From<crate::error::Errno> for ViewError {
@@ -56,6 +60,7 @@ impl crate::error::AsErrno for ViewError {
             ViewError::Store(e) => e.errno(),
             ViewError::Journal(e) => e.errno(),
             ViewError::Lost(_) | ViewError::ChangedOutside(..) => crate::error::Errno::EIO,
+            ViewError::Unreadable { source, .. } => source.errno(),
         }
     }
 }
@@ -204,6 +209,7 @@ impl<'a> TreeView<'a> {
                 };
             }
         }
+        crate::world::test_hooks::view_lookup();
         let Some(fd) = self.live_dir(dir) else { return Ok(None) };
         match sys::name_to_handle_at(fd.as_fd(), name) {
             Ok(h) => Ok(Some(self.node_of_handle(h)?)),
