@@ -289,6 +289,12 @@ pub mod test_hooks {
         std::env::var_os("REWINDFS_TEST_FAIL_SYNC_WHILE").is_some_and(|p| std::path::Path::new(&p).exists())
     }
 
+    /// The time a collection goes by, when `REWINDFS_TEST_NOW_MS` is set
+    /// (Unix milliseconds): "older than D days" without waiting D days.
+    pub fn now_ms() -> Option<i64> {
+        std::env::var("REWINDFS_TEST_NOW_MS").ok().and_then(|v| v.parse().ok())
+    }
+
     /// Whether the background settler waits: while the file named by
     /// `REWINDFS_TEST_SETTLER_PAUSE` exists (opens still settle), so a test
     /// can damage the store while rewound files are pending.
@@ -308,6 +314,9 @@ pub mod test_hooks {
         false
     }
     pub fn kill_point(_point: &str) {}
+    pub fn now_ms() -> Option<i64> {
+        None
+    }
     pub fn phase(_what: Option<&'static str>) {}
     pub fn record() {}
 }

@@ -29,6 +29,10 @@ fn agent_may(req: &Request) -> bool {
         | Request::Fsck(_)
         | Request::Checkpoints(_) => true,
         Request::Restore(r) => r.dry_run,
+        Request::Forget(r) => r.dry_run,
+        Request::Gc(r) => r.dry_run,
+        // A name keeps a checkpoint from collection for good.
+        Request::Snapshot(_) => false,
         Request::Rewind(r) => r.dry_run,
         Request::Unmount(_) | Request::Show(_) => false,
     }

@@ -61,6 +61,59 @@ ops! {
     Show "show" => ShowReply,
     Fsck "fsck" => crate::fsck::Report,
     Checkpoints "checkpoints" => Vec<crate::meta::Checkpoint>,
+    Snapshot "snapshot" => SnapshotReply,
+    Forget "forget" => crate::journal::retention::Collected,
+    Gc "gc" => GcReply,
+}
+
+/// Name a checkpoint: `at` (a reference), or a new one sealed now.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub name: String,
+    pub message: Option<String>,
+    pub at: Option<String>,
+}
+
+/// `snapshot`: the checkpoint named.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotReply {
+    pub checkpoint: i64,
+    pub name: String,
+    pub message: Option<String>,
+    /// A new checkpoint was sealed for it (no `--at`).
+    pub sealed: bool,
+}
+
+/// Drop checkpoints now: each one's turn merges into the kept checkpoint
+/// before it; what no kept checkpoint needs is freed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Forget {
+    pub checkpoints: Vec<String>,
+    pub dry_run: bool,
+}
+
+/// Collect what the retention policy lets go. `keep_count`/`keep_days`
+/// replace the stored policy's (stored, unless `dry_run`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Gc {
+    pub dry_run: bool,
+    pub keep_count: Option<u64>,
+    pub keep_days: Option<u64>,
+}
+
+/// `gc`: the policy applied and what was (or would be) collected.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GcReply {
+    pub policy: crate::journal::retention::Policy,
+    #[serde(flatten)]
+    pub collected: crate::journal::retention::Collected,
+}
+
+/// A named checkpoint, as `status` lists it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotRow {
+    pub name: String,
+    pub checkpoint: i64,
 }
 
 /// Every checkpoint's row (number, parent, message id, session, label),
@@ -162,6 +215,12 @@ pub struct StatusReply {
     /// (freed when it forgets them) plus a bounded number listed by a plain
     /// readdir.
     pub view_inodes: u64,
+    /// The retention policy stored in the store.
+    #[serde(default)]
+    pub retention: Option<crate::journal::retention::Policy>,
+    /// Named checkpoints, oldest first.
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotRow>,
 }
 
 /// A rewound file whose bytes cannot be written into the workspace.

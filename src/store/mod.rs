@@ -237,6 +237,21 @@ pub trait ChunkStore: Send + Sync {
 
     /// Returns the bytes of chunk `id`, checked against the id: damage is
     /// reported as [`StoreError::Corrupt`], never returned as data.
+    /// Frees chunks no record needs any more (a collection): they leave
+    /// the index; their bytes stay in the packs until compaction.
+    fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        self.discard(ids)
+    }
+
+    /// The bytes a chunk takes in the store (None: not there).
+    fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
+        match self.get(id) {
+            Ok(data) => Ok(Some(data.len() as u64)),
+            Err(StoreError::Missing { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError>;
 
     fn contains(&self, id: &ChunkId) -> Result<bool, StoreError>;
