@@ -95,6 +95,11 @@ impl Case {
         }
     }
 
+    /// Entries in the attic.
+    fn attic(&self) -> usize {
+        std::fs::read_dir(self.fx.store.join("attic")).expect("attic").count()
+    }
+
     fn fsck_clean(&self, when: &str) {
         let out = self.run(&["fsck"]);
         assert!(out.status.success(), "{when}: fsck is not clean: {}", describe_status(&out));
@@ -157,8 +162,14 @@ fn snapshots_name_checkpoints_and_forget_merges_turns_keeping_every_kept_view_ex
     assert_eq!(dry["forgotten"], serde_json::json!([t[1], t[2]]), "{dry}");
     assert!(dry["bytes_freed"].as_u64().is_some_and(|b| b > 100_000), "two versions of big go: {dry}");
     assert_eq!(c.listed().len(), 6, "--dry-run forgot nothing");
+    // src/n2 and src/n3 lived only at t2 and t3: their removed files go
+    // from the attic.
+    assert_eq!(dry["attic_files_freed"].as_u64(), Some(2), "{dry}");
+    let attic = c.attic();
     let done = c.fx.cli_json(&["forget", "t2", "t3"]);
     assert_eq!(done["chunks_freed"], dry["chunks_freed"], "{done}");
+    assert_eq!(done["attic_files_freed"].as_u64(), Some(2), "{done}");
+    assert_eq!(c.attic(), attic - 2, "the attic lost exactly those two");
     assert_eq!(c.chunks(), before - done["chunks_freed"].as_u64().expect("count"));
     for reference in [t[1].to_string(), "t3".to_string()] {
         let out = c.run(&["diff", &reference]);
@@ -211,6 +222,7 @@ fn gc_keeps_the_young_and_collects_the_old_by_an_injected_clock() {
     let done = c.fx.cli_json(&["gc", "--keep-count", "2"]);
     assert_eq!(done["forgotten"], expected, "{done}");
     assert!(done["chunks_freed"].as_u64().is_some_and(|n| n > 0), "{done}");
+    assert!(done["attic_files_freed"].as_u64().is_some_and(|n| n > 0), "{done}");
     assert_eq!(c.chunks(), before - done["chunks_freed"].as_u64().expect("count"));
     let out = c.run(&["diff", "t1"]);
     assert!(stderr(&out).contains("collected by retention"), "{}", describe_status(&out));
@@ -244,13 +256,22 @@ fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
     let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
     let left = meta.gc_chunks().expect("gc_chunks");
     assert!(!left.is_empty(), "the kill left the collection's intent");
+    let attic_left = meta.gc_attic().expect("gc_attic");
+    assert!(!attic_left.is_empty(), "removed files to take out of the attic");
+    for id in &attic_left {
+        assert!(c.fx.store.join("attic").join(id.0.to_string()).exists(), "attic entry {id:?} went before the kill");
+    }
     drop(meta);
     assert_eq!(c.chunks(), before, "nothing was freed before the kill");
     c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
     assert_eq!(c.chunks(), before - left.len() as u64, "the mount finished the collection");
     let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
     assert!(meta.gc_chunks().expect("gc_chunks").is_empty());
+    assert!(meta.gc_attic().expect("gc_attic").is_empty());
     drop(meta);
+    for id in &attic_left {
+        assert!(!c.fx.store.join("attic").join(id.0.to_string()).exists(), "attic entry {id:?} is still there");
+    }
     let forgotten: Vec<i64> = vec![0, t[0], t[1], t[2]];
     c.check_views(&forgotten, "after the interrupted gc");
     c.fsck_clean("after the interrupted gc");

@@ -58,4 +58,7 @@ fn print_collected(c: &Collected) {
         "{drop} {} records ({} moved into the kept turns before them); {free} {} chunks ({} bytes)",
         c.records_dropped, c.records_moved, c.chunks_freed, c.bytes_freed
     );
+    if c.attic_files_freed > 0 {
+        println!("{free} {} removed files in the attic ({} bytes)", c.attic_files_freed, c.attic_bytes_freed);
+    }
 }

@@ -508,7 +508,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }
-            journal.collect(&victims, "forget", dry_run).map_err(journal_failure)
+            let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
+            journal.collect(&victims, "forget", dry_run, &attic).map_err(journal_failure)
         }),
         Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days }| {
             let _history = ctx.world.history();
@@ -519,7 +520,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 journal.set_policy(&policy).map_err(journal_failure)?;
             }
             let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
-            let collected = journal.collect(&victims, "retention", dry_run).map_err(journal_failure)?;
+            let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
+            let collected = journal.collect(&victims, "retention", dry_run, &attic).map_err(journal_failure)?;
             Ok(protocol::GcReply { policy, collected })
         }),
         Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {

@@ -445,7 +445,9 @@ impl Journal {
             log.clear().map_err(|e| crate::Error::io("cannot empty the journal log", e))?;
         }
         // A collection the previous daemon was killed in.
-        journal.finish_collection().map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        journal
+            .finish_collection(&crate::store_dir::StoreDir::new(dir).attic())
+            .map_err(|e| crate::Error::Daemon(e.to_string()))?;
         Ok(journal)
     }
 

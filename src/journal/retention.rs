@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
-use crate::meta::{Checkpoint, Meta, MetaResult, Reason};
+use crate::meta::{Checkpoint, Meta, MetaResult, ObjectId, Reason};
 use crate::store::{ChunkId, ContentRef};
 
 /// What the policy keeps. Stored in the store (`state` keys `retention.*`).
@@ -129,7 +129,17 @@ pub struct Collected {
     pub chunks_freed: u64,
     /// Their bytes in the packs (reclaimed on disk by compaction).
     pub bytes_freed: u64,
+    /// Removed files in the attic that no kept checkpoint reaches, removed.
+    #[serde(default)]
+    pub attic_files_freed: u64,
+    #[serde(default)]
+    pub attic_bytes_freed: u64,
 }
+
+/// How a collection removes an attic entry: `(object, handle, dry_run)` ->
+/// the bytes freed, or None when the entry is not removable
+/// (`LiveTree::remove_from_attic`).
+pub type AtticRemover<'a> = &'a dyn Fn(ObjectId, &[u8], bool) -> Option<u64>;
 
 /// The time a collection goes by: the clock, or in test builds
 /// `REWINDFS_TEST_NOW_MS` (so "older than 14 days" is testable).
@@ -214,7 +224,13 @@ impl Journal {
     /// caller has checked them against [`Journal::protected`]; the newest
     /// is refused here too. Holds the turn gate exclusively throughout
     /// (see the module comment).
-    pub fn collect(&self, victims: &[i64], by: &str, dry_run: bool) -> JournalResult<Collected> {
+    pub fn collect(
+        &self,
+        victims: &[i64],
+        by: &str,
+        dry_run: bool,
+        attic: AtticRemover<'_>,
+    ) -> JournalResult<Collected> {
         let mut victims = victims.to_vec();
         victims.sort_unstable();
         victims.dedup();
@@ -230,16 +246,27 @@ impl Journal {
         }
         let at = now_ms();
         let mut out = Collected { dry_run, forgotten: victims.clone(), ..Default::default() };
+        let mut removals = Vec::new();
         let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
-            let mut candidates = HashSet::new();
+            let mut lists = Vec::new();
+            let mut named = Vec::new();
             for &f in &victims {
                 let merged = m.forget_checkpoint(f, by, at)?;
                 out.records_dropped += merged.dropped_records;
                 out.records_moved += merged.moved_records;
-                for list in merged.dropped_lists {
-                    candidates.extend(ContentRef::decode_chunks(&list).into_iter().flatten().map(|s| s.id));
+                lists.extend(merged.dropped_lists);
+                named.extend(merged.dropped_objects);
+            }
+            // Files alone in the attic that no record names any more: no
+            // view reaches them, nor their own records.
+            for (id, handle) in m.unnamed_objects(&named)? {
+                if let Some(bytes) = attic(id, &handle, true) {
+                    lists.extend(m.drop_unreachable(id)?);
+                    removals.push((id, handle, bytes));
                 }
             }
+            let candidates =
+                lists.iter().flat_map(|l| ContentRef::decode_chunks(l).into_iter().flatten()).map(|s| s.id).collect();
             let dead = m.unreferenced(candidates)?;
             if !dry_run {
                 m.add_gc_chunks(&dead)?;
@@ -247,6 +274,10 @@ impl Journal {
             Ok(dead)
         };
         let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
+        if dry_run {
+            out.attic_files_freed = removals.len() as u64;
+            out.attic_bytes_freed = removals.iter().map(|r| r.2).sum();
+        }
         let dead: Vec<ChunkId> = dead.into_iter().collect();
         out.chunks_freed = dead.len() as u64;
         for id in &dead {
@@ -256,14 +287,21 @@ impl Journal {
             // Committed, nothing freed yet: the next open frees them.
             crate::world::test_hooks::kill_point("gc-committed");
             self.store.release(&dead)?;
+            for (id, handle, _) in &removals {
+                if let Some(bytes) = attic(*id, handle, false) {
+                    out.attic_files_freed += 1;
+                    out.attic_bytes_freed += bytes;
+                }
+            }
             inner.meta.clear_gc_chunks()?;
             log::info!(
-                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) freed",
+                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed",
                 out.forgotten,
                 by,
                 out.records_dropped,
                 out.chunks_freed,
-                out.bytes_freed
+                out.bytes_freed,
+                out.attic_files_freed
             );
         }
         Ok(out)
@@ -271,13 +309,23 @@ impl Journal {
 
     /// Frees the chunks of a collection the previous daemon committed and
     /// did not finish (run at open, before anything records).
-    pub fn finish_collection(&self) -> JournalResult<usize> {
+    pub fn finish_collection(&self, attic_dir: &std::path::Path) -> JournalResult<usize> {
         let inner = self.lock();
         let left = inner.meta.gc_chunks()?;
-        if left.is_empty() {
+        let attic = inner.meta.gc_attic()?;
+        if left.is_empty() && attic.is_empty() {
             return Ok(0);
         }
         self.store.release(&left)?;
+        for id in attic {
+            // Checked before the collection committed; nothing ran since.
+            let slot = attic_dir.join(id.0.to_string());
+            if std::fs::symlink_metadata(&slot).is_ok_and(|m| !m.is_dir())
+                && let Err(e) = std::fs::remove_file(&slot)
+            {
+                log::warn!("cannot remove attic entry {}: {e}", slot.display());
+            }
+        }
         inner.meta.clear_gc_chunks()?;
         log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
         Ok(left.len())
@@ -381,10 +429,11 @@ mod journal_tests {
         assert!(matches!(j.name_checkpoint("m2", 1, None), Err(JournalError::DuplicateSnapshotName { .. })));
         assert!(j.protected().unwrap().contains_key(&0), "named");
         let chunks = store.stats().unwrap().chunks;
-        let dry = j.collect(&[1], "forget", true).unwrap();
+        let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
+        let dry = j.collect(&[1], "forget", true, &no_attic).unwrap();
         assert_eq!((dry.chunks_freed, dry.records_dropped), (1, 1), "{dry:?}");
         assert_eq!(j.resolve("1").unwrap().0, 1, "a dry run changes nothing");
-        let done = j.collect(&[1], "forget", false).unwrap();
+        let done = j.collect(&[1], "forget", false, &no_attic).unwrap();
         assert_eq!(done.chunks_freed, 1);
         assert_eq!(store.stats().unwrap().chunks, chunks - 1, "v1's chunk went, v0's stays");
         for reference in ["1", "m1"] {
@@ -395,6 +444,6 @@ mod journal_tests {
         }
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
-        assert!(matches!(j.collect(&[2], "forget", false), Err(JournalError::Kept { .. })));
+        assert!(matches!(j.collect(&[2], "forget", false, &no_attic), Err(JournalError::Kept { .. })));
     }
 }

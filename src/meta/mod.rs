@@ -465,7 +465,7 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         // Named snapshots, checkpoints forgotten (by `forget` or retention)
         // so references to them say so, and the chunks a committed
         // collection still has to free (its intent, finished at the next
-        // open). Touches no table of version 8 (the attic's), so it applies
+        // open, as are the attic entries it removes). Touches no table of version 8 (the attic's), so it applies
         // on top of 7 or 8 alike.
         conn.execute_batch(
             "BEGIN;
@@ -483,6 +483,7 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
                  at INTEGER NOT NULL);
              CREATE INDEX IF NOT EXISTS forgotten_by_message ON forgotten(message_id);
              CREATE TABLE IF NOT EXISTS gc_chunks(chunk BLOB PRIMARY KEY) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS gc_attic(object INTEGER PRIMARY KEY);
              PRAGMA user_version = 9;
              COMMIT;",
         )

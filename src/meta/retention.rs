@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Ctx, Meta, MetaError, MetaResult};
+use super::{Ctx, Meta, MetaError, MetaResult, ObjectId};
 use crate::store::{ChunkId, ContentRef};
 
 /// A checkpoint that was forgotten: what references to it are told.
@@ -44,6 +44,9 @@ pub struct Merged {
     pub dropped_records: u64,
     /// Records moved into the previous kept turn.
     pub moved_records: u64,
+    /// Objects a dropped record named (entry targets, recorded objects):
+    /// the ones no record names any more may be removable from the attic.
+    pub dropped_objects: Vec<ObjectId>,
 }
 
 impl Meta {
@@ -147,6 +150,18 @@ impl Meta {
             let rows = stmt.query_map(params![f, p_or], |r| r.get::<_, Vec<u8>>(0)).ctx("list dropped content")?;
             merged.dropped_lists = rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list dropped content")?;
         }
+        for sql in [
+            format!(
+                "SELECT ff.target FROM entry_pre ff WHERE ff.turn = ?1 AND ff.target IS NOT NULL AND (?2 < 0 OR {entry_shadowed})"
+            ),
+            format!("SELECT ff.object FROM object_pre ff WHERE ff.turn = ?1 AND (?2 < 0 OR {obj_shadowed})"),
+        ] {
+            let mut stmt = c.prepare(&sql).ctx("prepare")?;
+            let rows = stmt.query_map(params![f, p_or], |r| r.get::<_, i64>(0)).ctx("list dropped objects")?;
+            for id in rows {
+                merged.dropped_objects.push(ObjectId(id.ctx("list dropped objects")?));
+            }
+        }
         // P's records without content borrow F's.
         c.execute(
             "UPDATE object_pre SET \
@@ -247,6 +262,56 @@ impl Meta {
         Ok(candidates)
     }
 
+    /// Of `candidates`, the objects no entry record names (no view can
+    /// reach them through a name) and that are not pending, with their
+    /// handles: if one sits alone in the attic, nothing needs it.
+    pub fn unnamed_objects(&self, candidates: &[ObjectId]) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT o.handle FROM objects o WHERE o.id = ?1 AND o.handle IS NOT NULL \
+                 AND NOT EXISTS (SELECT 1 FROM entry_pre e WHERE e.target = o.id) \
+                 AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.handle = o.handle)",
+            )
+            .ctx("prepare")?;
+        for id in candidates {
+            if !seen.insert(*id) {
+                continue;
+            }
+            if let Some(handle) = stmt.query_row([id.0], |r| r.get::<_, Vec<u8>>(0)).optional().ctx("read object")? {
+                out.push((*id, handle));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Drops every record of an object no view can reach (its attic entry
+    /// is being removed), noting the removal (`gc_attic`); the chunk lists
+    /// of the records dropped.
+    pub fn drop_unreachable(&self, id: ObjectId) -> MetaResult<Vec<Vec<u8>>> {
+        let lists = {
+            let mut stmt = self
+                .conn
+                .prepare_cached("SELECT chunks FROM object_pre WHERE object = ?1 AND chunks IS NOT NULL")
+                .ctx("prepare")?;
+            let rows = stmt.query_map([id.0], |r| r.get::<_, Vec<u8>>(0)).ctx("list records")?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list records")?
+        };
+        self.conn.execute("DELETE FROM object_pre WHERE object = ?1", [id.0]).ctx("drop records")?;
+        self.forget_known_content(id)?;
+        self.conn.execute("INSERT OR IGNORE INTO gc_attic(object) VALUES (?1)", [id.0]).ctx("note attic removal")?;
+        Ok(lists)
+    }
+
+    /// Attic entries a committed collection has still to remove.
+    pub fn gc_attic(&self) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare("SELECT object FROM gc_attic").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| r.get(0).map(ObjectId)).ctx("list attic removals")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list attic removals")
+    }
+
     /// Notes chunks a committed collection must free (its intent).
     pub fn add_gc_chunks(&self, ids: &HashSet<ChunkId>) -> MetaResult<()> {
         let mut stmt = self.conn.prepare_cached("INSERT OR IGNORE INTO gc_chunks(chunk) VALUES (?1)").ctx("prepare")?;
@@ -268,9 +333,10 @@ impl Meta {
         Ok(out)
     }
 
-    /// The chunks were freed.
+    /// The chunks were freed and the attic entries removed.
     pub fn clear_gc_chunks(&self) -> MetaResult<()> {
         self.conn.execute("DELETE FROM gc_chunks", []).ctx("clear chunks to free")?;
+        self.conn.execute("DELETE FROM gc_attic", []).ctx("clear attic removals")?;
         Ok(())
     }
 
