@@ -228,6 +228,23 @@ fn gc_keeps_the_young_and_collects_the_old_by_an_injected_clock() {
     assert!(stderr(&out).contains("collected by retention"), "{}", describe_status(&out));
     c.check_views(&[0, t[0], t[2], t[3]], "after gc");
     c.fsck_clean("after gc");
+    // Most of the only pack was released: it was rewritten, and the store
+    // mounts again (its packs are smaller than the newest checkpoint's
+    // recorded store size was).
+    let packs = |c: &Case| -> u64 {
+        std::fs::read_dir(c.fx.store.join("chunks/packs"))
+            .expect("packs")
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    assert_eq!(done["compacted"]["packs"].as_u64(), Some(1), "{done}");
+    assert!(done["compacted"]["bytes_reclaimed"].as_u64().is_some_and(|b| b > 100_000), "{done}");
+    let on_disk = packs(&c);
+    c.fx.unmount();
+    c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
+    assert_eq!(packs(&c), on_disk);
+    c.check_views(&[0, t[0], t[2], t[3]], "after gc and a remount");
+    c.fsck_clean("after gc and a remount");
     c.fx.cli_json(&["rewind", "kept"]);
     assert_same_tree(&c.copies[&t[1]], c.fx.path(), "live tree after rewinding to kept");
     // Nothing more to collect: the rest is protected or counted.

@@ -42,6 +42,13 @@ pub fn gc(args: GcArgs) -> Result<()> {
         p.keep_count, p.keep_days, p.keep_rewinds
     );
     print_collected(&reply.collected);
+    let k = &reply.compacted;
+    if k.packs > 0 {
+        println!(
+            "compacted {} packs: {} bytes back on disk ({} live chunks copied)",
+            k.packs, k.bytes_reclaimed, k.records
+        );
+    }
     Ok(())
 }
 

@@ -522,7 +522,8 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
             let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
             let collected = journal.collect(&victims, "retention", dry_run, &attic).map_err(journal_failure)?;
-            Ok(protocol::GcReply { policy, collected })
+            let compacted = if dry_run { Default::default() } else { journal.compact().map_err(journal_failure)? };
+            Ok(protocol::GcReply { policy, collected, compacted })
         }),
         Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {
             let n = resolve(journal, &checkpoint)?;

@@ -107,6 +107,9 @@ pub struct GcReply {
     pub policy: crate::journal::retention::Policy,
     #[serde(flatten)]
     pub collected: crate::journal::retention::Collected,
+    /// Packs rewritten afterwards (none with `dry_run`).
+    #[serde(default)]
+    pub compacted: crate::store::Compacted,
 }
 
 /// A named checkpoint, as `status` lists it.

@@ -45,6 +45,13 @@ const KEEP_DAYS: &str = "retention.keep_days";
 const KEEP_REWINDS: &str = "retention.keep_rewinds";
 const DAY_MS: i64 = 86_400_000;
 
+/// A pack is rewritten when less than half of it is live: the copy costs
+/// at most the bytes it gives back.
+pub const COMPACT_BELOW: f64 = 0.5;
+/// ... and when that gives back at least this much (a small pack is not
+/// worth the new file).
+pub const COMPACT_MIN_RECLAIM: u64 = 64 * 1024;
+
 /// Label prefix of a rewind's safety checkpoint (daemon/mod.rs).
 const SAFETY_LABEL: &str = "safety checkpoint before rewind";
 
@@ -305,6 +312,16 @@ impl Journal {
             );
         }
         Ok(out)
+    }
+
+    /// Rewrites packs mostly made of released chunks (live fraction under
+    /// [`COMPACT_BELOW`], at least [`COMPACT_MIN_RECLAIM`] bytes back).
+    pub fn compact(&self) -> JournalResult<crate::store::Compacted> {
+        let mut lower = |bytes: u64| {
+            self.with_meta(|m| m.lower_store_bytes(bytes as i64))
+                .map_err(|e| crate::store::StoreError::Decode { what: "metadata", detail: e.to_string() })
+        };
+        Ok(self.store.compact(COMPACT_BELOW, COMPACT_MIN_RECLAIM, &mut lower)?)
     }
 
     /// Frees the chunks of a collection the previous daemon committed and

@@ -340,6 +340,20 @@ impl Meta {
         Ok(())
     }
 
+    /// Lowers the store size the newest checkpoint recorded to `bytes` if
+    /// it is more: compaction is about to make the packs smaller, and the
+    /// mount-time check takes packs smaller than that size for lost ones.
+    pub fn lower_store_bytes(&self, bytes: i64) -> MetaResult<()> {
+        self.conn
+            .execute(
+                "UPDATE checkpoints SET store_bytes_at_start = MIN(store_bytes_at_start, ?1) \
+                 WHERE id = (SELECT MAX(id) FROM checkpoints)",
+                [bytes],
+            )
+            .ctx("lower the recorded store size")?;
+        Ok(())
+    }
+
     /// Runs `f` in a transaction that is always rolled back: what a
     /// collection would do, for `--dry-run`.
     pub fn rolled_back<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {

@@ -680,9 +680,15 @@ enum AppendError {
 }
 
 fn insert_location(conn: &Connection, id: &ChunkId, loc: &Location) -> Result<(), rusqlite::Error> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO chunks (id, pack, offset, stored_len, raw_len, codec) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
+    write_location(conn, "INSERT OR IGNORE", id, loc)
+}
+
+/// Indexes `id` at `loc` (`verb`: `INSERT OR IGNORE` keeps a row already
+/// there, `INSERT OR REPLACE` moves it).
+fn write_location(conn: &Connection, verb: &str, id: &ChunkId, loc: &Location) -> Result<(), rusqlite::Error> {
+    conn.prepare_cached(&format!(
+        "{verb} INTO chunks (id, pack, offset, stored_len, raw_len, codec) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    ))?
     .execute(params![
         id.as_bytes().as_slice(),
         loc.pack,
@@ -782,8 +788,12 @@ fn scan_pack(file: &File, start: u64, len: u64) -> Result<Scan, std::io::Error> 
 /// any is usable) and the number for the next new pack.
 fn recover(conn: &mut Connection, packs_dir: &Path) -> Result<(Option<OpenPack>, u32), StoreError> {
     let numbers = list_packs(packs_dir)?;
-    let next_number = numbers.last().map_or(1, |n| n + 1);
     let sql_err = |e| StoreError::sqlite("recovering the chunk index from the packs", e);
+    // A compacted pack's number is never used again: its `released_ends`
+    // row would hide the new pack's first records from recovery.
+    let released_max: Option<u32> =
+        conn.query_row("SELECT MAX(pack) FROM released_ends", [], |r| r.get(0)).map_err(sql_err)?;
+    let next_number = numbers.last().copied().max(released_max).map_or(1, |n| n + 1);
     let tx = conn.transaction().map_err(sql_err)?;
     let mut current = None;
     for (i, &number) in numbers.iter().enumerate() {
@@ -1036,13 +1046,33 @@ impl ChunkStore for PackStore {
         self.unindex(ids, false)
     }
 
+    fn compact(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(u64) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        self.compact_packs(threshold, min_reclaim, before_delete)
+    }
+
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        PackStore::pack_use(self)
+    }
+
     fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
         Ok(self.lookup(id)?.map(|loc| RECORD_HEADER_LEN + loc.stored_len))
     }
 
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
         let loc = self.lookup(id)?.ok_or(StoreError::Missing { chunk: *id })?;
-        self.read_record(id, &loc)
+        match self.read_record(id, &loc) {
+            // Compacted between the lookup and the read: the copy is elsewhere.
+            Err(e @ StoreError::Corrupt { .. }) => match self.lookup(id)? {
+                Some(moved) if (moved.pack, moved.offset) != (loc.pack, loc.offset) => self.read_record(id, &moved),
+                _ => Err(e),
+            },
+            r => r,
+        }
     }
 
     fn contains(&self, id: &ChunkId) -> Result<bool, StoreError> {
@@ -1153,6 +1183,9 @@ impl ChunkStore for PackStore {
         raw.iter().map(|b| ChunkId::from_slice(b)).collect()
     }
 }
+
+mod compact;
+pub use compact::{Compacted, PackUse};
 
 #[cfg(test)]
 mod tests;
