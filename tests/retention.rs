@@ -218,6 +218,20 @@ fn gc_keeps_the_young_and_collects_the_old_by_an_injected_clock() {
     assert_eq!(c.fx.status_json()["retention"]["keep_count"].as_u64(), Some(1), "--dry-run stores nothing");
     let text = c.fx.cli(&["gc", "--dry-run", "--keep-count", "2"]);
     assert!(text.contains("would forget checkpoints") && text.contains("would free"), "{text}");
+    // du says where the bytes are and what gc would free (under the
+    // stored policy: keep-count 1, which keeps less than 2).
+    let du = c.fx.cli_json(&["du"]);
+    for key in ["disk_bytes", "packs_bytes", "packs_live_bytes", "metadata_bytes", "attic_entries", "logical_bytes"] {
+        assert!(du[key].as_u64().is_some_and(|n| n > 0), "{key}: {du}");
+    }
+    assert!(du["disk_bytes"].as_u64() > du["packs_bytes"].as_u64(), "{du}");
+    assert!(du["packs_live_bytes"].as_u64() >= du["stored_bytes"].as_u64(), "records take headers too: {du}");
+    let turns = du["turns"].as_array().expect("turns");
+    assert!(turns.iter().any(|t| t["content_bytes"].as_u64().is_some_and(|b| b >= 150_000)), "{du}");
+    let would = du["gc_would_free"]["forgotten"].as_array().expect("forgotten").len();
+    assert!(would >= 4, "keep-count 1 lets at least what keep-count 2 does go: {du}");
+    let text = c.fx.cli(&["du", "--turns"]);
+    assert!(text.contains("dedup") && text.contains("gc would forget"), "{text}");
     let before = c.chunks();
     let done = c.fx.cli_json(&["gc", "--keep-count", "2"]);
     assert_eq!(done["forgotten"], expected, "{done}");
@@ -243,6 +257,9 @@ fn gc_keeps_the_young_and_collects_the_old_by_an_injected_clock() {
     c.fx.unmount();
     c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
     assert_eq!(packs(&c), on_disk);
+    let du_after = c.fx.cli_json(&["du"]);
+    assert!(du_after["packs_bytes"].as_u64() < du["packs_bytes"].as_u64(), "{du_after}");
+    assert!(du_after["attic_entries"].as_u64() < du["attic_entries"].as_u64(), "{du_after}");
     c.check_views(&[0, t[0], t[2], t[3]], "after gc and a remount");
     c.fsck_clean("after gc and a remount");
     c.fx.cli_json(&["rewind", "kept"]);

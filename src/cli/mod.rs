@@ -2,6 +2,7 @@
 
 mod agents;
 mod common;
+mod du;
 mod fsck;
 mod history;
 mod hook;
@@ -116,6 +117,9 @@ pub enum Command {
     /// rewinds. Options given are stored as the new policy (not with
     /// --dry-run).
     Gc(GcArgs),
+    /// Where the store's bytes are: on disk by part, logical, the dedup
+    /// and compression ratios, the attic, per turn, and what gc would free.
+    Du(DuArgs),
     /// Check that every checkpoint can be read back; name what damage costs.
     ///
     /// Reads every chunk and checks its hash, follows every reference
@@ -223,6 +227,15 @@ pub struct SnapshotArgs {
     /// Name this existing checkpoint instead of sealing a new one.
     #[arg(long, value_name = "CHECKPOINT")]
     pub at: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DuArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// One line per turn too.
+    #[arg(long)]
+    pub turns: bool,
 }
 
 #[derive(Args, Debug)]
@@ -462,6 +475,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Snapshot(a) => snapshot::snapshot(a).map(|_| 0),
         Command::Forget(a) => snapshot::forget(a).map(|_| 0),
         Command::Gc(a) => snapshot::gc(a).map(|_| 0),
+        Command::Du(a) => du::run(a).map(|_| 0),
         Command::Hooks(a) => hooks::run(a).map(|_| 0),
         Command::Hook { agent } => return hook::run(agent),
     };

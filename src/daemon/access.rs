@@ -27,7 +27,8 @@ fn agent_may(req: &Request) -> bool {
         | Request::Diff(_)
         | Request::History(_)
         | Request::Fsck(_)
-        | Request::Checkpoints(_) => true,
+        | Request::Checkpoints(_)
+        | Request::Du(_) => true,
         Request::Restore(r) => r.dry_run,
         Request::Forget(r) => r.dry_run,
         Request::Gc(r) => r.dry_run,

@@ -500,6 +500,10 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
         }),
         Request::Rewind(op) => answer(op, |op| rewind(ctx, &op.checkpoint, op.dry_run)),
         Request::Snapshot(op) => answer(op, |op| snapshot(ctx, op)),
+        Request::Du(op) => answer(op, |_| {
+            let _history = ctx.world.history();
+            crate::journal::retention::du(journal, tree, &info.store).map_err(journal_failure)
+        }),
         Request::Forget(op) => answer(op, |protocol::Forget { checkpoints, dry_run }| {
             let _history = ctx.world.history();
             let victims =

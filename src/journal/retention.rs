@@ -349,6 +349,66 @@ impl Journal {
     }
 }
 
+/// Allocated bytes under `path` (not following symlinks), and entries.
+fn tree_bytes(path: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return (0, 0) };
+    let mut bytes = meta.blocks() * 512;
+    let mut entries = 0;
+    if meta.is_dir()
+        && let Ok(dir) = std::fs::read_dir(path)
+    {
+        for e in dir.flatten() {
+            let (b, n) = tree_bytes(&e.path());
+            bytes += b;
+            entries += n + 1;
+        }
+    }
+    (bytes, entries)
+}
+
+/// `du`: where the store's bytes are (see [`crate::daemon::control::DuReply`]).
+pub fn du(
+    journal: &Journal,
+    tree: &crate::workspace::LiveTree,
+    store_dir: &std::path::Path,
+) -> JournalResult<crate::daemon::control::DuReply> {
+    use crate::daemon::control::{DuReply, TurnUsage};
+    let parts = crate::store_dir::StoreDir::new(store_dir);
+    let size = |p: std::path::PathBuf| tree_bytes(&p).0;
+    let packs = journal.store().pack_use()?;
+    let stats = journal.store().stats()?;
+    let usage = journal.with_meta(|m| m.turn_usage())?;
+    let logical: u64 = usage.iter().map(|u| u.2).sum();
+    let policy = journal.policy()?;
+    let victims = journal.plan_retention(&policy)?;
+    let attic = |id, handle: &[u8], _| tree.remove_from_attic(id, handle, true);
+    let gc_would_free = journal.collect(&victims, "retention", true, &attic)?;
+    let (attic_bytes, attic_entries) = tree_bytes(&parts.attic());
+    let attic_entries = std::fs::read_dir(parts.attic()).map(|d| d.count() as u64).unwrap_or(attic_entries);
+    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
+    Ok(DuReply {
+        disk_bytes: size(store_dir.to_path_buf()),
+        packs_bytes: packs.iter().map(|p| p.file_bytes).sum(),
+        packs_live_bytes: packs.iter().map(|p| p.live_bytes).sum(),
+        index_bytes: ["chunks.sqlite", "chunks.sqlite-wal"].iter().map(|n| size(parts.chunks().join(n))).sum(),
+        metadata_bytes: size(parts.meta()) + size(store_dir.join("meta.sqlite-wal")) + size(parts.journal_log()),
+        attic_bytes,
+        attic_entries,
+        chunks: stats.chunks,
+        unique_bytes: stats.raw_bytes,
+        stored_bytes: stats.stored_bytes,
+        logical_bytes: logical,
+        dedup_ratio: ratio(logical, stats.raw_bytes),
+        compression_ratio: ratio(stats.raw_bytes, stats.stored_bytes),
+        turns: usage
+            .into_iter()
+            .map(|(checkpoint, records, content_bytes)| TurnUsage { checkpoint, records, content_bytes })
+            .collect(),
+        gc_would_free,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -354,6 +354,25 @@ impl Meta {
         Ok(())
     }
 
+    /// Per turn: (turn, records, bytes of content captured), and the
+    /// total bytes of content every record refers to (for `du`).
+    pub fn turn_usage(&self) -> MetaResult<Vec<(i64, u64, u64)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT turn, SUM(n), SUM(bytes) FROM ( \
+                   SELECT turn, COUNT(*) AS n, SUM(CASE WHEN chunks IS NOT NULL THEN size ELSE 0 END) AS bytes \
+                   FROM object_pre GROUP BY turn \
+                   UNION ALL SELECT turn, COUNT(*), 0 FROM entry_pre GROUP BY turn) \
+                 GROUP BY turn ORDER BY turn",
+            )
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)))
+            .ctx("measure turns")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("measure turns")
+    }
+
     /// Runs `f` in a transaction that is always rolled back: what a
     /// collection would do, for `--dry-run`.
     pub fn rolled_back<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
