@@ -88,6 +88,12 @@ mod tests {
             (op::Rewind { checkpoint: "0".into(), dry_run: false }.into(), false),
             (op::Unmount { lazy: false }.into(), false),
             (op::Show { checkpoint: "0".into(), mountpoint: "/tmp/v".into() }.into(), false),
+            (op::Du.into(), true),
+            (op::Forget { checkpoints: vec!["1".into()], dry_run: true }.into(), true),
+            (op::Forget { checkpoints: vec!["1".into()], dry_run: false }.into(), false),
+            (op::Gc { dry_run: true, keep_count: None, keep_days: None }.into(), true),
+            (op::Gc { dry_run: false, keep_count: None, keep_days: None }.into(), false),
+            (op::Snapshot { name: "n".into(), message: None, at: None }.into(), false),
         ];
         for (req, agent) in &all {
             assert!(p.check(0, req).is_ok(), "owner refused {}", req.name());
