@@ -449,6 +449,10 @@ mod tests {
                 })
                 .collect()
         };
+        // Rewound files whose lists are the records of turn 2: o's record
+        // goes (shadowed), q's moves.
+        m.add_pending(b"ho", &h2, crate::meta::PendingList::Record(2, o), 0).unwrap();
+        m.add_pending(b"hq", &h1, crate::meta::PendingList::Record(2, q), 0).unwrap();
         let before = views(&m);
         let merged = m.transaction(|m| m.forget_checkpoint(2, "forget", 99)).unwrap();
         assert_eq!(merged.dropped_records, 2, "o's record and x's record of turn 2 are shadowed by turn 1's");
@@ -456,6 +460,10 @@ mod tests {
         let after = views(&m);
         assert_eq!(before, after, "views of kept checkpoints 1 and 3 are unchanged");
         assert_eq!(m.content_at(o, 1).unwrap().unwrap().0, 1, "turn 1's record took turn 2's content");
+        let pending: Vec<_> =
+            m.pending_sources().unwrap().into_iter().map(|p| (p.handle, p.inline, p.source)).collect();
+        assert!(pending.contains(&(b"ho".to_vec(), Some(l2.clone()), None)), "a copy of the dropped list: {pending:?}");
+        assert!(pending.contains(&(b"hq".to_vec(), None, Some((1, q)))), "follows the moved record: {pending:?}");
         let ids: Vec<i64> = m.checkpoints().unwrap().iter().map(|c| c.checkpoint).collect();
         assert_eq!(ids, vec![0, 1, 3]);
         assert_eq!(m.checkpoints().unwrap()[2].parent, Some(1), "3 hangs from 2's parent");
@@ -464,7 +472,10 @@ mod tests {
         // Both contents are still referenced (o's by turn 1, q's moved).
         let candidates: HashSet<ChunkId> = [c1, c2].into_iter().collect();
         assert!(m.unreferenced(candidates.clone()).unwrap().is_empty());
-        // Forgetting 1 and 0 (oldest: its records are dropped) frees both.
+        // Once the rewound files are settled, forgetting 1 and 0 (the
+        // oldest: its records are dropped) frees both.
+        m.remove_pending(b"ho").unwrap();
+        m.remove_pending(b"hq").unwrap();
         let mut lists = Vec::new();
         for f in [0, 1] {
             lists.extend(m.transaction(|m| m.forget_checkpoint(f, "retention", 100)).unwrap().dropped_lists);
