@@ -331,6 +331,12 @@ pub mod test_hooks {
         }
     }
 
+    /// The time a collection goes by, when `REWINDFS_TEST_NOW_MS` is set
+    /// (Unix milliseconds): "older than D days" without waiting D days.
+    pub fn now_ms() -> Option<i64> {
+        std::env::var("REWINDFS_TEST_NOW_MS").ok().and_then(|v| v.parse().ok())
+    }
+
     /// Whether the background settler waits: while the file named by
     /// `REWINDFS_TEST_SETTLER_PAUSE` exists (opens still settle), so a test
     /// can damage the store while rewound files are pending.
@@ -353,6 +359,9 @@ pub mod test_hooks {
     pub fn kill_point(_point: &str) {}
     pub fn fail_point(_point: &str) -> bool {
         false
+    }
+    pub fn now_ms() -> Option<i64> {
+        None
     }
     pub fn phase(_what: Option<&'static str>) {}
     pub fn record() {}

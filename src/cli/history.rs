@@ -47,7 +47,8 @@ pub fn log(args: LogArgs) -> Result<i32> {
             Some(m) if !m.is_empty() => quote(short_id(m, &ids)),
             _ => format!("({})", reason_name(t)),
         };
-        let mut programs: Vec<String> = t.programs.iter().map(|(k, v)| format!("{}:{v}", quote(k))).collect();
+        let mut programs: Vec<String> = t.name.iter().map(|n| format!("[{}]", quote(n))).collect();
+        programs.extend(t.programs.iter().map(|(k, v)| format!("{}:{v}", quote(k))));
         // Last, so that a long label does not push the columns around; an
         // agent's prompt (a session) is shown in quotes.
         match &t.label {

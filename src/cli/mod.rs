@@ -2,6 +2,7 @@
 
 mod agents;
 mod common;
+mod du;
 mod fsck;
 mod history;
 mod hook;
@@ -12,6 +13,7 @@ mod picker;
 pub(crate) mod quote;
 mod run;
 mod show;
+mod snapshot;
 mod status;
 mod turn;
 mod unmount;
@@ -92,6 +94,32 @@ pub enum Command {
     /// `rewindfs rewind <safety>` undoes the rewind. New turns then grow a
     /// new branch from CHECKPOINT; the abandoned branch stays browsable.
     Rewind(RewindArgs),
+    /// Name a checkpoint: a new one sealed now, or an existing one (--at).
+    ///
+    /// A name is a checkpoint reference wherever one is taken, and a named
+    /// checkpoint is never collected by `gc` nor dropped by `forget`.
+    Snapshot(SnapshotArgs),
+    /// Drop checkpoints now, freeing what no kept checkpoint needs.
+    ///
+    /// Each checkpoint's turn merges into the kept checkpoint before it
+    /// (whose `log` line and `diff` then span both); views of the other
+    /// checkpoints stay exact. References to a forgotten checkpoint fail
+    /// saying so. Named snapshots, the newest checkpoint, the checkpoint
+    /// last rewound to and recent rewinds' safety checkpoints are kept.
+    Forget(ForgetArgs),
+    /// Collect what the retention policy lets go.
+    ///
+    /// The policy (stored in the store, shown by `status`): keep the
+    /// newest --keep-count checkpoints of the current branch (default 200),
+    /// every checkpoint younger than --keep-days days (default 14, which
+    /// is also how long abandoned branches stay), named snapshots, the
+    /// checkpoint last rewound to and the safety checkpoints of the last 5
+    /// rewinds. Options given are stored as the new policy (not with
+    /// --dry-run).
+    Gc(GcArgs),
+    /// Where the store's bytes are: on disk by part, logical, the dedup
+    /// and compression ratios, the attic, per turn, and what gc would free.
+    Du(DuArgs),
     /// Check that every checkpoint can be read back; name what damage costs.
     ///
     /// Reads every chunk and checks its hash, follows every reference
@@ -184,6 +212,57 @@ pub struct FsckArgs {
     /// Print JSON for programs.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// The name: a word (not a number, not starting with `~` or `-`, no
+    /// `/` or control characters, at most 128 bytes), unique.
+    pub name: String,
+    /// A note kept with the name (and the label of a checkpoint sealed for it).
+    #[arg(long, value_name = "TEXT")]
+    pub message: Option<String>,
+    /// Name this existing checkpoint instead of sealing a new one.
+    #[arg(long, value_name = "CHECKPOINT")]
+    pub at: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DuArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// One line per turn too.
+    #[arg(long)]
+    pub turns: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ForgetArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Checkpoints to drop (any reference).
+    #[arg(required = true)]
+    pub checkpoints: Vec<String>,
+    /// Change nothing; say what would be dropped and freed.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Change nothing; list what would go and the bytes it would free.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Keep the newest N checkpoints of the current branch whatever their age.
+    #[arg(long, value_name = "N")]
+    pub keep_count: Option<u64>,
+    /// Keep every checkpoint younger than D days.
+    #[arg(long, value_name = "D")]
+    pub keep_days: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -393,6 +472,10 @@ pub fn run(cli: Cli) -> i32 {
         Command::Restore(a) => history::restore(a).map(|_| 0),
         Command::Rewind(a) => history::rewind(a).map(|_| 0),
         Command::Fsck(a) => fsck::run(a),
+        Command::Snapshot(a) => snapshot::snapshot(a).map(|_| 0),
+        Command::Forget(a) => snapshot::forget(a).map(|_| 0),
+        Command::Gc(a) => snapshot::gc(a).map(|_| 0),
+        Command::Du(a) => du::run(a).map(|_| 0),
         Command::Hooks(a) => hooks::run(a).map(|_| 0),
         Command::Hook { agent } => return hook::run(agent),
     };

@@ -70,6 +70,21 @@ pub fn run(args: StatusArgs) -> Result<()> {
         for u in &s.unsettled {
             println!("  cannot settle: {} ({})", crate::cli::quote::quote(&u.path), u.reason);
         }
+        if let Some(p) = &s.retention {
+            println!(
+                "  retention:   keep the newest {} checkpoints, all younger than {} days, named snapshots, \
+                 the safety checkpoints of the last {} rewinds",
+                p.keep_count, p.keep_days, p.keep_rewinds
+            );
+        }
+        if !s.snapshots.is_empty() {
+            let names: Vec<String> = s
+                .snapshots
+                .iter()
+                .map(|n| format!("{} ({})", crate::cli::quote::quote(&n.name), n.checkpoint))
+                .collect();
+            println!("  snapshots:   {}", names.join(", "));
+        }
     }
     Ok(())
 }

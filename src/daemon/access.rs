@@ -27,8 +27,13 @@ fn agent_may(req: &Request) -> bool {
         | Request::Diff(_)
         | Request::History(_)
         | Request::Fsck(_)
-        | Request::Checkpoints(_) => true,
+        | Request::Checkpoints(_)
+        | Request::Du(_) => true,
         Request::Restore(r) => r.dry_run,
+        Request::Forget(r) => r.dry_run,
+        Request::Gc(r) => r.dry_run,
+        // A name keeps a checkpoint from collection for good.
+        Request::Snapshot(_) => false,
         Request::Rewind(r) => r.dry_run,
         Request::Unmount(_) | Request::Show(_) => false,
     }
@@ -83,6 +88,12 @@ mod tests {
             (op::Rewind { checkpoint: "0".into(), dry_run: false }.into(), false),
             (op::Unmount { lazy: false }.into(), false),
             (op::Show { checkpoint: "0".into(), mountpoint: "/tmp/v".into() }.into(), false),
+            (op::Du.into(), true),
+            (op::Forget { checkpoints: vec!["1".into()], dry_run: true }.into(), true),
+            (op::Forget { checkpoints: vec!["1".into()], dry_run: false }.into(), false),
+            (op::Gc { dry_run: true, keep_count: None, keep_days: None }.into(), true),
+            (op::Gc { dry_run: false, keep_count: None, keep_days: None }.into(), false),
+            (op::Snapshot { name: "n".into(), message: None, at: None }.into(), false),
         ];
         for (req, agent) in &all {
             assert!(p.check(0, req).is_ok(), "owner refused {}", req.name());

@@ -350,9 +350,43 @@ fn answer<O: Op>(op: O, handler: impl FnOnce(O) -> std::result::Result<O::Reply,
 /// caller's mistake.
 fn resolve(journal: &Journal, reference: &str) -> std::result::Result<i64, Failure> {
     journal.resolve(reference).map(|c| c.0).map_err(|e| match e {
-        JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Failure::usage(e.to_string()),
+        JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } | JournalError::Forgotten { .. } => {
+            Failure::usage(e.to_string())
+        }
         e => Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}")),
     })
+}
+
+/// A journal refusal (the caller's mistake) or failure.
+fn journal_failure(e: JournalError) -> Failure {
+    match e {
+        JournalError::UnknownCheckpoint { .. }
+        | JournalError::Ambiguous { .. }
+        | JournalError::Forgotten { .. }
+        | JournalError::BadSnapshotName { .. }
+        | JournalError::DuplicateSnapshotName { .. }
+        | JournalError::AlreadyNamed { .. }
+        | JournalError::Kept { .. } => Failure::usage(e.to_string()),
+        e => Failure::failed(e.errno().0, e.to_string()),
+    }
+}
+
+/// Names a checkpoint: an existing one (`--at`), or one sealed now.
+fn snapshot(ctx: &Ctx, op: protocol::Snapshot) -> std::result::Result<protocol::SnapshotReply, Failure> {
+    let journal = &*ctx.journal;
+    let _history = ctx.world.history();
+    let (checkpoint, sealed) = match &op.at {
+        Some(at) => (resolve(journal, at)?, false),
+        None => {
+            // Refused before sealing: a bad name leaves no checkpoint behind.
+            journal.check_snapshot_name(&op.name, None).map_err(journal_failure)?;
+            let label = op.message.clone().unwrap_or_else(|| format!("snapshot {}", op.name));
+            (seal(ctx, &TurnInfo { label: Some(label), ..Default::default() }, Reason::Turn)?, true)
+        }
+    };
+    journal.name_checkpoint(&op.name, checkpoint, op.message.as_deref()).map_err(journal_failure)?;
+    info!("checkpoint {checkpoint} is named {:?}", op.name);
+    Ok(protocol::SnapshotReply { checkpoint, name: op.name, message: op.message, sealed })
 }
 
 fn view_failure(what: &str, e: crate::view::ViewError) -> Failure {
@@ -472,6 +506,36 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             })
         }),
         Request::Rewind(op) => answer(op, |op| rewind(ctx, &op.checkpoint, op.dry_run)),
+        Request::Snapshot(op) => answer(op, |op| snapshot(ctx, op)),
+        Request::Du(op) => answer(op, |_| {
+            let _history = ctx.world.history();
+            crate::journal::retention::du(journal, tree, &info.store).map_err(journal_failure)
+        }),
+        Request::Forget(op) => answer(op, |protocol::Forget { checkpoints, dry_run }| {
+            let _history = ctx.world.history();
+            let victims =
+                checkpoints.iter().map(|c| resolve(journal, c)).collect::<std::result::Result<Vec<_>, _>>()?;
+            let kept = journal.protected().map_err(journal_failure)?;
+            if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
+                return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
+            }
+            let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
+            journal.collect(&victims, "forget", dry_run, &attic).map_err(journal_failure)
+        }),
+        Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days }| {
+            let _history = ctx.world.history();
+            let mut policy = journal.policy().map_err(journal_failure)?;
+            policy.keep_count = keep_count.unwrap_or(policy.keep_count);
+            policy.keep_days = keep_days.unwrap_or(policy.keep_days);
+            if !dry_run {
+                journal.set_policy(&policy).map_err(journal_failure)?;
+            }
+            let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
+            let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
+            let collected = journal.collect(&victims, "retention", dry_run, &attic).map_err(journal_failure)?;
+            let compacted = if dry_run { Default::default() } else { journal.compact().map_err(journal_failure)? };
+            Ok(protocol::GcReply { policy, collected, compacted })
+        }),
         Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {
             let n = resolve(journal, &checkpoint)?;
             let browser = crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n)
@@ -536,6 +600,15 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     })
                     .collect(),
                 view_inodes: ctx.hidden_views.as_ref().map(|b| b.inode_count() as u64).unwrap_or(0),
+                retention: journal.policy().ok(),
+                snapshots: journal
+                    .with_meta(|m| m.checkpoints())
+                    .map(|cs| {
+                        cs.into_iter()
+                            .filter_map(|c| c.name.map(|name| protocol::SnapshotRow { name, checkpoint: c.checkpoint }))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             })
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {

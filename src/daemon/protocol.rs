@@ -61,6 +61,107 @@ ops! {
     Show "show" => ShowReply,
     Fsck "fsck" => crate::fsck::Report,
     Checkpoints "checkpoints" => Vec<crate::meta::Checkpoint>,
+    Snapshot "snapshot" => SnapshotReply,
+    Forget "forget" => crate::journal::retention::Collected,
+    Gc "gc" => GcReply,
+    Du "du" => DuReply,
+}
+
+/// Where the store's bytes are.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Du;
+
+/// `du`: bytes on disk by part, logical bytes, ratios, per turn, and what
+/// `gc` would free under the stored policy.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DuReply {
+    /// Everything in the store directory.
+    pub disk_bytes: u64,
+    pub packs_bytes: u64,
+    /// Bytes of the packs the index points at (the rest is released or
+    /// never indexed: compaction's to take back).
+    pub packs_live_bytes: u64,
+    pub index_bytes: u64,
+    pub metadata_bytes: u64,
+    /// Removed files kept in the attic (allocated bytes).
+    pub attic_bytes: u64,
+    pub attic_entries: u64,
+    /// Distinct chunks, their bytes decoded and as stored.
+    pub chunks: u64,
+    pub unique_bytes: u64,
+    pub stored_bytes: u64,
+    /// Bytes of content the records refer to (each file version counted
+    /// whole, as a copy would take).
+    pub logical_bytes: u64,
+    /// logical / unique (what content-addressing saves).
+    pub dedup_ratio: f64,
+    /// unique / stored (what zstd saves).
+    pub compression_ratio: f64,
+    pub turns: Vec<TurnUsage>,
+    /// `gc --dry-run` under the stored policy.
+    pub gc_would_free: crate::journal::retention::Collected,
+}
+
+/// What one turn's records hold.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TurnUsage {
+    pub checkpoint: i64,
+    pub records: u64,
+    /// Bytes of content captured (file versions, counted whole).
+    pub content_bytes: u64,
+}
+
+/// Name a checkpoint: `at` (a reference), or a new one sealed now.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub name: String,
+    pub message: Option<String>,
+    pub at: Option<String>,
+}
+
+/// `snapshot`: the checkpoint named.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotReply {
+    pub checkpoint: i64,
+    pub name: String,
+    pub message: Option<String>,
+    /// A new checkpoint was sealed for it (no `--at`).
+    pub sealed: bool,
+}
+
+/// Drop checkpoints now: each one's turn merges into the kept checkpoint
+/// before it; what no kept checkpoint needs is freed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Forget {
+    pub checkpoints: Vec<String>,
+    pub dry_run: bool,
+}
+
+/// Collect what the retention policy lets go. `keep_count`/`keep_days`
+/// replace the stored policy's (stored, unless `dry_run`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Gc {
+    pub dry_run: bool,
+    pub keep_count: Option<u64>,
+    pub keep_days: Option<u64>,
+}
+
+/// `gc`: the policy applied and what was (or would be) collected.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GcReply {
+    pub policy: crate::journal::retention::Policy,
+    #[serde(flatten)]
+    pub collected: crate::journal::retention::Collected,
+    /// Packs rewritten afterwards (none with `dry_run`).
+    #[serde(default)]
+    pub compacted: crate::store::Compacted,
+}
+
+/// A named checkpoint, as `status` lists it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotRow {
+    pub name: String,
+    pub checkpoint: i64,
 }
 
 /// Every checkpoint's row (number, parent, message id, session, label),
@@ -162,6 +263,12 @@ pub struct StatusReply {
     /// (freed when it forgets them) plus a bounded number listed by a plain
     /// readdir.
     pub view_inodes: u64,
+    /// The retention policy stored in the store.
+    #[serde(default)]
+    pub retention: Option<crate::journal::retention::Policy>,
+    /// Named checkpoints, oldest first.
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotRow>,
 }
 
 /// A rewound file whose bytes cannot be written into the workspace.

@@ -21,6 +21,8 @@ fn checkpoint(n: i64, parent: Option<i64>, message: Option<&str>) -> Checkpoint 
         reason: Reason::Turn,
         created_at: 0,
         store_bytes_at_start: 0,
+        name: None,
+        snapshot_message: None,
     }
 }
 

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 pub mod record_log;
 mod reference;
+pub mod retention;
 
 use crate::error::{AsErrno, Errno};
 use crate::meta::{Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, ObjectId, ObjectState, Reason};
@@ -41,6 +42,16 @@ pub enum JournalError {
     BadMessageId { id: String, why: String },
     #[error("message id {id} already names checkpoint {checkpoint}; each message id names one checkpoint")]
     DuplicateMessageId { id: String, checkpoint: i64 },
+    #[error("snapshot name {name} is refused: {why}")]
+    BadSnapshotName { name: String, why: String },
+    #[error("{name} already names checkpoint {checkpoint}; a name names one checkpoint")]
+    DuplicateSnapshotName { name: String, checkpoint: i64 },
+    #[error("checkpoint {checkpoint} is already named {name}; a checkpoint has one name")]
+    AlreadyNamed { checkpoint: i64, name: String },
+    #[error("{}", forgotten_message(reference, forgotten))]
+    Forgotten { reference: String, forgotten: Box<crate::meta::Forgotten> },
+    #[error("checkpoint {checkpoint} is kept: {why}")]
+    Kept { checkpoint: i64, why: String },
     #[error(
         "checkpoint {checkpoint} was sealed, but the metadata could not be made durable ({source}); \
          it is lost if the machine loses power before the next seal succeeds"
@@ -59,7 +70,16 @@ pub const MESSAGE_ID_MAX: usize = 128;
 /// `..`, a leading `-` (read as an option), and the forms of the other
 /// references (all digits: a checkpoint number; `~N`).
 pub fn check_message_id(id: &str) -> Result<(), JournalError> {
-    let why = if id.is_empty() {
+    match refusal(id) {
+        None => Ok(()),
+        Some(why) => Err(JournalError::BadMessageId { id: format!("{:?}", truncate_for_message(id)), why }),
+    }
+}
+
+/// Why `id` cannot be a word that names a checkpoint (a message id or a
+/// snapshot name): see [`check_message_id`].
+fn refusal(id: &str) -> Option<String> {
+    if id.is_empty() {
         Some("it is empty".to_string())
     } else if id.len() > MESSAGE_ID_MAX {
         Some(format!("it is {} bytes long; at most {MESSAGE_ID_MAX}", id.len()))
@@ -75,11 +95,25 @@ pub fn check_message_id(id: &str) -> Result<(), JournalError> {
         Some("it starts with '~', the form of a ~N reference".to_string())
     } else {
         None
-    };
-    match why {
-        None => Ok(()),
-        Some(why) => Err(JournalError::BadMessageId { id: format!("{:?}", truncate_for_message(id)), why }),
     }
+}
+
+/// What a reference to a forgotten checkpoint is told.
+fn forgotten_message(reference: &str, f: &crate::meta::Forgotten) -> String {
+    let how = if f.by == "retention" {
+        "collected by retention (`rewindfs gc`)".to_string()
+    } else {
+        "forgotten (`rewindfs forget`)".to_string()
+    };
+    let named = match &f.message_id {
+        Some(m) if m == reference => format!("message {reference:?} (checkpoint {})", f.checkpoint),
+        _ => format!("checkpoint {}", f.checkpoint),
+    };
+    let into = match f.merged_into {
+        Some(p) => format!("; its changes are now part of checkpoint {p}'s turn"),
+        None => String::new(),
+    };
+    format!("{named} was {how} at {}{into}", crate::report::rfc3339(f.at))
 }
 
 /// At most 64 characters of `s`, for an error message.
@@ -99,7 +133,13 @@ impl AsErrno for JournalError {
             JournalError::Store(e) => e.errno(),
             JournalError::Read { source, .. } => source.errno(),
             JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Errno::EIO,
-            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => Errno::EINVAL,
+            JournalError::Forgotten { .. } => Errno::EIO,
+            JournalError::BadMessageId { .. }
+            | JournalError::DuplicateMessageId { .. }
+            | JournalError::BadSnapshotName { .. }
+            | JournalError::DuplicateSnapshotName { .. }
+            | JournalError::AlreadyNamed { .. }
+            | JournalError::Kept { .. } => Errno::EINVAL,
         }
     }
 }
@@ -324,6 +364,8 @@ impl Journal {
                 reason: Reason::Mount,
                 created_at: now_ms(),
                 store_bytes_at_start: store_bytes,
+                name: None,
+                snapshot_message: None,
             })?;
             m.set_state(SEALED_NS, &now_ns().to_string())?;
             m.set_state("current_turn", &turn.to_string())?;
@@ -402,6 +444,10 @@ impl Journal {
         if let Some(log) = &mut journal.lock().log {
             log.clear().map_err(|e| crate::Error::io("cannot empty the journal log", e))?;
         }
+        // A collection the previous daemon was killed in.
+        journal
+            .finish_collection(&crate::store_dir::StoreDir::new(dir).attic())
+            .map_err(|e| crate::Error::Daemon(e.to_string()))?;
         Ok(journal)
     }
 
@@ -750,6 +796,8 @@ impl Journal {
                     reason,
                     created_at: now_ms(),
                     store_bytes_at_start: store_bytes,
+                    name: None,
+                    snapshot_message: None,
                 })?;
                 // Under the exclusive gate: every change of the turn sealed
                 // was applied before this time.
@@ -900,7 +948,8 @@ impl Journal {
     }
 
     /// Resolves a checkpoint reference: a number, `~N` (N before the
-    /// newest), or a message id; failing those, a unique prefix of a
+    /// newest), a message id or a snapshot name; a forgotten checkpoint's
+    /// number or message id is refused saying so; failing those, a unique prefix of a
     /// message id or words of a label (`reference.rs`).
     pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
         let all = self.with_meta(|m| m.checkpoints())?;
@@ -919,12 +968,20 @@ impl Journal {
             let idx = all.len().checked_sub(1 + n).ok_or_else(unknown)?;
             return Ok(CheckpointId(all[idx].checkpoint));
         }
-        let by_msg: Vec<i64> =
-            all.iter().filter(|c| c.message_id.as_deref() == Some(reference)).map(|c| c.checkpoint).collect();
+        let by_msg: Vec<i64> = all
+            .iter()
+            .filter(|c| c.message_id.as_deref() == Some(reference) || c.name.as_deref() == Some(reference))
+            .map(|c| c.checkpoint)
+            .collect();
         let by_num: Vec<i64> =
             reference.parse::<i64>().ok().into_iter().filter(|n| all.iter().any(|c| c.checkpoint == *n)).collect();
         let mut matches: Vec<i64> = by_num.into_iter().chain(by_msg).collect();
         matches.dedup();
+        if matches.is_empty()
+            && let Some(forgotten) = self.with_meta(|m| m.forgotten(reference))?
+        {
+            return Err(JournalError::Forgotten { reference: reference.to_string(), forgotten: Box::new(forgotten) });
+        }
         match matches.as_slice() {
             [one] => Ok(CheckpointId(*one)),
             [] => match reference::loose_matches(&all, reference).as_slice() {

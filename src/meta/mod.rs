@@ -10,8 +10,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
+mod retention;
+pub use retention::{Forgotten, Merged};
+
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -131,6 +134,13 @@ pub struct Checkpoint {
     pub created_at: i64,
     /// Store size when the turn that starts here began (for "bytes stored").
     pub store_bytes_at_start: i64,
+    /// The snapshot name (`rewindfs snapshot`): a named checkpoint is
+    /// never collected.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The snapshot's `--message`.
+    #[serde(default)]
+    pub snapshot_message: Option<String>,
 }
 
 /// One turn's `log` statistics: what `diff` between its two checkpoints
@@ -466,6 +476,33 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 8")?;
     }
+    if version < 9 {
+        // Named snapshots, checkpoints forgotten (by `forget` or retention)
+        // so references to them say so, and the chunks a committed
+        // collection still has to free (its intent, finished at the next
+        // open, as are the attic entries it removes).
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS snapshots(
+                 name TEXT PRIMARY KEY,
+                 checkpoint INTEGER NOT NULL UNIQUE,
+                 message TEXT,
+                 created_at INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS forgotten(
+                 checkpoint INTEGER PRIMARY KEY,
+                 message_id TEXT,
+                 label TEXT,
+                 merged_into INTEGER,
+                 by TEXT NOT NULL,
+                 at INTEGER NOT NULL);
+             CREATE INDEX IF NOT EXISTS forgotten_by_message ON forgotten(message_id);
+             CREATE TABLE IF NOT EXISTS gc_chunks(chunk BLOB PRIMARY KEY) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS gc_attic(object INTEGER PRIMARY KEY);
+             PRAGMA user_version = 9;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 9")?;
+    }
     Ok(())
 }
 
@@ -753,7 +790,11 @@ impl Meta {
     pub fn checkpoints(&self) -> MetaResult<Vec<Checkpoint>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id, parent, message_id, session, label, reason, created_at, store_bytes_at_start FROM checkpoints ORDER BY id")
+            .prepare(
+                "SELECT c.id, c.parent, c.message_id, c.session, c.label, c.reason, c.created_at, \
+                 c.store_bytes_at_start, s.name, s.message \
+                 FROM checkpoints c LEFT JOIN snapshots s ON s.checkpoint = c.id ORDER BY c.id",
+            )
             .ctx("prepare")?;
         let rows = stmt
             .query_map([], |r| {
@@ -766,6 +807,8 @@ impl Meta {
                     reason: Reason::parse(&r.get::<_, String>(5)?),
                     created_at: r.get(6)?,
                     store_bytes_at_start: r.get(7)?,
+                    name: r.get(8)?,
+                    snapshot_message: r.get(9)?,
                 })
             })
             .ctx("list checkpoints")?;

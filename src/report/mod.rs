@@ -74,6 +74,11 @@ pub struct TurnSummary {
     /// lists every turn, and exits 1.
     #[serde(default)]
     pub stats_unavailable: Option<String>,
+    /// The snapshot name (`rewindfs snapshot`), never collected.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub snapshot_message: Option<String>,
 }
 
 fn is_binary(data: &[u8]) -> bool {
@@ -313,6 +318,8 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
             bytes_stored: next.map(|n| n.store_bytes_at_start).unwrap_or(store_now) - c.store_bytes_at_start,
             programs: stats.programs,
             stats_unavailable,
+            name: c.name.clone(),
+            snapshot_message: c.snapshot_message.clone(),
         });
     }
     Ok(out)
@@ -334,7 +341,11 @@ pub fn summarize_sealed_turn(tree: &LiveTree, journal: &Journal, turn: i64) -> V
         return Ok(stats);
     }
     let paths = journal.with_meta(|m| m.turn_paths(turn))?.map(|p| decode_paths(&p));
-    let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(tree, journal, turn + 1))?;
+    // The next kept checkpoint: forgotten ones merged their turns into
+    // the one before them (`journal/retention.rs`).
+    let next =
+        journal.with_meta(|m| m.checkpoints())?.iter().map(|c| c.checkpoint).find(|&c| c > turn).unwrap_or(turn + 1);
+    let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(tree, journal, next))?;
     if let Err(e) = journal.with_meta(|m| m.set_turn_stats(turn, &stats)) {
         log::warn!("cannot store the statistics of turn {turn}: {e}");
     }

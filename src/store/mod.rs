@@ -24,7 +24,7 @@ use std::str::FromStr;
 pub use chunker::{ChunkSpan, ContentRef, read_content_at, read_content_to, store_content, store_content_added};
 pub use faulty::FaultyStore;
 pub use memory::MemoryStore;
-pub use pack::{PackStore, PackStoreOptions};
+pub use pack::{Compacted, PackStore, PackStoreOptions, PackUse};
 
 /// The address of a chunk: the blake3 hash of its uncompressed bytes.
 ///
@@ -237,6 +237,39 @@ pub trait ChunkStore: Send + Sync {
 
     /// Returns the bytes of chunk `id`, checked against the id: damage is
     /// reported as [`StoreError::Corrupt`], never returned as data.
+    /// Frees chunks no record needs any more (a collection): they leave
+    /// the index; their bytes stay in the packs until compaction.
+    fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        self.discard(ids)
+    }
+
+    /// Rewrites packs whose live records fill less than `threshold` of
+    /// them, giving back at least `min_reclaim` bytes each
+    /// (`pack/compact.rs`); `before_delete` gets the stored bytes before
+    /// any old pack goes. Stores without packs have nothing to do.
+    fn compact(
+        &self,
+        _threshold: f64,
+        _min_reclaim: u64,
+        _before_delete: &mut dyn FnMut(u64) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        Ok(Compacted::default())
+    }
+
+    /// Each pack's live and total bytes (empty for stores without packs).
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// The bytes a chunk takes in the store (None: not there).
+    fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
+        match self.get(id) {
+            Ok(data) => Ok(Some(data.len() as u64)),
+            Err(StoreError::Missing { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError>;
 
     fn contains(&self, id: &ChunkId) -> Result<bool, StoreError>;

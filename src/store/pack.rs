@@ -42,7 +42,7 @@ pub const MAX_CHUNK_LEN: u64 = 1 << 30;
 const ZSTD_LEVEL: i32 = 3;
 
 /// Version of the SQLite index schema, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// How the stored bytes of a record encode the chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,10 +244,11 @@ fn open_index_read_only(path: &Path) -> Result<Connection, StoreError> {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .map_err(|e| StoreError::sqlite(context(), e))?;
-    if version != SCHEMA_VERSION {
+    // Version 1 differs only by a table the read-only paths never read.
+    if !(1..=SCHEMA_VERSION).contains(&version) {
         return Err(StoreError::Decode {
             what: "chunk index",
-            detail: format!("schema version {version}, this build reads {SCHEMA_VERSION}"),
+            detail: format!("schema version {version}, this build reads 1 to {SCHEMA_VERSION}"),
         });
     }
     Ok(conn)
@@ -291,6 +292,14 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
              CREATE INDEX chunks_by_pack ON chunks (pack, offset);",
         )
         .map_err(sql_err)?;
+    }
+    if version < 2 {
+        // How far each pack's records were released by a collection: the
+        // recovery at open indexes records past the indexed end of a pack
+        // (appended, not yet indexed, before a crash), and must not bring
+        // back released chunks that happened to be the last ones.
+        tx.execute_batch("CREATE TABLE IF NOT EXISTS released_ends (pack INTEGER PRIMARY KEY, end INTEGER NOT NULL);")
+            .map_err(sql_err)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(sql_err)?;
     tx.commit().map_err(sql_err)
@@ -509,6 +518,74 @@ impl PackStore {
         Ok(removed)
     }
 
+    /// Unindexes each chunk; with `cut`, cuts the pack back while its last
+    /// record is one of them (newest first): the space comes back whenever
+    /// the chunks were the last appended, which they are unless another
+    /// writer appended in between (then their bytes stay, unreferenced).
+    fn unindex(&self, ids: &[ChunkId], cut: bool) -> Result<(), StoreError> {
+        if self.read_only || ids.is_empty() {
+            return Ok(());
+        }
+        let mut writer = self.writer()?;
+        // The index rows go in one transaction, before any pack byte: a
+        // store that just ran out of space has room for one transaction's
+        // few pages, not for a commit per chunk; and an index row must never
+        // point past the end of a pack.
+        let mut found = Vec::new();
+        for id in ids.iter().rev() {
+            if let Some(loc) = lookup(&writer.conn, id)? {
+                found.push((*id, loc));
+            }
+        }
+        let unindex = |conn: &Connection| {
+            let tx = conn.unchecked_transaction()?;
+            for (id, loc) in &found {
+                tx.execute("DELETE FROM chunks WHERE id = ?1", params![id.as_bytes().as_slice()])?;
+                if !cut {
+                    tx.execute(
+                        "INSERT INTO released_ends(pack, end) VALUES (?1, ?2) \
+                         ON CONFLICT(pack) DO UPDATE SET end = MAX(end, excluded.end)",
+                        params![loc.pack, i64_of(loc.offset + RECORD_HEADER_LEN + loc.stored_len)],
+                    )?;
+                }
+            }
+            tx.commit()
+        };
+        if let Err(e) = unindex(&writer.conn) {
+            // Out of space even for that: the reserve kept for this moment
+            // makes the room.
+            log::warn!("cannot unindex {} chunks ({e}); using the store's reserve", found.len());
+            let _ = std::fs::remove_file(self.reserve_path());
+            unindex(&writer.conn).map_err(|e| StoreError::sqlite(format!("unindexing {} chunks", found.len()), e))?;
+        }
+        let mut freed = 0u64;
+        for (_, loc) in found {
+            if let Some(t) = writer.totals.as_mut() {
+                t.chunks = t.chunks.saturating_sub(1);
+                t.raw_bytes = t.raw_bytes.saturating_sub(loc.raw_len);
+                t.stored_bytes = t.stored_bytes.saturating_sub(loc.stored_len);
+            }
+            if cut
+                && let Some(pack) = writer.current.as_mut()
+                && pack.number == loc.pack
+                && loc.offset + RECORD_HEADER_LEN + loc.stored_len == pack.end
+            {
+                pack.file.set_len(loc.offset).map_err(|e| {
+                    StoreError::io(format!("cutting pack {} back to {}", pack.path.display(), loc.offset), e)
+                })?;
+                pack.end = loc.offset;
+                freed += RECORD_HEADER_LEN + loc.stored_len;
+            }
+        }
+        if cut {
+            log::info!("Took back {} chunks of a content stored part-way ({freed} bytes of pack freed).", ids.len());
+        } else {
+            log::info!("Released {} chunks no kept checkpoint needs.", ids.len());
+        }
+        keep_reserve(&self.dir);
+        Ok(())
+    }
+
     /// The directory the store lives in.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -603,9 +680,15 @@ enum AppendError {
 }
 
 fn insert_location(conn: &Connection, id: &ChunkId, loc: &Location) -> Result<(), rusqlite::Error> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO chunks (id, pack, offset, stored_len, raw_len, codec) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
+    write_location(conn, "INSERT OR IGNORE", id, loc)
+}
+
+/// Indexes `id` at `loc` (`verb`: `INSERT OR IGNORE` keeps a row already
+/// there, `INSERT OR REPLACE` moves it).
+fn write_location(conn: &Connection, verb: &str, id: &ChunkId, loc: &Location) -> Result<(), rusqlite::Error> {
+    conn.prepare_cached(&format!(
+        "{verb} INTO chunks (id, pack, offset, stored_len, raw_len, codec) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    ))?
     .execute(params![
         id.as_bytes().as_slice(),
         loc.pack,
@@ -705,8 +788,12 @@ fn scan_pack(file: &File, start: u64, len: u64) -> Result<Scan, std::io::Error> 
 /// any is usable) and the number for the next new pack.
 fn recover(conn: &mut Connection, packs_dir: &Path) -> Result<(Option<OpenPack>, u32), StoreError> {
     let numbers = list_packs(packs_dir)?;
-    let next_number = numbers.last().map_or(1, |n| n + 1);
     let sql_err = |e| StoreError::sqlite("recovering the chunk index from the packs", e);
+    // A compacted pack's number is never used again: its `released_ends`
+    // row would hide the new pack's first records from recovery.
+    let released_max: Option<u32> =
+        conn.query_row("SELECT MAX(pack) FROM released_ends", [], |r| r.get(0)).map_err(sql_err)?;
+    let next_number = numbers.last().copied().max(released_max).map_or(1, |n| n + 1);
     let tx = conn.transaction().map_err(sql_err)?;
     let mut current = None;
     for (i, &number) in numbers.iter().enumerate() {
@@ -756,6 +843,11 @@ fn recover_pack(
                 |r| r.get(0),
             )
             .map_err(sql_err)?;
+        let released: Option<i64> = tx
+            .query_row("SELECT end FROM released_ends WHERE pack = ?1", [number], |r| r.get(0))
+            .optional()
+            .map_err(sql_err)?;
+        let end = end.max(released);
         Ok(end.map_or(Ok(PACK_HEADER_LEN), |e| u64_of(e, "record end"))?.max(PACK_HEADER_LEN))
     };
     let mut start = indexed_end(tx)?;
@@ -941,65 +1033,46 @@ impl ChunkStore for PackStore {
         Ok((id, true))
     }
 
-    /// Unindexes each chunk, and cuts the pack back while its last record
-    /// is one of them (newest first): the space comes back whenever the
-    /// chunks were the last appended, which they are unless another writer
-    /// appended in between (then their bytes stay, unreferenced).
+    /// Takes back the chunks of a content stored part-way (see `unindex`).
     fn discard(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
-        if self.read_only || ids.is_empty() {
-            return Ok(());
-        }
-        let mut writer = self.writer()?;
-        // The index rows go in one transaction, before any pack byte: a
-        // store that just ran out of space has room for one transaction's
-        // few pages, not for a commit per chunk; and an index row must never
-        // point past the end of a pack.
-        let mut found = Vec::new();
-        for id in ids.iter().rev() {
-            if let Some(loc) = lookup(&writer.conn, id)? {
-                found.push((*id, loc));
-            }
-        }
-        let unindex = |conn: &Connection| {
-            let tx = conn.unchecked_transaction()?;
-            for (id, _) in &found {
-                tx.execute("DELETE FROM chunks WHERE id = ?1", params![id.as_bytes().as_slice()])?;
-            }
-            tx.commit()
-        };
-        if let Err(e) = unindex(&writer.conn) {
-            // Out of space even for that: the reserve kept for this moment
-            // makes the room.
-            log::warn!("cannot unindex {} chunks ({e}); using the store's reserve", found.len());
-            let _ = std::fs::remove_file(self.reserve_path());
-            unindex(&writer.conn).map_err(|e| StoreError::sqlite(format!("unindexing {} chunks", found.len()), e))?;
-        }
-        let mut freed = 0u64;
-        for (_, loc) in found {
-            if let Some(t) = writer.totals.as_mut() {
-                t.chunks = t.chunks.saturating_sub(1);
-                t.raw_bytes = t.raw_bytes.saturating_sub(loc.raw_len);
-                t.stored_bytes = t.stored_bytes.saturating_sub(loc.stored_len);
-            }
-            if let Some(pack) = writer.current.as_mut()
-                && pack.number == loc.pack
-                && loc.offset + RECORD_HEADER_LEN + loc.stored_len == pack.end
-            {
-                pack.file.set_len(loc.offset).map_err(|e| {
-                    StoreError::io(format!("cutting pack {} back to {}", pack.path.display(), loc.offset), e)
-                })?;
-                pack.end = loc.offset;
-                freed += RECORD_HEADER_LEN + loc.stored_len;
-            }
-        }
-        log::info!("Took back {} chunks of a content stored part-way ({freed} bytes of pack freed).", ids.len());
-        keep_reserve(&self.dir);
-        Ok(())
+        self.unindex(ids, true)
+    }
+
+    /// Unindexes without cutting the pack back: the mount-time check
+    /// compares the packs' size with the store size the newest checkpoint
+    /// recorded, so a collection never shrinks a pack (compaction does,
+    /// and says so).
+    fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        self.unindex(ids, false)
+    }
+
+    fn compact(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(u64) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        self.compact_packs(threshold, min_reclaim, before_delete)
+    }
+
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        PackStore::pack_use(self)
+    }
+
+    fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
+        Ok(self.lookup(id)?.map(|loc| RECORD_HEADER_LEN + loc.stored_len))
     }
 
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
         let loc = self.lookup(id)?.ok_or(StoreError::Missing { chunk: *id })?;
-        self.read_record(id, &loc)
+        match self.read_record(id, &loc) {
+            // Compacted between the lookup and the read: the copy is elsewhere.
+            Err(e @ StoreError::Corrupt { .. }) => match self.lookup(id)? {
+                Some(moved) if (moved.pack, moved.offset) != (loc.pack, loc.offset) => self.read_record(id, &moved),
+                _ => Err(e),
+            },
+            r => r,
+        }
     }
 
     fn contains(&self, id: &ChunkId) -> Result<bool, StoreError> {
@@ -1110,6 +1183,9 @@ impl ChunkStore for PackStore {
         raw.iter().map(|b| ChunkId::from_slice(b)).collect()
     }
 }
+
+mod compact;
+pub use compact::{Compacted, PackUse};
 
 #[cfg(test)]
 mod tests;

@@ -321,6 +321,27 @@ impl LiveTree {
         }
     }
 
+    /// Removes object `id`'s attic slot when it holds the inode `handle`
+    /// names, is not a directory and has no other name: a collection found
+    /// that no kept checkpoint reaches it (`journal/retention.rs`). With
+    /// `dry_run` it only checks. The bytes the slot held; None: left alone.
+    pub fn remove_from_attic(&self, id: crate::meta::ObjectId, handle: &[u8], dry_run: bool) -> Option<u64> {
+        let attic = self.attic_fd()?;
+        let name = id.0.to_string();
+        let st = rustix::fs::statat(attic, &name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory || st.st_nlink != 1 {
+            return None;
+        }
+        if sys::name_to_handle_at(attic, OsStr::new(&name)).ok()?.to_bytes() != handle {
+            return None;
+        }
+        if !dry_run && let Err(e) = rustix::fs::unlinkat(attic, &name, AtFlags::empty()) {
+            log::warn!("cannot remove attic entry {name}, which no kept checkpoint needs: {e}");
+            return None;
+        }
+        Some(st.st_blocks as u64 * 512)
+    }
+
     /// Starts recording one mutation: holds the turn gate until dropped.
     pub(crate) fn recording(&self) -> Option<Recording<'_>> {
         self.journal.as_deref().map(|journal| Recording { journal, _gate: journal.gate() })

@@ -394,3 +394,72 @@ fn discarded_chunks_give_their_pack_space_back() {
         assert_eq!(&store.get(id).expect("an earlier chunk"), data);
     }
 }
+
+#[test]
+fn compaction_rewrites_mostly_released_packs_and_survives_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("open");
+    // 30 chunks of 10 KB: five packs of six. Release all but every fifth.
+    let chunks = put_chunks(&store, 7, 30);
+    let packs_before = store.pack_paths().expect("packs").len();
+    assert!(packs_before >= 5, "{packs_before} packs");
+    let (kept, gone): (Vec<_>, Vec<_>) = chunks.iter().cloned().enumerate().partition(|(i, _)| i % 5 == 0);
+    let kept: Vec<(ChunkId, Vec<u8>)> = kept.into_iter().map(|(_, c)| c).collect();
+    let gone: Vec<ChunkId> = gone.into_iter().map(|(_, (id, _))| id).collect();
+    store.release(&gone).expect("release");
+    let disk = |s: &PackStore| s.pack_paths().unwrap().iter().map(|p| std::fs::metadata(p).unwrap().len()).sum::<u64>();
+    let before = disk(&store);
+    let stored_after = store.stats().expect("stats").stored_bytes;
+    let mut told = None;
+    let done = store.compact_packs(0.5, 0, &mut |b| {
+        told = Some(b);
+        Ok(())
+    });
+    let done = done.expect("compact");
+    assert_eq!(told, Some(stored_after), "before_delete is told the stored bytes");
+    assert!(done.packs >= 5 && done.records == kept.len() as u64, "{done:?}");
+    assert!(disk(&store) < before / 3, "{} of {before} bytes left", disk(&store));
+    assert_eq!(before - disk(&store), done.bytes_reclaimed);
+    assert_all_readable(&store, &kept);
+    for id in &gone {
+        assert!(!store.contains(id).expect("contains"), "released chunk {id} came back");
+    }
+    drop(store);
+    // Reopened: the copies are found, nothing released is indexed again,
+    // and new chunks go to a pack with a new number.
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("reopen");
+    assert_all_readable(&store, &kept);
+    assert_eq!(store.stats().expect("stats").chunks, kept.len() as u64);
+    let more = put_chunks(&store, 8, 3);
+    assert_all_readable(&store, &more);
+    assert_all_readable(&store, &kept);
+}
+
+#[test]
+fn compaction_stopped_before_deleting_leaves_old_packs_that_the_next_one_deletes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("open");
+    let chunks = put_chunks(&store, 9, 12);
+    let (kept, gone) = chunks.split_at(2);
+    store.release(&gone.iter().map(|c| c.0).collect::<Vec<_>>()).expect("release");
+    let packs = store.pack_paths().expect("packs");
+    let failed = store.compact_packs(0.5, 0, &mut |_| {
+        Err(StoreError::Decode { what: "test", detail: "stop before deleting".into() })
+    });
+    assert!(failed.is_err());
+    for p in &packs {
+        assert!(p.exists(), "{} went although compaction stopped", p.display());
+    }
+    assert_all_readable(&store, kept);
+    drop(store);
+    // As after a crash at that point: the old packs are not indexed again.
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("reopen");
+    assert_eq!(store.stats().expect("stats").chunks, kept.len() as u64, "nothing released came back");
+    assert_all_readable(&store, kept);
+    let done = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+    assert!(done.packs >= packs.len() as u64 - 1, "{done:?}");
+    for p in &packs {
+        assert!(!p.exists(), "{} is still there", p.display());
+    }
+    assert_all_readable(&store, kept);
+}

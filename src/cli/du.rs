@@ -1,0 +1,58 @@
+//! `rewindfs du`: where the store's bytes are.
+
+use crate::cli::DuArgs;
+use crate::cli::common;
+use crate::daemon::control as op;
+use crate::error::Result;
+
+pub fn run(args: DuArgs) -> Result<()> {
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let d = common::ask(&info, op::Du)?;
+    if args.target.json {
+        return common::print_json(&d);
+    }
+    println!("on disk:     {} in {}", bytes(d.disk_bytes), info.store.display());
+    println!(
+        "  packs:     {} ({} live; the rest is released, for compaction)",
+        bytes(d.packs_bytes),
+        bytes(d.packs_live_bytes)
+    );
+    println!("  index:     {}", bytes(d.index_bytes));
+    println!("  metadata:  {}", bytes(d.metadata_bytes));
+    println!("  attic:     {} in {} removed files and directories", bytes(d.attic_bytes), d.attic_entries);
+    println!(
+        "content:     {} recorded, {} unique in {} chunks ({:.2}x dedup), {} stored ({:.2}x compression)",
+        bytes(d.logical_bytes),
+        bytes(d.unique_bytes),
+        d.chunks,
+        d.dedup_ratio,
+        bytes(d.stored_bytes),
+        d.compression_ratio
+    );
+    let g = &d.gc_would_free;
+    println!(
+        "gc would forget {} checkpoints and free {} in {} chunks and {} in {} attic files",
+        g.forgotten.len(),
+        bytes(g.bytes_freed),
+        g.chunks_freed,
+        bytes(g.attic_bytes_freed),
+        g.attic_files_freed
+    );
+    if args.turns {
+        println!("{:>6}  {:>8}  content", "turn", "records");
+        for t in &d.turns {
+            println!("{:>6}  {:>8}  {}", t.checkpoint, t.records, bytes(t.content_bytes));
+        }
+    }
+    Ok(())
+}
+
+fn bytes(n: u64) -> String {
+    let f = n as f64;
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", f / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", f / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", f / 1024.0),
+        n => format!("{n} B"),
+    }
+}

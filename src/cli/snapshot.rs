@@ -1,0 +1,71 @@
+//! `rewindfs snapshot`, `forget` and `gc`: naming checkpoints and bounding
+//! the history (`journal/retention.rs`).
+
+use crate::cli::common;
+use crate::cli::quote::quote;
+use crate::cli::{ForgetArgs, GcArgs, SnapshotArgs};
+use crate::daemon::control as op;
+use crate::error::Result;
+use crate::journal::retention::Collected;
+
+pub fn snapshot(args: SnapshotArgs) -> Result<()> {
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let reply = common::ask(&info, op::Snapshot { name: args.name, message: args.message, at: args.at })?;
+    if args.target.json {
+        return common::print_json(&reply);
+    }
+    let how = if reply.sealed { "sealed and named" } else { "named" };
+    println!("checkpoint {} {how} {}", reply.checkpoint, quote(&reply.name));
+    Ok(())
+}
+
+pub fn forget(args: ForgetArgs) -> Result<()> {
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let reply = common::ask(&info, op::Forget { checkpoints: args.checkpoints, dry_run: args.dry_run })?;
+    if args.target.json {
+        return common::print_json(&reply);
+    }
+    print_collected(&reply);
+    Ok(())
+}
+
+pub fn gc(args: GcArgs) -> Result<()> {
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let reply =
+        common::ask(&info, op::Gc { dry_run: args.dry_run, keep_count: args.keep_count, keep_days: args.keep_days })?;
+    if args.target.json {
+        return common::print_json(&reply);
+    }
+    let p = &reply.policy;
+    println!(
+        "policy: keep the newest {} checkpoints, all younger than {} days, named snapshots, the last {} rewinds' safety checkpoints",
+        p.keep_count, p.keep_days, p.keep_rewinds
+    );
+    print_collected(&reply.collected);
+    let k = &reply.compacted;
+    if k.packs > 0 {
+        println!(
+            "compacted {} packs: {} bytes back on disk ({} live chunks copied)",
+            k.packs, k.bytes_reclaimed, k.records
+        );
+    }
+    Ok(())
+}
+
+fn print_collected(c: &Collected) {
+    if c.forgotten.is_empty() {
+        println!("nothing to collect");
+        return;
+    }
+    let list: Vec<String> = c.forgotten.iter().map(|n| n.to_string()).collect();
+    let (forget, drop, free) =
+        if c.dry_run { ("would forget", "would drop", "would free") } else { ("forgot", "dropped", "freed") };
+    println!("{forget} checkpoints {}", list.join(", "));
+    println!(
+        "{drop} {} records ({} moved into the kept turns before them); {free} {} chunks ({} bytes)",
+        c.records_dropped, c.records_moved, c.chunks_freed, c.bytes_freed
+    );
+    if c.attic_files_freed > 0 {
+        println!("{free} {} removed files in the attic ({} bytes)", c.attic_files_freed, c.attic_bytes_freed);
+    }
+}

@@ -1,0 +1,526 @@
+//! A bounded history: named snapshots, the retention policy, and the
+//! collection that forgets checkpoints (merging each one's turn into the
+//! kept checkpoint before it, `meta/retention.rs`) and frees the chunks no
+//! kept checkpoint needs.
+//!
+//! Crash safety: everything a collection changes in the metadata, and the
+//! list of chunks it must then free (`gc_chunks`, its intent), commit in one
+//! SQLite transaction; the chunks are released from the chunk store after
+//! the commit, then the list is cleared. A daemon killed in between leaves
+//! the list, and the next open of the store ([`Journal::finish_collection`])
+//! releases them before anything records again. Nothing can reuse such a
+//! chunk meanwhile: the collection holds the turn gate exclusively, so no
+//! content is stored (and deduplicated against it) until it is released.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
+use crate::meta::{Checkpoint, Meta, MetaResult, ObjectId, Reason};
+use crate::store::{ChunkId, ContentRef};
+
+/// What the policy keeps. Stored in the store (`state` keys `retention.*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// The newest checkpoints on the current branch kept whatever their age.
+    pub keep_count: u64,
+    /// Every checkpoint younger than this many days is kept (on any branch).
+    pub keep_days: u64,
+    /// The safety checkpoints of this many newest rewinds are kept.
+    pub keep_rewinds: u64,
+}
+
+impl Default for Policy {
+    /// 200 checkpoints / 14 days: two weeks of work, and the last 200
+    /// prompts of a long session however old; the safety checkpoints of
+    /// the last 5 rewinds (each undoes one).
+    fn default() -> Policy {
+        Policy { keep_count: 200, keep_days: 14, keep_rewinds: 5 }
+    }
+}
+
+const KEEP_COUNT: &str = "retention.keep_count";
+const KEEP_DAYS: &str = "retention.keep_days";
+const KEEP_REWINDS: &str = "retention.keep_rewinds";
+const DAY_MS: i64 = 86_400_000;
+
+/// A pack is rewritten when less than half of it is live: the copy costs
+/// at most the bytes it gives back.
+pub const COMPACT_BELOW: f64 = 0.5;
+/// ... and when that gives back at least this much (a small pack is not
+/// worth the new file).
+pub const COMPACT_MIN_RECLAIM: u64 = 64 * 1024;
+
+/// Label prefix of a rewind's safety checkpoint (daemon/mod.rs).
+const SAFETY_LABEL: &str = "safety checkpoint before rewind";
+
+/// Why a checkpoint is kept whatever is asked.
+pub fn protected(all: &[Checkpoint], tainted: &HashSet<i64>, policy: &Policy) -> BTreeMap<i64, String> {
+    let mut out = BTreeMap::new();
+    if let Some(newest) = all.last() {
+        out.insert(newest.checkpoint, "it is the newest: the current turn records into it".to_string());
+    }
+    for c in all {
+        if let Some(name) = &c.name {
+            out.insert(c.checkpoint, format!("it is the named snapshot {name:?}"));
+        }
+        if tainted.contains(&c.checkpoint) {
+            out.insert(
+                c.checkpoint,
+                "it marks files changed outside rewindfs (earlier views depend on where the mark is)".to_string(),
+            );
+        }
+    }
+    let rewinds: Vec<&Checkpoint> = all.iter().rev().filter(|c| c.reason == Reason::Rewind).collect();
+    if let Some(k) = rewinds.first().and_then(|r| r.parent) {
+        out.insert(k, "the tree was last rewound to it".to_string());
+    }
+    for r in rewinds.iter().take(policy.keep_rewinds as usize) {
+        // The checkpoint just before the result (the safety checkpoint, or
+        // the state at mount of a rewind completed after a crash) and the
+        // safety checkpoint itself.
+        let before: Vec<&Checkpoint> = all.iter().rev().filter(|c| c.checkpoint < r.checkpoint).take(3).collect();
+        for (i, c) in before.iter().enumerate() {
+            let safety = c.label.as_deref().is_some_and(|l| l.starts_with(SAFETY_LABEL));
+            if i == 0 || safety {
+                out.entry(c.checkpoint).or_insert_with(|| {
+                    format!("it is the safety checkpoint of the rewind that sealed {}", r.checkpoint)
+                });
+            }
+            if safety {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The checkpoints the policy lets go at `now_ms`, oldest first: on the
+/// current branch (the newest and its ancestors) those older than
+/// `keep_days` and not among the `keep_count` newest; on abandoned branches
+/// those older than `keep_days`; never a protected one.
+pub fn plan(all: &[Checkpoint], protected: &BTreeMap<i64, String>, policy: &Policy, now_ms: i64) -> Vec<i64> {
+    let by_id: BTreeMap<i64, &Checkpoint> = all.iter().map(|c| (c.checkpoint, c)).collect();
+    let mut current = HashSet::new();
+    let mut at = all.last().map(|c| c.checkpoint);
+    while let Some(n) = at {
+        if !current.insert(n) {
+            break;
+        }
+        at = by_id.get(&n).and_then(|c| c.parent);
+    }
+    let mut recent_on_branch: Vec<i64> = current.iter().copied().collect();
+    recent_on_branch.sort_unstable_by(|a, b| b.cmp(a));
+    let counted: HashSet<i64> = recent_on_branch.into_iter().take(policy.keep_count as usize).collect();
+    let horizon = now_ms.saturating_sub((policy.keep_days as i64).saturating_mul(DAY_MS));
+    all.iter()
+        .filter(|c| c.created_at < horizon)
+        .filter(|c| !counted.contains(&c.checkpoint))
+        .filter(|c| !protected.contains_key(&c.checkpoint))
+        .map(|c| c.checkpoint)
+        .collect()
+}
+
+/// What a collection did (or, dry, would do).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Collected {
+    pub dry_run: bool,
+    /// Checkpoints forgotten, oldest first.
+    pub forgotten: Vec<i64>,
+    /// Records dropped (states no kept checkpoint has).
+    pub records_dropped: u64,
+    /// Records moved into the turn of the kept checkpoint before them.
+    pub records_moved: u64,
+    /// Chunks no kept checkpoint needs, released from the chunk store.
+    pub chunks_freed: u64,
+    /// Their bytes in the packs (reclaimed on disk by compaction).
+    pub bytes_freed: u64,
+    /// Removed files in the attic that no kept checkpoint reaches, removed.
+    #[serde(default)]
+    pub attic_files_freed: u64,
+    #[serde(default)]
+    pub attic_bytes_freed: u64,
+}
+
+/// How a collection removes an attic entry: `(object, handle, dry_run)` ->
+/// the bytes freed, or None when the entry is not removable
+/// (`LiveTree::remove_from_attic`).
+pub type AtticRemover<'a> = &'a dyn Fn(ObjectId, &[u8], bool) -> Option<u64>;
+
+/// The time a collection goes by: the clock, or in test builds
+/// `REWINDFS_TEST_NOW_MS` (so "older than 14 days" is testable).
+pub fn now_ms() -> i64 {
+    crate::world::test_hooks::now_ms().unwrap_or_else(super::now_ms)
+}
+
+impl Journal {
+    /// The retention policy stored in the store (defaults where unset).
+    pub fn policy(&self) -> JournalResult<Policy> {
+        let d = Policy::default();
+        let get = |m: &Meta, key: &str, default: u64| -> MetaResult<u64> {
+            Ok(m.get_state(key)?.and_then(|v| v.parse().ok()).unwrap_or(default))
+        };
+        Ok(self.with_meta(|m| -> MetaResult<Policy> {
+            Ok(Policy {
+                keep_count: get(m, KEEP_COUNT, d.keep_count)?,
+                keep_days: get(m, KEEP_DAYS, d.keep_days)?,
+                keep_rewinds: get(m, KEEP_REWINDS, d.keep_rewinds)?,
+            })
+        })?)
+    }
+
+    /// Stores the retention policy.
+    pub fn set_policy(&self, p: &Policy) -> JournalResult<()> {
+        Ok(self.with_meta(|m| {
+            m.transaction(|m| {
+                m.set_state(KEEP_COUNT, &p.keep_count.to_string())?;
+                m.set_state(KEEP_DAYS, &p.keep_days.to_string())?;
+                m.set_state(KEEP_REWINDS, &p.keep_rewinds.to_string())
+            })
+        })?)
+    }
+
+    /// Checks that `name` can name a checkpoint: a word like a message id
+    /// (no number, `~N`, control characters, `/`), not naming another.
+    pub fn check_snapshot_name(&self, name: &str, checkpoint: Option<i64>) -> JournalResult<()> {
+        if let Some(why) = refusal(name) {
+            return Err(JournalError::BadSnapshotName { name: format!("{:?}", truncate_for_message(name)), why });
+        }
+        let all = self.with_meta(|m| m.checkpoints())?;
+        if let Some(c) = all.iter().find(|c| c.name.as_deref() == Some(name)) {
+            return Err(JournalError::DuplicateSnapshotName { name: format!("{name:?}"), checkpoint: c.checkpoint });
+        }
+        if let Some(c) = all.iter().find(|c| c.message_id.as_deref() == Some(name) && Some(c.checkpoint) != checkpoint)
+        {
+            return Err(JournalError::DuplicateSnapshotName {
+                name: format!("{name:?} (as its message id)"),
+                checkpoint: c.checkpoint,
+            });
+        }
+        if let Some(c) = checkpoint.and_then(|n| all.iter().find(|c| c.checkpoint == n))
+            && let Some(old) = &c.name
+        {
+            return Err(JournalError::AlreadyNamed { checkpoint: c.checkpoint, name: format!("{old:?}") });
+        }
+        Ok(())
+    }
+
+    /// Names checkpoint `checkpoint` (checked again, in the transaction).
+    pub fn name_checkpoint(&self, name: &str, checkpoint: i64, message: Option<&str>) -> JournalResult<()> {
+        self.check_snapshot_name(name, Some(checkpoint))?;
+        let at = super::now_ms();
+        Ok(self.with_meta(|m| m.transaction(|m| m.add_snapshot(name, checkpoint, message, at)))?)
+    }
+
+    /// Why each checkpoint that cannot be forgotten is kept.
+    pub fn protected(&self) -> JournalResult<BTreeMap<i64, String>> {
+        let policy = self.policy()?;
+        let (all, tainted) = self.with_meta(|m| -> MetaResult<_> { Ok((m.checkpoints()?, m.tainted_turns()?)) })?;
+        Ok(protected(&all, &tainted, &policy))
+    }
+
+    /// What the stored policy lets go now.
+    pub fn plan_retention(&self, policy: &Policy) -> JournalResult<Vec<i64>> {
+        let (all, tainted) = self.with_meta(|m| -> MetaResult<_> { Ok((m.checkpoints()?, m.tainted_turns()?)) })?;
+        Ok(plan(&all, &protected(&all, &tainted, policy), policy, now_ms()))
+    }
+
+    /// Forgets `victims` (`by`: "forget" or "retention") and frees what no
+    /// kept checkpoint needs; with `dry_run`, says what it would do. The
+    /// caller has checked them against [`Journal::protected`]; the newest
+    /// is refused here too. Holds the turn gate exclusively throughout
+    /// (see the module comment).
+    pub fn collect(
+        &self,
+        victims: &[i64],
+        by: &str,
+        dry_run: bool,
+        attic: AtticRemover<'_>,
+    ) -> JournalResult<Collected> {
+        let mut victims = victims.to_vec();
+        victims.sort_unstable();
+        victims.dedup();
+        let _gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let _content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.lock();
+        inner.fold()?;
+        if let Some(&newest) = victims.iter().find(|&&v| v >= inner.turn) {
+            return Err(JournalError::Kept {
+                checkpoint: newest,
+                why: "it is the newest: the current turn records into it".into(),
+            });
+        }
+        let at = now_ms();
+        let mut out = Collected { dry_run, forgotten: victims.clone(), ..Default::default() };
+        let mut removals = Vec::new();
+        let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
+            let mut lists = Vec::new();
+            let mut named = Vec::new();
+            for &f in &victims {
+                let merged = m.forget_checkpoint(f, by, at)?;
+                out.records_dropped += merged.dropped_records;
+                out.records_moved += merged.moved_records;
+                lists.extend(merged.dropped_lists);
+                named.extend(merged.dropped_objects);
+            }
+            // Files alone in the attic that no record names any more: no
+            // view reaches them, nor their own records.
+            for (id, handle) in m.unnamed_objects(&named)? {
+                if let Some(bytes) = attic(id, &handle, true) {
+                    lists.extend(m.drop_unreachable(id)?);
+                    removals.push((id, handle, bytes));
+                }
+            }
+            let candidates =
+                lists.iter().flat_map(|l| ContentRef::decode_chunks(l).into_iter().flatten()).map(|s| s.id).collect();
+            let dead = m.unreferenced(candidates)?;
+            if !dry_run {
+                m.add_gc_chunks(&dead)?;
+            }
+            Ok(dead)
+        };
+        let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
+        if dry_run {
+            out.attic_files_freed = removals.len() as u64;
+            out.attic_bytes_freed = removals.iter().map(|r| r.2).sum();
+        }
+        let dead: Vec<ChunkId> = dead.into_iter().collect();
+        out.chunks_freed = dead.len() as u64;
+        for id in &dead {
+            out.bytes_freed += self.store.stored_len(id)?.unwrap_or(0);
+        }
+        if !dry_run {
+            // Committed, nothing freed yet: the next open frees them.
+            crate::world::test_hooks::kill_point("gc-committed");
+            self.store.release(&dead)?;
+            for (id, handle, _) in &removals {
+                if let Some(bytes) = attic(*id, handle, false) {
+                    out.attic_files_freed += 1;
+                    out.attic_bytes_freed += bytes;
+                }
+            }
+            inner.meta.clear_gc_chunks()?;
+            log::info!(
+                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed",
+                out.forgotten,
+                by,
+                out.records_dropped,
+                out.chunks_freed,
+                out.bytes_freed,
+                out.attic_files_freed
+            );
+        }
+        Ok(out)
+    }
+
+    /// Rewrites packs mostly made of released chunks (live fraction under
+    /// [`COMPACT_BELOW`], at least [`COMPACT_MIN_RECLAIM`] bytes back).
+    pub fn compact(&self) -> JournalResult<crate::store::Compacted> {
+        let mut lower = |bytes: u64| {
+            self.with_meta(|m| m.lower_store_bytes(bytes as i64))
+                .map_err(|e| crate::store::StoreError::Decode { what: "metadata", detail: e.to_string() })
+        };
+        Ok(self.store.compact(COMPACT_BELOW, COMPACT_MIN_RECLAIM, &mut lower)?)
+    }
+
+    /// Frees the chunks of a collection the previous daemon committed and
+    /// did not finish (run at open, before anything records).
+    pub fn finish_collection(&self, attic_dir: &std::path::Path) -> JournalResult<usize> {
+        let inner = self.lock();
+        let left = inner.meta.gc_chunks()?;
+        let attic = inner.meta.gc_attic()?;
+        if left.is_empty() && attic.is_empty() {
+            return Ok(0);
+        }
+        self.store.release(&left)?;
+        for id in attic {
+            // Checked before the collection committed; nothing ran since.
+            let slot = attic_dir.join(id.0.to_string());
+            if std::fs::symlink_metadata(&slot).is_ok_and(|m| !m.is_dir())
+                && let Err(e) = std::fs::remove_file(&slot)
+            {
+                log::warn!("cannot remove attic entry {}: {e}", slot.display());
+            }
+        }
+        inner.meta.clear_gc_chunks()?;
+        log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
+        Ok(left.len())
+    }
+}
+
+/// Allocated bytes under `path` (not following symlinks), and entries.
+fn tree_bytes(path: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return (0, 0) };
+    let mut bytes = meta.blocks() * 512;
+    let mut entries = 0;
+    if meta.is_dir()
+        && let Ok(dir) = std::fs::read_dir(path)
+    {
+        for e in dir.flatten() {
+            let (b, n) = tree_bytes(&e.path());
+            bytes += b;
+            entries += n + 1;
+        }
+    }
+    (bytes, entries)
+}
+
+/// `du`: where the store's bytes are (see [`crate::daemon::control::DuReply`]).
+pub fn du(
+    journal: &Journal,
+    tree: &crate::workspace::LiveTree,
+    store_dir: &std::path::Path,
+) -> JournalResult<crate::daemon::control::DuReply> {
+    use crate::daemon::control::{DuReply, TurnUsage};
+    let parts = crate::store_dir::StoreDir::new(store_dir);
+    let size = |p: std::path::PathBuf| tree_bytes(&p).0;
+    let packs = journal.store().pack_use()?;
+    let stats = journal.store().stats()?;
+    let usage = journal.with_meta(|m| m.turn_usage())?;
+    let logical: u64 = usage.iter().map(|u| u.2).sum();
+    let policy = journal.policy()?;
+    let victims = journal.plan_retention(&policy)?;
+    let attic = |id, handle: &[u8], _| tree.remove_from_attic(id, handle, true);
+    let gc_would_free = journal.collect(&victims, "retention", true, &attic)?;
+    let (attic_bytes, attic_entries) = tree_bytes(&parts.attic());
+    let attic_entries = std::fs::read_dir(parts.attic()).map(|d| d.count() as u64).unwrap_or(attic_entries);
+    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
+    Ok(DuReply {
+        disk_bytes: size(store_dir.to_path_buf()),
+        packs_bytes: packs.iter().map(|p| p.file_bytes).sum(),
+        packs_live_bytes: packs.iter().map(|p| p.live_bytes).sum(),
+        index_bytes: ["chunks.sqlite", "chunks.sqlite-wal"].iter().map(|n| size(parts.chunks().join(n))).sum(),
+        metadata_bytes: size(parts.meta()) + size(store_dir.join("meta.sqlite-wal")) + size(parts.journal_log()),
+        attic_bytes,
+        attic_entries,
+        chunks: stats.chunks,
+        unique_bytes: stats.raw_bytes,
+        stored_bytes: stats.stored_bytes,
+        logical_bytes: logical,
+        dedup_ratio: ratio(logical, stats.raw_bytes),
+        compression_ratio: ratio(stats.raw_bytes, stats.stored_bytes),
+        turns: usage
+            .into_iter()
+            .map(|(checkpoint, records, content_bytes)| TurnUsage { checkpoint, records, content_bytes })
+            .collect(),
+        gc_would_free,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cp(n: i64, parent: Option<i64>, days_ago: i64, reason: Reason) -> Checkpoint {
+        Checkpoint {
+            checkpoint: n,
+            parent,
+            message_id: None,
+            session: None,
+            label: None,
+            reason,
+            created_at: 100 * DAY_MS - days_ago * DAY_MS,
+            store_bytes_at_start: 0,
+            name: None,
+            snapshot_message: None,
+        }
+    }
+
+    const NOW: i64 = 100 * DAY_MS;
+
+    #[test]
+    fn policy_keeps_the_newest_the_young_and_the_named() {
+        // 0..=9, one a day, 9 is today; 3 is named.
+        let mut all: Vec<Checkpoint> = (0..10).map(|n| cp(n, (n > 0).then_some(n - 1), 9 - n, Reason::Turn)).collect();
+        all[3].name = Some("release".into());
+        let p = Policy { keep_count: 2, keep_days: 4, keep_rewinds: 5 };
+        let keep = protected(&all, &HashSet::new(), &p);
+        // Young: 5..9 (at most 4 days old); newest two: 8, 9.
+        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 1, 2, 4]);
+        let p = Policy { keep_count: 7, ..p };
+        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 1, 2], "the 7 newest are kept however old");
+        let tainted: HashSet<i64> = [1].into_iter().collect();
+        assert_eq!(plan(&all, &protected(&all, &tainted, &p), &p, NOW), vec![0, 2]);
+    }
+
+    #[test]
+    fn policy_keeps_abandoned_branches_for_the_days_and_rewinds_safety_checkpoints() {
+        // 0-1-2-3 then a rewind to 1: 4 is the safety checkpoint, 5 the
+        // result (parent 1), 6 a later turn. Everything is 20 days old but 6.
+        let mut all = vec![
+            cp(0, None, 20, Reason::Mount),
+            cp(1, Some(0), 20, Reason::Turn),
+            cp(2, Some(1), 20, Reason::Turn),
+            cp(3, Some(2), 20, Reason::Turn),
+            cp(4, Some(3), 20, Reason::Turn),
+            cp(5, Some(1), 20, Reason::Rewind),
+            cp(6, Some(5), 0, Reason::Turn),
+        ];
+        all[4].label = Some("safety checkpoint before rewind to 1".into());
+        let p = Policy { keep_count: 1, keep_days: 14, keep_rewinds: 1 };
+        let keep = protected(&all, &HashSet::new(), &p);
+        assert!(keep.contains_key(&1) && keep.contains_key(&4) && keep.contains_key(&6), "{keep:?}");
+        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 2, 3, 5], "the abandoned 2, 3 go after 14 days");
+        let young = NOW - 15 * DAY_MS;
+        assert_eq!(plan(&all, &keep, &p, young), Vec::<i64>::new(), "at 5 days old everything stays");
+        let p = Policy { keep_rewinds: 0, ..p };
+        let keep = protected(&all, &HashSet::new(), &p);
+        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 2, 3, 4, 5]);
+    }
+}
+
+#[cfg(test)]
+mod journal_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::journal::TurnInfo;
+    use crate::store::{ChunkStore, MemoryStore};
+
+    #[test]
+    fn names_resolve_forgotten_checkpoints_say_so_and_their_chunks_go() {
+        let store = Arc::new(MemoryStore::new());
+        let j = Journal::open(Meta::open_in_memory().unwrap(), store.clone()).unwrap();
+        let seal =
+            |id: &str| j.seal(&TurnInfo { message_id: Some(id.into()), ..Default::default() }, Reason::Turn, || {});
+        let o = j.object_id(b"f", 1).unwrap();
+        let content = |data: &[u8]| {
+            let c = crate::store::store_content(&*store, data).unwrap();
+            let mut s = crate::meta::test_file_state(data.len() as u64);
+            s.content = Some((c.hash.as_bytes().to_vec(), c.encode_chunks()));
+            s
+        };
+        // Turn 0 and 1 each record f's content ("v0", "v1"); 2 is the newest.
+        let (s0, s1) = (content(b"v0"), content(b"v1"));
+        j.with_meta(|m| m.record_object(0, o, &s0, None)).unwrap();
+        seal("m1").unwrap();
+        j.with_meta(|m| m.record_object(1, o, &s1, None)).unwrap();
+        seal("m2").unwrap();
+        j.name_checkpoint("good", 0, Some("the first")).unwrap();
+        assert_eq!(j.resolve("good").unwrap().0, 0);
+        assert!(matches!(j.name_checkpoint("good", 1, None), Err(JournalError::DuplicateSnapshotName { .. })));
+        assert!(matches!(j.name_checkpoint("other", 0, None), Err(JournalError::AlreadyNamed { .. })));
+        assert!(matches!(j.name_checkpoint("12", 1, None), Err(JournalError::BadSnapshotName { .. })));
+        assert!(matches!(j.name_checkpoint("m2", 1, None), Err(JournalError::DuplicateSnapshotName { .. })));
+        assert!(j.protected().unwrap().contains_key(&0), "named");
+        let chunks = store.stats().unwrap().chunks;
+        let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
+        let dry = j.collect(&[1], "forget", true, &no_attic).unwrap();
+        assert_eq!((dry.chunks_freed, dry.records_dropped), (1, 1), "{dry:?}");
+        assert_eq!(j.resolve("1").unwrap().0, 1, "a dry run changes nothing");
+        let done = j.collect(&[1], "forget", false, &no_attic).unwrap();
+        assert_eq!(done.chunks_freed, 1);
+        assert_eq!(store.stats().unwrap().chunks, chunks - 1, "v1's chunk went, v0's stays");
+        for reference in ["1", "m1"] {
+            let e = j.resolve(reference).unwrap_err();
+            assert!(matches!(e, JournalError::Forgotten { .. }), "{e}");
+            let text = e.to_string();
+            assert!(text.contains("forgotten") && text.contains("checkpoint 0's turn"), "{text}");
+        }
+        let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
+        assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
+        assert!(matches!(j.collect(&[2], "forget", false, &no_attic), Err(JournalError::Kept { .. })));
+    }
+}

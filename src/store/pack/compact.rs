@@ -1,0 +1,206 @@
+//! Pack compaction: a pack whose live records fill less than a threshold of
+//! it is rewritten, its live records appended to the current pack, and the
+//! old file deleted, so the space a collection released comes back.
+//!
+//! Crash safety, in this order:
+//! 1. the live records are appended to the current pack (unindexed: a
+//!    crash here leaves duplicates past the indexed end, which recovery
+//!    indexes with `INSERT OR IGNORE`, keeping the old rows);
+//! 2. the new pack data is fsynced;
+//! 3. one index transaction points every row at its new copy and marks the
+//!    old pack released to its end (`released_ends`), so recovery never
+//!    scans it again; the WAL is checkpointed with fsync (`FULL`);
+//! 4. the caller's `before_delete` runs (the journal lowers the store size
+//!    the mount-time check compares the packs with);
+//! 5. the old pack is deleted and the directory fsynced.
+//!
+//! A crash after 3 leaves an old pack without rows: the next compaction
+//! deletes it. Readers that looked a chunk up before 3 and open the old
+//! pack after 5 look it up again (`PackStore::get`).
+
+use std::os::unix::fs::FileExt;
+
+use rusqlite::params;
+
+use super::{ChunkId, pack_file_name, u64_of, write_location};
+use super::{Location, PackStore, RECORD_HEADER_LEN, RecordHeader, StoreError, encode_chunk, i64_of, list_packs};
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Compacted {
+    /// Packs rewritten (and deleted).
+    pub packs: u64,
+    /// Live records copied.
+    pub records: u64,
+    /// Bytes the packs took less on disk afterwards.
+    pub bytes_reclaimed: u64,
+}
+
+/// A pack's live bytes and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PackUse {
+    pub pack: u32,
+    pub live_bytes: u64,
+    pub file_bytes: u64,
+}
+
+impl PackStore {
+    /// Every pack's live bytes (records the index points at) and size.
+    pub fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        let conn = self.reader();
+        let sql_err = |e| StoreError::sqlite("measuring packs", e);
+        let mut out = Vec::new();
+        for number in list_packs(&self.packs.dir)? {
+            let live: i64 = conn
+                .query_row(
+                    "SELECT COALESCE(SUM(stored_len + ?2), 0) FROM chunks WHERE pack = ?1",
+                    params![number, i64_of(RECORD_HEADER_LEN)],
+                    |r| r.get(0),
+                )
+                .map_err(sql_err)?;
+            let path = self.packs.dir.join(pack_file_name(number));
+            let file_bytes = std::fs::metadata(&path)
+                .map_err(|e| StoreError::io(format!("measuring pack {}", path.display()), e))?
+                .len();
+            out.push(PackUse { pack: number, live_bytes: u64_of(live, "live bytes")?, file_bytes });
+        }
+        Ok(out)
+    }
+
+    /// Rewrites every pack whose live bytes are under `threshold` of its
+    /// size and that would give back at least `min_reclaim` bytes (see the
+    /// module comment); `before_delete` runs once, after the index points
+    /// at the copies and before any old pack is deleted, with the bytes the
+    /// index then holds.
+    pub fn compact_packs(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(u64) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly { dir: self.dir.display().to_string() });
+        }
+        let packs = self.pack_use()?;
+        let disk_before: u64 = packs.iter().map(|u| u.file_bytes).sum();
+        let victims: Vec<PackUse> = packs
+            .into_iter()
+            .filter(|u| (u.live_bytes as f64) < threshold * u.file_bytes as f64)
+            .filter(|u| u.file_bytes.saturating_sub(u.live_bytes) >= min_reclaim)
+            .collect();
+        let mut out = Compacted::default();
+        if victims.is_empty() {
+            return Ok(out);
+        }
+        let mut writer = self.writer()?;
+        if writer.poisoned {
+            return Err(StoreError::Poisoned);
+        }
+        // The pack being appended to is retired first: its records move to
+        // a new one like any other pack's.
+        if let Some(current) = writer.current.as_ref()
+            && victims.iter().any(|v| v.pack == current.number)
+        {
+            let old = writer.current.take().ok_or(StoreError::Poisoned)?;
+            old.file.sync_data().map_err(|e| StoreError::io(format!("syncing pack {}", old.path.display()), e))?;
+        }
+        let sql_err = |e| StoreError::sqlite("compacting packs", e);
+        let mut moves: Vec<(ChunkId, Location)> = Vec::new();
+        for v in &victims {
+            let rows: Vec<(Vec<u8>, i64, i64, i64, u8)> = {
+                let mut stmt = writer
+                    .conn
+                    .prepare(
+                        "SELECT id, offset, stored_len, raw_len, codec FROM chunks WHERE pack = ?1 ORDER BY offset",
+                    )
+                    .map_err(sql_err)?;
+                let rows = stmt
+                    .query_map([v.pack], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                    .map_err(sql_err)?;
+                rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?
+            };
+            for (id, offset, stored_len, raw_len, codec) in rows {
+                let id = ChunkId::from_slice(&id)?;
+                let old = Location {
+                    pack: v.pack,
+                    offset: u64_of(offset, "offset")?,
+                    stored_len: u64_of(stored_len, "stored length")?,
+                    raw_len: u64_of(raw_len, "raw length")?,
+                    codec,
+                };
+                // Verified on the way: a damaged record is not copied (it
+                // stays for fsck to report, and the old pack stays).
+                let data = self.read_record(&id, &old)?;
+                let (codec, payload) = encode_chunk(&data);
+                let header = RecordHeader { id, codec, raw_len: data.len() as u64, stored_len: payload.len() as u64 };
+                let mut record = Vec::with_capacity(header.record_len() as usize);
+                record.extend_from_slice(&header.encode());
+                record.extend_from_slice(&payload);
+                let limit = self.options.pack_size_limit;
+                let pack = writer.pack_for(&self.packs.dir, record.len() as u64, limit)?;
+                let new = Location {
+                    pack: pack.number,
+                    offset: pack.end,
+                    stored_len: header.stored_len,
+                    raw_len: header.raw_len,
+                    codec: codec as u8,
+                };
+                pack.file
+                    .write_all_at(&record, new.offset)
+                    .map_err(|e| StoreError::io(format!("copying chunk {id} into pack {}", pack.path.display()), e))?;
+                pack.end += record.len() as u64;
+                moves.push((id, new));
+            }
+        }
+        if let Some(pack) = writer.current.as_ref() {
+            pack.file.sync_data().map_err(|e| StoreError::io(format!("syncing pack {}", pack.path.display()), e))?;
+        }
+        for d in [&self.packs.dir, &self.dir] {
+            std::fs::File::open(d)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| StoreError::io(format!("syncing directory {}", d.display()), e))?;
+        }
+        {
+            let tx = writer.conn.unchecked_transaction().map_err(sql_err)?;
+            for (id, loc) in &moves {
+                write_location(&tx, "INSERT OR REPLACE", id, loc).map_err(sql_err)?;
+            }
+            for v in &victims {
+                tx.execute(
+                    "INSERT INTO released_ends(pack, end) VALUES (?1, ?2) \
+                     ON CONFLICT(pack) DO UPDATE SET end = MAX(end, excluded.end)",
+                    params![v.pack, i64_of(v.file_bytes)],
+                )
+                .map_err(sql_err)?;
+            }
+            tx.commit().map_err(sql_err)?;
+        }
+        writer
+            .conn
+            .query_row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(()))
+            .map_err(|e| StoreError::sqlite("making the compacted index durable", e))?;
+        writer.totals = None;
+        // Killed here: the index points at the copies, the old packs stay.
+        crate::world::test_hooks::kill_point("compact-indexed");
+        let stored: i64 = writer
+            .conn
+            .query_row("SELECT COALESCE(SUM(stored_len), 0) FROM chunks", [], |r| r.get(0))
+            .map_err(sql_err)?;
+        before_delete(u64_of(stored, "stored bytes")?)?;
+        for v in &victims {
+            let path = self.packs.dir.join(pack_file_name(v.pack));
+            // A reader holding the old pack open keeps reading it; one that
+            // looks it up again finds the copy.
+            std::fs::remove_file(&path).map_err(|e| StoreError::io(format!("deleting pack {}", path.display()), e))?;
+            out.packs += 1;
+            log::info!("Compacted pack {}: {} of {} bytes were live.", path.display(), v.live_bytes, v.file_bytes);
+        }
+        out.records = moves.len() as u64;
+        let disk_after: u64 = self.pack_use()?.iter().map(|u| u.file_bytes).sum();
+        out.bytes_reclaimed = disk_before.saturating_sub(disk_after);
+        std::fs::File::open(&self.packs.dir)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StoreError::io(format!("syncing directory {}", self.packs.dir.display()), e))?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,314 @@
+//! Issue 15: named snapshots, `forget`, and `gc` by the retention policy,
+//! on a mounted workspace. After every collection: the views of every kept
+//! checkpoint equal the copies taken when they were sealed, references to
+//! forgotten ones fail saying so, a rewind to a kept one is exact, and
+//! `fsck` is clean. The policy's clock is injected (`REWINDFS_TEST_NOW_MS`,
+//! a test hook) so "older than 14 days" needs no waiting.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+
+const ARGS: &[&str] = &["--auto-turn", "0"];
+const DAY_MS: i64 = 86_400_000;
+
+/// A mount with manual turns and a copy of the tree at each checkpoint.
+struct Case {
+    fx: MountFixture,
+    copies: BTreeMap<i64, PathBuf>,
+    n: usize,
+}
+
+impl Case {
+    fn new(env: &[(&str, &str)]) -> Case {
+        let mut fx = MountFixture::unmounted();
+        sh(&fx.ws, "mkdir -p src && echo one > src/a && head -c 200000 /dev/urandom > big && echo keep > k");
+        fx.mount_with_env(false, ARGS, env);
+        let mut c = Case { fx, copies: BTreeMap::new(), n: 0 };
+        let c0 = c.copy();
+        c.copies.insert(0, c0);
+        c
+    }
+
+    fn mp(&self) -> String {
+        self.fx.path().to_str().expect("utf-8 path").to_string()
+    }
+
+    fn copy(&mut self) -> PathBuf {
+        self.n += 1;
+        self.fx.copy_tree(&format!("copy{}", self.n))
+    }
+
+    /// Changes the tree (a new version of `big`: chunks only its turn has),
+    /// then seals a checkpoint and copies the tree.
+    fn step(&mut self, i: usize) -> i64 {
+        self.fx.sh(&format!(
+            "head -c 150000 /dev/urandom > big && echo v{i} >> src/a && echo n{i} > src/n{i} && rm -f src/n{prev}",
+            prev = i.wrapping_sub(1)
+        ));
+        let n = self.fx.turn(&format!("t{i}"));
+        let c = self.copy();
+        self.copies.insert(n, c);
+        n
+    }
+
+    /// Runs `rewindfs ARGS -C MOUNT`; the output, whatever the status.
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        let mp = self.mp();
+        let mut full = vec![args[0], "-C", &mp];
+        full.extend_from_slice(&args[1..]);
+        self.fx.rewindfs(&full)
+    }
+
+    /// The checkpoints `log` lists.
+    fn listed(&self) -> Vec<i64> {
+        let log = self.fx.cli_json(&["log"]);
+        log.as_array().expect("log is an array").iter().map(|c| c["checkpoint"].as_i64().expect("number")).collect()
+    }
+
+    /// Every kept checkpoint with a copy reads back as the copy; forgotten
+    /// ones are gone from `log` and `.rewindfs/checkpoints/`.
+    fn check_views(&self, forgotten: &[i64], when: &str) {
+        let listed = self.listed();
+        for n in forgotten {
+            assert!(!listed.contains(n), "{when}: forgotten checkpoint {n} is still in log: {listed:?}");
+            assert!(
+                !self.fx.path().join(format!(".rewindfs/checkpoints/{n}")).exists(),
+                "{when}: forgotten checkpoint {n} still has a view"
+            );
+        }
+        for (n, copy) in &self.copies {
+            if forgotten.contains(n) {
+                continue;
+            }
+            assert!(listed.contains(n), "{when}: kept checkpoint {n} is missing from log: {listed:?}");
+            let view = self.fx.path().join(format!(".rewindfs/checkpoints/{n}"));
+            let (e, a) = (manifest(copy), manifest(&view));
+            if e != a {
+                assert_same_tree(copy, &view, &format!("{when}: view of checkpoint {n}"));
+                panic!("{when}: view of checkpoint {n} differs:\n{e}\n---\n{a}");
+            }
+        }
+    }
+
+    /// Entries in the attic.
+    fn attic(&self) -> usize {
+        std::fs::read_dir(self.fx.store.join("attic")).expect("attic").count()
+    }
+
+    fn fsck_clean(&self, when: &str) {
+        let out = self.run(&["fsck"]);
+        assert!(out.status.success(), "{when}: fsck is not clean: {}", describe_status(&out));
+    }
+
+    /// Chunks in the chunk store's index (read beside the daemon).
+    fn chunks(&self) -> u64 {
+        use rewindfs::store::ChunkStore;
+        let store = rewindfs::store::PackStore::open_read_only(&self.fx.store.join("chunks")).expect("chunk store");
+        store.stats().expect("stats").chunks
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as i64
+}
+
+#[test]
+fn snapshots_name_checkpoints_and_forget_merges_turns_keeping_every_kept_view_exact() {
+    let mut c = Case::new(&[]);
+    let t: Vec<i64> = (1..=4).map(|i| c.step(i)).collect();
+
+    // A name for an existing checkpoint, and one sealed now.
+    let v = c.fx.cli_json(&["snapshot", "first", "--at", &t[0].to_string(), "--message", "before the refactor"]);
+    assert_eq!((v["checkpoint"].as_i64(), v["sealed"].as_bool()), (Some(t[0]), Some(false)), "{v}");
+    let v = c.fx.cli_json(&["snapshot", "now"]);
+    let now = v["checkpoint"].as_i64().expect("checkpoint");
+    assert_eq!(v["sealed"].as_bool(), Some(true), "{v}");
+    let copy = c.copy();
+    c.copies.insert(now, copy);
+    // Names are references; log and status show them.
+    let d = c.fx.cli_json(&["diff", "first", "now"]);
+    assert_eq!(d["from"].as_i64(), Some(t[0]), "{d}");
+    let log = c.fx.cli_json(&["log"]);
+    let named: Vec<(i64, String)> = log
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|e| Some((e["checkpoint"].as_i64()?, e["name"].as_str()?.to_string())))
+        .collect();
+    assert_eq!(named, vec![(t[0], "first".to_string()), (now, "now".to_string())]);
+    assert!(c.fx.cli(&["log"]).contains("[first]"), "log shows the name");
+    let status = c.fx.status_json();
+    assert_eq!(status["snapshots"].as_array().map(|a| a.len()), Some(2), "{status}");
+    assert_eq!(status["retention"]["keep_count"].as_u64(), Some(200), "{status}");
+    // Refused: a taken name, a name that is a number, a second name.
+    for (args, says) in [
+        (vec!["snapshot", "first", "--at", "2"], "already names checkpoint"),
+        (vec!["snapshot", "42"], "all digits"),
+        (vec!["snapshot", "second", "--at", "first"], "already named"),
+    ] {
+        let out = c.run(&args);
+        assert!(!out.status.success() && stderr(&out).contains(says), "{args:?}: {}", describe_status(&out));
+    }
+    assert_eq!(c.listed().len(), 6, "a refused name seals nothing");
+
+    // forget: a dry run changes nothing; then t2 and t3 go.
+    let before = c.chunks();
+    let dry = c.fx.cli_json(&["forget", "t2", "t3", "--dry-run"]);
+    assert_eq!(dry["forgotten"], serde_json::json!([t[1], t[2]]), "{dry}");
+    assert!(dry["bytes_freed"].as_u64().is_some_and(|b| b > 100_000), "two versions of big go: {dry}");
+    assert_eq!(c.listed().len(), 6, "--dry-run forgot nothing");
+    // src/n2 and src/n3 lived only at t2 and t3: their removed files go
+    // from the attic.
+    assert_eq!(dry["attic_files_freed"].as_u64(), Some(2), "{dry}");
+    let attic = c.attic();
+    let done = c.fx.cli_json(&["forget", "t2", "t3"]);
+    assert_eq!(done["chunks_freed"], dry["chunks_freed"], "{done}");
+    assert_eq!(done["attic_files_freed"].as_u64(), Some(2), "{done}");
+    assert_eq!(c.attic(), attic - 2, "the attic lost exactly those two");
+    assert_eq!(c.chunks(), before - done["chunks_freed"].as_u64().expect("count"));
+    for reference in [t[1].to_string(), "t3".to_string()] {
+        let out = c.run(&["diff", &reference]);
+        assert!(!out.status.success(), "diff {reference} of a forgotten checkpoint succeeded");
+        let e = stderr(&out);
+        assert!(e.contains("forgotten") && e.contains(&format!("checkpoint {}'s turn", t[0])), "{e}");
+    }
+    // Kept whatever is asked: names (the newest is `now`).
+    for (what, says) in [("first", "named snapshot"), ("now", "named snapshot")] {
+        let out = c.run(&["forget", what]);
+        assert!(!out.status.success() && stderr(&out).contains(says), "forget {what}: {}", describe_status(&out));
+    }
+    c.check_views(&[t[1], t[2]], "after forget");
+    // t1's turn now runs to t4: its log line is `diff t1 t4`.
+    let log = c.fx.cli_json(&["log"]);
+    let line = log.as_array().expect("array").iter().find(|e| e["checkpoint"].as_i64() == Some(t[0])).expect("t1");
+    let d = c.fx.cli_json(&["diff", "first", "t4"]);
+    let count = |kind: &str| d["changes"].as_array().expect("changes").iter().filter(|x| x["change"] == kind).count();
+    assert_eq!(line["files_added"].as_u64(), Some(count("added") as u64), "{line} vs {d}");
+    assert_eq!(line["files_deleted"].as_u64(), Some(count("deleted") as u64), "{line} vs {d}");
+    assert_eq!(line["files_modified"].as_u64(), Some(count("modified") as u64), "{line} vs {d}");
+    c.fsck_clean("after forget");
+    // A rewind to a kept checkpoint whose turn took a forgotten one's.
+    c.fx.cli_json(&["rewind", "first"]);
+    assert_same_tree(&c.copies[&t[0]], c.fx.path(), "live tree after rewinding to first");
+    c.fsck_clean("after the rewind");
+}
+
+#[test]
+fn gc_keeps_the_young_and_collects_the_old_by_an_injected_clock() {
+    let mut c = Case::new(&[]);
+    let t: Vec<i64> = (1..=5).map(|i| c.step(i)).collect();
+    c.fx.cli_json(&["snapshot", "kept", "--at", &t[1].to_string()]);
+    // Today everything is young: nothing goes, whatever the count.
+    let v = c.fx.cli_json(&["gc", "--keep-count", "1"]);
+    assert_eq!(v["forgotten"], serde_json::json!([]), "{v}");
+    assert_eq!(c.fx.status_json()["retention"]["keep_count"].as_u64(), Some(1), "gc's options are the policy now");
+    // A month later (the daemon's clock), the old ones go but the named
+    // and the 2 newest of the branch (the mount checkpoint and t5).
+    c.fx.unmount();
+    let later = (now_ms() + 30 * DAY_MS).to_string();
+    c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
+    let dry = c.fx.cli_json(&["gc", "--dry-run", "--keep-count", "2"]);
+    let expected = serde_json::json!([0, t[0], t[2], t[3]]);
+    assert_eq!(dry["forgotten"], expected, "{dry}");
+    assert_eq!(c.fx.status_json()["retention"]["keep_count"].as_u64(), Some(1), "--dry-run stores nothing");
+    let text = c.fx.cli(&["gc", "--dry-run", "--keep-count", "2"]);
+    assert!(text.contains("would forget checkpoints") && text.contains("would free"), "{text}");
+    // du says where the bytes are and what gc would free (under the
+    // stored policy: keep-count 1, which keeps less than 2).
+    let du = c.fx.cli_json(&["du"]);
+    for key in ["disk_bytes", "packs_bytes", "packs_live_bytes", "metadata_bytes", "attic_entries", "logical_bytes"] {
+        assert!(du[key].as_u64().is_some_and(|n| n > 0), "{key}: {du}");
+    }
+    assert!(du["disk_bytes"].as_u64() > du["packs_bytes"].as_u64(), "{du}");
+    assert!(du["packs_live_bytes"].as_u64() >= du["stored_bytes"].as_u64(), "records take headers too: {du}");
+    let turns = du["turns"].as_array().expect("turns");
+    assert!(turns.iter().any(|t| t["content_bytes"].as_u64().is_some_and(|b| b >= 150_000)), "{du}");
+    let would = du["gc_would_free"]["forgotten"].as_array().expect("forgotten").len();
+    assert!(would >= 4, "keep-count 1 lets at least what keep-count 2 does go: {du}");
+    let text = c.fx.cli(&["du", "--turns"]);
+    assert!(text.contains("dedup") && text.contains("gc would forget"), "{text}");
+    let before = c.chunks();
+    let done = c.fx.cli_json(&["gc", "--keep-count", "2"]);
+    assert_eq!(done["forgotten"], expected, "{done}");
+    assert!(done["chunks_freed"].as_u64().is_some_and(|n| n > 0), "{done}");
+    assert!(done["attic_files_freed"].as_u64().is_some_and(|n| n > 0), "{done}");
+    assert_eq!(c.chunks(), before - done["chunks_freed"].as_u64().expect("count"));
+    let out = c.run(&["diff", "t1"]);
+    assert!(stderr(&out).contains("collected by retention"), "{}", describe_status(&out));
+    c.check_views(&[0, t[0], t[2], t[3]], "after gc");
+    c.fsck_clean("after gc");
+    // Most of the only pack was released: it was rewritten, and the store
+    // mounts again (its packs are smaller than the newest checkpoint's
+    // recorded store size was).
+    let packs = |c: &Case| -> u64 {
+        std::fs::read_dir(c.fx.store.join("chunks/packs"))
+            .expect("packs")
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    assert_eq!(done["compacted"]["packs"].as_u64(), Some(1), "{done}");
+    assert!(done["compacted"]["bytes_reclaimed"].as_u64().is_some_and(|b| b > 100_000), "{done}");
+    let on_disk = packs(&c);
+    c.fx.unmount();
+    c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
+    assert_eq!(packs(&c), on_disk);
+    let du_after = c.fx.cli_json(&["du"]);
+    assert!(du_after["packs_bytes"].as_u64() < du["packs_bytes"].as_u64(), "{du_after}");
+    assert!(du_after["attic_entries"].as_u64() < du["attic_entries"].as_u64(), "{du_after}");
+    c.check_views(&[0, t[0], t[2], t[3]], "after gc and a remount");
+    c.fsck_clean("after gc and a remount");
+    c.fx.cli_json(&["rewind", "kept"]);
+    assert_same_tree(&c.copies[&t[1]], c.fx.path(), "live tree after rewinding to kept");
+    // Nothing more to collect: the rest is protected or counted.
+    let again = c.fx.cli_json(&["gc", "--keep-count", "2", "--dry-run"]);
+    assert!(again["forgotten"].as_array().is_some_and(|a| a.iter().all(|n| n.as_i64() != Some(t[1]))), "{again}");
+}
+
+#[test]
+fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
+    let later = (now_ms() + 30 * DAY_MS).to_string();
+    let mut c = Case::new(&[("REWINDFS_TEST_NOW_MS", &later), ("REWINDFS_TEST_KILL_AT", "gc-committed:1")]);
+    let t: Vec<i64> = (1..=4).map(|i| c.step(i)).collect();
+    let before = c.chunks();
+    let pid = c.fx.daemon_pid();
+    let out = c.run(&["gc", "--keep-count", "1", "--json"]);
+    assert!(!out.status.success(), "the daemon was to die in gc: {}", describe_status(&out));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "daemon {pid} did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mp = c.mp();
+    check(c.fx.rewindfs(&["unmount", &mp]), "unmount of the dead mount");
+    c.fx.forget_mount();
+    // Committed: the checkpoints are gone; the chunks are not freed yet.
+    let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
+    let left = meta.gc_chunks().expect("gc_chunks");
+    assert!(!left.is_empty(), "the kill left the collection's intent");
+    let attic_left = meta.gc_attic().expect("gc_attic");
+    assert!(!attic_left.is_empty(), "removed files to take out of the attic");
+    for id in &attic_left {
+        assert!(c.fx.store.join("attic").join(id.0.to_string()).exists(), "attic entry {id:?} went before the kill");
+    }
+    drop(meta);
+    assert_eq!(c.chunks(), before, "nothing was freed before the kill");
+    c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
+    assert_eq!(c.chunks(), before - left.len() as u64, "the mount finished the collection");
+    let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
+    assert!(meta.gc_chunks().expect("gc_chunks").is_empty());
+    assert!(meta.gc_attic().expect("gc_attic").is_empty());
+    drop(meta);
+    for id in &attic_left {
+        assert!(!c.fx.store.join("attic").join(id.0.to_string()).exists(), "attic entry {id:?} is still there");
+    }
+    let forgotten: Vec<i64> = vec![0, t[0], t[1], t[2]];
+    c.check_views(&forgotten, "after the interrupted gc");
+    c.fsck_clean("after the interrupted gc");
+    c.fx.cli_json(&["rewind", &t[3].to_string()]);
+    assert_same_tree(&c.copies[&t[3]], c.fx.path(), "live tree after rewinding to t4");
+}
