@@ -162,6 +162,10 @@ pub struct StatusReply {
     /// (freed when it forgets them) plus a bounded number listed by a plain
     /// readdir.
     pub view_inodes: u64,
+    /// How FUSE requests travel: `transport` ("uring" or "classic") and the
+    /// requests the rings served.
+    #[serde(flatten, default)]
+    pub transport: crate::fs::TransportReport,
 }
 
 /// A rewound file whose bytes cannot be written into the workspace.

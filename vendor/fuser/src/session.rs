@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// REWINDFS PATCH: set when `FUSE_INIT` negotiated FUSE over io_uring.
+    uring: Option<crate::uring::RingParams>,
+    ring_stats: crate::uring::RingStats,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring: None,
+            ring_stats: Default::default(),
         };
 
         session.handshake()?;
@@ -214,6 +219,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring: None,
+            ring_stats: Default::default(),
         };
 
         session.handshake()?;
@@ -252,6 +259,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring,
+            ring_stats,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,6 +295,8 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        // REWINDFS PATCH: the rings' threads serve beside the `/dev/fuse` ones.
+        let ring_channel = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -304,6 +315,17 @@ impl<FS: Filesystem> Session<FS> {
                     .name(thread_name)
                     .spawn(move || event_loop.event_loop())?,
             );
+        }
+
+        if let Some(params) = uring {
+            threads.extend(crate::uring::spawn(
+                params,
+                &ring_stats,
+                &ring_channel,
+                &filesystem,
+                allowed,
+                session_owner,
+            )?);
         }
 
         let mut reply: io::Result<()> = Ok(());
@@ -429,6 +451,19 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // REWINDFS PATCH: FUSE over io_uring, when asked for and offered.
+            if self.config.io_uring
+                && config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+            {
+                self.uring = Some(crate::uring::RingParams::new(
+                    config.max_write,
+                    config.max_pages(),
+                    self.config.io_uring_threads_per_queue,
+                ));
+            }
+
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
@@ -492,6 +527,18 @@ impl<FS: Filesystem> Session<FS> {
     /// Returns an object that can be used to send notifications to the kernel
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())
+    }
+
+    /// REWINDFS PATCH: whether `FUSE_INIT` negotiated FUSE over io_uring
+    /// (asked for in `Config::io_uring` and offered by the kernel): `run`
+    /// then serves from per-CPU rings.
+    pub fn io_uring(&self) -> bool {
+        self.uring.is_some()
+    }
+
+    /// REWINDFS PATCH: counters of the ring transport, live while `run` runs.
+    pub fn ring_stats(&self) -> crate::uring::RingStats {
+        self.ring_stats.clone()
     }
 }
 

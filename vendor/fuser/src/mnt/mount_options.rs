@@ -18,6 +18,12 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// REWINDFS PATCH: ask for FUSE over io_uring at `FUSE_INIT` and, when
+    /// the kernel grants it, serve requests from per-CPU rings (see
+    /// `Session::io_uring`); `/dev/fuse` keeps serving what rings do not carry.
+    pub io_uring: bool,
+    /// REWINDFS PATCH: threads (each with one ring entry) per CPU queue; 0 means 1.
+    pub io_uring_threads_per_queue: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type
