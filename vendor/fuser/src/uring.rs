@@ -478,17 +478,18 @@ impl<FS: Filesystem> RingWorker<FS> {
         if let Err(e) = ring.submit() {
             return (Err(e), false);
         }
-        if let Some(cqe) = ring.completion().next() {
-            // REGISTER fails synchronously; on success it stays pending.
-            if cqe.result() < 0 {
-                let e = io::Error::from_raw_os_error(-cqe.result());
-                return (
-                    Err(io::Error::other(format!(
-                        "FUSE_IO_URING_CMD_REGISTER failed: {e}"
-                    ))),
-                    false,
-                );
-            }
+        // REGISTER fails synchronously; on success it stays pending until a
+        // request arrives, which can be at once (requests that waited for
+        // every queue to be ready): such a completion is the first request.
+        let mut first = ring.completion().next().map(|cqe| cqe.result());
+        if let Some(res) = first.filter(|&res| res < 0) {
+            let e = io::Error::from_raw_os_error(-res);
+            return (
+                Err(io::Error::other(format!(
+                    "FUSE_IO_URING_CMD_REGISTER failed: {e}"
+                ))),
+                false,
+            );
         }
         if self.first {
             self.stats
@@ -503,15 +504,21 @@ impl<FS: Filesystem> RingWorker<FS> {
         let mut buf = vec![0u64; (self.params.payload_size + HEADER_SZ).div_ceil(8)];
         let buf: &mut [u8] = zerocopy::IntoBytes::as_mut_bytes(&mut buf[..]);
         loop {
-            match ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return (Err(e), true),
-            }
-            let Some(cqe) = ring.completion().next() else {
-                continue;
+            let res = match first.take() {
+                Some(res) => res,
+                None => {
+                    match ring.submit_and_wait(1) {
+                        Ok(_) => {}
+                        Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                        Err(e) => return (Err(e), true),
+                    }
+                    // One entry per ring: at most one completion.
+                    match ring.completion().next() {
+                        Some(cqe) => cqe.result(),
+                        None => continue,
+                    }
+                }
             };
-            let res = cqe.result();
             if res < 0 {
                 let result = match -res {
                     // The connection ended (unmount, abort) or the ring is going away.
