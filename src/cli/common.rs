@@ -323,6 +323,7 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         passthrough: if opts.passthrough == "off" { Passthrough::Off } else { Passthrough::All },
         cache_timeout: Duration::from_secs(opts.cache_timeout),
         threads: opts.threads.max(1),
+        transport: crate::fs::transport::Transport::parse(&opts.transport).unwrap_or_default(),
         auto_turn: (opts.auto_turn > 0.0).then(|| Duration::from_secs_f64(opts.auto_turn)),
         record: !opts.no_record,
         agent_uid: opts.agent_user.as_deref().map(user_uid).transpose()?,
@@ -394,6 +395,8 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .arg(spec.cache_timeout.as_secs().to_string())
         .arg("--threads")
         .arg(spec.threads.to_string())
+        .arg("--transport")
+        .arg(spec.transport.as_str())
         .arg("--auto-turn")
         .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
         .args(if spec.record { None } else { Some("--no-record") })

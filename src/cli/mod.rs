@@ -393,6 +393,13 @@ pub struct MountOpts {
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
+    /// How FUSE requests travel: `uring` serves each CPU's requests on an
+    /// io_uring on that CPU (Linux 6.14+; switches the kernel's
+    /// `enable_uring` on if it is off, which needs root, and fails when it
+    /// cannot), `classic` reads and writes /dev/fuse, `auto` takes io_uring
+    /// when the kernel has it switched on.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "uring", "classic"])]
+    pub transport: String,
     /// Without a harness calling `rewindfs turn`, seal a checkpoint after
     /// this many seconds without writes (if anything changed). On by
     /// default so that a plain shell session still gets undo points; the

@@ -9,6 +9,7 @@ use crate::error::Result;
 
 pub fn run(args: MountArgs) -> Result<()> {
     let spec = common::prepare(&args.workspace, args.mountpoint.as_deref(), &args.opts)?;
+    note_uring_switch(&spec);
     if !args.foreground {
         common::refuse_occupied(&spec, &std::collections::HashSet::from([std::process::id()]))?;
         let info = common::spawn_daemon(&spec)?;
@@ -53,4 +54,15 @@ pub fn run(args: MountArgs) -> Result<()> {
             (Err(_), false) => {}
         }
     })
+}
+
+/// With `--transport auto` io_uring is used only when the kernel's switch is
+/// on; root could switch it on, so say how (the switch is system-wide: it is
+/// flipped only when asked, with `--transport uring`).
+fn note_uring_switch(spec: &crate::daemon::MountSpec) {
+    use crate::fs::transport::{self, Transport, UringSwitch};
+    if spec.transport == Transport::Auto && crate::sys::geteuid() == 0 && transport::uring_switch() == UringSwitch::Off
+    {
+        eprintln!("rewindfs: note: {}", transport::SWITCH_HINT);
+    }
 }

@@ -58,6 +58,16 @@ pub fn run(args: StatusArgs) -> Result<()> {
         println!("  daemon pid:  {}", m.pid);
         println!("  uptime:      {}s", s.uptime_secs);
         println!("  passthrough: {}", if m.passthrough { "on" } else { "off" });
+        if !s.transport.transport.is_empty() {
+            let detail = match &s.transport.ring_error {
+                Some(e) => format!(" (io_uring stopped: {e})"),
+                None if s.transport.transport == "uring" => {
+                    format!(" ({} requests served on the rings)", s.transport.ring_requests)
+                }
+                None => String::new(),
+            };
+            println!("  transport:   {}{detail}", s.transport.transport);
+        }
         let message =
             s.message_id.as_ref().map(|m| format!(" (message {})", crate::cli::quote::quote(m))).unwrap_or_default();
         println!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);

@@ -38,6 +38,8 @@ pub struct MountSpec {
     pub passthrough: Passthrough,
     pub cache_timeout: Duration,
     pub threads: usize,
+    /// How FUSE requests travel (`mount --transport`).
+    pub transport: crate::fs::transport::Transport,
     /// Seal a checkpoint after this long without writes (until a harness
     /// calls `turn`, which turns this off for the rest of the mount).
     pub auto_turn: Option<Duration>,
@@ -65,14 +67,33 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
     };
     match start(&spec) {
         Ok((session, info, _locks, journal, ctx)) => {
-            report(Ok(&info));
+            // The rings register once the session runs: the mount is ready
+            // (or, on `--transport uring`, failed) only after that.
+            let serving = std::thread::Builder::new()
+                .name("fuse-session".into())
+                .spawn(move || session.run())
+                .map_err(|e| Error::io("cannot start the FUSE session", e))?;
+            let mut failed = None;
+            match ctx.transport.wait_started(Duration::from_secs(10)) {
+                Ok(()) => report(Ok(&info)),
+                Err(e) if spec.transport == crate::fs::transport::Transport::Uring => {
+                    let err = Error::Daemon(format!("--transport uring: {e}"));
+                    report(Err(&err));
+                    failed = Some(err);
+                    let _ = sys::umount(&spec.mountpoint, true);
+                }
+                Err(e) => {
+                    warn!("{e}; serving through /dev/fuse");
+                    report(Ok(&info));
+                }
+            }
             info!(
                 "serving {} on {} (store {})",
                 spec.workspace.display(),
                 spec.mountpoint.display(),
                 spec.store.display()
             );
-            let result = session.run();
+            let result = serving.join().unwrap_or_else(|_| Err(std::io::Error::other("the FUSE session panicked")));
             for view in ctx.views.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
                 // Views read the live tree: they end with it.
                 let _ = sys::umount(&view, true);
@@ -104,6 +125,9 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             control::drain(Duration::from_secs(5));
             registry::withdraw(&spec.mountpoint);
             info!("unmounted {}; daemon exits", spec.mountpoint.display());
+            if let Some(err) = failed {
+                return Err(err);
+            }
             result.map_err(|e| Error::io("the FUSE session failed", e))
         }
         Err(e) => {
@@ -171,8 +195,18 @@ fn start(spec: &MountSpec) -> Result<Started> {
     );
     let hidden_views = fs.browser();
     let fsname = format!("rewindfs:{}", spec.workspace.display());
-    let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads)
+    let uring = crate::fs::transport::want_uring(spec.transport).map_err(Error::Daemon)?;
+    let session = MountedSession::mount(fs, &spec.mountpoint, &fsname, spec.threads, uring)
         .map_err(|e| Error::io(format!("cannot mount on {}", spec.mountpoint.display()), e))?;
+    let transport = session.transport();
+    if uring && !transport.negotiated() {
+        let message = "the kernel did not offer FUSE over io_uring at FUSE_INIT";
+        if spec.transport == crate::fs::transport::Transport::Uring {
+            return Err(Error::Daemon(format!("--transport uring: {message}")));
+        }
+        warn!("{message}; serving through /dev/fuse");
+    }
+    info!("FUSE transport: {}", if transport.negotiated() { "io_uring (per-CPU rings)" } else { "classic /dev/fuse" });
 
     let entry = registry::entry_for(&spec.mountpoint);
     let _ = std::fs::remove_file(&entry.socket);
@@ -208,6 +242,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .invalidator()
             .map_err(|e| Error::io("cannot duplicate the FUSE device descriptor".to_string(), e))?,
         turn_stats: spawn_turn_stats(tree.clone(), journal.clone(), world.clone()),
+        transport,
         world,
     });
     let handler_ctx = ctx.clone();
@@ -245,6 +280,8 @@ struct Ctx {
     /// What serves `.rewindfs/` in the live mount (for `status`).
     hidden_views: Option<Arc<crate::view::browse::Browser>>,
     invalidator: crate::fs::Invalidator,
+    /// How FUSE requests travel (for `status`).
+    transport: crate::fs::TransportState,
     /// Shared by every FUSE request; history operations go one at a time
     /// and freeze the tree while they change it.
     world: Arc<World>,
@@ -609,6 +646,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                             .collect()
                     })
                     .unwrap_or_default(),
+                transport: ctx.transport.report(),
             })
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {

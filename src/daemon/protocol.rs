@@ -269,6 +269,10 @@ pub struct StatusReply {
     /// Named checkpoints, oldest first.
     #[serde(default)]
     pub snapshots: Vec<SnapshotRow>,
+    /// How FUSE requests travel: `transport` ("uring" or "classic") and the
+    /// requests the rings served.
+    #[serde(flatten, default)]
+    pub transport: crate::fs::TransportReport,
 }
 
 /// A rewound file whose bytes cannot be written into the workspace.

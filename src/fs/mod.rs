@@ -18,6 +18,7 @@ use fuser::{
 };
 use log::{debug, info, warn};
 
+pub mod transport;
 pub mod view;
 
 use crate::error::{AsErrno, Errno};
@@ -933,8 +934,9 @@ impl KernelCache for Invalidator {
     }
 }
 
-/// Mount options for a live workspace mount.
-pub fn mount_config(fsname: &str, threads: usize) -> fuser::Config {
+/// Mount options for a live workspace mount (`uring`: ask for FUSE over
+/// io_uring at FUSE_INIT).
+pub fn mount_config(fsname: &str, threads: usize, uring: bool) -> fuser::Config {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName(fsname.to_string()),
@@ -946,7 +948,68 @@ pub fn mount_config(fsname: &str, threads: usize) -> fuser::Config {
     config.acl = fuser::SessionACL::All;
     config.n_threads = Some(threads);
     config.clone_fd = true;
+    config.io_uring = uring;
+    // Two threads (each with its ring entry) per CPU: one request that
+    // blocks (a large fsync) does not hold up every other request made on
+    // that CPU.
+    config.io_uring_threads_per_queue = 2;
     config
+}
+
+/// How the live mount's requests travel, for `status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TransportReport {
+    /// "uring" when every CPU's ring is registered, else "classic".
+    pub transport: String,
+    /// Requests served through the rings since the mount.
+    pub ring_requests: u64,
+    /// Why the rings are not in use although io_uring was negotiated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_error: Option<String>,
+}
+
+/// A live view of the mount's transport.
+#[derive(Clone)]
+pub struct TransportState {
+    negotiated: bool,
+    stats: fuser::RingStats,
+}
+
+impl TransportState {
+    pub fn report(&self) -> TransportReport {
+        let s = &self.stats;
+        let up = self.negotiated && s.queues() > 0 && s.registered_queues() == s.queues() && s.error().is_none();
+        TransportReport {
+            transport: if up { "uring" } else { "classic" }.to_string(),
+            ring_requests: s.requests(),
+            ring_error: s.error(),
+        }
+    }
+
+    /// Waits until every CPU's ring is registered (at once when io_uring
+    /// was not negotiated), or says why they are not.
+    pub fn wait_started(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + timeout;
+        let s = &self.stats;
+        while self.negotiated {
+            if let Some(e) = s.error() {
+                return Err(e);
+            }
+            if s.queues() > 0 && s.registered_queues() == s.queues() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!("the FUSE rings did not register within {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
+    }
+
+    /// Whether FUSE_INIT negotiated io_uring (the rings start with `run`).
+    pub fn negotiated(&self) -> bool {
+        self.negotiated
+    }
 }
 
 /// A mounted session, ready to run.
@@ -956,9 +1019,16 @@ pub struct MountedSession {
 
 impl MountedSession {
     /// Mounts `fs` at `mountpoint`.
-    pub fn mount(fs: LiveFs, mountpoint: &Path, fsname: &str, threads: usize) -> io::Result<MountedSession> {
+    pub fn mount(
+        fs: LiveFs,
+        mountpoint: &Path,
+        fsname: &str,
+        threads: usize,
+        uring: bool,
+    ) -> io::Result<MountedSession> {
         let slot = fs.invalidator.clone();
-        let session = MountedSession { session: fuser::Session::new(fs, mountpoint, &mount_config(fsname, threads))? };
+        let config = mount_config(fsname, threads, uring);
+        let session = MountedSession { session: fuser::Session::new(fs, mountpoint, &config)? };
         let _ = slot.set(session.invalidator()?);
         Ok(session)
     }
@@ -972,6 +1042,10 @@ impl MountedSession {
     /// Serves requests until the filesystem is unmounted.
     pub fn run(self) -> io::Result<()> {
         self.session.run()
+    }
+
+    pub fn transport(&self) -> TransportState {
+        TransportState { negotiated: self.session.io_uring(), stats: self.session.ring_stats() }
     }
 }
 

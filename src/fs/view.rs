@@ -188,7 +188,7 @@ pub struct ViewSession(fuser::Session<ViewFs>);
 impl ViewSession {
     /// Mounts a view read-only at `mountpoint`.
     pub fn mount(browser: Arc<Browser>, mountpoint: &std::path::Path, fsname: &str) -> std::io::Result<ViewSession> {
-        let mut config = super::mount_config(fsname, 2);
+        let mut config = super::mount_config(fsname, 2, false);
         config.mount_options.retain(|o| !matches!(o, fuser::MountOption::Dev | fuser::MountOption::Suid));
         config.mount_options.extend([fuser::MountOption::RO, fuser::MountOption::NoDev, fuser::MountOption::NoSuid]);
         Ok(ViewSession(fuser::Session::new(ViewFs::new(browser), mountpoint, &config)?))

@@ -8,6 +8,11 @@ Targets
   native   a plain directory on the same filesystem as the workspaces
   pt       rewindfs mount, default options (--passthrough all)
   off      rewindfs mount, --passthrough off (all data through the daemon)
+  norec    rewindfs mount, --no-record
+  null     a FUSE filesystem doing no I/O (tests/bench/nullfs.rs)
+Any mounted target may carry a FUSE transport: `pt@uring`, `pt@classic`,
+`null@uring`, ... (`mount --transport`; without one, `auto`). A uring target
+switches the kernel's fuse.enable_uring on for the run.
 
 Each (workload, target, repetition) gets a fresh directory (and, for the
 mounted targets, a fresh workspace, store and mount). Before every measured
@@ -53,6 +58,20 @@ TARGETS = {
     "norec": "rewindfs (passthrough, --no-record)",
     "null": "null FUSE fs (no I/O)",
 }
+
+TRANSPORTS = ("uring", "classic")
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+def base(t):
+    """The target without its transport: `pt@uring` -> `pt`."""
+    return t.partition("@")[0]
+
+
+def label(t):
+    b, _, tr = t.partition("@")
+    return TARGETS[b] + (f" [{tr}]" if tr else "")
+
 
 # The null target (tests/bench/nullfs.rs) keeps names in memory and discards
 # data: only workloads that never read back what they wrote run on it.
@@ -220,12 +239,14 @@ class Target:
     """Creates a fresh directory for one workload run, and removes it."""
 
     def __init__(self, kind, base, binary, runtime_dir):
+        self.name = kind.replace("@", "-")
+        kind, _, self.transport = kind.partition("@")
         self.kind, self.base, self.binary, self.runtime_dir = kind, base, binary, runtime_dir
         self.daemon_pid = None
         self.passthrough_reported = None
 
     def setup(self, tag):
-        self.root = os.path.join(self.base, f"{self.kind}-{tag}")
+        self.root = os.path.join(self.base, f"{self.name}-{tag}")
         if os.path.exists(self.root):
             shutil.rmtree(self.root)
         os.makedirs(self.root)
@@ -237,7 +258,7 @@ class Target:
         for d in (ws, mnt):
             os.makedirs(d)
         if self.kind == "null":
-            self.proc = subprocess.Popen([NULLFS, mnt])
+            self.proc = subprocess.Popen([NULLFS, mnt] + (["--uring"] if self.transport == "uring" else []))
             for _ in range(200):
                 if is_mounted(mnt):
                     break
@@ -246,6 +267,13 @@ class Target:
                 time.sleep(0.02)
             else:
                 raise SystemExit("bench: nullfs did not mount within 4 s")
+            if self.transport == "uring":
+                # nullfs falls back to /dev/fuse silently: check its ring threads.
+                time.sleep(0.2)
+                comms = [open(f"/proc/{self.proc.pid}/task/{t}/comm").read().strip()
+                         for t in os.listdir(f"/proc/{self.proc.pid}/task")]
+                if not any(c.startswith("fuse-ring") for c in comms):
+                    raise SystemExit(f"bench: nullfs --uring runs no ring thread ({comms})")
             self.mnt = self.dir = mnt
             return self.dir
         cmd = [self.binary, "mount", ws, mnt, "--store", store]
@@ -253,6 +281,8 @@ class Target:
             cmd += ["--passthrough", "off"]
         if self.kind == "norec":
             cmd += ["--no-record"]
+        if self.transport:
+            cmd += ["--transport", self.transport]
         r = sh(cmd, env={"REWINDFS_RUNTIME_DIR": self.runtime_dir}, capture=True)
         out = r.stdout
         if "daemon pid" in out:
@@ -915,11 +945,13 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
     w(f"Load average (1 min) during the run: min {meta['load_min']:.2f}, max {meta['load_max']:.2f}.")
     if meta.get("passthrough"):
         w(f"`rewindfs status` passthrough: {meta['passthrough']}.")
+    if meta.get("enable_uring"):
+        w(f"fuse.enable_uring: {meta['enable_uring']} (targets without a transport use `auto`).")
     w("")
     steps = list(res.keys())
     head = ["workload", "goal"]
     for t in targets:
-        head.append(TARGETS[t])
+        head.append(label(t))
         if t != "native":
             head.append("ratio")
     w("| " + " | ".join(head) + " |")
@@ -937,7 +969,7 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
                 if v is not None and nat:
                     r = v / nat
                     flag = "" if r <= goal else " ✗"
-                    if r > goal and t != "null":
+                    if r > goal and base(t) != "null":
                         misses.append((s, t, r, goal))
                     row.append(f"{r:.2f}x{flag}")
                 else:
@@ -948,7 +980,7 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
     w("")
     w("Spread (max/min over the repetitions), to judge noise:")
     w("")
-    w("| workload | " + " | ".join(TARGETS[t] for t in targets) + " |")
+    w("| workload | " + " | ".join(label(t) for t in targets) + " |")
     w("|---|" + "|".join("--:" for _ in targets) + "|")
     for s in steps:
         cells = []
@@ -959,12 +991,12 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
     if not steps:
         # Only baselines were asked for: drop the empty workload tables.
         del out[out.index("| " + " | ".join(head) + " |"):]
-    mounted = [t for t in targets if t not in ("native", "null")]
+    mounted = [t for t in targets if base(t) not in ("native", "null")]
     if store_sizes and mounted:
         w("")
         w("rewindfs store size after each workload (median; the workspace itself not included):")
         w("")
-        w("| workload | " + " | ".join(TARGETS[t] for t in mounted) + " |")
+        w("| workload | " + " | ".join(label(t) for t in mounted) + " |")
         w("|---|" + "|".join("--:" for _ in mounted) + "|")
         for wname, by_t in store_sizes.items():
             w(f"| {wname} | " + " | ".join(fmt_bytes(statistics.median(by_t[t])) if t in by_t else "-"
@@ -1066,6 +1098,7 @@ def machine_meta(args, inputs):
         "disk": disk,
         "mem_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
         "commit": commit + (" (src modified)" if dirty else ""),
+        "enable_uring": open(ENABLE_URING).read().strip() if os.path.exists(ENABLE_URING) else "absent",
         "reps": args.reps,
         "tree_files": inputs.tree_files,
         "tree_bytes": inputs.tree_bytes,
@@ -1078,7 +1111,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="repetitions per step (median reported); default 3")
     ap.add_argument("--workloads", default=",".join(list(WORKLOADS) + list(SPECIAL)),
                     help=f"comma-separated subset of {','.join(list(WORKLOADS) + list(SPECIAL))}")
-    ap.add_argument("--targets", default="native,pt,off,norec", help="comma-separated subset of native,pt,off,norec,null (null: a FUSE fs doing no I/O, smallfiles and untar only)")
+    ap.add_argument("--targets", default="native,pt,off,norec", help="comma-separated subset of native,pt,off,norec,null (null: a FUSE fs doing no I/O, smallfiles and untar only); "
+                         "a mounted target may name its FUSE transport: pt@uring, pt@classic, null@uring, ...")
     ap.add_argument("--turn-sizes", default="1000,10000,100000", help="tree sizes for the turn workload")
     ap.add_argument("--turn-reps", type=int, default=5, help="turns measured per tree size (median)")
     ap.add_argument("--views-files", type=int, default=100_000, help="tree size for the views workload")
@@ -1113,8 +1147,16 @@ def main():
         raise SystemExit("bench: needs root (drops caches; FUSE passthrough needs CAP_SYS_ADMIN)")
     targets = [t for t in args.targets.split(",") if t]
     for t in targets:
-        if t not in TARGETS:
+        b, _, tr = t.partition("@")
+        if b not in TARGETS or (tr and (tr not in TRANSPORTS or b == "native")):
             raise SystemExit(f"bench: unknown target {t}")
+    if any(t.endswith("@uring") for t in targets):
+        # nullfs asks for io_uring but does not switch the kernel on itself.
+        try:
+            with open(ENABLE_URING, "w") as f:
+                f.write("Y")
+        except OSError as e:
+            raise SystemExit(f"bench: cannot switch FUSE over io_uring on ({ENABLE_URING}): {e}")
     if "native" not in targets:
         targets.insert(0, "native")
     workloads = [w for w in args.workloads.split(",") if w]
@@ -1123,7 +1165,7 @@ def main():
     for wname in workloads:
         if wname not in WORKLOADS:
             raise SystemExit(f"bench: unknown workload {wname}")
-    if "null" in targets and not os.access(NULLFS, os.X_OK):
+    if any(base(t) == "null" for t in targets) and not os.access(NULLFS, os.X_OK):
         raise SystemExit(f"bench: {NULLFS} not found: run `cargo build --release --example nullfs` first")
     if any(t != "native" for t in targets) and not os.access(args.bin, os.X_OK):
         raise SystemExit(f"bench: {args.bin} not found: run `cargo build --release` first")
@@ -1159,7 +1201,7 @@ def main():
                 # the same target.
                 order = targets if rep % 2 == 0 else list(reversed(targets))
                 for t in order:
-                    if t == "null" and wname not in NULL_WORKLOADS:
+                    if base(t) == "null" and wname not in NULL_WORKLOADS:
                         continue
                     tgt = Target(t, runs, args.bin, runtime_dir)
                     d = tgt.setup(f"{wname}-{rep}")

@@ -6,7 +6,7 @@
 //! this machine: the floor under any FUSE filesystem, rewindfs included.
 //!
 //!   cargo build --release --example nullfs
-//!   target/release/examples/nullfs MOUNTPOINT [--threads N]   (foreground; unmount to stop)
+//!   target/release/examples/nullfs MOUNTPOINT [--threads N] [--uring]   (foreground; unmount to stop)
 //!
 //! Used by tests/bench/bench.py (target `null`). Not part of the product.
 
@@ -228,7 +228,7 @@ impl Filesystem for NullFs {
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let mountpoint = args.get(1).expect("usage: nullfs MOUNTPOINT [--threads N]");
+    let mountpoint = args.get(1).expect("usage: nullfs MOUNTPOINT [--threads N] [--uring]");
     let threads = match args.iter().position(|a| a == "--threads") {
         Some(i) => args.get(i + 1).and_then(|n| n.parse().ok()).expect("--threads N"),
         None => 4,
@@ -239,6 +239,10 @@ fn main() -> std::io::Result<()> {
     config.acl = fuser::SessionACL::All;
     config.n_threads = Some(threads);
     config.clone_fd = true;
+    // `--uring`: FUSE over io_uring, as `rewindfs mount --transport uring`
+    // (the kernel's fuse.enable_uring must be on).
+    config.io_uring = args.iter().any(|a| a == "--uring");
+    config.io_uring_threads_per_queue = 2;
     let fs = NullFs { tree: Mutex::new(Tree { next_ino: 1, ..Tree::default() }), started: SystemTime::now() };
     fuser::Session::new(fs, std::path::Path::new(mountpoint), &config)?.run()
 }

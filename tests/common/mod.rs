@@ -293,6 +293,14 @@ impl MountFixture {
             args.extend(from_env.split_whitespace().map(OsStr::new));
         }
         args.extend(extra.iter().map(OsStr::new));
+        // REWINDFS_TEST_TRANSPORT=uring|classic puts every mount of a run on
+        // that FUSE transport (a mount that names its own keeps it). With
+        // `uring` the mount fails unless every CPU's ring registered, so a
+        // run cannot silently fall back to /dev/fuse.
+        let transport = std::env::var("REWINDFS_TEST_TRANSPORT").unwrap_or_default();
+        if !transport.is_empty() && !extra.contains(&"--transport") {
+            args.extend([OsStr::new("--transport"), OsStr::new(&transport)]);
+        }
         let out = run_with_timeout(self.command().args(&args).envs(env.iter().copied()), CHILD_TIMEOUT);
         let out = check(out, "rewindfs mount");
         self.mounted = true;
