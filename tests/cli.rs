@@ -281,8 +281,12 @@ fn a_rewind_that_runs_out_of_space_exits_1() {
         std::process::Command::new("dd").args(["if=/dev/zero", &format!("of={}", s(&filler)), "bs=64k"]),
         CHILD_TIMEOUT,
     );
+    let before = std::fs::read(fx.mnt.join("big.bin")).expect("read big.bin");
     let out = fx.rewindfs(&["rewind", "-C", s(&fx.mnt), "m1"]);
+    // Whichever write meets the full disk first (a chunk, or SQLite's),
+    // the user reads the kernel's words, and the refused rewind changed nothing.
     assert_error(&out, FAILED, "No space left on device");
+    assert!(std::fs::read(fx.mnt.join("big.bin")).expect("read big.bin") == before, "a refused rewind changed big.bin");
     std::fs::remove_file(&filler).unwrap();
     fx.unmount();
 }

@@ -34,7 +34,7 @@ impl std::fmt::Display for CheckpointId {
 /// Errors from the metadata database.
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
-    #[error("metadata database: {context}: {source}")]
+    #[error("metadata database: {context}: {source}{}", disk_full_note(.source))]
     Sqlite { context: String, source: rusqlite::Error },
     #[error(
         "metadata database {path} has schema version {found}, newer than this rewindfs ({supported}); upgrade rewindfs"
@@ -42,6 +42,12 @@ pub enum MetaError {
     TooNew { path: String, found: i64, supported: i64 },
     #[error("metadata database: malformed {what}")]
     Malformed { what: &'static str },
+}
+
+/// SQLite says "database or disk is full" for a full disk: named as the
+/// kernel names it too, so every ENOSPC reads the same to the user.
+fn disk_full_note(e: &rusqlite::Error) -> &'static str {
+    if sqlite_errno(e) == Some(Errno::ENOSPC) { " (No space left on device)" } else { "" }
 }
 
 /// The errno behind a SQLite error, if it has one: the only map of SQLite
@@ -1601,6 +1607,17 @@ mod tests {
 
     fn state(size: u64) -> ObjectState {
         test_file_state(size)
+    }
+
+    #[test]
+    fn a_full_disk_reads_as_the_kernel_says_it() {
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            Some("database or disk is full".into()),
+        );
+        let e = MetaError::Sqlite { context: "seal".into(), source: full };
+        assert!(e.to_string().contains("No space left on device"), "{e}");
+        assert_eq!(e.errno(), Errno::ENOSPC);
     }
 
     #[test]
