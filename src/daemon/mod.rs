@@ -45,6 +45,9 @@ pub struct MountSpec {
     pub record: bool,
     /// The agent's user: may mark turns, read history and preview.
     pub agent_uid: Option<u32>,
+    /// Give up the rewinds and restores the previous daemon died in rather
+    /// than complete them (`mount --abandon-interrupted`).
+    pub abandon_interrupted: bool,
 }
 
 impl MountSpec {
@@ -162,7 +165,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     }
     // After the scan (what recovery changes is recorded) and before the
     // settler starts and the tree is served: nobody sees a half state.
-    let recovered = recover(&tree, &journal, &spec.store)?;
+    let recovered = recover(&tree, &journal, &spec.store, spec.abandon_interrupted)?;
     spawn_settler(tree.clone(), world.clone());
     let fs = LiveFs::new(
         tree.clone(),
@@ -798,18 +801,22 @@ fn end_intent(journal: &Journal, id: i64) {
 
 /// Completes the rewinds and restores the previous daemon died in, before
 /// anything is served. A failure stops the mount: a half-changed tree is
-/// never served as if it were whole.
+/// never served as if it were whole. With `abandon`, they are given up
+/// instead: the tree stays as it is, the mount checkpoint (sealed when the
+/// journal was opened) is that tree, labelled so.
 fn recover(
     tree: &Arc<LiveTree>,
     journal: &Arc<Journal>,
     store: &Path,
+    abandon: bool,
 ) -> Result<Vec<crate::rewind::recovery::Recovered>> {
     use crate::rewind::recovery;
     let refuse = |what: String| {
         Error::kind_of(
             crate::error::ErrorKind::Failed,
             format!(
-                "{what}; the workspace was not mounted. `rewindfs fsck --store {}` checks what the store can still                  read back",
+                "{what}; the workspace was not mounted. `rewindfs fsck --store {}` checks what the store can still \
+                 read back",
                 store.display()
             ),
         )
@@ -828,15 +835,41 @@ fn recover(
             continue;
         }
         let interrupted = journal.current_turn();
+        if abandon {
+            let left = recovery::temporaries(tree)
+                .map_err(|e| refuse(format!("{what} was interrupted; cannot look for its temporary files: {e}")))?;
+            let label = recovery::abandoned_label(&intent);
+            journal.with_meta(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
+            journal.end_intent(intent.id).map_err(|e| refuse(e.to_string()))?;
+            let report = recovery::abandoned(&intent, interrupted, &left);
+            warn!("{}", report.message);
+            out.push(report);
+            continue;
+        }
         warn!("{what} was interrupted; completing it before mounting");
         let label = format!("state at mount: {what} was interrupted, half applied");
         journal.with_meta(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
-        let changes = recovery::complete(tree, journal, &intent).map_err(|e| {
+        let stuck = |why: String, unchanged: bool| {
             refuse(format!(
-                "{what} was interrupted (the daemon died) and could not be completed at mount: {e}. The tree is as                  the interruption left it; checkpoint {} is the tree before it",
+                "{what} was interrupted (the daemon died) and could not be completed at mount: {why}. {}; \
+                 checkpoint {} is the tree before it. `rewindfs mount --abandon-interrupted` gives the operation \
+                 up and mounts the tree as it is (sealed as a checkpoint)",
+                if unchanged {
+                    "The tree is as the interruption left it"
+                } else {
+                    "The tree is as the interruption and this attempt left it (every change recorded)"
+                },
                 intent.undo_checkpoint
             ))
-        })?;
+        };
+        // Before anything changes: a completion that cannot read what it
+        // needs would stop part-way.
+        let unreadable = recovery::unreadable(tree, journal, &intent).map_err(|e| stuck(e.to_string(), true))?;
+        if !unreadable.is_empty() {
+            let files = crate::rewind::preflight::refusal("completing it", intent.checkpoint, &unreadable);
+            return Err(stuck(files, true));
+        }
+        let changes = recovery::complete(tree, journal, &intent).map_err(|e| stuck(e.to_string(), false))?;
         let (reason, parent) = match intent.op {
             IntentOp::Rewind => (Reason::Rewind, Some(intent.checkpoint)),
             IntentOp::Restore => (Reason::Turn, None),
