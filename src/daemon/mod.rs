@@ -726,8 +726,19 @@ fn put_back_unsettled(
     let mut frozen = history.freeze(&ctx.invalidator);
     let label = |s: String| TurnInfo { label: Some(s), ..Default::default() };
     let before = seal(ctx, &label(format!("before putting back {what}")), Reason::Turn)?;
+    // Each restore is an intent, as a restore asked for is: a daemon
+    // killed in the middle leaves it for the next mount to complete. They
+    // stay until the result is sealed (completing one again is harmless).
+    let mut intents = Vec::new();
     for (k, paths) in &by_checkpoint {
-        crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched()).map_err(|e| {
+        let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
+        intents.push(begin_intent(&ctx.journal, IntentOp::Restore, *k, before, &bytes)?);
+        crate::world::test_hooks::phase(Some("putback"));
+        let restored = crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched());
+        crate::world::test_hooks::phase(None);
+        restored.map_err(|e| {
+            // Said, with the undo: nothing is left for a mount to finish.
+            intents.iter().for_each(|i| end_intent(&ctx.journal, *i));
             restore_failure(
                 format!(
                     "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
@@ -740,6 +751,7 @@ fn put_back_unsettled(
     }
     let ks: Vec<String> = by_checkpoint.keys().map(|k| k.to_string()).collect();
     let after = seal(ctx, &label(format!("put back {what}, as before the rewind")), Reason::Turn)?;
+    intents.iter().for_each(|i| end_intent(&ctx.journal, *i));
     drop(frozen);
     warn!("put back {what}: {}; as they were at checkpoint {} (checkpoint {after})", names.join(", "), ks.join(", "));
     Ok(Some(format!(
