@@ -44,6 +44,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::sequences::{self, guarded, listing};
 use common::{MountFixture, describe_status, io_timeout, is_mounted, run_timeout, stderr, stdout};
 use harness::observe_fs;
 use model::{Flag, Kind, Model, Node, Rng, SeenTree, tree_diff};
@@ -297,10 +298,7 @@ impl Runner {
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
-        let mp = self.mp();
-        let mut full = vec![args[0], "-C", mp.as_str(), "--json"];
-        full.extend_from_slice(&args[1..]);
-        self.fx.rewindfs(&full)
+        self.fx.cli_output(args)
     }
 
     fn cli_json(&self, args: &[&str]) -> Res<serde_json::Value> {
@@ -763,57 +761,46 @@ fn finish(r: &mut Runner) -> Res<()> {
     r.check_views()
 }
 
-fn guarded<T>(f: impl FnOnce() -> Res<T>) -> Res<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(p) => Err(Failure(
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into()),
-        )),
-    }
-}
-
-fn listing(steps: &[Step]) -> String {
-    let quoted: Vec<String> = steps.iter().map(|s| format!("    \"{s}\",")).collect();
-    format!("replay(&[\n{}\n]);", quoted.join("\n"))
-}
-
 /// One sequence from `seed`: (steps run, refusals seen, failure).
 fn run_seed(seed: u64, n: usize) -> (Vec<Step>, u64, Option<Failure>) {
     let mut rng = Rng(seed);
     let mut steps = Vec::new();
     let mut refused = 0;
     let mut runner = None;
-    let res = guarded(|| {
-        let r = runner.insert(Runner::new()?);
-        let mut tries = 0;
-        while steps.len() < n && tries < n * 20 {
-            tries += 1;
-            let step = gen_step(r, &mut rng);
-            steps.push(step.clone());
-            if !r.exec(&step)? {
-                steps.pop();
+    let res = guarded(
+        || {
+            let r = runner.insert(Runner::new()?);
+            let mut tries = 0;
+            while steps.len() < n && tries < n * 20 {
+                tries += 1;
+                let step = gen_step(r, &mut rng);
+                steps.push(step.clone());
+                if !r.exec(&step)? {
+                    steps.pop();
+                }
             }
-        }
-        let done = finish(r);
-        refused = r.refused;
-        done
-    });
+            let done = finish(r);
+            refused = r.refused;
+            done
+        },
+        Failure,
+    );
     drop(runner);
     (steps, refused, res.err())
 }
 
 fn run_steps(steps: &[Step]) -> Res<()> {
     let mut runner = None;
-    let res = guarded(|| {
-        let r = runner.insert(Runner::new()?);
-        for (i, s) in steps.iter().enumerate() {
-            r.exec(s).map_err(|f| Failure(format!("step {i} `{s}`: {}", f.0)))?;
-        }
-        finish(r).map_err(|f| Failure(format!("at the end (space back, remount): {}", f.0)))
-    });
+    let res = guarded(
+        || {
+            let r = runner.insert(Runner::new()?);
+            for (i, s) in steps.iter().enumerate() {
+                r.exec(s).map_err(|f| Failure(format!("step {i} `{s}`: {}", f.0)))?;
+            }
+            finish(r).map_err(|f| Failure(format!("at the end (space back, remount): {}", f.0)))
+        },
+        Failure,
+    );
     drop(runner);
     res
 }
@@ -832,39 +819,17 @@ fn setup() {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|s| s.parse().ok())
-}
-
 /// CI: fixed seeds (FAULTS_SEQUENCES=N adds random ones). Each failure is
 /// printed with its seed and as a replayable list of steps.
 #[test]
 fn random_sequences_with_the_store_filling_up() {
     setup();
-    if let Ok(list) = std::env::var("FAULTS_REPLAY") {
-        let lines: Vec<String> = list
-            .split([';', '\n'])
-            .map(|l| l.trim().trim_end_matches(',').trim_matches('"').to_string())
-            .filter(|l| !l.is_empty() && !l.starts_with("replay") && !l.starts_with(']'))
-            .collect();
-        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-        replay(&refs);
+    if let Some(lines) = sequences::replay_from_env("FAULTS") {
+        replay(&lines.iter().map(String::as_str).collect::<Vec<_>>());
         return;
     }
-    let n = env_u64("FAULTS_STEPS").unwrap_or(60) as usize;
-    let mut seeds = Vec::new();
-    if let Some(s) = env_u64("FAULTS_SEED") {
-        seeds.push(s);
-    } else {
-        if std::env::var("FAULTS_FIXED").map_or(true, |v| v != "0") {
-            seeds.extend([1, 2, 3, 4, 5]);
-        }
-        let base =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        for i in 0..env_u64("FAULTS_SEQUENCES").unwrap_or(0) {
-            seeds.push(Rng(base.wrapping_add(i)).next() % 1_000_000_000);
-        }
-    }
+    let n = sequences::env_u64("FAULTS_STEPS").unwrap_or(60) as usize;
+    let seeds = sequences::seeds("FAULTS", &[1, 2, 3, 4, 5]);
     let started = Instant::now();
     let (mut total, mut refusals, mut failures) = (0, 0, Vec::new());
     for seed in &seeds {
@@ -883,13 +848,8 @@ fn random_sequences_with_the_store_filling_up() {
             failures.push(text);
         }
     }
-    eprintln!(
-        "faults_store_full: {} sequences, {total} steps, {refusals} refusals for want of space, {} failures in {:.0} s",
-        seeds.len(),
-        failures.len(),
-        started.elapsed().as_secs_f64()
-    );
-    assert!(failures.is_empty(), "{} sequences failed:\n\n{}", failures.len(), failures.join("\n\n"));
+    let extra = format!(", {refusals} refusals for want of space");
+    sequences::conclude("faults_store_full", seeds.len(), total, &extra, &failures, started);
 }
 
 // Regression sequences found by the random test (docs/fault-test-failures.md).
