@@ -781,12 +781,39 @@ fn check_readable(
     }
     .map_err(|e| restore_failure(format!("cannot check the contents of checkpoint {k}: {e}"), &e))?;
     if files.is_empty() {
+        // An instant rewind answers before the settler writes the contents
+        // back: without room for them, it would report success over files
+        // that cannot be read (ENOSPC). A restore writes them at once and
+        // fails by itself.
+        if paths.is_none() && crate::rewind::instant_available(tree) {
+            check_room(tree, k, checked.to_write)?;
+        }
         return Ok(());
     }
     let what = if paths.is_some() { format!("restore from checkpoint {k}") } else { format!("rewind to {k}") };
     let message = preflight::refusal(&what, k, &files);
     warn!("{message}");
     Err(Failure::failed(libc::EIO, message))
+}
+
+/// Refuses a rewind to `k` that writes `bytes` of contents back into a
+/// workspace whose filesystem has less room (a margin kept for the
+/// journal and the database when the store shares the disk).
+fn check_room(tree: &LiveTree, k: i64, bytes: u64) -> std::result::Result<(), Failure> {
+    const MARGIN: u64 = 1 << 20;
+    let Ok(st) = rustix::fs::fstatvfs(tree.root_fd()) else { return Ok(()) };
+    let free = st.f_bfree.saturating_mul(st.f_frsize);
+    if bytes.saturating_add(MARGIN) <= free {
+        return Ok(());
+    }
+    let message = format!(
+        "rewind to {k} refused, nothing was changed: it writes {} of file contents back into the workspace, and its \
+         filesystem has {} free (the disk is full); free some space and rewind again",
+        crate::cli::quote::human_bytes(bytes),
+        crate::cli::quote::human_bytes(free)
+    );
+    warn!("{message}");
+    Err(Failure::failed(libc::ENOSPC, message))
 }
 
 /// Notes a rewind or restore before it changes anything (see
