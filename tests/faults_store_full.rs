@@ -44,6 +44,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::sequences::{self, guarded, listing};
 use common::{MountFixture, describe_status, io_timeout, is_mounted, run_timeout, stderr, stdout};
 use harness::observe_fs;
 use model::{Flag, Kind, Model, Node, Rng, SeenTree, tree_diff};
@@ -52,6 +53,9 @@ use model::{Flag, Kind, Model, Node, Rng, SeenTree, tree_diff};
 const STORE_FS_MIB: u64 = 48;
 /// File names: few, so that writes hit existing files and renames replace.
 const PATHS: [&str; 6] = ["a", "b", "c", "sub/a", "sub/b", "sub/c"];
+/// With the workspace and the store on one disk, below this much free
+/// space the history alone may fill it (no filler needed).
+const SHARED_LOW_WATER: u64 = 12 << 20;
 /// No file operation may take longer than this.
 const IO_LIMIT: Duration = Duration::from_secs(60);
 
@@ -234,9 +238,20 @@ impl Drop for LoopFs {
     }
 }
 
+/// Where the small filesystem is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// The store alone (no attic: rewinds copy).
+    Apart,
+    /// The workspace and the store (the attic is used, on the full disk;
+    /// the workspace's own writes run out of space too).
+    Shared,
+}
+
 struct Runner {
     // Dropped first: the workspace mount goes before the store's filesystem.
     fx: MountFixture,
+    layout: Layout,
     fs: LoopFs,
     model: Model,
     next_id: u64,
@@ -258,10 +273,14 @@ fn file<'a>(m: &'a mut Model, p: &str) -> Option<&'a mut Vec<u8>> {
 }
 
 impl Runner {
-    fn new() -> Res<Runner> {
+    fn new(layout: Layout) -> Res<Runner> {
         let mut fx = MountFixture::unmounted();
         let fs = LoopFs::new()?;
         fx.store = fs.dir.join("store");
+        if layout == Layout::Shared {
+            fx.ws = fs.dir.join("ws");
+            std::fs::create_dir(&fx.ws).map_err(|e| Failure(format!("mkdir {}: {e}", fx.ws.display())))?;
+        }
         let mut model = Model::default();
         let mut next_id = 0;
         std::fs::create_dir(fx.ws.join("sub")).map_err(|e| Failure(e.to_string()))?;
@@ -274,6 +293,7 @@ impl Runner {
         fx.mount(false, &["--auto-turn", "0"]);
         let mut r = Runner {
             fx,
+            layout,
             fs,
             model,
             next_id,
@@ -297,10 +317,7 @@ impl Runner {
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
-        let mp = self.mp();
-        let mut full = vec![args[0], "-C", mp.as_str(), "--json"];
-        full.extend_from_slice(&args[1..]);
-        self.fx.rewindfs(&full)
+        self.fx.cli_output(args)
     }
 
     fn cli_json(&self, args: &[&str]) -> Res<serde_json::Value> {
@@ -336,9 +353,15 @@ impl Runner {
 
     /// A command failed: it must exit 1 and say why; with space on the
     /// store it must not fail at all.
+    /// Space may run out: the filler is in place, or (workspace and store
+    /// on one disk) the history itself filled most of it.
+    fn short_of_space(&self) -> bool {
+        self.tight || (self.layout == Layout::Shared && self.fs.free_bytes() < SHARED_LOW_WATER)
+    }
+
     fn check_refusal(&self, what: &str, out: &std::process::Output) -> Res<String> {
         let err = stderr(out);
-        if !self.tight {
+        if !self.short_of_space() {
             return fail(format!("{what} failed with space on the store ({}): {err}", describe_status(out)));
         }
         if out.status.code() != Some(1) {
@@ -451,12 +474,52 @@ impl Runner {
                 self.model = after;
                 self.next_id = next;
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && self.tight => self.refused += 1,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && self.short_of_space() => {
+                self.refused += 1;
+                if self.layout == Layout::Shared {
+                    self.adopt_partial(step)?;
+                }
+            }
             Err(e) => {
                 return fail(format!("`{step}` failed (store {}): {e}", if self.tight { "full" } else { "not full" }));
             }
         }
         Ok(true)
+    }
+
+    /// With the workspace on the full disk, a write refused for want of
+    /// space may have changed its file part-way (as on any filesystem): the
+    /// model takes the file as it is (the views check it was recorded).
+    fn adopt_partial(&mut self, step: &Step) -> Res<()> {
+        let path = match step {
+            Step::Create { path, .. }
+            | Step::Write { path, .. }
+            | Step::Append { path, .. }
+            | Step::Trunc { path, .. } => path,
+            _ => return Ok(()),
+        };
+        let (p, shown) = (self.m(path), path.clone());
+        let got = io_timeout("reading a file refused part-way", IO_LIMIT, move || match std::fs::read(&p) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("reading {shown}: {e}")),
+        })
+        .map_err(Failure)?;
+        let had = file(&mut self.model, path).is_some();
+        match got {
+            Some(bytes) if had => {
+                if let Some(data) = file(&mut self.model, path) {
+                    *data = bytes;
+                }
+            }
+            Some(bytes) => {
+                self.model.insert(path, Node::new(Kind::File, bytes, 0o644), &mut self.next_id);
+            }
+            None if had => return fail(format!("`{step}` refused for want of space removed {path}")),
+            None => {}
+        }
+        self.model.gc();
+        Ok(())
     }
 
     fn turn(&mut self) -> Res<()> {
@@ -592,7 +655,11 @@ impl Runner {
         let args = ["mount", ws.as_str(), mnt.as_str(), "--store", store.as_str(), "--auto-turn", "0"];
         let out = self.fx.rewindfs(&args);
         if !out.status.success() {
-            self.check_refusal("mount", &out)?;
+            self.check_refusal("mount", &out).map_err(|f| {
+                let log = std::fs::read_to_string(self.fx.store.join("daemon.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect();
+                Failure(format!("{}; the daemon log ends:\n    {}", f.0, tail.join("\n    ")))
+            })?;
             self.refused += 1;
             // Once space is back, it must mount.
             self.fs.remove_filler()?;
@@ -637,7 +704,7 @@ impl Runner {
                 // With the disk full, the journal's newest records may not
                 // fit into the database: a view then fails (never shows a
                 // later state as the past); with space back it must work.
-                Err(e) if self.tight && (e.contains("os error 28") || e.contains("os error 5")) => continue,
+                Err(e) if self.short_of_space() && (e.contains("os error 28") || e.contains("os error 5")) => continue,
                 Err(e) => return fail(format!("reading checkpoint {n}'s view: {e}")),
             };
             let d = tree_diff(snap, &got, 12);
@@ -763,67 +830,59 @@ fn finish(r: &mut Runner) -> Res<()> {
     r.check_views()
 }
 
-fn guarded<T>(f: impl FnOnce() -> Res<T>) -> Res<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(p) => Err(Failure(
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into()),
-        )),
-    }
-}
-
-fn listing(steps: &[Step]) -> String {
-    let quoted: Vec<String> = steps.iter().map(|s| format!("    \"{s}\",")).collect();
-    format!("replay(&[\n{}\n]);", quoted.join("\n"))
-}
-
 /// One sequence from `seed`: (steps run, refusals seen, failure).
-fn run_seed(seed: u64, n: usize) -> (Vec<Step>, u64, Option<Failure>) {
+fn run_seed(seed: u64, n: usize, layout: Layout) -> (Vec<Step>, u64, Option<Failure>) {
     let mut rng = Rng(seed);
     let mut steps = Vec::new();
     let mut refused = 0;
     let mut runner = None;
-    let res = guarded(|| {
-        let r = runner.insert(Runner::new()?);
-        let mut tries = 0;
-        while steps.len() < n && tries < n * 20 {
-            tries += 1;
-            let step = gen_step(r, &mut rng);
-            steps.push(step.clone());
-            if !r.exec(&step)? {
-                steps.pop();
+    let res = guarded(
+        || {
+            let r = runner.insert(Runner::new(layout)?);
+            let mut tries = 0;
+            while steps.len() < n && tries < n * 20 {
+                tries += 1;
+                let step = gen_step(r, &mut rng);
+                steps.push(step.clone());
+                if !r.exec(&step)? {
+                    steps.pop();
+                }
             }
-        }
-        let done = finish(r);
-        refused = r.refused;
-        done
-    });
+            let done = finish(r);
+            refused = r.refused;
+            done
+        },
+        Failure,
+    );
     drop(runner);
     (steps, refused, res.err())
 }
 
-fn run_steps(steps: &[Step]) -> Res<()> {
+fn run_steps(steps: &[Step], layout: Layout) -> Res<()> {
     let mut runner = None;
-    let res = guarded(|| {
-        let r = runner.insert(Runner::new()?);
-        for (i, s) in steps.iter().enumerate() {
-            r.exec(s).map_err(|f| Failure(format!("step {i} `{s}`: {}", f.0)))?;
-        }
-        finish(r).map_err(|f| Failure(format!("at the end (space back, remount): {}", f.0)))
-    });
+    let res = guarded(
+        || {
+            let r = runner.insert(Runner::new(layout)?);
+            for (i, s) in steps.iter().enumerate() {
+                r.exec(s).map_err(|f| Failure(format!("step {i} `{s}`: {}", f.0)))?;
+            }
+            finish(r).map_err(|f| Failure(format!("at the end (space back, remount): {}", f.0)))
+        },
+        Failure,
+    );
     drop(runner);
     res
 }
 
-#[allow(dead_code)]
 fn replay(lines: &[&str]) {
+    replay_in(Layout::Apart, lines)
+}
+
+fn replay_in(layout: Layout, lines: &[&str]) {
     setup();
     let steps: Vec<Step> = lines.iter().map(|l| Step::parse(l).unwrap_or_else(|e| panic!("{e}"))).collect();
-    if let Err(f) = run_steps(&steps) {
-        panic!("{}\nsequence:\n{}", f.0, listing(&steps));
+    if let Err(f) = run_steps(&steps, layout) {
+        panic!("{}\nsequence ({layout:?}):\n{}", f.0, listing(&steps));
     }
 }
 
@@ -832,48 +891,24 @@ fn setup() {
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|s| s.parse().ok())
-}
-
-/// CI: fixed seeds (FAULTS_SEQUENCES=N adds random ones). Each failure is
-/// printed with its seed and as a replayable list of steps.
-#[test]
-fn random_sequences_with_the_store_filling_up() {
+/// Runs the seeds of `<PREFIX>_...` (see [`sequences::seeds`]) in `layout`.
+fn random_sequences(prefix: &str, layout: Layout, fixed: &[u64], steps: u64) {
     setup();
-    if let Ok(list) = std::env::var("FAULTS_REPLAY") {
-        let lines: Vec<String> = list
-            .split([';', '\n'])
-            .map(|l| l.trim().trim_end_matches(',').trim_matches('"').to_string())
-            .filter(|l| !l.is_empty() && !l.starts_with("replay") && !l.starts_with(']'))
-            .collect();
-        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
-        replay(&refs);
+    if let Some(lines) = sequences::replay_from_env(prefix) {
+        replay_in(layout, &lines.iter().map(String::as_str).collect::<Vec<_>>());
         return;
     }
-    let n = env_u64("FAULTS_STEPS").unwrap_or(60) as usize;
-    let mut seeds = Vec::new();
-    if let Some(s) = env_u64("FAULTS_SEED") {
-        seeds.push(s);
-    } else {
-        if std::env::var("FAULTS_FIXED").map_or(true, |v| v != "0") {
-            seeds.extend([1, 2, 3, 4, 5]);
-        }
-        let base =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        for i in 0..env_u64("FAULTS_SEQUENCES").unwrap_or(0) {
-            seeds.push(Rng(base.wrapping_add(i)).next() % 1_000_000_000);
-        }
-    }
+    let n = sequences::env_u64(&format!("{prefix}_STEPS")).unwrap_or(steps) as usize;
+    let seeds = sequences::seeds(prefix, fixed);
     let started = Instant::now();
     let (mut total, mut refusals, mut failures) = (0, 0, Vec::new());
     for seed in &seeds {
-        let (steps, refused, failure) = run_seed(*seed, n);
+        let (steps, refused, failure) = run_seed(*seed, n, layout);
         total += steps.len();
         refusals += refused;
         if let Some(f) = failure {
             let text = format!(
-                "FAULTS_SEED={seed}: failed at step {} `{}`: {}\n{}",
+                "{prefix}_SEED={seed}: failed at step {} `{}`: {}\n{}",
                 steps.len().saturating_sub(1),
                 steps.last().map(|s| s.to_string()).unwrap_or_default(),
                 f.0,
@@ -883,13 +918,23 @@ fn random_sequences_with_the_store_filling_up() {
             failures.push(text);
         }
     }
-    eprintln!(
-        "faults_store_full: {} sequences, {total} steps, {refusals} refusals for want of space, {} failures in {:.0} s",
-        seeds.len(),
-        failures.len(),
-        started.elapsed().as_secs_f64()
-    );
-    assert!(failures.is_empty(), "{} sequences failed:\n\n{}", failures.len(), failures.join("\n\n"));
+    let extra = format!(", {refusals} refusals for want of space");
+    sequences::conclude(&format!("faults_store_full ({layout:?})"), seeds.len(), total, &extra, &failures, started);
+}
+
+/// CI: fixed seeds (FAULTS_SEQUENCES=N adds random ones). Each failure is
+/// printed with its seed and as a replayable list of steps.
+#[test]
+fn random_sequences_with_the_store_filling_up() {
+    random_sequences("FAULTS", Layout::Apart, &[1, 2, 3, 4, 5], 60);
+}
+
+/// The workspace and the store on one small filesystem: the attic is on
+/// the full disk, and the workspace's own writes run out of space too
+/// (FAULTS_SHARED_SEED, _SEQUENCES, _STEPS, _REPLAY as above).
+#[test]
+fn random_sequences_with_the_workspace_and_store_on_a_filling_disk() {
+    random_sequences("FAULTS_SHARED", Layout::Shared, &[1, 2, 3], 40);
 }
 
 // Regression sequences found by the random test (docs/fault-test-failures.md).
@@ -979,4 +1024,44 @@ fn a_failed_restore_leaves_no_temporary_file() {
         "rewind 0",
         "turn",
     ]);
+}
+
+/// FS5 (shared layout, seed 830894792): an instant rewind (the attic on
+/// the full disk) reported success although the workspace had no room for
+/// the contents it leaves to the settler; reading `a` then failed with
+/// ENOSPC. The rewind is now refused, nothing changed, saying the disk is
+/// full.
+#[test]
+fn a_rewind_without_room_for_its_contents_is_refused() {
+    replay_in(
+        Layout::Shared,
+        &[
+            "fill 38",
+            "write a 3369 2857 734856",
+            "turn",
+            "turn",
+            "create b 3862288 46136",
+            "turn",
+            "restore 0 c",
+            "fill 4855",
+            "create b 88 706523",
+            "turn",
+            "create a 966060 125979",
+            "mv b c",
+            "turn",
+            "remount",
+            "rm sub/a",
+            "write c 745 833771 965903",
+            "rewind 2",
+            "create a 2003167 309796",
+            "create sub/a 10779 292646",
+            "trunc sub/a 41303",
+            "create sub/b 39722 856774",
+            "restore 2 a",
+            "turn",
+            "restore 7 c",
+            "append sub/a 102300 698984",
+            "rewind 5",
+        ],
+    );
 }

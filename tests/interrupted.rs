@@ -484,3 +484,125 @@ fn a_turn_killed_while_sealing_loses_nothing() {
     c.rewind(n);
     c.check_views("after the next rewind");
 }
+
+/// A restore killed part-way whose completion needs content damaged since
+/// (a byte flipped in the pack): the next mount cannot complete it and is
+/// refused, naming `--abandon-interrupted`, and nothing is mounted. Before,
+/// there was no way out: every mount was refused. With the flag, the
+/// mount gives the restore up: the workspace is exactly as the kill left
+/// it, sealed as the mount checkpoint labelled so, the mount message and
+/// `status` say what was done, the safety checkpoint reads back and can be
+/// rewound to, and a new restore of the damaged file is refused.
+#[test]
+fn an_interrupted_restore_that_cannot_be_completed_is_given_up_only_when_asked() {
+    let mut c = Case::new(
+        "mkdir d && for i in $(seq 1 200); do echo \"d $i\" > d/f$i; done && head -c 300000 /dev/urandom > big",
+    );
+    let c1 = c.turn();
+    c.fx.sh("for i in $(seq 1 200); do echo more >> d/f$i; done; head -c 300000 /dev/urandom > big");
+    c.turn();
+    c.remount_with(&[("REWINDFS_TEST_KILL_AT", "restore-record:100")]);
+    let before = c.copy();
+    let newest = c.newest();
+    let (d, big) = (c.fx.path().join("d"), c.fx.path().join("big"));
+    let out = c.killed(&["restore", &c1.to_string(), "--", d.to_str().unwrap(), big.to_str().unwrap()]);
+    assert!(!out.status.success(), "restore killed part-way reported success: {}", stdout(&out));
+    // The tree as the kill left it, in the plain workspace (nothing mounted).
+    let half = c.fx.dir.path().join("copies/half");
+    check(
+        run_with_timeout(std::process::Command::new("cp").arg("-a").arg(&c.fx.ws).arg(&half), CHILD_TIMEOUT),
+        "cp -a of the plain workspace",
+    );
+    assert_ne!(manifest(&half), manifest(&before), "the kill left nothing half done");
+    assert_ne!(manifest(&half.join("d")), manifest(&c.copies[&c1].join("d")), "the kill left nothing half done");
+    // Damage big's content at c1: the completion needs it.
+    let old_big = std::fs::read(c.copies[&c1].join("big")).expect("read big at c1");
+    let needle = &old_big[5000..5032];
+    let mut flipped = 0;
+    for entry in std::fs::read_dir(c.fx.store.join("chunks/packs")).expect("packs dir") {
+        let p = entry.expect("pack entry").path();
+        let mut bytes = std::fs::read(&p).expect("read pack");
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + 3] ^= 0x20;
+            std::fs::write(&p, bytes).expect("write pack");
+            flipped += 1;
+        }
+    }
+    assert_eq!(flipped, 1, "big's content at checkpoint {c1} is stored raw in one pack");
+    let (ws, mnt, store) = (c.fx.ws.clone(), c.fx.mnt.clone(), c.fx.store.clone());
+    let mount = |extra: &[&str]| {
+        let mut args = vec![ws.to_str().unwrap(), mnt.to_str().unwrap(), "--store", store.to_str().unwrap()];
+        args.extend_from_slice(ARGS);
+        args.extend_from_slice(extra);
+        let mut cmd = c.fx.command();
+        cmd.arg("mount").args(&args);
+        run_with_timeout(&mut cmd, CHILD_TIMEOUT)
+    };
+    // Without the flag: refused, twice (nothing changes in between).
+    for attempt in 1..=2 {
+        let out = mount(&[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "mount #{attempt} of a stuck restore: {err}");
+        assert!(
+            err.contains(&format!("the restore of d, big from checkpoint {c1} was interrupted"))
+                && err.contains("could not be completed at mount")
+                && err.contains("--abandon-interrupted")
+                && err.contains("fsck --store"),
+            "mount #{attempt}: the refusal does not say what is stuck and what to do: {err}"
+        );
+        assert!(!is_mounted(&mnt), "mount #{attempt} was refused, yet {} is mounted", mnt.display());
+    }
+    c.same_tree(&half, &ws, "plain workspace after the refused mounts");
+    // With it: mounted as it is.
+    let out = mount(&["--abandon-interrupted"]);
+    c.fx.adopt_mount();
+    let said = stderr(&check(out, "mount --abandon-interrupted"));
+    let recovered = c.recovered();
+    assert_eq!(recovered.len(), 1, "{recovered:?}; mount said {said}");
+    let r = &recovered[0];
+    assert_eq!(
+        (r["op"].as_str(), r["checkpoint"].as_i64(), r["abandoned"].as_bool()),
+        (Some("restore"), Some(c1), Some(true))
+    );
+    let undo = r["undo_checkpoint"].as_i64().expect("undo_checkpoint");
+    let kept = r["interrupted_checkpoint"].as_i64().expect("interrupted_checkpoint");
+    assert_eq!(r["result_checkpoint"].as_i64(), Some(kept), "{r}");
+    assert!(undo > newest && kept > undo, "{r}");
+    assert!(
+        said.contains(&format!("abandoned: the restore of d, big from checkpoint {c1}"))
+            && said.contains(&format!("sealed as checkpoint {kept}"))
+            && said.contains(&format!("Checkpoint {undo} is the tree before it"))
+            && said.contains(&format!("`rewindfs restore {undo} -- d big` goes back to it")),
+        "the mount message does not say what it did: {said}"
+    );
+    // The restore's temporary file, if the kill left one, stays and is named.
+    let temporaries = sh(&half, "find . -name '.rewindfs-restore-*' -printf '%P\\n'");
+    for t in temporaries.lines() {
+        assert!(said.contains(&format!("temporary files were left in the tree too: {t}")), "{t}: {said}");
+    }
+    eprintln!("mount said: {said}");
+    let status = c.fx.cli(&["status"]);
+    assert!(status.contains(&format!("abandoned: the restore of d, big from checkpoint {c1}")), "status: {status}");
+    c.same_tree(&half, c.fx.path(), "live tree after the restore was given up");
+    let log = c.fx.cli_json(&["log"]);
+    let label =
+        log.as_array().unwrap().iter().find(|v| v["checkpoint"].as_i64() == Some(kept)).map(|v| v["label"].clone());
+    assert!(
+        label.as_ref().and_then(|l| l.as_str()).is_some_and(|l| l.contains("given up (--abandon-interrupted)")),
+        "checkpoint {kept} is not labelled as the tree of a given-up restore: {label:?}"
+    );
+    c.copies.insert(undo, before);
+    c.copies.insert(kept, half);
+    // Checkpoints 0 and c1 hold the damaged content: their views give EIO.
+    c.checked.borrow_mut().extend([0, c1]);
+    c.check_views("after the restore was given up");
+    // The damage is still named: restoring big again is refused.
+    let out = c.fx.rewindfs(&["restore", "-C", &c.mp(), &c1.to_string(), "--", big.to_str().unwrap()]);
+    assert!(!out.status.success(), "a restore of damaged content reported success: {}", stdout(&out));
+    assert!(stderr(&out).contains("big"), "the refusal does not name the file: {}", stderr(&out));
+    // The safety checkpoint is rewindable, and nothing is stuck any more.
+    c.rewind(undo);
+    c.fx.unmount();
+    let said = c.remount();
+    assert!(!said.contains("recovered") && !said.contains("abandoned"), "{said}");
+}

@@ -349,3 +349,58 @@ fn log_lists_every_turn_and_names_the_damage_when_one_turns_content_is_unreadabl
     assert_eq!(rows[0]["checkpoint"], 0);
     assert_eq!(rows[2]["checkpoint"], 2);
 }
+
+/// `kill -9` of the daemon while `unmount` puts back a file that cannot be
+/// settled (after the put-back's first record): the put-back is journaled
+/// as a restore's intent, so the next mount completes it and says so, and
+/// the next `unmount` succeeds with the file as it was before the rewind.
+/// Before, the put-back wrote no intent: the next mount served the half
+/// put-back tree without a word.
+#[test]
+fn a_put_back_killed_part_way_is_completed_by_the_next_mount() {
+    let hold = tempfile::NamedTempFile::new().expect("pause file");
+    let hold_path = hold.path().to_str().expect("utf-8 path").to_string();
+    let (mut fx, v) =
+        history(&[("REWINDFS_TEST_SETTLER_PAUSE", &hold_path), ("REWINDFS_TEST_KILL_AT", "putback-record:1")]);
+    let rewound = fx.cli_json(&["rewind", "1"]);
+    let safety = rewound["safety_checkpoint"].as_i64().expect("safety_checkpoint");
+    damage(&fx, Damage::Flip, &v.a0);
+    drop(hold);
+    wait_for("b.txt to settle and a.txt to be listed", || {
+        let s = fx.status_json();
+        s["pending_files"] == 1 && s["unsettled"].as_array().is_some_and(|u| u.len() == 1)
+    });
+    let pid = fx.daemon_pid();
+    let out = fx.rewindfs(&["unmount", &mp(&fx)]);
+    assert!(
+        !out.status.success(),
+        "an unmount whose daemon died reported success: {}; daemon log:\n{}",
+        stdout(&out),
+        std::fs::read_to_string(fx.store.join("daemon.log")).unwrap_or_default()
+    );
+    wait_for("the daemon to die", || !std::path::Path::new(&format!("/proc/{pid}")).exists());
+    if is_mounted(fx.path()) {
+        check(fx.rewindfs(&["unmount", &mp(&fx)]), "unmount of the dead mount");
+    }
+    fx.forget_mount();
+
+    let said = stderr(&fx.mount_output(false, &["--auto-turn", "0"], &[]));
+    assert!(
+        said.contains(&format!("recovered: the restore of a.txt from checkpoint {safety} started at"))
+            && said.contains("completed at this mount"),
+        "the mount does not say it completed the put-back: {said}"
+    );
+    let recovered = fx.status_json()["recovered"].clone();
+    assert_eq!(recovered[0]["op"], "restore", "{recovered}");
+    assert_eq!(std::fs::read(fx.path().join("a.txt")).expect("a.txt"), v.a1, "a.txt as before the rewind");
+    assert_eq!(std::fs::read(fx.path().join("b.txt")).expect("b.txt"), v.b0, "b.txt rewound");
+    let s = fx.status_json();
+    // The rewound placeholder, replaced, is history only (in the attic):
+    // listed, never in the tree.
+    let unsettled = s["unsettled"].as_array().expect("unsettled list");
+    assert!(unsettled.iter().all(|u| u["path"] != "a.txt"), "a.txt is put back, not pending: {s}");
+    fx.unmount();
+    assert_eq!(std::fs::read(fx.ws.join("a.txt")).expect("plain a.txt"), v.a1, "a.txt as before the rewind");
+    assert_eq!(std::fs::read(fx.ws.join("b.txt")).expect("plain b.txt"), v.b0, "b.txt rewound");
+    assert_eq!(std::fs::read(fx.ws.join("keep.txt")).expect("plain keep.txt"), b"keep\n");
+}

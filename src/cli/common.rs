@@ -327,6 +327,7 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         auto_turn: (opts.auto_turn > 0.0).then(|| Duration::from_secs_f64(opts.auto_turn)),
         record: !opts.no_record,
         agent_uid: opts.agent_user.as_deref().map(user_uid).transpose()?,
+        abandon_interrupted: false,
     })
 }
 
@@ -401,6 +402,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
         .args(if spec.record { None } else { Some("--no-record") })
         .args(spec.agent_uid.map(|u| ["--agent-user".to_string(), u.to_string()]).into_iter().flatten())
+        .args(spec.abandon_interrupted.then_some("--abandon-interrupted"))
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")

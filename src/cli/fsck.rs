@@ -210,17 +210,6 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
-}
-
 fn checkpoint_label(k: i64, message: &Option<String>) -> String {
     match message {
         Some(m) => format!("{k} (message {m})"),
@@ -281,7 +270,7 @@ pub fn render(store: &Path, report: &Report) -> String {
         "fsck {}: {} chunks ({}) read, {} records and {} checkpoints checked: {}\n",
         store.display(),
         report.chunks_checked,
-        human_bytes(report.bytes_checked),
+        crate::cli::quote::human_bytes(report.bytes_checked),
         report.records_checked,
         report.checkpoints,
         match report.problems.len() {

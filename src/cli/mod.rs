@@ -424,6 +424,12 @@ pub struct MountArgs {
     /// Stay in the foreground and log to stderr.
     #[arg(long)]
     pub foreground: bool,
+    /// Give up a rewind or restore the previous daemon died in, when it
+    /// cannot be completed: the workspace is mounted as the interruption
+    /// left it (sealed as a checkpoint, labelled so); the checkpoint before
+    /// the operation stays, to go back to.
+    #[arg(long)]
+    pub abandon_interrupted: bool,
 }
 
 #[derive(Args, Debug)]

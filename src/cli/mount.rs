@@ -8,7 +8,8 @@ use crate::daemon;
 use crate::error::Result;
 
 pub fn run(args: MountArgs) -> Result<()> {
-    let spec = common::prepare(&args.workspace, args.mountpoint.as_deref(), &args.opts)?;
+    let mut spec = common::prepare(&args.workspace, args.mountpoint.as_deref(), &args.opts)?;
+    spec.abandon_interrupted = args.abandon_interrupted;
     note_uring_switch(&spec);
     if !args.foreground {
         common::refuse_occupied(&spec, &std::collections::HashSet::from([std::process::id()]))?;

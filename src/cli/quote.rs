@@ -20,6 +20,18 @@ pub fn quote_name(name: impl AsRef<OsStr>) -> String {
     quote_bytes(name.as_ref().as_bytes())
 }
 
+/// A byte count for people: `812 B`, `4.2 MiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
+
 fn quote_bytes(bytes: &[u8]) -> String {
     if let Ok(s) = std::str::from_utf8(bytes)
         && !needs_quotes(s)

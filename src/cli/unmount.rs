@@ -45,8 +45,11 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
                 }
                 // The daemon unmounts, then exits; it may exit before its
                 // answer is written. Gone from the mount table is success.
-                // A daemon killed as we connected resets the connection:
-                // once it is gone, its mount is dead and is detached.
+                // A daemon that died before unmounting (killed as we
+                // connected, or in the middle of putting files back) leaves
+                // its mount dead: it is detached, but the unmount's work
+                // (files put back, history made durable) was not done, so
+                // this is a failure.
                 Err(e) => {
                     let until = Instant::now() + Duration::from_secs(5);
                     while sys::process_alive(info.pid) && Instant::now() < until {
@@ -54,7 +57,19 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
                     }
                     match daemon::mount_state(mp) {
                         MountState::NotMounted => {}
-                        MountState::Dead(_) => return detach_dead(mp),
+                        MountState::Dead(_) => {
+                            detach_dead(mp)?;
+                            return Err(Error::kind_of(
+                                ErrorKind::Failed,
+                                format!(
+                                    "the daemon of {} (pid {}) died before it unmounted ({e}); its dead mount was \
+                                     detached, but the unmount was not done: what it was putting back is completed \
+                                     by the next mount (mount again, then unmount)",
+                                    mp.display(),
+                                    info.pid
+                                ),
+                            ));
+                        }
                         _ => return Err(e),
                     }
                 }

@@ -47,6 +47,9 @@ pub struct MountSpec {
     pub record: bool,
     /// The agent's user: may mark turns, read history and preview.
     pub agent_uid: Option<u32>,
+    /// Give up the rewinds and restores the previous daemon died in rather
+    /// than complete them (`mount --abandon-interrupted`).
+    pub abandon_interrupted: bool,
 }
 
 impl MountSpec {
@@ -186,7 +189,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     }
     // After the scan (what recovery changes is recorded) and before the
     // settler starts and the tree is served: nobody sees a half state.
-    let recovered = recover(&tree, &journal, &spec.store)?;
+    let recovered = recover(&tree, &journal, &spec.store, spec.abandon_interrupted)?;
     spawn_settler(tree.clone(), world.clone());
     let fs = LiveFs::new(
         tree.clone(),
@@ -841,8 +844,19 @@ fn put_back_unsettled(
     let mut frozen = history.freeze(&ctx.invalidator);
     let label = |s: String| TurnInfo { label: Some(s), ..Default::default() };
     let before = seal(ctx, &label(format!("before putting back {what}")), Reason::Turn)?;
+    // Each restore is an intent, as a restore asked for is: a daemon
+    // killed in the middle leaves it for the next mount to complete. They
+    // stay until the result is sealed (completing one again is harmless).
+    let mut intents = Vec::new();
     for (k, paths) in &by_checkpoint {
-        crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched()).map_err(|e| {
+        let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
+        intents.push(begin_intent(&ctx.journal, IntentOp::Restore, *k, before, &bytes)?);
+        crate::world::test_hooks::phase(Some("putback"));
+        let restored = crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched());
+        crate::world::test_hooks::phase(None);
+        restored.map_err(|e| {
+            // Said, with the undo: nothing is left for a mount to finish.
+            intents.iter().for_each(|i| end_intent(&ctx.journal, *i));
             restore_failure(
                 format!(
                     "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
@@ -855,6 +869,7 @@ fn put_back_unsettled(
     }
     let ks: Vec<String> = by_checkpoint.keys().map(|k| k.to_string()).collect();
     let after = seal(ctx, &label(format!("put back {what}, as before the rewind")), Reason::Turn)?;
+    intents.iter().for_each(|i| end_intent(&ctx.journal, *i));
     drop(frozen);
     warn!("put back {what}: {}; as they were at checkpoint {} (checkpoint {after})", names.join(", "), ks.join(", "));
     Ok(Some(format!(
@@ -884,12 +899,39 @@ fn check_readable(
     }
     .map_err(|e| restore_failure(format!("cannot check the contents of checkpoint {k}: {e}"), &e))?;
     if files.is_empty() {
+        // An instant rewind answers before the settler writes the contents
+        // back: without room for them, it would report success over files
+        // that cannot be read (ENOSPC). A restore writes them at once and
+        // fails by itself.
+        if paths.is_none() && crate::rewind::instant_available(tree) {
+            check_room(tree, k, checked.to_write)?;
+        }
         return Ok(());
     }
     let what = if paths.is_some() { format!("restore from checkpoint {k}") } else { format!("rewind to {k}") };
     let message = preflight::refusal(&what, k, &files);
     warn!("{message}");
     Err(Failure::failed(libc::EIO, message))
+}
+
+/// Refuses a rewind to `k` that writes `bytes` of contents back into a
+/// workspace whose filesystem has less room (a margin kept for the
+/// journal and the database when the store shares the disk).
+fn check_room(tree: &LiveTree, k: i64, bytes: u64) -> std::result::Result<(), Failure> {
+    const MARGIN: u64 = 1 << 20;
+    let Ok(st) = rustix::fs::fstatvfs(tree.root_fd()) else { return Ok(()) };
+    let free = st.f_bfree.saturating_mul(st.f_frsize);
+    if bytes.saturating_add(MARGIN) <= free {
+        return Ok(());
+    }
+    let message = format!(
+        "rewind to {k} refused, nothing was changed: it writes {} of file contents back into the workspace, and its \
+         filesystem has {} free (the disk is full); free some space and rewind again",
+        crate::cli::quote::human_bytes(bytes),
+        crate::cli::quote::human_bytes(free)
+    );
+    warn!("{message}");
+    Err(Failure::failed(libc::ENOSPC, message))
 }
 
 /// Notes a rewind or restore before it changes anything (see
@@ -916,18 +958,22 @@ fn end_intent(journal: &Journal, id: i64) {
 
 /// Completes the rewinds and restores the previous daemon died in, before
 /// anything is served. A failure stops the mount: a half-changed tree is
-/// never served as if it were whole.
+/// never served as if it were whole. With `abandon`, they are given up
+/// instead: the tree stays as it is, the mount checkpoint (sealed when the
+/// journal was opened) is that tree, labelled so.
 fn recover(
     tree: &Arc<LiveTree>,
     journal: &Arc<Journal>,
     store: &Path,
+    abandon: bool,
 ) -> Result<Vec<crate::rewind::recovery::Recovered>> {
     use crate::rewind::recovery;
     let refuse = |what: String| {
         Error::kind_of(
             crate::error::ErrorKind::Failed,
             format!(
-                "{what}; the workspace was not mounted. `rewindfs fsck --store {}` checks what the store can still                  read back",
+                "{what}; the workspace was not mounted. `rewindfs fsck --store {}` checks what the store can still \
+                 read back",
                 store.display()
             ),
         )
@@ -946,15 +992,41 @@ fn recover(
             continue;
         }
         let interrupted = journal.current_turn();
+        if abandon {
+            let left = recovery::temporaries(tree)
+                .map_err(|e| refuse(format!("{what} was interrupted; cannot look for its temporary files: {e}")))?;
+            let label = recovery::abandoned_label(&intent);
+            journal.with_meta(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
+            journal.end_intent(intent.id).map_err(|e| refuse(e.to_string()))?;
+            let report = recovery::abandoned(&intent, interrupted, &left);
+            warn!("{}", report.message);
+            out.push(report);
+            continue;
+        }
         warn!("{what} was interrupted; completing it before mounting");
         let label = format!("state at mount: {what} was interrupted, half applied");
         journal.with_meta(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
-        let changes = recovery::complete(tree, journal, &intent).map_err(|e| {
+        let stuck = |why: String, unchanged: bool| {
             refuse(format!(
-                "{what} was interrupted (the daemon died) and could not be completed at mount: {e}. The tree is as                  the interruption left it; checkpoint {} is the tree before it",
+                "{what} was interrupted (the daemon died) and could not be completed at mount: {why}. {}; \
+                 checkpoint {} is the tree before it. `rewindfs mount --abandon-interrupted` gives the operation \
+                 up and mounts the tree as it is (sealed as a checkpoint)",
+                if unchanged {
+                    "The tree is as the interruption left it"
+                } else {
+                    "The tree is as the interruption and this attempt left it (every change recorded)"
+                },
                 intent.undo_checkpoint
             ))
-        })?;
+        };
+        // Before anything changes: a completion that cannot read what it
+        // needs would stop part-way.
+        let unreadable = recovery::unreadable(tree, journal, &intent).map_err(|e| stuck(e.to_string(), true))?;
+        if !unreadable.is_empty() {
+            let files = crate::rewind::preflight::refusal("completing it", intent.checkpoint, &unreadable);
+            return Err(stuck(files, true));
+        }
+        let changes = recovery::complete(tree, journal, &intent).map_err(|e| stuck(e.to_string(), false))?;
         let (reason, parent) = match intent.op {
             IntentOp::Rewind => (Reason::Rewind, Some(intent.checkpoint)),
             IntentOp::Restore => (Reason::Turn, None),

@@ -298,6 +298,11 @@ fn now_ns() -> i64 {
 /// that millisecond: they looked made after it, hence outside the mount.
 const SEALED_NS: &str = "sealed_ns";
 
+/// The bytes of pack records (header and stored bytes) the store lists.
+fn record_bytes(stats: &crate::store::StoreStats) -> u64 {
+    stats.chunks * crate::store::pack::RECORD_HEADER_LEN + stats.stored_bytes
+}
+
 /// State key prefix: a rewound file the settler filled since the newest
 /// seal (followed by its handle in hex). Filling it changed its ctime but
 /// not its state in history (views showed those bytes already), so after a
@@ -334,7 +339,8 @@ impl Journal {
             None => None,
         };
         let last = meta.checkpoints()?.last().map(|c| c.checkpoint);
-        let store_bytes = store.stats()?.stored_bytes as i64;
+        let stats = store.stats()?;
+        let store_bytes = stats.stored_bytes as i64;
         let turn = match last {
             None => 0,
             Some(n) => n + 1,
@@ -368,6 +374,9 @@ impl Journal {
                 snapshot_message: None,
             })?;
             m.set_state(SEALED_NS, &now_ns().to_string())?;
+            // The packs were reconciled with the index when the store was
+            // opened: what it lists now is on disk.
+            m.set_state(crate::meta::SEALED_RECORD_BYTES, &record_bytes(&stats).to_string())?;
             m.set_state("current_turn", &turn.to_string())?;
             m.set_state("clean_unmount_ns", "")
         })?;
@@ -779,7 +788,8 @@ impl Journal {
                 return Err(JournalError::DuplicateMessageId { id: format!("{id:?}"), checkpoint: c.checkpoint });
             }
         }
-        let store_bytes = self.store.stats()?.stored_bytes as i64;
+        let stats = self.store.stats()?;
+        let store_bytes = stats.stored_bytes as i64;
         self.store.sync()?;
         let (next, durable) = {
             let mut inner = self.lock();
@@ -802,6 +812,7 @@ impl Journal {
                 // Under the exclusive gate: every change of the turn sealed
                 // was applied before this time.
                 m.set_state(SEALED_NS, &now_ns().to_string())?;
+                m.set_state(crate::meta::SEALED_RECORD_BYTES, &record_bytes(&stats).to_string())?;
                 m.remove_states_with_prefix(SETTLED)?;
                 m.set_state("current_turn", &next.to_string())
             })?;

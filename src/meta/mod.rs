@@ -222,8 +222,17 @@ pub struct Probe {
     pub damage: Vec<String>,
     /// The chunk store's size when the newest checkpoint's turn began.
     pub store_bytes: Option<i64>,
+    /// The bytes of pack records the chunk index listed at the newest seal
+    /// or mount, once they were durable ([`SEALED_RECORD_BYTES`]).
+    pub sealed_record_bytes: Option<i64>,
     pub max_object_id: Option<i64>,
 }
+
+/// State key: the bytes of pack records (headers included) the chunk
+/// index listed when the newest checkpoint was sealed, after the store was
+/// synced. Packs only grow between seals, so packs holding fewer record
+/// bytes at mount were cut or lost, not left short by a crash.
+pub const SEALED_RECORD_BYTES: &str = "sealed_record_bytes";
 
 /// What an intent is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -585,7 +594,13 @@ impl Meta {
         let conn = Connection::open_with_flags(path, flags).ctx("open read-only")?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
-        let mut probe = Probe { version, damage: quick_check(&conn)?, store_bytes: None, max_object_id: None };
+        let mut probe = Probe {
+            version,
+            damage: quick_check(&conn)?,
+            store_bytes: None,
+            sealed_record_bytes: None,
+            max_object_id: None,
+        };
         if version >= 1 && probe.damage.is_empty() {
             probe.store_bytes = conn
                 .query_row("SELECT store_bytes_at_start FROM checkpoints ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
@@ -593,6 +608,11 @@ impl Meta {
                 .ctx("read the newest checkpoint")?;
             probe.max_object_id =
                 conn.query_row("SELECT MAX(id) FROM objects", [], |r| r.get(0)).ctx("read objects")?;
+            probe.sealed_record_bytes = conn
+                .query_row("SELECT value FROM state WHERE key = ?1", [SEALED_RECORD_BYTES], |r| r.get::<_, String>(0))
+                .optional()
+                .ctx("read state")?
+                .and_then(|v| v.parse().ok());
         }
         Ok(probe)
     }

@@ -37,6 +37,9 @@ pub struct Unreadable {
 pub struct Checked {
     good: HashSet<ChunkId>,
     bad: HashMap<ChunkId, String>,
+    /// Bytes of the readable contents the last check found taken from the
+    /// store: what the rewind will write back into the workspace.
+    pub to_write: u64,
 }
 
 /// Every file whose content at `checkpoint` a rewind would take from the
@@ -54,6 +57,7 @@ pub fn unreadable(
             objects.push(target);
         }
     }
+    checked.to_write = 0;
     let view = TreeView::at(tree, journal, checkpoint);
     let mut seen = HashSet::new();
     let mut out = Vec::new();
@@ -85,6 +89,7 @@ pub fn unreadable_under(
     paths: &[PathBuf],
     checked: &mut Checked,
 ) -> Result<Vec<Unreadable>, RestoreError> {
+    checked.to_write = 0;
     let view = TreeView::at(tree, journal, checkpoint);
     let mut stack = Vec::new();
     let whole = [PathBuf::new()];
@@ -122,7 +127,11 @@ fn problem_of(tree: &LiveTree, journal: &Journal, state: &NodeState, checked: &m
         Content::Live(h) => tree.pending_content(h)?,
         Content::None => return None,
     };
-    first_problem(journal, &content, checked)
+    let problem = first_problem(journal, &content, checked);
+    if problem.is_none() {
+        checked.to_write += content.chunks.iter().map(|s| u64::from(s.len)).sum::<u64>();
+    }
+    problem
 }
 
 /// The first chunk of `content` that cannot be read back, if any.

@@ -29,6 +29,7 @@ use crate::error::Errno;
 use crate::journal::Journal;
 use crate::meta::{Intent, IntentOp};
 use crate::restore::{Planned, RestoreError, Touched};
+use crate::rewind::preflight::{self, Checked, Unreadable};
 use crate::sys;
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Caller, Kind, LiveTree};
@@ -55,6 +56,11 @@ pub struct Recovered {
     pub paths: Vec<String>,
     /// The sentence the mount prints and `status` shows.
     pub message: String,
+    /// Given up at the user's request (`mount --abandon-interrupted`), not
+    /// completed: the tree stays as the interruption left it, which is
+    /// `interrupted_checkpoint` (and `result_checkpoint`).
+    #[serde(default)]
+    pub abandoned: bool,
 }
 
 /// "the rewind to checkpoint 7" / "the restore of a, b from checkpoint 7".
@@ -63,6 +69,14 @@ pub fn describe(intent: &Intent) -> String {
         IntentOp::Rewind => format!("the rewind to checkpoint {}", intent.checkpoint),
         IntentOp::Restore => format!("the restore of {} from checkpoint {}", paths_text(intent), intent.checkpoint),
     }
+}
+
+/// A restore's paths as arguments of a command to type (from the root).
+fn paths_args(intent: &Intent) -> String {
+    if intent.paths.is_empty() {
+        return ".".to_string();
+    }
+    intent.paths.iter().map(|p| crate::cli::quote::quote_name(OsStr::from_bytes(p))).collect::<Vec<_>>().join(" ")
 }
 
 fn paths_text(intent: &Intent) -> String {
@@ -99,7 +113,7 @@ pub fn recovered(intent: &Intent, interrupted_checkpoint: i64, result_checkpoint
         },
         match intent.op {
             IntentOp::Rewind => intent.undo_checkpoint.to_string(),
-            IntentOp::Restore => format!("{} -- {}", intent.undo_checkpoint, paths_text(intent)),
+            IntentOp::Restore => format!("{} -- {}", intent.undo_checkpoint, paths_args(intent)),
         },
     );
     Recovered {
@@ -111,7 +125,65 @@ pub fn recovered(intent: &Intent, interrupted_checkpoint: i64, result_checkpoint
         started_at: intent.started_at,
         paths: intent.paths.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect(),
         message,
+        abandoned: false,
     }
+}
+
+/// The label of the mount checkpoint of an intent given up: the tree as
+/// the interruption left it, kept as it is.
+pub fn abandoned_label(intent: &Intent) -> String {
+    format!("state at mount: {} was interrupted, half applied; given up (--abandon-interrupted)", describe(intent))
+}
+
+/// The report of an intent given up at the mount checkpoint `interrupted`;
+/// `temporaries` are the temporary names of the operation left in the tree.
+pub fn abandoned(intent: &Intent, interrupted: i64, temporaries: &[String]) -> Recovered {
+    let again = match intent.op {
+        IntentOp::Rewind => format!("rewindfs rewind {}", intent.checkpoint),
+        IntentOp::Restore => format!("rewindfs restore {} -- {}", intent.checkpoint, paths_args(intent)),
+    };
+    let undo = match intent.op {
+        IntentOp::Rewind => format!("rewindfs rewind {}", intent.undo_checkpoint),
+        IntentOp::Restore => format!("rewindfs restore {} -- {}", intent.undo_checkpoint, paths_args(intent)),
+    };
+    let left = if temporaries.is_empty() {
+        String::new()
+    } else {
+        format!("; its temporary files were left in the tree too: {}", temporaries.join(", "))
+    };
+    let message = format!(
+        "abandoned: {} started at {} was interrupted (the daemon died) and was given up at this mount, as asked \
+         (--abandon-interrupted), not completed: the workspace was left as the interruption left it, sealed as \
+         checkpoint {interrupted}{left}. Checkpoint {} is the tree before it (`{undo}` goes back to it); `{again}` \
+         tries it again",
+        describe(intent),
+        crate::report::rfc3339(intent.started_at),
+        intent.undo_checkpoint,
+    );
+    Recovered {
+        abandoned: true,
+        result_checkpoint: interrupted,
+        message,
+        ..recovered(intent, interrupted, interrupted)
+    }
+}
+
+/// The files whose content completing `intent` would take from the store
+/// and that cannot be read back: checked before anything changes, so a
+/// completion that cannot succeed leaves the tree as the interruption left
+/// it (and giving the operation up keeps exactly that tree).
+pub fn unreadable(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<Vec<Unreadable>, RestoreError> {
+    let mut checked = Checked::default();
+    match intent.op {
+        IntentOp::Rewind => preflight::unreadable(tree, journal, intent.checkpoint, &mut checked),
+        IntentOp::Restore => {
+            preflight::unreadable_under(tree, journal, intent.checkpoint, &restore_paths(intent), &mut checked)
+        }
+    }
+}
+
+fn restore_paths(intent: &Intent) -> Vec<PathBuf> {
+    intent.paths.iter().map(|p| PathBuf::from(OsStr::from_bytes(p).to_os_string())).collect()
 }
 
 /// Runs the interrupted operation again from the tree it left. The caller
@@ -129,9 +201,7 @@ pub fn complete(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<V
         }
         IntentOp::Rewind => crate::restore::restore(tree, journal, intent.checkpoint, &[], false, &mut touched),
         IntentOp::Restore => {
-            let paths: Vec<PathBuf> =
-                intent.paths.iter().map(|p| PathBuf::from(OsStr::from_bytes(p).to_os_string())).collect();
-            crate::restore::restore(tree, journal, intent.checkpoint, &paths, false, &mut touched)
+            crate::restore::restore(tree, journal, intent.checkpoint, &restore_paths(intent), false, &mut touched)
         }
     }
 }
@@ -144,6 +214,39 @@ fn live(what: &str) -> impl FnOnce(rustix::io::Errno) -> RestoreError + '_ {
 /// the attic, recorded. A whole walk of the tree: only after a crash.
 fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
+    let found = each_temporary(tree, |dir, name, _, st| {
+        let shown = String::from_utf8_lossy(name.as_bytes()).into_owned();
+        let fail = |e: Errno| RestoreError::Live { path: shown.clone(), errno: e };
+        tree.capture_entry(journal, dir, name, caller).map_err(fail)?;
+        let id = tree.capture_named(journal, dir, name, false, caller).map_err(fail)?;
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let h = sys::name_to_handle_at(dir, name).map_err(|e| fail(e.into()))?;
+                journal.object_id(&h.to_bytes(), kind_code(Kind::from_mode(st.st_mode)))?
+            }
+        };
+        log::warn!("recovery: moving the leftover temporary file {shown} (object {}) to the attic", id.0);
+        if !tree.to_attic(dir, name, id).map_err(fail)? {
+            rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(live("unlink"))?;
+        }
+        Ok(())
+    })?;
+    Ok(found.len())
+}
+
+/// The paths (from the root) of the temporary names of a rewind or restore
+/// in the tree. A whole walk of the tree.
+pub fn temporaries(tree: &LiveTree) -> Result<Vec<String>, RestoreError> {
+    each_temporary(tree, |_, _, _, _| Ok(()))
+}
+
+/// Calls `visit` (directory, name, path from the root, stat) for every
+/// file with a temporary name of rewind or restore; returns their paths.
+fn each_temporary(
+    tree: &LiveTree,
+    mut visit: impl FnMut(BorrowedFd<'_>, &OsStr, &str, &rustix::fs::Stat) -> Result<(), RestoreError>,
+) -> Result<Vec<String>, RestoreError> {
     let open_dir = |at: BorrowedFd<'_>, name: &OsStr| {
         rustix::fs::openat(
             at,
@@ -156,9 +259,9 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
     // Depth first, each directory opened from its parent when its turn
     // comes: descriptors open are those along one path, not one per
     // directory of the tree.
-    let mut stack: Vec<(Option<Rc<OwnedFd>>, OsString)> = vec![(None, OsString::from("."))];
-    let mut moved = 0;
-    while let Some((parent, dir_name)) = stack.pop() {
+    let mut stack: Vec<(Option<Rc<OwnedFd>>, OsString, Vec<u8>)> = vec![(None, OsString::from("."), Vec::new())];
+    let mut found = Vec::new();
+    while let Some((parent, dir_name, prefix)) = stack.pop() {
         let dir = Rc::new(match &parent {
             Some(p) => open_dir(p.as_fd(), &dir_name)?,
             None => open_dir(tree.root_fd(), &dir_name)?,
@@ -178,27 +281,15 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
                 Err(e) => return Err(live("stat")(e)),
             };
             let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let path = [&prefix[..], name.as_bytes()].concat();
             if TEMP_PREFIXES.iter().any(|p| name.as_bytes().starts_with(p)) && !is_dir {
-                let shown = String::from_utf8_lossy(name.as_bytes()).into_owned();
-                let fail = |e: Errno| RestoreError::Live { path: shown.clone(), errno: e };
-                tree.capture_entry(journal, dir.as_fd(), &name, caller).map_err(fail)?;
-                let id = tree.capture_named(journal, dir.as_fd(), &name, false, caller).map_err(fail)?;
-                let id = match id {
-                    Some(id) => id,
-                    None => {
-                        let h = sys::name_to_handle_at(dir.as_fd(), &name).map_err(|e| fail(e.into()))?;
-                        journal.object_id(&h.to_bytes(), kind_code(Kind::from_mode(st.st_mode)))?
-                    }
-                };
-                log::warn!("recovery: moving the leftover temporary file {shown} (object {}) to the attic", id.0);
-                if !tree.to_attic(dir.as_fd(), &name, id).map_err(fail)? {
-                    rustix::fs::unlinkat(&*dir, &name, AtFlags::empty()).map_err(live("unlink"))?;
-                }
-                moved += 1;
+                let shown = String::from_utf8_lossy(&path).into_owned();
+                visit(dir.as_fd(), &name, &shown, &st)?;
+                found.push(shown);
             } else if is_dir {
-                stack.push((Some(dir.clone()), name));
+                stack.push((Some(dir.clone()), name, [&path[..], b"/"].concat()));
             }
         }
     }
-    Ok(moved)
+    Ok(found)
 }

@@ -105,7 +105,9 @@ pub enum StoreError {
     #[error("chunk {chunk} is corrupt: {detail}")]
     Corrupt { chunk: ChunkId, detail: String },
 
-    #[error("chunk {chunk} is not in the store")]
+    /// A record names a chunk the index does not list: the store lost it
+    /// (a pack deleted or cut short, a repair that dropped it).
+    #[error("chunk {chunk} is missing from the store (lost with a damaged pack; `rewindfs fsck` names what is lost)")]
     Missing { chunk: ChunkId },
 
     /// The io error is kept so the caller can report ENOSPC or EIO as such

@@ -24,15 +24,16 @@ fn damage(detail: String, fatal: bool) -> StoreDamage {
 }
 
 /// Bytes in pack files, and whether any holds a record.
-fn pack_bytes(dir: &StoreDir) -> (u64, bool) {
-    let Ok(entries) = std::fs::read_dir(dir.packs()) else { return (0, false) };
+/// (bytes of the pack files, how many, whether any holds a record).
+fn pack_bytes(dir: &StoreDir) -> (u64, u64, bool) {
+    let Ok(entries) = std::fs::read_dir(dir.packs()) else { return (0, 0, false) };
     let sizes: Vec<u64> = entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
         .filter_map(|e| e.metadata().ok().map(|m| m.len()))
         .collect();
     let header = crate::store::pack::PACK_HEADER_LEN;
-    (sizes.iter().sum(), sizes.iter().any(|s| *s > header))
+    (sizes.iter().sum(), sizes.len() as u64, sizes.iter().any(|s| *s > header))
 }
 
 /// The number of attic entries and the largest object id among their names.
@@ -48,7 +49,7 @@ fn attic_entries(dir: &StoreDir) -> (usize, Option<i64>) {
 pub fn store_damage(dir: &Path) -> Vec<StoreDamage> {
     let parts = StoreDir::new(dir);
     let meta = parts.meta();
-    let (packs, has_chunks) = pack_bytes(&parts);
+    let (packs, pack_count, has_chunks) = pack_bytes(&parts);
     let (attic, attic_max) = attic_entries(&parts);
     let holds = || format!("the store holds {packs} bytes of packs and {attic} attic entries");
     let len = std::fs::metadata(&meta).map(|m| m.len());
@@ -92,6 +93,19 @@ pub fn store_damage(dir: &Path) -> Vec<StoreDamage> {
             format!(
                 "the packs hold {packs} bytes, fewer than the {recorded} the database recorded: packs were lost, \
                  truncated or replaced"
+            ),
+            false,
+        ));
+    }
+    let records = packs.saturating_sub(pack_count * crate::store::pack::PACK_HEADER_LEN);
+    if let Some(sealed) = probe.sealed_record_bytes.and_then(|b| u64::try_from(b).ok())
+        && records < sealed
+        && out.is_empty()
+    {
+        out.push(damage(
+            format!(
+                "the packs hold {records} bytes of records, fewer than the {sealed} they held at the newest \
+                 checkpoint: packs were lost, truncated or replaced"
             ),
             false,
         ));
@@ -146,5 +160,32 @@ mod tests {
         let _ = std::fs::remove_file(dir.path().join("meta.sqlite-wal"));
         let found = store_damage(dir.path());
         assert!(found.len() == 1 && found[0].fatal, "{found:?}");
+    }
+
+    /// A pack cut by fewer bytes than its record headers was missed when
+    /// the packs' size (headers included) was compared with the chunks'
+    /// stored bytes (headers not): the next open silently dropped the
+    /// chunk as "lost before a sync", though it had been synced at a seal.
+    #[test]
+    fn a_pack_cut_below_what_was_sealed_is_found() {
+        use crate::journal::{Journal, TurnInfo};
+        use crate::meta::Reason;
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let journal = Journal::open_dir(dir.path()).expect("journal");
+            for i in 0..4u8 {
+                let mut data = vec![0u8; 10_000];
+                blake3::Hasher::new().update(&[i]).finalize_xof().fill(&mut data);
+                journal.store().put(&data).expect("put");
+            }
+            journal.seal(&TurnInfo::default(), Reason::Turn, || {}).expect("seal");
+        }
+        assert!(store_damage(dir.path()).is_empty(), "a sound store");
+        let pack = StoreDir::new(dir.path()).packs().join("000001.pack");
+        let len = std::fs::metadata(&pack).expect("pack").len();
+        let file = std::fs::OpenOptions::new().write(true).open(&pack).expect("open pack");
+        file.set_len(len - 100).expect("cut the pack");
+        let found = store_damage(dir.path());
+        assert!(found.len() == 1 && found[0].detail.contains("fewer than the"), "{found:?}");
     }
 }

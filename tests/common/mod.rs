@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod sequences;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::Read;
@@ -920,6 +922,15 @@ impl MountFixture {
         let mut full: Vec<&str> = vec![args[0], "-C", &mp];
         full.extend_from_slice(&args[1..]);
         stdout(&check(self.rewindfs(&full), &format!("rewindfs {full:?}")))
+    }
+
+    /// Runs `rewindfs CMD -C MOUNT --json ARGS...`; the output, whatever
+    /// the status (for tests that expect failures).
+    pub fn cli_output(&self, args: &[&str]) -> Output {
+        let mp = self.mountpoint.to_string_lossy().into_owned();
+        let mut full = vec![args[0], "-C", mp.as_str(), "--json"];
+        full.extend_from_slice(&args[1..]);
+        self.rewindfs(&full)
     }
 
     /// As `cli`, with `--json`, parsed.
