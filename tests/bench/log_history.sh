@@ -6,7 +6,10 @@
 # history was built (it computes what is not stored yet), a second call
 # (everything stored), and one after one more turn. Last, with schema 6,
 # the stored statistics are cleared (sqlite3) and `log` timed again: every
-# turn computed on demand from the paths noted at its seal.
+# turn computed on demand from the paths noted at its seal. Then
+# `history PATH --json` is timed for a file 1 turn in 100 appended to
+# (d0/f0.txt), one created by one turn (new/<TURNS/2>.txt) and one no turn
+# touched (d1/f2.txt). SKIP_LOG=1 leaves out the `log` timings.
 #
 #   sudo tests/bench/log_history.sh [BINARY]     # default target/release/rewindfs
 #   TURNS=1000 FILES=10000 sudo tests/bench/log_history.sh
@@ -55,11 +58,24 @@ timed_log() {
     b=$(now)
     printf '%s: %.3f s (%s checkpoints)\n' "$1" "$(echo "$b - $a" | bc)" "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$work/log.json")"
 }
-timed_log "log, first call"
-timed_log "log, second call"
-echo "one more line" >>"$mnt/d0/f0.txt"
-"$bin" turn -C "$mnt" >/dev/null
-timed_log "log, after one more turn"
-if sqlite3 "$store/meta.sqlite" "UPDATE turn_summaries SET files_added = NULL; DELETE FROM turn_programs" 2>/dev/null; then
-    timed_log "log, every turn's statistics cleared (computed on demand)"
+if [ "${SKIP_LOG:-0}" != 1 ]; then
+    timed_log "log, first call"
+    timed_log "log, second call"
+    echo "one more line" >>"$mnt/d0/f0.txt"
+    "$bin" turn -C "$mnt" >/dev/null
+    timed_log "log, after one more turn"
+    if sqlite3 "$store/meta.sqlite" "UPDATE turn_summaries SET files_added = NULL; DELETE FROM turn_programs" 2>/dev/null; then
+        timed_log "log, every turn's statistics cleared (computed on demand)"
+    fi
 fi
+
+timed_history() {
+    local a b
+    a=$(now)
+    "$bin" history -C "$mnt" --json "$mnt/$1" >"$work/history.json"
+    b=$(now)
+    printf 'history %s: %.3f s (%s turns listed)\n' "$1" "$(echo "$b - $a" | bc)" "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$work/history.json")"
+}
+timed_history d0/f0.txt
+timed_history "new/$((turns / 2)).txt"
+timed_history d1/f2.txt
