@@ -102,7 +102,13 @@ impl Case {
 
     fn fsck_clean(&self, when: &str) {
         let out = self.run(&["fsck"]);
-        assert!(out.status.success(), "{when}: fsck is not clean: {}", describe_status(&out));
+        assert!(
+            out.status.success(),
+            "{when}: fsck is not clean: {}\n{}{}",
+            describe_status(&out),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Chunks in the chunk store's index (read beside the daemon).

@@ -317,9 +317,14 @@ impl Journal {
     /// Rewrites packs mostly made of released chunks (live fraction under
     /// [`COMPACT_BELOW`], at least [`COMPACT_MIN_RECLAIM`] bytes back).
     pub fn compact(&self) -> JournalResult<crate::store::Compacted> {
-        let mut lower = |bytes: u64| {
-            self.with_meta(|m| m.lower_store_bytes(bytes as i64))
-                .map_err(|e| crate::store::StoreError::Decode { what: "metadata", detail: e.to_string() })
+        // The mount compares the packs with what was sealed: after the old
+        // packs go they hold less, and that is not damage.
+        let mut lower = |held: crate::store::StoreStats| {
+            self.with_meta(|m| {
+                m.lower_store_bytes(held.stored_bytes as i64)?;
+                m.lower_sealed_record_bytes(super::record_bytes(&held) as i64)
+            })
+            .map_err(|e| crate::store::StoreError::Decode { what: "metadata", detail: e.to_string() })
         };
         Ok(self.store.compact(COMPACT_BELOW, COMPACT_MIN_RECLAIM, &mut lower)?)
     }

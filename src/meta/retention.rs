@@ -356,6 +356,18 @@ impl Meta {
         Ok(())
     }
 
+    /// Lowers the record bytes the packs held at the last seal (the mount's
+    /// check for lost packs) to `bytes`, when a compaction leaves less.
+    pub fn lower_sealed_record_bytes(&self, bytes: i64) -> MetaResult<()> {
+        self.conn
+            .execute(
+                "UPDATE state SET value = CAST(MIN(CAST(value AS INTEGER), ?1) AS TEXT) WHERE key = ?2",
+                rusqlite::params![bytes, super::SEALED_RECORD_BYTES],
+            )
+            .ctx("lower the sealed record bytes")?;
+        Ok(())
+    }
+
     /// Per turn: (turn, records, bytes of content captured), and the
     /// total bytes of content every record refers to (for `du`).
     pub fn turn_usage(&self) -> MetaResult<Vec<(i64, u64, u64)>> {

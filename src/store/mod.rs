@@ -253,7 +253,7 @@ pub trait ChunkStore: Send + Sync {
         &self,
         _threshold: f64,
         _min_reclaim: u64,
-        _before_delete: &mut dyn FnMut(u64) -> Result<(), StoreError>,
+        _before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
     ) -> Result<Compacted, StoreError> {
         Ok(Compacted::default())
     }

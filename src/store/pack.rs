@@ -1050,7 +1050,7 @@ impl ChunkStore for PackStore {
         &self,
         threshold: f64,
         min_reclaim: u64,
-        before_delete: &mut dyn FnMut(u64) -> Result<(), StoreError>,
+        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
     ) -> Result<Compacted, StoreError> {
         self.compact_packs(threshold, min_reclaim, before_delete)
     }

@@ -24,6 +24,7 @@ use rusqlite::params;
 
 use super::{ChunkId, pack_file_name, u64_of, write_location};
 use super::{Location, PackStore, RECORD_HEADER_LEN, RecordHeader, StoreError, encode_chunk, i64_of, list_packs};
+use crate::store::StoreStats;
 
 /// What a compaction did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -70,13 +71,13 @@ impl PackStore {
     /// Rewrites every pack whose live bytes are under `threshold` of its
     /// size and that would give back at least `min_reclaim` bytes (see the
     /// module comment); `before_delete` runs once, after the index points
-    /// at the copies and before any old pack is deleted, with the bytes the
-    /// index then holds.
+    /// at the copies and before any old pack is deleted, with what the index
+    /// then holds.
     pub fn compact_packs(
         &self,
         threshold: f64,
         min_reclaim: u64,
-        before_delete: &mut dyn FnMut(u64) -> Result<(), StoreError>,
+        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
     ) -> Result<Compacted, StoreError> {
         if self.read_only {
             return Err(StoreError::ReadOnly { dir: self.dir.display().to_string() });
@@ -182,11 +183,19 @@ impl PackStore {
         writer.totals = None;
         // Killed here: the index points at the copies, the old packs stay.
         crate::world::test_hooks::kill_point("compact-indexed");
-        let stored: i64 = writer
+        let (chunks, raw, stored): (i64, i64, i64) = writer
             .conn
-            .query_row("SELECT COALESCE(SUM(stored_len), 0) FROM chunks", [], |r| r.get(0))
+            .query_row(
+                "SELECT COUNT(*), COALESCE(SUM(raw_len), 0), COALESCE(SUM(stored_len), 0) FROM chunks",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .map_err(sql_err)?;
-        before_delete(u64_of(stored, "stored bytes")?)?;
+        before_delete(StoreStats {
+            chunks: u64_of(chunks, "chunk count")?,
+            raw_bytes: u64_of(raw, "raw bytes")?,
+            stored_bytes: u64_of(stored, "stored bytes")?,
+        })?;
         for v in &victims {
             let path = self.packs.dir.join(pack_file_name(v.pack));
             // A reader holding the old pack open keeps reading it; one that
