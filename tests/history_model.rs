@@ -293,7 +293,7 @@ fn view_read_before_a_change_still_shows_the_checkpoint() {
 }
 
 /// F13: a descriptor held on a hard-linked file read the rewound bytes
-/// (seeds 521991933 and 116162894, shrunk).
+/// (seeds 521991933 and 116162894, shrunk, and one from a soak).
 #[test]
 fn a_descriptor_held_on_a_hard_linked_file_keeps_its_bytes() {
     replay(&[
@@ -327,5 +327,17 @@ fn a_descriptor_held_on_a_hard_linked_file_keeps_its_bytes() {
         "write a/a 534 355 68083",
         "open a/a",
         "rewind 4",
+    ]);
+    // Found by a soak before the fix was merged: both names in directories
+    // made in the same turn, the descriptor held across a rewind to 0.
+    replay(&[
+        "rmrf b",
+        "mkdir b",
+        "create b/d 167 89231",
+        "mkdir d",
+        "link b/d d/d",
+        "trunc b/d 980",
+        "open b/d",
+        "rewind 0",
     ]);
 }
