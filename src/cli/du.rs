@@ -2,6 +2,7 @@
 
 use crate::cli::DuArgs;
 use crate::cli::common;
+use crate::cli::quote::human_bytes as bytes;
 use crate::daemon::control as op;
 use crate::error::Result;
 
@@ -45,14 +46,4 @@ pub fn run(args: DuArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn bytes(n: u64) -> String {
-    let f = n as f64;
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", f / (1u64 << 30) as f64),
-        n if n >= 1 << 20 => format!("{:.1} MiB", f / (1u64 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", f / 1024.0),
-        n => format!("{n} B"),
-    }
 }
