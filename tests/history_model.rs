@@ -21,7 +21,8 @@
 //! N s after the test started (default 120); HISTORY_MODEL_LOG=0 leaves
 //! out the check of `log` statistics (on by default since F14 was fixed);
 //! HISTORY_MODEL_REPLAY='step; step; ...' replays
-//! one printed sequence instead.
+//! one printed sequence instead; HISTORY_MODEL_DAEMON_LOGS=DIR keeps the
+//! daemon log of each failed sequence there (the daemons inherit RUST_LOG).
 
 mod common;
 #[path = "history_model/harness.rs"]
@@ -130,9 +131,29 @@ fn run_seed(seed: u64, n: usize) -> (usize, Option<Failed>) {
         }
         r.check_end()
     });
+    let result = result.map_err(|mut f| {
+        if let Some(saved) = runner.as_ref().and_then(|r| keep_daemon_log(r, seed)) {
+            f.msg.push_str(&format!("\n  daemon log: {saved}"));
+        }
+        f
+    });
     drop(runner);
     let count = steps.len();
     (count, result.err().map(|failure| Failed { steps, failure }))
+}
+
+/// With HISTORY_MODEL_DAEMON_LOGS=DIR, a copy of the failed sequence's
+/// daemon log (every daemon of the sequence appends to it; run with
+/// RUST_LOG=rewindfs=info,rewindfs::view::browse=trace for the view
+/// numbering) before the fixture's temp dir goes; where it was put.
+fn keep_daemon_log(r: &Runner, seed: u64) -> Option<String> {
+    let dir = std::path::PathBuf::from(std::env::var_os("HISTORY_MODEL_DAEMON_LOGS")?);
+    let to = dir.join(format!("daemon-seed-{seed}-{}.log", std::process::id()));
+    let copied = std::fs::create_dir_all(&dir).and_then(|_| std::fs::copy(r.fx.store.join("daemon.log"), &to));
+    Some(match copied {
+        Ok(_) => to.display().to_string(),
+        Err(e) => format!("not kept ({e})"),
+    })
 }
 
 /// Runs a given list of steps on a fresh mount (steps that do not apply are left out).

@@ -164,7 +164,7 @@ impl Browser {
             stored_states: Mutex::new(HashMap::new()),
         };
         let root = b.view(checkpoint).root()?;
-        b.intern(b.object_slot(checkpoint, root)?);
+        b.intern(b.object_slot(checkpoint, OsStr::new(""), root)?);
         Ok(b)
     }
 
@@ -180,12 +180,13 @@ impl Browser {
         // Numbered by handle before it had an id: the same object, so the
         // same number, from now on under its id.
         if !t.by_slot.contains_key(&slot)
-            && let Some(ino) = alias.and_then(|a| t.by_slot.remove(&a))
+            && let Some(ino) = alias.as_ref().and_then(|a| t.by_slot.remove(a))
         {
             if let Some(e) = t.by_ino.get_mut(&ino) {
                 e.slot = slot.clone();
             }
             t.by_slot.insert(slot.clone(), ino);
+            log::trace!("browse: {ino} moved from {alias:?} to {slot:?}");
         }
         if let Some(&ino) = t.by_slot.get(&slot) {
             if let Some(e) = t.by_ino.get_mut(&ino) {
@@ -199,6 +200,7 @@ impl Browser {
         if lookups == 0 {
             if t.unreferenced >= t.limit {
                 let base = self.base;
+                log::trace!("browse: dropping {} unreferenced numbers", t.unreferenced);
                 t.by_ino.retain(|&ino, e| e.lookups > 0 || ino == base);
                 let by_ino = &t.by_ino;
                 t.by_slot.retain(|_, ino| by_ino.contains_key(ino));
@@ -209,6 +211,9 @@ impl Browser {
         }
         let ino = t.next;
         t.next += 1;
+        if matches!(slot, Slot::Object { .. }) {
+            log::trace!("browse: new number {ino} for {slot:?} (alias {alias:?} not held)");
+        }
         t.by_ino.insert(ino, Interned { slot: slot.clone(), lookups });
         t.by_slot.insert(slot, ino);
         Ino(ino)
@@ -231,6 +236,7 @@ impl Browser {
             return;
         }
         if let Some(e) = t.by_ino.remove(&ino.0) {
+            log::trace!("browse: forgot {} ({:?})", ino.0, e.slot);
             t.by_slot.remove(&e.slot);
         }
         self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).remove(&ino.0);
@@ -254,8 +260,11 @@ impl Browser {
             .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::ESTALE)))
     }
 
-    /// The slot of a view object, numbered by id when it has one.
-    fn object_slot(&self, checkpoint: i64, node: Node) -> ViewResult<Wanted> {
+    /// The slot of a view object met at `name`, numbered by id when it has one.
+    fn object_slot(&self, checkpoint: i64, name: &OsStr, node: Node) -> ViewResult<Wanted> {
+        // Which key each name of an object gets is what decides whether
+        // its names share one number (F15 in docs/history-model-failures.md).
+        log::debug!("browse: checkpoint {checkpoint} name {name:?}: {node:?}");
         let (key, alias) = match node {
             Node { id: Some(id), handle } => (ObjectKey::Id(id), handle.map(ObjectKey::Handle)),
             Node { id: None, handle: Some(h) } => (ObjectKey::Handle(h), None),
@@ -290,7 +299,7 @@ impl Browser {
 
     fn checkpoint_root(&self, checkpoint: i64) -> ViewResult<Wanted> {
         let node = self.view(checkpoint).root()?;
-        self.object_slot(checkpoint, node)
+        self.object_slot(checkpoint, OsStr::new(""), node)
     }
 
     fn synthetic_dir(&self, ino: Ino) -> Attr {
@@ -362,10 +371,12 @@ impl Browser {
             Slot::Readme => return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR))),
             Slot::Object { checkpoint, key } => {
                 let child = self.view(checkpoint).lookup(&self.node(checkpoint, &key)?, name)?.ok_or_else(enoent)?;
-                self.object_slot(checkpoint, child)?
+                self.object_slot(checkpoint, name, child)?
             }
         };
-        self.referenced_attr(wanted)
+        let attr = self.referenced_attr(wanted)?;
+        log::debug!("browse: lookup {} {name:?} -> {}", dir.0, attr.ino.0);
+        Ok(attr)
     }
 
     /// The attributes of `slot` under a number the kernel takes one
@@ -406,7 +417,8 @@ impl Browser {
                         Ok(s) => Kind::from_code(s.kind),
                         Err(_) => Kind::File,
                     };
-                    out.push((name, self.object_slot(*checkpoint, child)?, kind));
+                    let wanted = self.object_slot(*checkpoint, &name, child)?;
+                    out.push((name, wanted, kind));
                 }
             }
         }
@@ -421,7 +433,9 @@ impl Browser {
             BrowseEntry { name: "..".into(), ino: dir, kind: Kind::Dir },
         ];
         for (name, wanted, kind) in self.entries(&self.slot(dir)?)? {
-            out.push(BrowseEntry { name, ino: self.intern(wanted), kind });
+            let ino = self.intern(wanted);
+            log::debug!("browse: readdir {} {name:?} -> {}", dir.0, ino.0);
+            out.push(BrowseEntry { name, ino, kind });
         }
         Ok(out)
     }
@@ -446,6 +460,7 @@ impl Browser {
         for (i, (name, wanted, kind)) in entries.into_iter().enumerate().map(|(i, e)| (i + 2, e)).skip(offset) {
             // Gone or unreadable since the listing: leave it out.
             let Ok(attr) = self.referenced_attr(wanted) else { continue };
+            log::debug!("browse: readdirplus {} {name:?} -> {}", dir.0, attr.ino.0);
             if !add(i, &BrowseEntry { name, ino: attr.ino, kind }, &attr) {
                 // Not sent: give back the reference taken for it.
                 self.forget(attr.ino, 1);

@@ -447,12 +447,18 @@ impl Runner {
         self.checks += 1;
         for (n, snap) in &self.snaps {
             let root = self.fx.mnt.join(".rewindfs/checkpoints").join(n.to_string());
-            let got = observe_fs(&root).or_else(|e| fail("view", format!("reading checkpoint {n}'s view: {e}")))?;
-            let d = tree_diff(&snap.observe(), &got, 12);
+            let (got, inos) =
+                observe_fs_inos(&root).or_else(|e| fail("view", format!("reading checkpoint {n}'s view: {e}")))?;
+            let want = snap.observe();
+            let d = tree_diff(&want, &got, 12);
             if !d.is_empty() {
                 return fail(
                     "view",
-                    format!("checkpoint {n}'s view differs from the model:\n    {}", d.join("\n    ")),
+                    format!(
+                        "checkpoint {n}'s view differs from the model:\n    {}{}",
+                        d.join("\n    "),
+                        link_numbers(&root, &want, &inos)
+                    ),
                 );
             }
         }
@@ -751,11 +757,45 @@ fn read_full_at(f: &File, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// What a directory tree shows (the root itself not included).
 pub fn observe_fs(root: &Path) -> Result<SeenTree, String> {
+    observe_fs_inos(root).map(|(t, _)| t)
+}
+
+/// As `observe_fs`, with the inode number each path showed.
+fn observe_fs_inos(root: &Path) -> Result<(SeenTree, BTreeMap<String, u64>), String> {
     let mut t = SeenTree::new();
     let mut inos = BTreeMap::new();
     walk(root, "", &mut t, &mut inos)?;
     link_groups(&mut t, &inos);
-    Ok(t)
+    Ok((t, inos))
+}
+
+/// For a view that grouped hard links wrongly: the inode number of every
+/// name the model says has several links, as the check's walk saw it (by
+/// `lstat` after `readdir`) and as `lstat` and `readdir` (`d_ino`) see it
+/// now, so a split says whether it held or was transient.
+fn link_numbers(root: &Path, want: &SeenTree, seen: &BTreeMap<String, u64>) -> String {
+    let mut out = Vec::new();
+    for (p, w) in want.iter().filter(|(_, w)| w.kind != Kind::Dir && w.nlink > 1) {
+        let now =
+            std::fs::symlink_metadata(root.join(p)).map(|m| m.ino().to_string()).unwrap_or_else(|e| e.to_string());
+        let name = Path::new(p).file_name().unwrap_or_default().to_owned();
+        let dir = root.join(parent(p));
+        let d_ino = std::fs::read_dir(&dir)
+            .ok()
+            .and_then(|rd| rd.flatten().find(|e| e.file_name() == name))
+            .map(|e| std::os::unix::fs::DirEntryExt::ino(&e).to_string())
+            .unwrap_or_else(|| "?".into());
+        let group = w.link_of.as_deref().unwrap_or(p);
+        out.push(format!(
+            "{p} (model: same object as {group}): walk ino {}, lstat now {now}, d_ino now {d_ino}",
+            seen.get(p).map(|i| i.to_string()).unwrap_or_else(|| "-".into())
+        ));
+    }
+    if out.is_empty() {
+        String::new()
+    } else {
+        format!("\n  inode numbers of linked names:\n    {}", out.join("\n    "))
+    }
 }
 
 fn walk(root: &Path, rel: &str, t: &mut SeenTree, inos: &mut BTreeMap<String, u64>) -> Result<(), String> {
