@@ -74,7 +74,8 @@ impl From<Slot> for Wanted {
 /// number lives while the kernel remembers it (counted as FUSE counts:
 /// +1 per lookup reply and per readdirplus entry, -n per forget), so the
 /// table is as large as the kernel's cache of views, not as the set of
-/// every path ever visited. Numbers are never reused.
+/// every path ever visited. A dropped number is kept for its slot in
+/// `retired` and given to it again when it is met again.
 #[derive(Default)]
 struct Table {
     by_ino: HashMap<u64, Interned>,
@@ -84,6 +85,14 @@ struct Table {
     /// readdir); dropped in bulk when there are more than `limit`.
     unreferenced: usize,
     limit: usize,
+    /// Numbers dropped (forgotten by the kernel, or unreferenced), by slot:
+    /// the kernel forgets a view inode whenever memory is short, and a
+    /// walker (`find -samefile`, `tar`, `rsync -H`) compares the numbers
+    /// it saw before with those after, so one object must keep one number
+    /// for as long as the browser lives, not only while the kernel holds
+    /// it (F15). A number is in `by_ino` or here, never both. Cleared when
+    /// it holds more than `RETIRED_LIMIT`.
+    retired: HashMap<Slot, u64>,
 }
 
 struct Interned {
@@ -91,8 +100,23 @@ struct Interned {
     lookups: u64,
 }
 
+impl Table {
+    /// Drops number `ino` from the live table, keeping it for its slot.
+    fn retire(&mut self, ino: u64) {
+        let Some(e) = self.by_ino.remove(&ino) else { return };
+        self.by_slot.remove(&e.slot);
+        if self.retired.len() >= RETIRED_LIMIT {
+            self.retired.clear();
+        }
+        self.retired.insert(e.slot, ino);
+    }
+}
+
 /// How many unreferenced entries a browser keeps before dropping them.
 const UNREFERENCED_LIMIT: usize = 4096;
+
+/// How many dropped numbers a browser remembers (about 60 bytes each).
+const RETIRED_LIMIT: usize = 1 << 18;
 
 /// An entry of a browse directory.
 #[derive(Clone, Debug)]
@@ -201,18 +225,31 @@ impl Browser {
             if t.unreferenced >= t.limit {
                 let base = self.base;
                 log::trace!("browse: dropping {} unreferenced numbers", t.unreferenced);
-                t.by_ino.retain(|&ino, e| e.lookups > 0 || ino == base);
-                let by_ino = &t.by_ino;
-                t.by_slot.retain(|_, ino| by_ino.contains_key(ino));
-                t.unreferenced = by_ino.values().filter(|e| e.lookups == 0).count();
-                self.forget_states(by_ino);
+                let dropped: Vec<u64> =
+                    t.by_ino.iter().filter(|&(&ino, e)| e.lookups == 0 && ino != base).map(|(&ino, _)| ino).collect();
+                for ino in dropped {
+                    t.retire(ino);
+                }
+                t.unreferenced = t.by_ino.values().filter(|e| e.lookups == 0).count();
+                self.forget_states(&t.by_ino);
             }
             t.unreferenced += 1;
         }
-        let ino = t.next;
-        t.next += 1;
+        // Met before and dropped since: its old number, also when it was
+        // numbered by handle then.
+        let again = t.retired.remove(&slot).or_else(|| alias.as_ref().and_then(|a| t.retired.remove(a)));
+        let ino = match again {
+            Some(ino) => ino,
+            None => {
+                t.next += 1;
+                t.next - 1
+            }
+        };
         if matches!(slot, Slot::Object { .. }) {
-            log::trace!("browse: new number {ino} for {slot:?} (alias {alias:?} not held)");
+            log::trace!(
+                "browse: number {ino} for {slot:?} (alias {alias:?} not held; met before: {})",
+                again.is_some()
+            );
         }
         t.by_ino.insert(ino, Interned { slot: slot.clone(), lookups });
         t.by_slot.insert(slot, ino);
@@ -235,10 +272,8 @@ impl Browser {
         if e.lookups > 0 || ino.0 == self.base {
             return;
         }
-        if let Some(e) = t.by_ino.remove(&ino.0) {
-            log::trace!("browse: forgot {} ({:?})", ino.0, e.slot);
-            t.by_slot.remove(&e.slot);
-        }
+        log::trace!("browse: forgot {} ({:?})", ino.0, e.slot);
+        t.retire(ino.0);
         self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).remove(&ino.0);
     }
 
@@ -646,14 +681,48 @@ mod tests {
         let x = first[OsStr::new("x")];
         assert!(b.getattr(x).is_err(), "a forgotten number must not resolve");
 
-        // The view still works, under new numbers (never reused).
+        // The view still works, under the same numbers.
         let third = walk(&mut k, &b);
-        assert_eq!(third.len(), 3);
+        assert_eq!(third, first, "an object met again after a forget keeps its number");
         let x3 = third[OsStr::new("x")];
-        assert!(x3.0 > x.0, "numbers are not reused: {x3:?} after {x:?}");
         assert_eq!(b.read(x3, 0, 100).expect("read"), b"a/x");
         k.forget_all(&b);
         assert_eq!(b.inode_count(), 1);
+    }
+
+    /// F15: the kernel forgets a view inode whenever memory is short,
+    /// and a walker compares numbers seen before with numbers seen after:
+    /// the two names of a hard-linked file looked up on either side of a
+    /// forget must show one number, with or without an object id, and
+    /// across the object getting one.
+    #[test]
+    fn a_hard_linked_file_keeps_one_number_across_forgets() {
+        let (dir, b) = browser_over(&["d/x".to_string()]);
+        std::fs::hard_link(dir.path().join("d/x"), dir.path().join("d/y")).expect("link");
+        let mut k = Kernel::default();
+        let cps = k.lookup(&b, b.top(), "checkpoints");
+        let root = k.lookup(&b, cps, "0");
+        let d = k.lookup(&b, root, "d");
+        let number = |name: &str| {
+            // Looked up, then forgotten at once, as under memory pressure.
+            let ino = b.lookup(d, OsStr::new(name)).unwrap_or_else(|e| panic!("lookup {name}: {e}")).ino;
+            b.forget(ino, 1);
+            ino
+        };
+        let first = number("x");
+        assert_eq!(number("y"), first, "the other name, after x was forgotten (numbered by handle)");
+        // The object gets an id (its first record): numbered by id from now on.
+        let h = crate::sys::name_to_handle_at(b.tree.root_fd(), OsStr::new("d/x")).expect("handle");
+        b.journal.object_id(&h.to_bytes(), kind_code(Kind::File)).expect("id");
+        assert_eq!(number("y"), first, "after it got an id");
+        assert_eq!(number("x"), first, "by id, after a forget");
+        // Listed by readdirplus after a forget: the same number again.
+        let listed = k.list(&b, d, usize::MAX);
+        for name in ["x", "y"] {
+            let ino = listed.iter().find(|(n, _)| n == name).map(|(_, i)| *i);
+            assert_eq!(ino, Some(first), "{name} in a listing: {listed:?}");
+        }
+        k.forget_all(&b);
     }
 
     #[test]
@@ -682,10 +751,15 @@ mod tests {
         let cps = k.lookup(&b, b.top(), "checkpoints");
         let root = k.lookup(&b, cps, "0");
         let d = k.lookup(&b, root, "d");
+        let mut before = None;
         for _ in 0..2 {
             let listed = b.readdir(d).expect("readdir");
             assert_eq!(listed.len(), 2 + names.len());
             assert!(b.inode_count() <= 1 + k.0.len() + LIMIT, "{} numbers held after a plain listing", b.inode_count());
+            let numbers: Vec<Ino> = listed.iter().map(|e| e.ino).collect();
+            // Numbers dropped in bulk come back the same.
+            assert!(before.as_ref().is_none_or(|b| *b == numbers), "{before:?} then {numbers:?}");
+            before = Some(numbers);
         }
         // A number the kernel holds survives the sweeps.
         assert!(b.getattr(d).is_ok());
