@@ -193,3 +193,41 @@ fn two_names_of_one_file_have_one_inode_number_in_a_view() {
     }
     assert_eq!(stat("a").ino(), stat("l").ino());
 }
+
+/// F15: the kernel forgets view inodes whenever it reclaims memory (under
+/// load; here `drop_caches`), and a name looked up again was given a new
+/// number: a walk that stats one name of a hard-linked file, loses the
+/// inode to reclaim, then stats the other name, saw two numbers. An object
+/// keeps its number across forgets, numbered by handle (no record yet) or
+/// by id (after the chmod), and across the change from one to the other.
+#[test]
+fn a_hard_linked_file_keeps_one_inode_number_in_a_view_after_the_kernel_forgets_it() {
+    use std::os::unix::fs::MetadataExt;
+    common::require_fuse();
+    let mut fx = common::MountFixture::unmounted();
+    common::sh(&fx.ws, "echo one > a && ln a l");
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.turn("t1");
+    let view = fx.path().join(".rewindfs/checkpoints/0");
+    let ino =
+        |name: &str| std::fs::symlink_metadata(view.join(name)).unwrap_or_else(|e| panic!("view of {name}: {e}")).ino();
+    let held = || fx.status_json()["view_inodes"].as_u64().unwrap_or_else(|| panic!("no view_inodes"));
+    let baseline = held();
+    // Until the daemon has been told to forget everything the stat took.
+    let forget = || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while held() > baseline && std::time::Instant::now() < deadline {
+            std::fs::write("/proc/sys/vm/drop_caches", "2").expect("cannot drop the kernel's caches");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        assert!(held() <= baseline, "the kernel did not forget the view's inodes: {} held, {baseline} before", held());
+    };
+    let first = ino("a");
+    forget();
+    assert_eq!(ino("l"), first, "`l` after the kernel forgot `a` (the file has no record yet)");
+    forget();
+    fx.sh("chmod 600 a");
+    assert_eq!(ino("l"), first, "`l` after the file got an id");
+    forget();
+    assert_eq!(ino("a"), first, "`a` after a forget, numbered by id");
+}
