@@ -157,6 +157,18 @@ fn restore_through_a_parent_that_is_now_a_file_gives_it_its_recorded_attributes(
     replay(&["chown b 1234 4321", "setx b 1 7 43859", "turn m1", "rmrf b", "create b 10 1", "restore 1 b/a"]);
 }
 
+/// A mount of a workspace holding `a` and its hard link `l`, after one
+/// turn; the view of checkpoint 0 (no record of the file yet).
+fn linked_pair() -> (common::MountFixture, std::path::PathBuf) {
+    common::require_fuse();
+    let mut fx = common::MountFixture::unmounted();
+    common::sh(&fx.ws, "echo one > a && ln a l");
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.turn("t1");
+    let view = fx.path().join(".rewindfs/checkpoints/0");
+    (fx, view)
+}
+
 /// E1: two names of one file (a hard link) showed different inode numbers
 /// in a checkpoint view. The browser numbered a view object by the node it
 /// was first met as: `a`, met before anything was recorded of the file,
@@ -166,12 +178,7 @@ fn restore_through_a_parent_that_is_now_a_file_gives_it_its_recorded_attributes(
 #[test]
 fn two_names_of_one_file_have_one_inode_number_in_a_view() {
     use std::os::unix::fs::{DirEntryExt, MetadataExt};
-    common::require_fuse();
-    let mut fx = common::MountFixture::unmounted();
-    common::sh(&fx.ws, "echo one > a && ln a l");
-    fx.mount(false, &["--auto-turn", "0"]);
-    fx.turn("t1");
-    let view = fx.path().join(".rewindfs/checkpoints/0");
+    let (fx, view) = linked_pair();
     let stat =
         |name: &str| std::fs::symlink_metadata(view.join(name)).unwrap_or_else(|e| panic!("view of {name}: {e}"));
     let a = stat("a");
@@ -203,12 +210,7 @@ fn two_names_of_one_file_have_one_inode_number_in_a_view() {
 #[test]
 fn a_hard_linked_file_keeps_one_inode_number_in_a_view_after_the_kernel_forgets_it() {
     use std::os::unix::fs::MetadataExt;
-    common::require_fuse();
-    let mut fx = common::MountFixture::unmounted();
-    common::sh(&fx.ws, "echo one > a && ln a l");
-    fx.mount(false, &["--auto-turn", "0"]);
-    fx.turn("t1");
-    let view = fx.path().join(".rewindfs/checkpoints/0");
+    let (fx, view) = linked_pair();
     let ino =
         |name: &str| std::fs::symlink_metadata(view.join(name)).unwrap_or_else(|e| panic!("view of {name}: {e}")).ino();
     let held = || fx.status_json()["view_inodes"].as_u64().unwrap_or_else(|| panic!("no view_inodes"));
