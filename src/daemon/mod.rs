@@ -927,8 +927,8 @@ fn check_room(tree: &LiveTree, k: i64, bytes: u64) -> std::result::Result<(), Fa
     let message = format!(
         "rewind to {k} refused, nothing was changed: it writes {} of file contents back into the workspace, and its \
          filesystem has {} free (the disk is full); free some space and rewind again",
-        crate::cli::quote::human_bytes(bytes),
-        crate::cli::quote::human_bytes(free)
+        crate::text::human_bytes(bytes),
+        crate::text::human_bytes(free)
     );
     warn!("{message}");
     Err(Failure::failed(libc::ENOSPC, message))

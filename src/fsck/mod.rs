@@ -24,11 +24,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::quote::quote_name;
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, Meta, MetaError, ObjectId};
 use crate::store::{ChunkId, ContentRef, CorruptChunk, StoreError};
 use crate::sys::{self, FileHandle};
+use crate::text::quote_name;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
 

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::quote::quote_name;
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, ObjectId, TurnStats};
 use crate::sys::FileHandle;
+use crate::text::quote_name;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError, ViewResult};
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Kind, LiveTree};

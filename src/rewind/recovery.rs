@@ -76,7 +76,7 @@ fn paths_args(intent: &Intent) -> String {
     if intent.paths.is_empty() {
         return ".".to_string();
     }
-    intent.paths.iter().map(|p| crate::cli::quote::quote_name(OsStr::from_bytes(p))).collect::<Vec<_>>().join(" ")
+    intent.paths.iter().map(|p| crate::text::quote_name(OsStr::from_bytes(p))).collect::<Vec<_>>().join(" ")
 }
 
 fn paths_text(intent: &Intent) -> String {
