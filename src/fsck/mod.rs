@@ -343,7 +343,7 @@ impl Inodes<'_> {
     fn open(&self, handle: &FileHandle) -> std::io::Result<OwnedFd> {
         match (self.tree, &self.attic) {
             (Some(tree), _) => {
-                tree.open_handle(handle, libc::O_PATH).map_err(|e| std::io::Error::from_raw_os_error(e.0))
+                tree.backing().open_handle(handle, libc::O_PATH).map_err(|e| std::io::Error::from_raw_os_error(e.0))
             }
             (None, Some(attic)) => sys::open_by_handle_at(attic.as_fd(), handle, libc::O_PATH),
             (None, None) => Err(std::io::Error::from_raw_os_error(libc::ENOTSUP)),
@@ -570,7 +570,7 @@ fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Repor
 /// the workspace.
 fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<PathBuf> {
     let handle = FileHandle::from_bytes(handle)?;
-    target.tree?.path_of_handle(&handle)
+    target.tree?.backing().path_of_handle(&handle)
 }
 
 /// The path of `object` in the view at checkpoint `k`, found the way

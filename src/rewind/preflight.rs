@@ -124,7 +124,7 @@ fn problem_of(tree: &LiveTree, journal: &Journal, state: &NodeState, checked: &m
     }
     let content = match &state.content {
         Content::Stored(c) => c.clone(),
-        Content::Live(h) => tree.pending_content(h)?,
+        Content::Live(h) => tree.pending().content(h)?,
         Content::None => return None,
     };
     let problem = first_problem(journal, &content, checked);

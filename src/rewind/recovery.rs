@@ -217,8 +217,8 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
     let found = each_temporary(tree, |dir, name, _, st| {
         let shown = String::from_utf8_lossy(name.as_bytes()).into_owned();
         let fail = |e: Errno| RestoreError::Live { path: shown.clone(), errno: e };
-        tree.capture_entry(journal, dir, name, caller).map_err(fail)?;
-        let id = tree.capture_named(journal, dir, name, false, caller).map_err(fail)?;
+        tree.capture(journal).entry(dir, name, caller).map_err(fail)?;
+        let id = tree.capture(journal).named(dir, name, false, caller).map_err(fail)?;
         let id = match id {
             Some(id) => id,
             None => {
@@ -227,7 +227,7 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
             }
         };
         log::warn!("recovery: moving the leftover temporary file {shown} (object {}) to the attic", id.0);
-        if !tree.to_attic(dir, name, id).map_err(fail)? {
+        if !tree.attic().move_in(dir, name, id).map_err(fail)? {
             rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(live("unlink"))?;
         }
         Ok(())

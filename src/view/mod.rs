@@ -171,7 +171,7 @@ impl<'a> TreeView<'a> {
     /// An `O_PATH` descriptor of the live object, if it still exists.
     fn live_fd(&self, node: &Node) -> Option<std::os::fd::OwnedFd> {
         let handle = node.handle.as_ref()?;
-        self.tree.open_handle(handle, libc::O_PATH).ok()
+        self.tree.backing().open_handle(handle, libc::O_PATH).ok()
     }
 
     /// The live object behind `node`, if it still exists and is the same
@@ -351,14 +351,17 @@ impl<'a> TreeView<'a> {
     pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
         match &state.content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
-            Content::Live(h) if self.tree.pending_content(h).is_some() => {
-                let c =
-                    self.tree.pending_content(h).ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
+            Content::Live(h) if self.tree.pending().content(h).is_some() => {
+                let c = self
+                    .tree
+                    .pending()
+                    .content(h)
+                    .ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
                 Ok(read_content_at(self.journal.store(), &c, offset, buf)?)
             }
             Content::Live(h) => {
                 use std::os::unix::fs::FileExt;
-                let fd = self.tree.open_handle(h, libc::O_RDONLY)?;
+                let fd = self.tree.backing().open_handle(h, libc::O_RDONLY)?;
                 let file = std::fs::File::from(fd);
                 Ok(file.read_at(buf, offset)?)
             }
