@@ -602,7 +602,7 @@ impl<'a> Namer<'a> {
     fn new(target: &'a Target<'a>, checkpoints: &[Checkpoint]) -> FsckResult<Namer<'a>> {
         let root = match target.tree {
             Some(tree) => match sys::name_to_handle_at(tree.root_fd(), OsStr::new("")) {
-                Ok(h) => target.journal.known_object_id(&h.to_bytes())?,
+                Ok(h) => target.journal.known_object_id(&h)?,
                 Err(_) => None,
             },
             None => None,

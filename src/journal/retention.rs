@@ -492,7 +492,7 @@ mod journal_tests {
         let j = Journal::open(Meta::open_in_memory().unwrap(), store.clone()).unwrap();
         let seal =
             |id: &str| j.seal(&TurnInfo { message_id: Some(id.into()), ..Default::default() }, Reason::Turn, || {});
-        let o = j.object_id(b"f", 1).unwrap();
+        let o = j.object_id(&crate::journal::tests::handle(b"f"), 1).unwrap();
         let content = |data: &[u8]| {
             let c = crate::store::store_content(&*store, data).unwrap();
             let mut s = crate::meta::test_file_state(data.len() as u64);

@@ -272,7 +272,7 @@ impl Rewinder<'_> {
                 let h =
                     sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
                 let kind = kind_code(Kind::from_mode(st.st_mode));
-                Ok(Some(self.journal.object_id(&h.to_bytes(), kind)?))
+                Ok(Some(self.journal.object_id(&h, kind)?))
             }
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(err(String::from_utf8_lossy(name.as_bytes()).into_owned(), e.into())),
@@ -379,7 +379,7 @@ impl Rewinder<'_> {
             .recreate(dir, os, kind, state.perm, state.size, &target_bytes)
             .map_err(|e| err(self.display(name), e))?;
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-        self.journal.rebind_object(target, &handle.to_bytes())?;
+        self.journal.rebind_object(target, &handle)?;
         if kind == Kind::File {
             let (content, record) = self.stored_content(&node, &state)?;
             self.tree
@@ -743,7 +743,7 @@ impl Rewinder<'_> {
         for (dir, _) in &names {
             let dir_handle =
                 sys::name_to_handle_at(dir.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-            let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
+            let dir_id = self.journal.object_id(&dir_handle, kind_code(Kind::Dir))?;
             self.dirs_touched.insert(dir_id);
         }
         let new = NewFile { perm: state.perm, size: state.size, xattrs: &state.xattrs };

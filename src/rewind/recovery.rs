@@ -223,7 +223,7 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
             Some(id) => id,
             None => {
                 let h = sys::name_to_handle_at(dir, name).map_err(|e| fail(e.into()))?;
-                journal.object_id(&h.to_bytes(), kind_code(Kind::from_mode(st.st_mode)))?
+                journal.object_id(&h, kind_code(Kind::from_mode(st.st_mode)))?
             }
         };
         log::warn!("recovery: moving the leftover temporary file {shown} (object {}) to the attic", id.0);

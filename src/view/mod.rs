@@ -141,7 +141,7 @@ impl<'a> TreeView<'a> {
     }
 
     fn node_of_handle(&self, handle: FileHandle) -> ViewResult<Node> {
-        let id = self.journal.known_object_id(&handle.to_bytes())?;
+        let id = self.journal.known_object_id(&handle)?;
         Ok(Node { id, handle: Some(handle) })
     }
 
@@ -158,7 +158,7 @@ impl<'a> TreeView<'a> {
     fn id_of(&self, node: &Node) -> ViewResult<Option<ObjectId>> {
         match (node.id, &node.handle) {
             (Some(id), _) => Ok(Some(id)),
-            (None, Some(h)) => Ok(self.journal.known_object_id(&h.to_bytes())?),
+            (None, Some(h)) => Ok(self.journal.known_object_id(h)?),
             (None, None) => Ok(None),
         }
     }
@@ -284,18 +284,7 @@ impl<'a> TreeView<'a> {
                 let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
                 let record = content.as_ref().map(|(turn, _, _)| (*turn, id));
                 let (content, hash) = match content {
-                    Some((_, hash, chunks)) => {
-                        let spans = ContentRef::decode_chunks(&chunks)?;
-                        let h = crate::store::ChunkId::from_slice(&hash)?;
-                        (
-                            Content::Stored(ContentRef {
-                                hash: h,
-                                size: spans.iter().map(|s| s.len as u64).sum(),
-                                chunks: spans,
-                            }),
-                            Some(hash),
-                        )
-                    }
+                    Some((_, hash, chunks)) => (Content::Stored(ContentRef::from_columns(&hash, &chunks)?), Some(hash)),
                     None if rec.kind == kind_code(Kind::File) => match &node.handle {
                         Some(h) if self.live_fd(node).is_some() => (Content::Live(h.clone()), None),
                         _ => return Err(ViewError::Lost(id)),

@@ -109,7 +109,7 @@ impl Recorder {
 
 /// Notes a just-created object's birth turn (see `Recording::note_born_at`).
 pub(crate) fn note_born(journal: &Journal, handle: &FileHandle, kind: Kind) {
-    if let Err(e) = journal.note_born(&handle.to_bytes(), kind_code(kind)) {
+    if let Err(e) = journal.note_born(handle, kind_code(kind)) {
         log::warn!("cannot note the creation turn of a new object: {e}");
     }
 }
@@ -149,7 +149,7 @@ impl<'a> Recording<'a> {
     /// Whether the object `handle` names, about to be removed, was created
     /// in the current turn (see `Journal::take_born`).
     pub(crate) fn take_born(&self, handle: Option<&FileHandle>) -> bool {
-        handle.is_some_and(|h| self.journal.take_born(&h.to_bytes()))
+        handle.is_some_and(|h| self.journal.take_born(h))
     }
 }
 
@@ -162,7 +162,7 @@ impl<'a> Capture<'a> {
     /// descriptor.
     pub(crate) fn object_id_of_fd(&self, fd: BorrowedFd<'_>, kind: Kind) -> Res<ObjectId> {
         let handle = handle_of_fd(fd)?;
-        self.journal.object_id(&handle.to_bytes(), kind_code(kind)).map_err(refused)
+        self.journal.object_id(&handle, kind_code(kind)).map_err(refused)
     }
 
     /// Records what `name` in directory `dir` refers to now (or that it
@@ -254,7 +254,7 @@ impl<'a> Capture<'a> {
         // be written.
         let mut unrecorded = None;
         let content = if let Some(p) = pending {
-            Some((p.hash.as_bytes().to_vec(), p.encode_chunks()))
+            Some(p.to_columns())
         } else if content && kind == Kind::File {
             let size = st.st_size as u64;
             let known = if trust_known { journal.known_content(id, ctime_ns, size).map_err(refused)? } else { None };
@@ -263,7 +263,7 @@ impl<'a> Capture<'a> {
                 None => {
                     let file = backing::reopen(fd, OFlags::RDONLY)?;
                     let stored = journal.store_content_until_recorded(std::fs::File::from(file)).map_err(refused)?;
-                    let content = (stored.content.hash.as_bytes().to_vec(), stored.content.encode_chunks());
+                    let content = stored.content.to_columns();
                     unrecorded = Some(stored);
                     Some(content)
                 }

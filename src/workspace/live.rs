@@ -541,7 +541,7 @@ impl LiveTree {
         let st = rustix::fs::fstat(&fd)?;
         let handle = backing::handle_of_fd(fd.as_fd())?;
         if let Some(r) = &_rec {
-            r.journal.note_file_born(&handle.to_bytes());
+            r.journal.note_file_born(&handle);
             note_born(r.journal, &handle, Kind::File);
         }
         let ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), true);

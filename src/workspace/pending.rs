@@ -150,10 +150,7 @@ impl<'a> Settler<'a> {
                 log::error!("the chunk list of a pending file is missing from the journal");
                 return Err(Errno::EIO);
             };
-            let spans = ContentRef::decode_chunks(&chunks).map_err(eio("malformed pending content"))?;
-            let hash = crate::store::ChunkId::from_slice(&row.hash).map_err(eio("malformed pending hash"))?;
-            let size = spans.iter().map(|s| s.len as u64).sum();
-            let content = ContentRef { hash, size, chunks: spans };
+            let content = ContentRef::from_columns(&row.hash, &chunks).map_err(eio("malformed pending content"))?;
             let Some(handle) = FileHandle::from_bytes(&row.handle) else {
                 log::error!("the handle of a pending file is malformed");
                 return Err(Errno::EIO);
@@ -216,7 +213,7 @@ impl<'a> Settler<'a> {
             Err(e) => return Err(self.cannot_settle(handle, &p, format!("cannot open it: {e}"), e, for_reader)),
         }
         crate::world::test_hooks::kill_point("settle-written");
-        journal.settled(&handle.to_bytes()).map_err(eio("cannot clear pending content"))?;
+        journal.settled(handle).map_err(eio("cannot clear pending content"))?;
         self.pending_map().remove(handle);
         if let Some(u) = self.unsettled_map().remove(handle) {
             log::info!("settled {} after all", shown_path(u.path.as_deref()));

@@ -233,7 +233,7 @@ impl<'a> RewindOps<'a> {
         // Born in this rewind's turn: a later rewind to a checkpoint before
         // it must not take it for a file of that checkpoint (and refill it,
         // under the descriptors that may hold it by then).
-        self.journal.note_born(&handle.to_bytes(), kind_code(Kind::File)).map_err(|e| e.errno())?;
+        self.journal.note_born(&handle, kind_code(Kind::File)).map_err(|e| e.errno())?;
         if !self.tree.attic().move_in(dir0.as_fd(), &temp, id)? {
             rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty())?;
         }
