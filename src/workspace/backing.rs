@@ -262,7 +262,11 @@ pub(crate) fn clear_mode_bits(file: &std::fs::File, mode: u32, bits: u32) -> Res
 
 /// Applies a `setattr` to the object behind `fd` (an `O_PATH` descriptor);
 /// a truncation goes through `open` when given and writable. Returns the
-/// attributes after the change.
+/// attributes after the change. When a step fails before the truncation,
+/// the owner and mode the earlier steps changed are set back (the times
+/// are the last step, so a failure never leaves them changed). After a
+/// truncation nothing is set back: the bytes are gone, and a setuid bit
+/// the truncation cleared must stay cleared.
 pub(crate) fn set_attrs(
     fd: BorrowedFd<'_>,
     ino: Ino,
@@ -270,6 +274,40 @@ pub(crate) fn set_attrs(
     open: Option<&std::fs::File>,
     caller: Caller,
 ) -> Res<Attr> {
+    // Only an owner or mode change can need setting back.
+    let before =
+        if set.uid.is_some() || set.gid.is_some() || set.mode.is_some() { Some(rustix::fs::fstat(fd)?) } else { None };
+    let mut truncated = false;
+    let applied = apply_attrs(fd, set, open, caller, &mut truncated);
+    if let Err(e) = applied {
+        if let Some(before) = before.filter(|_| !truncated) {
+            let back = (|| -> Res<()> {
+                if set.uid.is_some() || set.gid.is_some() {
+                    let (uid, gid) =
+                        (rustix::fs::Uid::from_raw(before.st_uid), rustix::fs::Gid::from_raw(before.st_gid));
+                    rustix::fs::chownat(fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)?;
+                }
+                // After the owner: chown clears setuid/setgid.
+                chmod_by_path(&sys::proc_fd_path(fd), before.st_mode)
+            })();
+            if let Err(b) = back {
+                log::error!("setattr: cannot set the owner and mode back after a failure ({e}): {b}");
+            }
+        }
+        return Err(e);
+    }
+    let st = rustix::fs::fstat(fd)?;
+    Ok(Attr::from_stat(ino, &st))
+}
+
+/// The steps of `set_attrs`, in order: owner, mode, size, times.
+fn apply_attrs(
+    fd: BorrowedFd<'_>,
+    set: SetAttr,
+    open: Option<&std::fs::File>,
+    caller: Caller,
+    truncated: &mut bool,
+) -> Res<()> {
     let proc_path = sys::proc_fd_path(fd);
     // Owner first: chown clears setuid/setgid, a mode set in the same
     // call must win.
@@ -293,6 +331,7 @@ pub(crate) fn set_attrs(
                 rustix::fs::ftruncate(&f, size)?;
             }
         }
+        *truncated = true;
         // A truncation by a user without CAP_FSETID clears setuid/setgid
         // as on ext4 (the daemon, as root, keeps them; the kernel leaves
         // this to us under FUSE_HANDLE_KILLPRIV_V2).
@@ -303,11 +342,13 @@ pub(crate) fn set_attrs(
         }
     }
     if set.atime.is_some() || set.mtime.is_some() {
+        if crate::world::test_hooks::fail_point("setattr-times") {
+            return Err(Errno(libc::EIO));
+        }
         let times = Timestamps { last_access: ts(set.atime), last_modification: ts(set.mtime) };
         rustix::fs::utimensat(rustix::fs::CWD, proc_path.as_c_str(), &times, AtFlags::empty())?;
     }
-    let st = rustix::fs::fstat(fd)?;
-    Ok(Attr::from_stat(ino, &st))
+    Ok(())
 }
 
 pub(crate) fn readlink(fd: BorrowedFd<'_>) -> Res<Vec<u8>> {

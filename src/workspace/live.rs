@@ -70,6 +70,28 @@ fn check_new_name(parent: Ino, name: &OsStr) -> Res<()> {
     Ok(())
 }
 
+/// Runs the steps that follow the creation of `name` in `dir` (giving it
+/// to the caller, taking its handle and attributes); when one fails,
+/// removes `name` again, so that the call fails with the tree as it was (a
+/// retry with `O_EXCL` would otherwise meet EEXIST). The kernel holds the
+/// parent directory locked for the whole call, so `name` is still what
+/// was just created.
+fn undo_creation_on_failure<T>(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    is_dir: bool,
+    rest: impl FnOnce() -> Res<T>,
+) -> Res<T> {
+    let result = if crate::world::test_hooks::fail_point("create-after-make") { Err(Errno(libc::EIO)) } else { rest() };
+    if let Err(e) = &result {
+        let flags = if is_dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+        if let Err(u) = rustix::fs::unlinkat(dir, name, flags) {
+            log::error!("cannot remove {name:?} after its creation failed part-way ({e}): {u}");
+        }
+    }
+    result
+}
+
 impl LiveTree {
     /// Opens the workspace at `path` (a directory).
     pub fn new(path: &Path, journal: Option<Arc<Journal>>) -> crate::Result<LiveTree> {
@@ -307,11 +329,13 @@ impl LiveTree {
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         let kind = rustix::fs::FileType::from_raw_mode(mode);
         rustix::fs::mknodat(dir.as_fd(), name, kind, Mode::from_raw_mode(mode & 0o7777), rdev as u64)?;
-        give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
-        if let Some(r) = &_rec {
-            r.note_born_at(dir.as_fd(), name, Kind::from_mode(mode))?;
-        }
-        self.entry_at(dir.as_fd(), name, true)
+        undo_creation_on_failure(dir.as_fd(), name, false, || {
+            give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+            if let Some(r) = &_rec {
+                r.note_born_at(dir.as_fd(), name, Kind::from_mode(mode))?;
+            }
+            self.entry_at(dir.as_fd(), name, true)
+        })
     }
 
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
@@ -319,13 +343,15 @@ impl LiveTree {
         let dir = self.dir(parent)?;
         let rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
-        give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
-        // Lets a rewind to an earlier checkpoint move the whole new
-        // directory aside in one step.
-        if let Some(r) = &rec {
-            r.note_born_at(dir.as_fd(), name, Kind::Dir)?;
-        }
-        self.entry_at(dir.as_fd(), name, true)
+        undo_creation_on_failure(dir.as_fd(), name, true, || {
+            give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+            // Lets a rewind to an earlier checkpoint move the whole new
+            // directory aside in one step.
+            if let Some(r) = &rec {
+                r.note_born_at(dir.as_fd(), name, Kind::Dir)?;
+            }
+            self.entry_at(dir.as_fd(), name, true)
+        })
     }
 
     pub fn symlink(&self, parent: Ino, name: &OsStr, target: &OsStr, caller: Caller) -> Res<Entry> {
@@ -333,11 +359,13 @@ impl LiveTree {
         let dir = self.dir(parent)?;
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         rustix::fs::symlinkat(target, dir.as_fd(), name)?;
-        give_to_caller(dir.as_fd(), name, caller, None)?;
-        if let Some(r) = &_rec {
-            r.note_born_at(dir.as_fd(), name, Kind::Symlink)?;
-        }
-        self.entry_at(dir.as_fd(), name, true)
+        undo_creation_on_failure(dir.as_fd(), name, false, || {
+            give_to_caller(dir.as_fd(), name, caller, None)?;
+            if let Some(r) = &_rec {
+                r.note_born_at(dir.as_fd(), name, Kind::Symlink)?;
+            }
+            self.entry_at(dir.as_fd(), name, true)
+        })
     }
 
     pub fn link(&self, ino: Ino, new_parent: Ino, new_name: &OsStr, caller: Caller) -> Res<Entry> {
@@ -349,13 +377,22 @@ impl LiveTree {
             self.capture_ino(r.journal, ino, false, caller)?;
         }
         rustix::fs::linkat(&src, "", dir.as_fd(), new_name, AtFlags::EMPTY_PATH)?;
-        self.entry_at(dir.as_fd(), new_name, true)
+        // Removing the new name gives the file back the names it had.
+        undo_creation_on_failure(dir.as_fd(), new_name, false, || self.entry_at(dir.as_fd(), new_name, true))
     }
 
     /// Whether the file `ino`, about to be removed, was created in the
     /// current turn (see `Journal::take_born`).
     fn take_born(&self, rec: &Recording<'_>, ino: Ino) -> bool {
         rec.take_born(self.objects.get(ino).map(|(h, _)| h).as_ref())
+    }
+
+    /// Notes `ino` as created in this turn again: `take_born` forgot it,
+    /// then the removal failed.
+    fn give_born_back(&self, rec: &Recording<'_>, ino: Ino) {
+        if let Some((handle, _)) = self.objects.get(ino) {
+            rec.journal.note_file_born(&handle);
+        }
     }
 
     /// Marks `victim` unlinked if removing one name removed its last one.
@@ -381,7 +418,10 @@ impl LiveTree {
             if last && self.take_born(r, victim.ino) {
                 // Created in this turn and now gone: no checkpoint ever had
                 // it (build temporaries, editor swap files), nothing to keep.
-                rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())?;
+                if let Err(e) = rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty()) {
+                    self.give_born_back(r, victim.ino);
+                    return Err(e.into());
+                }
                 self.note_removed(victim);
                 return Ok(());
             }
@@ -429,6 +469,9 @@ impl LiveTree {
         let to = self.dir(new_parent)?;
         let flags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
         let _rec = self.recording();
+        // The replaced file when `take_born` forgot it (given back if the
+        // rename fails).
+        let mut born_taken = None;
         if let Some(r) = &_rec {
             // One record per name touched; the moved object (and a whole
             // directory tree under it) keeps its identity.
@@ -442,6 +485,9 @@ impl LiveTree {
                 // file renamed over another) was never in a checkpoint: the
                 // plain rename below may drop it.
                 let unseen = victim.kind != Kind::Dir && source.ino != victim.ino && self.take_born(r, victim.ino);
+                if unseen {
+                    born_taken = Some(victim.ino);
+                }
                 let movable = !unseen && self.attic.exists() && source.kind != Kind::Dir && source.ino != victim.ino;
                 let oid = if unseen {
                     None
@@ -491,7 +537,12 @@ impl LiveTree {
         } else {
             self.peek(to.as_fd(), new_name).ok().map(|(_, a)| a)
         };
-        rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, flags)?;
+        if let Err(e) = rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, flags) {
+            if let (Some(r), Some(ino)) = (&_rec, born_taken) {
+                self.give_born_back(r, ino);
+            }
+            return Err(e.into());
+        }
         if let Some(victim) = replaced {
             // Renaming a name onto a hard link of itself changes nothing.
             if let Ok((ino, _)) = self.peek(to.as_fd(), new_name)
@@ -537,9 +588,10 @@ impl LiveTree {
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
         let oflags = backing_open_flags(flags) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let fd = rustix::fs::openat(dir.as_fd(), name, oflags, Mode::from_raw_mode(mode & 0o7777))?;
-        give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
-        let st = rustix::fs::fstat(&fd)?;
-        let handle = backing::handle_of_fd(fd.as_fd())?;
+        let (st, handle) = undo_creation_on_failure(dir.as_fd(), name, false, || {
+            give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
+            Ok((rustix::fs::fstat(&fd)?, backing::handle_of_fd(fd.as_fd())?))
+        })?;
         if let Some(r) = &_rec {
             r.journal.note_file_born(&handle);
             note_born(r.journal, &handle, Kind::File);
