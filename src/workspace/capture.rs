@@ -1,7 +1,9 @@
-//! Pre-image capture: what the live tree records before it changes
-//! anything. Each function gathers the current state from the backing
-//! files and hands it to the journal, which stores it durably; only then
-//! does the caller apply its change.
+//! The recording policy: what the live tree records before it changes
+//! anything. `Recorder` holds the journal and the files open for writing
+//! (recorded again at each turn); `Recording` holds the turn gate for one
+//! mutation and says what a creation or removal records; `Capture` gathers
+//! the current state from the backing files and hands it to the journal,
+//! which stores it durably. Only then does the caller apply its change.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;

@@ -151,9 +151,10 @@ impl<'a> Settler<'a> {
                 return Err(Errno::EIO);
             };
             let content = ContentRef::from_columns(&row.hash, &chunks).map_err(eio("malformed pending content"))?;
+            // Not a handle any file can have: nothing to fill.
             let Some(handle) = FileHandle::from_bytes(&row.handle) else {
-                log::error!("the handle of a pending file is malformed");
-                return Err(Errno::EIO);
+                log::error!("the handle of a pending file is malformed; it is left out");
+                continue;
             };
             map.insert(handle, PendingContent { content, mtime_ns: row.mtime_ns, before: None });
         }
