@@ -18,6 +18,7 @@
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
+//! - [`text`]: names and byte counts made safe and readable to print (used by cli, daemon, fsck, report, rewind).
 //! - [`name_json`]: file names in JSON without loss (UTF-8 as strings, other bytes as base64).
 
 pub mod cli;
@@ -34,6 +35,7 @@ pub mod rewind;
 pub mod store;
 pub mod store_dir;
 pub mod sys;
+pub mod text;
 pub mod view;
 pub mod workspace;
 pub mod world;

@@ -358,17 +358,62 @@ fn a_descriptor_held_on_a_hard_linked_file_in_a_new_directory_keeps_its_bytes() 
 // (issue 11). The failure is injected through the test hooks
 // (`REWINDFS_TEST_FAIL_AT=POINT:N`, `cargo test` builds only).
 
+/// A mount (manual turns) of a tree made by `setup`, whose daemon fails the
+/// step `point` (`REWINDFS_TEST_FAIL_AT`).
+fn failing_at(setup: &str, point: &str) -> MountFixture {
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, setup);
+    fx.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_FAIL_AT", point)]);
+    fx
+}
+
 /// A rename over a file is a `RENAME_EXCHANGE` followed by moving the
 /// replaced file (then under the old name) to the attic; when that second
 /// step failed, the error came back with both names already swapped.
 #[test]
 fn a_rename_over_a_file_that_fails_part_way_leaves_both_names_as_they_were() {
-    let mut fx = MountFixture::unmounted();
-    sh(&fx.ws, "echo source > a && echo target > b");
-    fx.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_FAIL_AT", "rename-over-attic:1")]);
+    let fx = failing_at("echo source > a && echo target > b", "rename-over-attic:1");
     let out = fx.sh("mv a b 2>&1 && echo moved || echo refused; cat a b");
     assert_eq!(out, "mv: cannot move 'a' to 'b': Input/output error\nrefused\nsource\ntarget\n", "after the failure");
     assert_eq!(fx.sh("mv a b && cat b && ls"), "source\nb\n", "the same rename once nothing fails");
+}
+
+/// A creation is the new object, then its owner (the calling user), its
+/// handle and attributes; a failure after the first step reported an error
+/// with the object left in the tree (an `O_EXCL` retry then met EEXIST).
+#[test]
+fn a_creation_that_fails_part_way_leaves_no_object_behind() {
+    let fx = failing_at("echo kept > a", "create-after-make:1");
+    let out = fx.sh("echo new > f 2>/dev/null && echo made || echo refused; ls");
+    assert_eq!(out, "refused\na\n", "the failed create leaves no file");
+    assert_eq!(fx.sh("echo new > f && mkdir d && ln a d/b && ls . d && cat f"), ".:\na\nd\nf\n\nd:\nb\nnew\n");
+    assert_eq!(sh(&fx.ws, "ls"), "a\nd\nf\n", "the backing tree agrees");
+}
+
+/// A failed hard link leaves the file with the names it had.
+#[test]
+fn a_link_that_fails_part_way_leaves_the_file_with_its_names() {
+    let fx = failing_at("echo kept > a", "create-after-make:1");
+    let out = fx.sh("ln a b 2>/dev/null && echo linked || echo refused; ls; stat -c %h a");
+    assert_eq!(out, "refused\na\n1\n", "the failed link adds no name");
+    assert_eq!(fx.sh("ln a b && stat -c %h a b"), "2\n2\n");
+}
+
+/// A setattr of several attributes (a restore sets mode and times in one
+/// call) applied the first ones before a later one failed: the restore
+/// failed with the mode already changed.
+#[test]
+fn a_setattr_that_fails_part_way_leaves_the_attributes_as_they_were() {
+    let fx = failing_at("echo bytes > f && chmod 644 f", "setattr-times:1");
+    let k = fx.turn("k");
+    fx.sh("chmod 600 f");
+    let out = fx.rewindfs(&["restore", "-C", fx.path().to_str().unwrap(), &k.to_string(), "--", "f"]);
+    assert!(!out.status.success(), "the restore must fail at the injected fault: {}", stdout(&out));
+    // The backing file, not the mount: the kernel keeps the attributes it
+    // had cached when a setattr fails.
+    assert_eq!(sh(&fx.ws, "stat -c %a f"), "600\n", "the mode the failed restore had set is undone");
+    fx.cli(&["restore", &k.to_string(), "--", "f"]);
+    assert_eq!(fx.sh("stat -c %a f"), "644\n", "the same restore once nothing fails");
 }
 
 /// A rewind swaps a new inode in at every name of a hard-linked file whose
@@ -377,9 +422,7 @@ fn a_rename_over_a_file_that_fails_part_way_leaves_both_names_as_they_were() {
 /// (and the rewind, tried again, succeeds).
 #[test]
 fn a_rewind_that_fails_while_swapping_a_hard_linked_file_leaves_it_as_it_was() {
-    let mut fx = MountFixture::unmounted();
-    sh(&fx.ws, "echo 'bytes at the checkpoint' > a && mkdir d && ln a d/b");
-    fx.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_FAIL_AT", "rewind-swap-link:1")]);
+    let fx = failing_at("echo 'bytes at the checkpoint' > a && mkdir d && ln a d/b", "rewind-swap-link:1");
     let k = fx.turn("k");
     fx.sh("echo 'bytes written in place' > a");
     let before = fx.sh("cat a d/b; stat -c '%h %i' a d/b");

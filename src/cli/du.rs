@@ -2,9 +2,9 @@
 
 use crate::cli::DuArgs;
 use crate::cli::common;
-use crate::cli::quote::human_bytes as bytes;
 use crate::daemon::control as op;
 use crate::error::Result;
+use crate::text::human_bytes as bytes;
 
 pub fn run(args: DuArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;

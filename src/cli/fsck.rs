@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use crate::cli::FsckArgs;
 use crate::cli::common;
-use crate::cli::quote::quote_name;
 use crate::daemon::registry::{self, MountInfo};
 use crate::error::{Error, Result};
 use crate::fsck::{self, Problem, Report, Target};
@@ -19,6 +18,7 @@ use crate::journal::Journal;
 use crate::meta::Meta;
 use crate::store::PackStore;
 use crate::store_dir::StoreDir;
+use crate::text::quote_name;
 use crate::workspace::LiveTree;
 
 /// Exit status: problems were found (and not all repaired).
@@ -270,7 +270,7 @@ pub fn render(store: &Path, report: &Report) -> String {
         "fsck {}: {} chunks ({}) read, {} records and {} checkpoints checked: {}\n",
         store.display(),
         report.chunks_checked,
-        crate::cli::quote::human_bytes(report.bytes_checked),
+        crate::text::human_bytes(report.bytes_checked),
         report.records_checked,
         report.checkpoints,
         match report.problems.len() {

@@ -1,11 +1,11 @@
 //! `rewindfs log`, `diff` and `history`: reading the record.
 
 use crate::cli::common;
-use crate::cli::quote::{quote, quote_name};
 use crate::cli::{DiffArgs, HistoryArgs, LogArgs};
 use crate::daemon::control::{self as op, RewindReply};
 use crate::error::Result;
 use crate::report::{ChangeKind, TurnSummary};
+use crate::text::{quote, quote_name};
 
 fn human_bytes(n: i64) -> String {
     let n = n.max(0) as f64;

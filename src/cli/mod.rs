@@ -10,7 +10,6 @@ mod hooks;
 mod mount;
 mod occupants;
 mod picker;
-pub(crate) mod quote;
 mod run;
 mod show;
 mod snapshot;

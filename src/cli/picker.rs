@@ -6,11 +6,11 @@
 use std::io::IsTerminal;
 
 use crate::cli::common;
-use crate::cli::quote::quote;
 use crate::daemon::control as op;
 use crate::daemon::registry::MountInfo;
 use crate::error::{Error, Result};
 use crate::report::TurnSummary;
+use crate::text::quote;
 
 /// How many checkpoints the list offers.
 const SHOWN: usize = 30;

@@ -2,11 +2,11 @@
 //! the history (`journal/retention.rs`).
 
 use crate::cli::common;
-use crate::cli::quote::quote;
 use crate::cli::{ForgetArgs, GcArgs, SnapshotArgs};
 use crate::daemon::control as op;
 use crate::error::Result;
 use crate::journal::retention::Collected;
+use crate::text::quote;
 
 pub fn snapshot(args: SnapshotArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;

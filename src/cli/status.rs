@@ -69,7 +69,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
             println!("  transport:   {}{detail}", s.transport.transport);
         }
         let message =
-            s.message_id.as_ref().map(|m| format!(" (message {})", crate::cli::quote::quote(m))).unwrap_or_default();
+            s.message_id.as_ref().map(|m| format!(" (message {})", crate::text::quote(m))).unwrap_or_default();
         println!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);
         for r in &m.recovered {
             println!("  {}", r.message);
@@ -78,7 +78,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
             println!("  settling:    {} rewound files still being written to the workspace", s.pending_files);
         }
         for u in &s.unsettled {
-            println!("  cannot settle: {} ({})", crate::cli::quote::quote(&u.path), u.reason);
+            println!("  cannot settle: {} ({})", crate::text::quote(&u.path), u.reason);
         }
         if let Some(p) = &s.retention {
             println!(
@@ -88,11 +88,8 @@ pub fn run(args: StatusArgs) -> Result<()> {
             );
         }
         if !s.snapshots.is_empty() {
-            let names: Vec<String> = s
-                .snapshots
-                .iter()
-                .map(|n| format!("{} ({})", crate::cli::quote::quote(&n.name), n.checkpoint))
-                .collect();
+            let names: Vec<String> =
+                s.snapshots.iter().map(|n| format!("{} ({})", crate::text::quote(&n.name), n.checkpoint)).collect();
             println!("  snapshots:   {}", names.join(", "));
         }
     }

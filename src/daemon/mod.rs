@@ -104,7 +104,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             // The workspace on disk must be the rewound tree once unmounted.
             loop {
                 let _op = ctx.world.op();
-                match ctx.tree.settle_one() {
+                match ctx.tree.settler().settle_one() {
                     Ok(true) => continue,
                     Ok(false) => break,
                     Err(e) => {
@@ -113,7 +113,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
                     }
                 }
             }
-            for u in ctx.tree.unsettled() {
+            for u in ctx.tree.pending().unsettled() {
                 warn!(
                     "{} could not be settled and stays pending for the next mount: {}",
                     crate::workspace::pending::shown_path(u.path.as_deref()),
@@ -174,7 +174,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         warn!("recording is off for {}: nothing will be undoable", spec.workspace.display());
     }
     let tree = Arc::new(LiveTree::new(&spec.workspace, recording)?.with_attic(&spec.store.join("attic"))?);
-    match tree.load_pending() {
+    match tree.settler().load() {
         Ok(0) => {}
         Ok(n) => info!("{n} rewound files still need their content; the settler resumes"),
         Err(e) => return Err(Error::Daemon(format!("cannot read pending files: {e}"))),
@@ -183,8 +183,12 @@ fn start(spec: &MountSpec) -> Result<Started> {
     if let Some(since) = journal.outside_since_ns() {
         // Before mounting, nothing else changes the tree under us.
         let changed = tree
+            .backing()
             .scan_changed_since(since)
-            .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?;
+            .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?
+            .into_iter()
+            .map(|(handle, kind)| (handle, kind.code()))
+            .collect::<Vec<_>>();
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }
     // After the scan (what recovery changes is recorded) and before the
@@ -559,7 +563,9 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }
-            let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
+            let attic = |id, handle: &[u8], dry| {
+                crate::sys::FileHandle::from_bytes(handle).and_then(|h| tree.attic().remove_unreachable(id, &h, dry))
+            };
             journal.collect(&victims, "forget", dry_run, &attic).map_err(journal_failure)
         }),
         Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days }| {
@@ -571,7 +577,9 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 journal.set_policy(&policy).map_err(journal_failure)?;
             }
             let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
-            let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
+            let attic = |id, handle: &[u8], dry| {
+                crate::sys::FileHandle::from_bytes(handle).and_then(|h| tree.attic().remove_unreachable(id, &h, dry))
+            };
             let collected = journal.collect(&victims, "retention", dry_run, &attic).map_err(journal_failure)?;
             let compacted = if dry_run { Default::default() } else { journal.compact().map_err(journal_failure)? };
             Ok(protocol::GcReply { policy, collected, compacted })
@@ -630,8 +638,9 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 message_id: message,
                 turn_changes: changes,
                 idle_secs: idle,
-                pending_files: tree.pending_count() as u64,
+                pending_files: tree.pending().count() as u64,
                 unsettled: tree
+                    .pending()
                     .unsettled()
                     .into_iter()
                     .map(|u| protocol::UnsettledFile {
@@ -806,7 +815,7 @@ fn put_back_unsettled(
 ) -> std::result::Result<Option<String>, Failure> {
     let stuck = {
         let _op = ctx.world.op();
-        ctx.tree.settle_all_now()
+        ctx.tree.settler().settle_all_now()
     };
     // Files moved out of the tree since (in the attic, history only) do not
     // hold up the unmount; `status` and the log name them.
@@ -927,8 +936,8 @@ fn check_room(tree: &LiveTree, k: i64, bytes: u64) -> std::result::Result<(), Fa
     let message = format!(
         "rewind to {k} refused, nothing was changed: it writes {} of file contents back into the workspace, and its \
          filesystem has {} free (the disk is full); free some space and rewind again",
-        crate::cli::quote::human_bytes(bytes),
-        crate::cli::quote::human_bytes(free)
+        crate::text::human_bytes(bytes),
+        crate::text::human_bytes(free)
     );
     warn!("{message}");
     Err(Failure::failed(libc::ENOSPC, message))
@@ -1056,7 +1065,7 @@ fn spawn_settler(tree: Arc<LiveTree>, world: Arc<World>) {
             }
             let settled = {
                 let _op = world.op();
-                tree.settle_one()
+                tree.settler().settle_one()
             };
             match settled {
                 Ok(true) => {}

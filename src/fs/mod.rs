@@ -588,7 +588,7 @@ impl Filesystem for LiveFs {
             if let Some(b) = self.hidden(_ino) {
                 return view::read(b, ino(_ino), offset, size, reply);
             }
-            match self.tree.read(Fh(fh.0), offset, size) {
+            match self.tree.open_files().read(Fh(fh.0), offset, size) {
                 Ok(data) => reply.data(&data),
                 Err(e) => reply.error(errno(e)),
             }
@@ -645,7 +645,7 @@ impl Filesystem for LiveFs {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        self.serve("fsync", || match self.tree.fsync(Fh(fh.0), datasync) {
+        self.serve("fsync", || match self.tree.open_files().fsync(Fh(fh.0), datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         })
@@ -668,7 +668,7 @@ impl Filesystem for LiveFs {
             if let Some(b) = self.hidden(_ino) {
                 return view::readdir(b, ino(_ino), offset, reply);
             }
-            let entries = match self.tree.readdir(Fh(fh.0)) {
+            let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(e)),
             };
@@ -686,7 +686,7 @@ impl Filesystem for LiveFs {
             if let Some(b) = self.hidden(dir) {
                 return view::readdirplus(b, ino(dir), offset, reply);
             }
-            let entries = match self.tree.readdir(Fh(fh.0)) {
+            let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(e)),
             };
@@ -723,7 +723,7 @@ impl Filesystem for LiveFs {
             if self.hidden(_ino).is_some() {
                 return reply.ok();
             }
-            self.tree.releasedir(Fh(fh.0));
+            self.tree.open_files().releasedir(Fh(fh.0));
             reply.ok();
         })
     }
@@ -818,14 +818,14 @@ impl Filesystem for LiveFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.serve("fallocate", || match self.tree.fallocate(Fh(fh.0), offset, length, mode) {
+        self.serve("fallocate", || match self.tree.open_files().fallocate(Fh(fh.0), offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         })
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        self.serve("lseek", || match self.tree.lseek(Fh(fh.0), offset, whence) {
+        self.serve("lseek", || match self.tree.open_files().lseek(Fh(fh.0), offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),
         })
@@ -845,7 +845,7 @@ impl Filesystem for LiveFs {
         reply: ReplyWrite,
     ) {
         self.serve("copy_file_range", || {
-            match self.tree.copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
+            match self.tree.open_files().copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(errno(e)),
             }

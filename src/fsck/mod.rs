@@ -24,11 +24,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::quote::quote_name;
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, Meta, MetaError, ObjectId};
 use crate::store::{ChunkId, ContentRef, CorruptChunk, StoreError};
 use crate::sys::{self, FileHandle};
+use crate::text::quote_name;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
 
@@ -343,7 +343,7 @@ impl Inodes<'_> {
     fn open(&self, handle: &FileHandle) -> std::io::Result<OwnedFd> {
         match (self.tree, &self.attic) {
             (Some(tree), _) => {
-                tree.open_handle(handle, libc::O_PATH).map_err(|e| std::io::Error::from_raw_os_error(e.0))
+                tree.backing().open_handle(handle, libc::O_PATH).map_err(|e| std::io::Error::from_raw_os_error(e.0))
             }
             (None, Some(attic)) => sys::open_by_handle_at(attic.as_fd(), handle, libc::O_PATH),
             (None, None) => Err(std::io::Error::from_raw_os_error(libc::ENOTSUP)),
@@ -570,7 +570,7 @@ fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Repor
 /// the workspace.
 fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<PathBuf> {
     let handle = FileHandle::from_bytes(handle)?;
-    target.tree?.path_of_handle(&handle)
+    target.tree?.backing().path_of_handle(&handle)
 }
 
 /// The path of `object` in the view at checkpoint `k`, found the way
@@ -602,7 +602,7 @@ impl<'a> Namer<'a> {
     fn new(target: &'a Target<'a>, checkpoints: &[Checkpoint]) -> FsckResult<Namer<'a>> {
         let root = match target.tree {
             Some(tree) => match sys::name_to_handle_at(tree.root_fd(), OsStr::new("")) {
-                Ok(h) => target.journal.known_object_id(&h.to_bytes())?,
+                Ok(h) => target.journal.known_object_id(&h)?,
                 Err(_) => None,
             },
             None => None,

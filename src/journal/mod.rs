@@ -23,6 +23,7 @@ pub mod retention;
 use crate::error::{AsErrno, Errno};
 use crate::meta::{Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, ObjectId, ObjectState, Reason};
 use crate::store::{ChunkStore, ContentRef, StoreError};
+use crate::sys::FileHandle;
 use record_log::{LogRecord, RecordLog};
 
 /// Errors while recording.
@@ -521,8 +522,8 @@ impl Journal {
     }
 
     /// The persistent id of an object by its handle, recording it if new.
-    pub fn object_id(&self, handle: &[u8], kind: u8) -> JournalResult<ObjectId> {
-        self.intern(handle, kind, false)
+    pub fn object_id(&self, handle: &FileHandle, kind: u8) -> JournalResult<ObjectId> {
+        self.intern(&handle.to_bytes(), kind, false)
     }
 
     /// The id of `handle` (recorded if new), and with `born` a note that
@@ -557,20 +558,21 @@ impl Journal {
     }
 
     /// Points `id` at a new backing inode.
-    pub fn rebind_object(&self, id: ObjectId, handle: &[u8]) -> JournalResult<()> {
+    pub fn rebind_object(&self, id: ObjectId, handle: &FileHandle) -> JournalResult<()> {
+        let handle = handle.to_bytes();
         let mut inner = self.lock();
         inner.fold()?;
-        inner.meta.set_object_handle(id, handle)?;
+        inner.meta.set_object_handle(id, &handle)?;
         inner.ids.retain(|_, v| *v != id);
-        inner.ids.insert(handle.to_vec(), id);
+        inner.ids.insert(handle, id);
         Ok(())
     }
 
     /// Records that an object was just created (in the current turn): a
     /// rewind to an earlier checkpoint leaves it out (it moves aside whole
     /// with its name). A new handle costs one record.
-    pub fn note_born(&self, handle: &[u8], kind: u8) -> JournalResult<ObjectId> {
-        self.intern(handle, kind, true)
+    pub fn note_born(&self, handle: &FileHandle, kind: u8) -> JournalResult<ObjectId> {
+        self.intern(&handle.to_bytes(), kind, true)
     }
 
     /// Records that object `id` is about to move into its attic slot. The
@@ -617,14 +619,15 @@ impl Journal {
     }
 
     /// The id of a handle if it was ever recorded (no insert).
-    pub fn known_object_id(&self, handle: &[u8]) -> JournalResult<Option<ObjectId>> {
+    pub fn known_object_id(&self, handle: &FileHandle) -> JournalResult<Option<ObjectId>> {
+        let handle = handle.to_bytes();
         let mut inner = self.lock();
-        if let Some(id) = inner.ids.get(handle) {
+        if let Some(id) = inner.ids.get(&handle) {
             return Ok(Some(*id));
         }
-        let id = inner.meta.object_by_handle(handle)?;
+        let id = inner.meta.object_by_handle(&handle)?;
         if let Some(id) = id {
-            inner.ids.insert(handle.to_vec(), id);
+            inner.ids.insert(handle, id);
         }
         Ok(id)
     }
@@ -632,15 +635,15 @@ impl Journal {
     /// Notes that the file with this handle was created in the current
     /// turn. The caller holds the turn gate, so the note and the creation
     /// fall in the same turn.
-    pub fn note_file_born(&self, handle: &[u8]) {
-        self.lock().born.insert(handle.to_vec());
+    pub fn note_file_born(&self, handle: &FileHandle) {
+        self.lock().born.insert(handle.to_bytes());
     }
 
     /// Whether the file with this handle was created in the current turn
     /// (then no checkpoint has it, and its removal keeps nothing); the
     /// caller is removing it, so it is forgotten.
-    pub fn take_born(&self, handle: &[u8]) -> bool {
-        self.lock().born.remove(handle)
+    pub fn take_born(&self, handle: &FileHandle) -> bool {
+        self.lock().born.remove(&handle.to_bytes())
     }
 
     /// Whether (dir, name) still needs its pre-image in this turn.
@@ -850,7 +853,7 @@ impl Journal {
     /// Records objects changed outside the mount (found by a scan at
     /// mount): views of earlier checkpoints must not show their live state.
     /// Returns how many objects were affected.
-    pub fn record_outside_changes(&self, handles: &[(Vec<u8>, u8)]) -> JournalResult<usize> {
+    pub fn record_outside_changes(&self, handles: &[(FileHandle, u8)]) -> JournalResult<usize> {
         let mut inner = self.lock();
         inner.fold()?;
         let turn = inner.turn;
@@ -861,6 +864,7 @@ impl Journal {
             // object record of their own: they changed through the mount too.
             let renamed = if unclean { m.entry_targets_in_turn(turn - 1)? } else { Default::default() };
             for (h, kind) in handles {
+                let h = &h.to_bytes();
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
                 // Rewound files: the settler fills them (now, or it did
@@ -892,11 +896,12 @@ impl Journal {
 
     /// The rewound file `handle` has its bytes: it is no longer pending,
     /// and its fill is not an outside change (see SETTLED).
-    pub fn settled(&self, handle: &[u8]) -> JournalResult<()> {
+    pub fn settled(&self, handle: &FileHandle) -> JournalResult<()> {
+        let handle = handle.to_bytes();
         let inner = self.lock();
         inner.meta.transaction(|m| {
-            m.remove_pending(handle)?;
-            m.set_state(&settled_key(handle), "")
+            m.remove_pending(&handle)?;
+            m.set_state(&settled_key(&handle), "")
         })?;
         Ok(())
     }
@@ -1021,6 +1026,11 @@ mod tests {
     use super::*;
     use crate::store::MemoryStore;
 
+    /// A handle for the tests: `name` after a zero handle type.
+    pub(crate) fn handle(name: &[u8]) -> FileHandle {
+        FileHandle::from_bytes(&[&[0u8; 4][..], name].concat()).expect("a test handle")
+    }
+
     fn journal() -> Journal {
         Journal::open(Meta::open_in_memory().unwrap(), Arc::new(MemoryStore::new())).unwrap()
     }
@@ -1047,11 +1057,11 @@ mod tests {
     fn a_new_object_is_born_in_the_current_turn() {
         let j = journal();
         j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
-        let id = j.note_born(b"new", 1).unwrap();
-        assert_eq!(j.object_id(b"new", 1).unwrap(), id);
+        let id = j.note_born(&handle(b"new"), 1).unwrap();
+        assert_eq!(j.object_id(&handle(b"new"), 1).unwrap(), id);
         assert_eq!(j.with_meta(|m| m.born_turn(id)).unwrap(), Some(1));
-        let old = j.object_id(b"old", 1).unwrap();
-        assert_eq!(j.note_born(b"old", 1).unwrap(), old);
+        let old = j.object_id(&handle(b"old"), 1).unwrap();
+        assert_eq!(j.note_born(&handle(b"old"), 1).unwrap(), old);
         assert_eq!(j.with_meta(|m| m.born_turn(old)).unwrap(), Some(1));
     }
 
@@ -1122,7 +1132,7 @@ mod tests {
     #[test]
     fn a_record_is_taken_once_per_turn() {
         let j = journal();
-        let d = j.object_id(b"d", 2).unwrap();
+        let d = j.object_id(&handle(b"d"), 2).unwrap();
         assert!(j.needs_entry(d, b"x"));
         j.record_entry(d, b"x", None, Some("sh")).unwrap();
         assert!(!j.needs_entry(d, b"x"));
@@ -1151,7 +1161,7 @@ mod tests {
         let j = journal();
         let first = turn(&j, "m1").unwrap();
         assert_eq!(turn(&j, "m1").unwrap(), first, "a repeat with nothing changed is the same checkpoint");
-        let d = j.object_id(b"d", 2).unwrap();
+        let d = j.object_id(&handle(b"d"), 2).unwrap();
         j.record_entry(d, b"x", None, Some("sh")).unwrap();
         assert!(matches!(turn(&j, "m1"), Err(JournalError::DuplicateMessageId { checkpoint: 1, .. })));
         turn(&j, "m2").unwrap();

@@ -145,7 +145,7 @@ pub struct Collected {
 
 /// How a collection removes an attic entry: `(object, handle, dry_run)` ->
 /// the bytes freed, or None when the entry is not removable
-/// (`LiveTree::remove_from_attic`).
+/// (`Attic::remove_unreachable`).
 pub type AtticRemover<'a> = &'a dyn Fn(ObjectId, &[u8], bool) -> Option<u64>;
 
 /// The time a collection goes by: the clock, or in test builds
@@ -387,7 +387,9 @@ pub fn du(
     let logical: u64 = usage.iter().map(|u| u.2).sum();
     let policy = journal.policy()?;
     let victims = journal.plan_retention(&policy)?;
-    let attic = |id, handle: &[u8], _| tree.remove_from_attic(id, handle, true);
+    let attic = |id, handle: &[u8], _| {
+        crate::sys::FileHandle::from_bytes(handle).and_then(|h| tree.attic().remove_unreachable(id, &h, true))
+    };
     let gc_would_free = journal.collect(&victims, "retention", true, &attic)?;
     let (attic_bytes, attic_entries) = tree_bytes(&parts.attic());
     let attic_entries = std::fs::read_dir(parts.attic()).map(|d| d.count() as u64).unwrap_or(attic_entries);
@@ -490,7 +492,7 @@ mod journal_tests {
         let j = Journal::open(Meta::open_in_memory().unwrap(), store.clone()).unwrap();
         let seal =
             |id: &str| j.seal(&TurnInfo { message_id: Some(id.into()), ..Default::default() }, Reason::Turn, || {});
-        let o = j.object_id(b"f", 1).unwrap();
+        let o = j.object_id(&crate::journal::tests::handle(b"f"), 1).unwrap();
         let content = |data: &[u8]| {
             let c = crate::store::store_content(&*store, data).unwrap();
             let mut s = crate::meta::test_file_state(data.len() as u64);

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::quote::quote_name;
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, ObjectId, TurnStats};
 use crate::sys::FileHandle;
+use crate::text::quote_name;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError, ViewResult};
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Kind, LiveTree};
@@ -538,12 +538,12 @@ enum Placed {
 /// backing inode (`/proc/self/fd`), checked by resolving that path again
 /// without following symlinks: the kernel's name may be stale or missing.
 fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> ViewResult<Placed> {
-    if tree.in_attic(id) {
+    if tree.attic().holds(id) {
         return Ok(Placed::Gone);
     }
     let handle = journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
     let Some(handle) = handle else { return Ok(Placed::Gone) };
-    let fd = match tree.open_handle(&handle, libc::O_PATH) {
+    let fd = match tree.backing().open_handle(&handle, libc::O_PATH) {
         Ok(fd) => fd,
         Err(e) if e.0 == libc::ENOENT => return Ok(Placed::Gone),
         Err(_) => return Ok(Placed::Unknown("cannot be opened by handle")),

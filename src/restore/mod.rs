@@ -294,7 +294,7 @@ impl Ctx<'_> {
             // it is not the content wanted, and is replaced.
             return Ok(false);
         };
-        let got = self.tree.read(fh.0, 0, (state.size as u32).saturating_add(1));
+        let got = self.tree.open_files().read(fh.0, 0, (state.size as u32).saturating_add(1));
         self.tree.release(fh.0);
         Ok(got.map(|g| g == want).unwrap_or(false))
     }

@@ -67,7 +67,7 @@ struct Rewinder<'a> {
 
 /// Whether this tree can rewind without copying (it has an attic).
 pub fn instant_available(tree: &LiveTree) -> bool {
-    tree.attic_fd().is_some()
+    tree.attic().fd().is_some()
 }
 
 /// Makes the live tree the tree at `checkpoint`. The caller has sealed a
@@ -252,7 +252,7 @@ impl Rewinder<'_> {
     /// An `O_PATH` descriptor of a live object.
     fn object_fd(&self, id: ObjectId) -> Option<OwnedFd> {
         let h = self.handle_of(id)?;
-        let fd = self.tree.open_handle(&h, libc::O_PATH).ok()?;
+        let fd = self.tree.backing().open_handle(&h, libc::O_PATH).ok()?;
         // A removed object that is still open somewhere has no links.
         let st = rustix::fs::fstat(&fd).ok()?;
         (st.st_nlink > 0).then_some(fd)
@@ -272,7 +272,7 @@ impl Rewinder<'_> {
                 let h =
                     sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
                 let kind = kind_code(Kind::from_mode(st.st_mode));
-                Ok(Some(self.journal.object_id(&h.to_bytes(), kind)?))
+                Ok(Some(self.journal.object_id(&h, kind)?))
             }
             Err(rustix::io::Errno::NOENT) => Ok(None),
             Err(e) => Err(err(String::from_utf8_lossy(name.as_bytes()).into_owned(), e.into())),
@@ -379,10 +379,13 @@ impl Rewinder<'_> {
             .recreate(dir, os, kind, state.perm, state.size, &target_bytes)
             .map_err(|e| err(self.display(name), e))?;
         let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-        self.journal.rebind_object(target, &handle.to_bytes())?;
+        self.journal.rebind_object(target, &handle)?;
         if kind == Kind::File {
             let (content, record) = self.stored_content(&node, &state)?;
-            self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(self.display(name), e))?;
+            self.tree
+                .settler()
+                .add(&handle, content, record, state.mtime_ns)
+                .map_err(|e| err(self.display(name), e))?;
         }
         self.set_owner_and_times(fd.as_fd(), &state)?;
         self.out.push(Planned { path: OsStr::from_bytes(name).into(), action: Action::Recreate });
@@ -402,10 +405,10 @@ impl Rewinder<'_> {
             Content::Live(h) => {
                 // Still readable live (e.g. pending): store it so the new
                 // inode can be filled from the store.
-                if let Some(c) = self.tree.pending_content(h) {
+                if let Some(c) = self.tree.pending().content(h) {
                     return Ok((c, None));
                 }
-                let fd = self.tree.open_handle(h, libc::O_RDONLY).map_err(|e| err("read".into(), e))?;
+                let fd = self.tree.backing().open_handle(h, libc::O_RDONLY).map_err(|e| err("read".into(), e))?;
                 Ok((self.journal.store_content(std::fs::File::from(fd))?, None))
             }
             Content::None => Err(err(format!("object {:?} has no recorded content", node.id), Errno::EIO)),
@@ -507,7 +510,7 @@ impl Rewinder<'_> {
             )
             .map_err(from_rustix("open the root"))?;
             let mut stack = vec![root];
-            let attic = self.tree.attic_fd().and_then(|a| rustix::fs::fstat(a).ok()).map(|a| (a.st_dev, a.st_ino));
+            let attic = self.tree.attic().fd().and_then(|a| rustix::fs::fstat(a).ok()).map(|a| (a.st_dev, a.st_ino));
             while let Some(dir) = stack.pop() {
                 let mut subdirs = Vec::new();
                 self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found, Some(&mut subdirs))?;
@@ -596,7 +599,7 @@ impl Rewinder<'_> {
         if excess.is_empty() {
             return Ok(());
         }
-        let Some(attic) = self.tree.attic_fd() else { return Ok(()) };
+        let Some(attic) = self.tree.attic().fd() else { return Ok(()) };
         let moved: Vec<ObjectId> = self.in_attic.iter().copied().collect();
         let mut stack: Vec<OwnedFd> = Vec::new();
         for id in moved {
@@ -659,7 +662,7 @@ impl Rewinder<'_> {
     /// Whether a live object is in the attic: in its own slot (the attic
     /// table says so), or inside a directory there.
     fn is_in_attic(&self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<bool, RestoreError> {
-        if self.tree.attic_fd().is_none() {
+        if self.tree.attic().fd().is_none() {
             return Ok(false);
         }
         if self.in_attic.contains(&id) || self.journal.in_attic(id)? {
@@ -671,12 +674,12 @@ impl Rewinder<'_> {
     /// Whether `dir` is the attic directory itself.
     fn is_attic_root(&self, dir: BorrowedFd<'_>) -> bool {
         let key = |fd: BorrowedFd<'_>| rustix::fs::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino));
-        self.tree.attic_fd().is_some_and(|a| key(a).is_some() && key(a) == key(dir))
+        self.tree.attic().fd().is_some_and(|a| key(a).is_some() && key(a) == key(dir))
     }
 
     /// Where a live object is inside the attic, if it is there.
     fn locate_in_attic(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
-        match self.tree.attic_fd() {
+        match self.tree.attic().fd() {
             Some(attic) => self.locate_under(fd, attic),
             None => Ok(None),
         }
@@ -740,12 +743,12 @@ impl Rewinder<'_> {
         for (dir, _) in &names {
             let dir_handle =
                 sys::name_to_handle_at(dir.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-            let dir_id = self.journal.object_id(&dir_handle.to_bytes(), kind_code(Kind::Dir))?;
+            let dir_id = self.journal.object_id(&dir_handle, kind_code(Kind::Dir))?;
             self.dirs_touched.insert(dir_id);
         }
         let new = NewFile { perm: state.perm, size: state.size, xattrs: &state.xattrs };
         let (handle, new_fd) = self.ops.swap_in_new_inode(id, &names, &new).map_err(|e| err(shown.clone(), e))?;
-        self.tree.add_pending(&handle, content, record, state.mtime_ns).map_err(|e| err(shown.clone(), e))?;
+        self.tree.settler().add(&handle, content, record, state.mtime_ns).map_err(|e| err(shown.clone(), e))?;
         self.set_owner_and_times(new_fd.as_fd(), state)?;
         if let Some(ino) = old_handle.and_then(|h| self.tree.known_ino(&h)) {
             self.touched.inodes.insert(ino);

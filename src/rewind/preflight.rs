@@ -124,7 +124,7 @@ fn problem_of(tree: &LiveTree, journal: &Journal, state: &NodeState, checked: &m
     }
     let content = match &state.content {
         Content::Stored(c) => c.clone(),
-        Content::Live(h) => tree.pending_content(h)?,
+        Content::Live(h) => tree.pending().content(h)?,
         Content::None => return None,
     };
     let problem = first_problem(journal, &content, checked);
@@ -165,7 +165,7 @@ fn first_problem(journal: &Journal, content: &ContentRef, checked: &mut Checked)
 /// checkpoint, and what to do.
 pub fn refusal(what: &str, checkpoint: i64, files: &[Unreadable]) -> String {
     let list: Vec<String> =
-        files.iter().map(|u| format!("{} ({})", crate::cli::quote::quote_name(&u.path), u.problem)).collect();
+        files.iter().map(|u| format!("{} ({})", crate::text::quote_name(&u.path), u.problem)).collect();
     format!(
         "{what} refused, nothing was changed: {} of checkpoint {checkpoint} cannot be read back from the store: {}; \
          `rewindfs fsck` names all the damage",

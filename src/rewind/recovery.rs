@@ -76,7 +76,7 @@ fn paths_args(intent: &Intent) -> String {
     if intent.paths.is_empty() {
         return ".".to_string();
     }
-    intent.paths.iter().map(|p| crate::cli::quote::quote_name(OsStr::from_bytes(p))).collect::<Vec<_>>().join(" ")
+    intent.paths.iter().map(|p| crate::text::quote_name(OsStr::from_bytes(p))).collect::<Vec<_>>().join(" ")
 }
 
 fn paths_text(intent: &Intent) -> String {
@@ -217,17 +217,17 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
     let found = each_temporary(tree, |dir, name, _, st| {
         let shown = String::from_utf8_lossy(name.as_bytes()).into_owned();
         let fail = |e: Errno| RestoreError::Live { path: shown.clone(), errno: e };
-        tree.capture_entry(journal, dir, name, caller).map_err(fail)?;
-        let id = tree.capture_named(journal, dir, name, false, caller).map_err(fail)?;
+        tree.capture(journal).entry(dir, name, caller).map_err(fail)?;
+        let id = tree.capture(journal).named(dir, name, false, caller).map_err(fail)?;
         let id = match id {
             Some(id) => id,
             None => {
                 let h = sys::name_to_handle_at(dir, name).map_err(|e| fail(e.into()))?;
-                journal.object_id(&h.to_bytes(), kind_code(Kind::from_mode(st.st_mode)))?
+                journal.object_id(&h, kind_code(Kind::from_mode(st.st_mode)))?
             }
         };
         log::warn!("recovery: moving the leftover temporary file {shown} (object {}) to the attic", id.0);
-        if !tree.to_attic(dir, name, id).map_err(fail)? {
+        if !tree.attic().move_in(dir, name, id).map_err(fail)? {
             rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(live("unlink"))?;
         }
         Ok(())

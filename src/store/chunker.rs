@@ -37,6 +37,21 @@ pub struct ContentRef {
 }
 
 impl ContentRef {
+    /// The two columns a content reference is kept as in the metadata
+    /// (`ObjectState::content`, known contents, pending files): the whole
+    /// hash and the encoded chunk list.
+    pub fn to_columns(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.hash.as_bytes().to_vec(), self.encode_chunks())
+    }
+
+    /// Inverse of [`ContentRef::to_columns`]: rejects a malformed chunk
+    /// list or hash; the size is the sum of the chunks'.
+    pub fn from_columns(hash: &[u8], chunks: &[u8]) -> Result<ContentRef, StoreError> {
+        let chunks = ContentRef::decode_chunks(chunks)?;
+        let hash = ChunkId::from_slice(hash)?;
+        Ok(ContentRef { hash, size: chunks.iter().map(|s| s.len as u64).sum(), chunks })
+    }
+
     /// The span list in a compact form for a SQLite BLOB: a format byte, a
     /// varint count, then per chunk its 32-byte id and a varint length
     /// (about 35 bytes per 16 KiB chunk).

@@ -141,7 +141,7 @@ impl<'a> TreeView<'a> {
     }
 
     fn node_of_handle(&self, handle: FileHandle) -> ViewResult<Node> {
-        let id = self.journal.known_object_id(&handle.to_bytes())?;
+        let id = self.journal.known_object_id(&handle)?;
         Ok(Node { id, handle: Some(handle) })
     }
 
@@ -158,7 +158,7 @@ impl<'a> TreeView<'a> {
     fn id_of(&self, node: &Node) -> ViewResult<Option<ObjectId>> {
         match (node.id, &node.handle) {
             (Some(id), _) => Ok(Some(id)),
-            (None, Some(h)) => Ok(self.journal.known_object_id(&h.to_bytes())?),
+            (None, Some(h)) => Ok(self.journal.known_object_id(h)?),
             (None, None) => Ok(None),
         }
     }
@@ -171,7 +171,7 @@ impl<'a> TreeView<'a> {
     /// An `O_PATH` descriptor of the live object, if it still exists.
     fn live_fd(&self, node: &Node) -> Option<std::os::fd::OwnedFd> {
         let handle = node.handle.as_ref()?;
-        self.tree.open_handle(handle, libc::O_PATH).ok()
+        self.tree.backing().open_handle(handle, libc::O_PATH).ok()
     }
 
     /// The live object behind `node`, if it still exists and is the same
@@ -284,18 +284,7 @@ impl<'a> TreeView<'a> {
                 let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
                 let record = content.as_ref().map(|(turn, _, _)| (*turn, id));
                 let (content, hash) = match content {
-                    Some((_, hash, chunks)) => {
-                        let spans = ContentRef::decode_chunks(&chunks)?;
-                        let h = crate::store::ChunkId::from_slice(&hash)?;
-                        (
-                            Content::Stored(ContentRef {
-                                hash: h,
-                                size: spans.iter().map(|s| s.len as u64).sum(),
-                                chunks: spans,
-                            }),
-                            Some(hash),
-                        )
-                    }
+                    Some((_, hash, chunks)) => (Content::Stored(ContentRef::from_columns(&hash, &chunks)?), Some(hash)),
                     None if rec.kind == kind_code(Kind::File) => match &node.handle {
                         Some(h) if self.live_fd(node).is_some() => (Content::Live(h.clone()), None),
                         _ => return Err(ViewError::Lost(id)),
@@ -351,14 +340,17 @@ impl<'a> TreeView<'a> {
     pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
         match &state.content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
-            Content::Live(h) if self.tree.pending_content(h).is_some() => {
-                let c =
-                    self.tree.pending_content(h).ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
+            Content::Live(h) if self.tree.pending().content(h).is_some() => {
+                let c = self
+                    .tree
+                    .pending()
+                    .content(h)
+                    .ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
                 Ok(read_content_at(self.journal.store(), &c, offset, buf)?)
             }
             Content::Live(h) => {
                 use std::os::unix::fs::FileExt;
-                let fd = self.tree.open_handle(h, libc::O_RDONLY)?;
+                let fd = self.tree.backing().open_handle(h, libc::O_RDONLY)?;
                 let file = std::fs::File::from(fd);
                 Ok(file.read_at(buf, offset)?)
             }

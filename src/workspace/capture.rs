@@ -1,20 +1,25 @@
-//! Pre-image capture: what the live tree records before it changes
-//! anything. Each function gathers the current state from the backing
-//! files and hands it to the journal, which stores it durably; only then
-//! does the caller apply its change.
+//! The recording policy: what the live tree records before it changes
+//! anything. `Recorder` holds the journal and the files open for writing
+//! (recorded again at each turn); `Recording` holds the turn gate for one
+//! mutation and says what a creation or removal records; `Capture` gathers
+//! the current state from the backing files and hands it to the journal,
+//! which stores it durably. Only then does the caller apply its change.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex};
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::OFlags;
 
 use crate::error::{AsErrno, Errno};
 use crate::journal::{Journal, JournalError, ns};
 use crate::meta::{ObjectId, ObjectState, encode_xattrs};
-use crate::sys;
+use crate::sys::FileHandle;
 use crate::workspace::attr::{Caller, Ino, Kind};
-use crate::workspace::live::LiveTree;
+use crate::workspace::backing::{self, handle_of_fd, open_named, read_xattrs};
+use crate::workspace::pending::PendingSet;
 
 type Res<T> = std::result::Result<T, Errno>;
 
@@ -32,146 +37,204 @@ pub fn kind_code(kind: Kind) -> u8 {
     kind.code()
 }
 
-fn read_xattrs(fd: BorrowedFd<'_>) -> Res<Vec<(Vec<u8>, Vec<u8>)>> {
-    let size = match sys::listxattr(fd, &mut []) {
-        Ok(n) => n,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::EPERM)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    if size == 0 {
-        return Ok(Vec::new());
-    }
-    let mut names = vec![0u8; size];
-    let n = sys::listxattr(fd, &mut names)?;
-    names.truncate(n);
-    let mut out = Vec::new();
-    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-        let name_os = OsStr::from_bytes(name);
-        let len = match sys::getxattr(fd, name_os, &mut []) {
-            Ok(l) => l,
-            Err(e) if e.raw_os_error() == Some(libc::ENODATA) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let mut value = vec![0u8; len];
-        let got = sys::getxattr(fd, name_os, &mut value)?;
-        value.truncate(got);
-        out.push((name.to_vec(), value));
-    }
-    Ok(out)
+/// The recording policy of a tree: the journal pre-images go to, and the
+/// files open for writing (which each new turn records again).
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// Where pre-images go; `None` serves the tree without recording.
+    journal: Option<Arc<Journal>>,
+    /// Open-for-write counts: these files may be written (by passthrough
+    /// or mmap) without the daemon seeing it, so each new turn records
+    /// them again.
+    writers: Mutex<HashMap<Ino, u32>>,
 }
 
-impl LiveTree {
+/// Holds the journal's turn gate for the length of one mutation.
+pub(crate) struct Recording<'a> {
+    pub journal: &'a Journal,
+    pending: &'a PendingSet,
+    _gate: std::sync::RwLockReadGuard<'a, ()>,
+}
+
+/// Records pre-images into one journal. Files whose bytes are still in the
+/// store (`pending`) are recorded with the content they will receive.
+#[derive(Clone, Copy)]
+pub(crate) struct Capture<'a> {
+    journal: &'a Journal,
+    pending: &'a PendingSet,
+}
+
+impl Recorder {
+    pub(crate) fn new(journal: Option<Arc<Journal>>) -> Recorder {
+        Recorder { journal, writers: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn journal(&self) -> Option<&Arc<Journal>> {
+        self.journal.as_ref()
+    }
+
+    /// Starts recording one mutation: holds the turn gate until dropped.
+    pub(crate) fn recording<'a>(&'a self, pending: &'a PendingSet) -> Option<Recording<'a>> {
+        self.journal.as_deref().map(|journal| Recording { journal, pending, _gate: journal.gate() })
+    }
+
+    fn writers(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, u32>> {
+        self.writers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A client opened `ino` for writing.
+    pub(crate) fn add_writer(&self, ino: Ino) {
+        *self.writers().entry(ino).or_insert(0) += 1;
+    }
+
+    /// A client closed a file it had open for writing.
+    pub(crate) fn remove_writer(&self, ino: Ino) {
+        let mut writers = self.writers();
+        if let Some(n) = writers.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                writers.remove(&ino);
+            }
+        }
+    }
+
+    /// Whether a client holds the file open for writing (or mapped).
+    pub(crate) fn is_open_for_write(&self, ino: Ino) -> bool {
+        self.writers().contains_key(&ino)
+    }
+
+    /// The files open for writing.
+    pub(crate) fn writer_inos(&self) -> Vec<Ino> {
+        self.writers().keys().copied().collect()
+    }
+}
+
+/// Notes a just-created object's birth turn (see `Recording::note_born_at`).
+pub(crate) fn note_born(journal: &Journal, handle: &FileHandle, kind: Kind) {
+    if let Err(e) = journal.note_born(handle, kind_code(kind)) {
+        log::warn!("cannot note the creation turn of a new object: {e}");
+    }
+}
+
+impl<'a> Recording<'a> {
+    pub(crate) fn capture(&self) -> Capture<'a> {
+        Capture { journal: self.journal, pending: self.pending }
+    }
+
+    /// Before creating `name`: records that it did not exist (and the
+    /// directory's attributes).
+    pub(crate) fn new_name(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
+        self.capture().entry(dir, name, caller)
+    }
+
+    /// Before removing `name`: records what it was, and the object itself.
+    pub(crate) fn removal(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
+        let capture = self.capture();
+        capture.entry(dir, name, caller)?;
+        capture.named(dir, name, backing::is_last_link(dir, name), caller)?;
+        Ok(())
+    }
+
+    /// Notes the object just created at `name` as born in the current turn
+    /// (under the recording's gate): a rewind to an earlier checkpoint
+    /// leaves it out of the objects it visits, since no such checkpoint
+    /// has it.
+    /// The object exists already, so a note that cannot be written does
+    /// not fail the creation: the rewind then visits the object and finds
+    /// it out of the tree (the way it did before births were noted).
+    pub(crate) fn note_born_at(&self, dir: BorrowedFd<'_>, name: &OsStr, kind: Kind) -> Res<()> {
+        let handle = backing::handle_at(dir, name)?;
+        note_born(self.journal, &handle, kind);
+        Ok(())
+    }
+
+    /// Whether the object `handle` names, about to be removed, was created
+    /// in the current turn (see `Journal::take_born`).
+    pub(crate) fn take_born(&self, handle: Option<&FileHandle>) -> bool {
+        handle.is_some_and(|h| self.journal.take_born(h))
+    }
+}
+
+impl<'a> Capture<'a> {
+    pub(crate) fn new(journal: &'a Journal, pending: &'a PendingSet) -> Capture<'a> {
+        Capture { journal, pending }
+    }
+
     /// The persistent object id of a live object reached by an `O_PATH`
     /// descriptor.
-    pub(crate) fn object_id_of_fd(&self, journal: &Journal, fd: BorrowedFd<'_>, kind: Kind) -> Res<ObjectId> {
-        let handle = sys::name_to_handle_at(fd, OsStr::new(""))?;
-        journal.object_id(&handle.to_bytes(), kind_code(kind)).map_err(refused)
+    pub(crate) fn object_id_of_fd(&self, fd: BorrowedFd<'_>, kind: Kind) -> Res<ObjectId> {
+        let handle = handle_of_fd(fd)?;
+        self.journal.object_id(&handle, kind_code(kind)).map_err(refused)
     }
 
     /// Records what `name` in directory `dir` refers to now (or that it
     /// does not exist), plus the directory's own attributes, before the
     /// first change to that name in this turn.
-    pub(crate) fn capture_entry(
-        &self,
-        journal: &Journal,
-        dir: BorrowedFd<'_>,
-        name: &OsStr,
-        caller: Caller,
-    ) -> Res<()> {
-        let dir_id = self.object_id_of_fd(journal, dir, Kind::Dir)?;
+    pub(crate) fn entry(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
+        let journal = self.journal;
+        let dir_id = self.object_id_of_fd(dir, Kind::Dir)?;
         let program = journal.program(caller.pid);
         if journal.needs_entry(dir_id, name.as_bytes()) {
-            let target =
-                match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
-                    Ok(fd) => {
-                        let st = rustix::fs::fstat(&fd)?;
-                        Some(self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?)
-                    }
-                    Err(rustix::io::Errno::NOENT) => None,
-                    Err(e) => return Err(e.into()),
-                };
+            let target = self.object_id_named(dir, name)?;
             journal.record_entry(dir_id, name.as_bytes(), target, program.as_deref()).map_err(refused)?;
         }
-        self.capture_fd(journal, dir, dir_id, false, program.as_deref())
+        self.fd(dir, dir_id, false, program.as_deref())
     }
 
     /// The object id of `name` in `dir`, if it exists (nothing recorded
     /// but the id).
-    pub(crate) fn object_id_named(
-        &self,
-        journal: &Journal,
-        dir: BorrowedFd<'_>,
-        name: &OsStr,
-    ) -> Res<Option<ObjectId>> {
-        match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => {
-                let st = rustix::fs::fstat(&fd)?;
-                Ok(Some(self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?))
-            }
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+    pub(crate) fn object_id_named(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<ObjectId>> {
+        let Some(fd) = open_named(dir, name)? else { return Ok(None) };
+        let st = rustix::fs::fstat(&fd)?;
+        Ok(Some(self.object_id_of_fd(fd.as_fd(), Kind::from_mode(st.st_mode))?))
     }
 
     /// Records the state of the object `name` in `dir` (with its content
     /// when `content`), if it exists; returns its id.
-    pub(crate) fn capture_named(
+    pub(crate) fn named(
         &self,
-        journal: &Journal,
         dir: BorrowedFd<'_>,
         name: &OsStr,
         content: bool,
         caller: Caller,
     ) -> Res<Option<ObjectId>> {
-        match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => {
-                let st = rustix::fs::fstat(&fd)?;
-                let id = self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?;
-                self.capture_fd(journal, fd.as_fd(), id, content, journal.program(caller.pid).as_deref())?;
-                Ok(Some(id))
-            }
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        let Some(fd) = open_named(dir, name)? else { return Ok(None) };
+        let st = rustix::fs::fstat(&fd)?;
+        let id = self.object_id_of_fd(fd.as_fd(), Kind::from_mode(st.st_mode))?;
+        self.fd(fd.as_fd(), id, content, self.journal.program(caller.pid).as_deref())?;
+        Ok(Some(id))
     }
 
-    /// Records the state of the object `ino` before its first change in
-    /// this turn.
-    pub(crate) fn capture_ino(&self, journal: &Journal, ino: Ino, content: bool, caller: Caller) -> Res<()> {
-        let fd = self.open_path_fd(ino)?;
-        let st = rustix::fs::fstat(&fd)?;
-        let id = self.object_id_of_fd(journal, fd.as_fd(), Kind::from_mode(st.st_mode))?;
+    /// Records the state of the object `fd` refers to before its first
+    /// change in this turn; `open_for_write` when a client holds it open
+    /// for writing.
+    pub(crate) fn object(&self, fd: BorrowedFd<'_>, content: bool, open_for_write: bool, caller: Caller) -> Res<()> {
+        let st = rustix::fs::fstat(fd)?;
+        let id = self.object_id_of_fd(fd, Kind::from_mode(st.st_mode))?;
         // A file open for writing may have been changed through a shared
         // mmap, which leaves ctime alone until the page is written back:
         // (ctime, size) says nothing about its content, so read it.
-        let trust_known = !self.is_open_for_write(ino);
-        self.capture_fd_with(journal, fd.as_fd(), id, content, journal.program(caller.pid).as_deref(), trust_known)
+        let trust_known = !open_for_write;
+        self.fd_with(fd, id, content, self.journal.program(caller.pid).as_deref(), trust_known)
     }
 
     /// Records an object's attributes, xattrs, symlink target and (for
     /// regular files, when asked) content.
-    pub(crate) fn capture_fd(
-        &self,
-        journal: &Journal,
-        fd: BorrowedFd<'_>,
-        id: ObjectId,
-        content: bool,
-        program: Option<&str>,
-    ) -> Res<()> {
-        self.capture_fd_with(journal, fd, id, content, program, true)
+    pub(crate) fn fd(&self, fd: BorrowedFd<'_>, id: ObjectId, content: bool, program: Option<&str>) -> Res<()> {
+        self.fd_with(fd, id, content, program, true)
     }
 
-    /// As `capture_fd`; `trust_known` allows reusing content known for the
+    /// As `fd`; `trust_known` allows reusing content known for the
     /// same (ctime, size) instead of reading the file.
-    fn capture_fd_with(
+    fn fd_with(
         &self,
-        journal: &Journal,
         fd: BorrowedFd<'_>,
         id: ObjectId,
         content: bool,
         program: Option<&str>,
         trust_known: bool,
     ) -> Res<()> {
+        let journal = self.journal;
         if !journal.needs_object(id, content) {
             return Ok(());
         }
@@ -185,7 +248,7 @@ impl LiveTree {
         let target =
             if kind == Kind::Symlink { Some(rustix::fs::readlinkat(fd, "", Vec::new())?.into_bytes()) } else { None };
         let pending = if content && kind == Kind::File {
-            sys::name_to_handle_at(fd, OsStr::new("")).ok().and_then(|h| self.pending_content(&h))
+            handle_of_fd(fd).ok().and_then(|h| self.pending.content(&h))
         } else {
             None
         };
@@ -193,17 +256,16 @@ impl LiveTree {
         // be written.
         let mut unrecorded = None;
         let content = if let Some(p) = pending {
-            Some((p.hash.as_bytes().to_vec(), p.encode_chunks()))
+            Some(p.to_columns())
         } else if content && kind == Kind::File {
             let size = st.st_size as u64;
             let known = if trust_known { journal.known_content(id, ctime_ns, size).map_err(refused)? } else { None };
             match known {
                 Some(known) => Some(known),
                 None => {
-                    let path = sys::proc_fd_path(fd);
-                    let file = rustix::fs::open(path.as_c_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+                    let file = backing::reopen(fd, OFlags::RDONLY)?;
                     let stored = journal.store_content_until_recorded(std::fs::File::from(file)).map_err(refused)?;
-                    let content = (stored.content.hash.as_bytes().to_vec(), stored.content.encode_chunks());
+                    let content = stored.content.to_columns();
                     unrecorded = Some(stored);
                     Some(content)
                 }
@@ -234,13 +296,5 @@ impl LiveTree {
             stored.keep();
         }
         Ok(())
-    }
-
-    /// Whether `name` in `dir` is the last name of a non-directory (so
-    /// removing it destroys the object's content).
-    pub(crate) fn is_last_link(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
-        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map(|st| st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink <= 1)
-            .unwrap_or(false)
     }
 }

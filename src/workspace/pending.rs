@@ -13,13 +13,14 @@ use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{AtFlags, Timespec, Timestamps};
+use rustix::fs::Timespec;
 
 use crate::error::Errno;
+use crate::journal::Journal;
 use crate::meta::{ObjectId, PendingList};
 use crate::store::ContentRef;
-use crate::sys::{self, FileHandle};
-use crate::workspace::live::LiveTree;
+use crate::sys::FileHandle;
+use crate::workspace::backing::{self, Backing};
 
 type Res<T> = std::result::Result<T, Errno>;
 
@@ -57,14 +58,23 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// verified; larger ones are read twice (verified, then written).
 const VERIFY_IN_MEMORY: u64 = 64 << 20;
 
-/// The pending files of a tree, by handle bytes.
+/// The pending files of a tree, by handle.
 #[derive(Default, Debug)]
 pub struct PendingSet {
-    pub(crate) files: std::sync::Mutex<HashMap<Vec<u8>, PendingContent>>,
+    files: std::sync::Mutex<HashMap<FileHandle, PendingContent>>,
     /// One materialisation at a time: a file is never written twice.
-    pub(crate) settle_lock: std::sync::Mutex<()>,
-    /// Pending files that could not be settled, by handle bytes.
-    unsettled: std::sync::Mutex<HashMap<Vec<u8>, Unsettled>>,
+    settle_lock: std::sync::Mutex<()>,
+    /// Pending files that could not be settled, by handle.
+    unsettled: std::sync::Mutex<HashMap<FileHandle, Unsettled>>,
+}
+
+/// Writes pending files' bytes into the tree: the pending set, with the
+/// backing tree it writes to and the journal that lists the files.
+#[derive(Clone, Copy)]
+pub struct Settler<'a> {
+    set: &'a PendingSet,
+    backing: &'a Backing,
+    journal: Option<&'a Journal>,
 }
 
 fn eio<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> Errno + '_ {
@@ -74,13 +84,13 @@ fn eio<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> Errno + '_ {
     }
 }
 
-impl LiveTree {
-    fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, PendingContent>> {
-        self.pending.files.lock().unwrap_or_else(|p| p.into_inner())
+impl PendingSet {
+    fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<FileHandle, PendingContent>> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn unsettled_map(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Unsettled>> {
-        self.pending.unsettled.lock().unwrap_or_else(|p| p.into_inner())
+    fn unsettled_map(&self) -> std::sync::MutexGuard<'_, HashMap<FileHandle, Unsettled>> {
+        self.unsettled.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The pending files that could not be settled so far, and why.
@@ -90,28 +100,49 @@ impl LiveTree {
         list
     }
 
-    /// The path of a live object relative to the workspace root (None when
-    /// it is not in the tree: in the attic, or gone).
-    pub fn path_of_handle(&self, handle: &FileHandle) -> Option<std::path::PathBuf> {
-        use std::os::unix::ffi::OsStrExt;
-        let fd = self.open_handle(handle, libc::O_PATH).ok()?;
-        let link = |fd: std::os::fd::BorrowedFd<'_>| {
-            std::fs::read_link(std::ffi::OsStr::from_bytes(sys::proc_fd_path(fd).as_bytes())).ok()
-        };
-        let (root, path) = (link(self.root_fd())?, link(fd.as_fd())?);
-        Some(path.strip_prefix(&root).ok()?.to_path_buf())
-    }
-
     /// How many rewound files still wait for the settler to write their
     /// bytes into the workspace (0: the workspace on disk is up to date).
-    pub fn pending_count(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.pending_map().len()
+    }
+
+    /// The content a pending file will receive, if it is pending.
+    pub fn content(&self, handle: &FileHandle) -> Option<ContentRef> {
+        self.pending_map().get(handle).map(|p| p.content.clone())
+    }
+
+    /// Shows a pending file with the mtime it will have: until the settler
+    /// is done, the backing file has the placeholder's mtime or that of the
+    /// settler's own writes, which the kernel would cache for the whole
+    /// cache timeout if it asked in that moment.
+    pub(crate) fn with_mtime(&self, handle: &FileHandle, attr: &mut crate::workspace::Attr) {
+        let map = self.pending_map();
+        if map.is_empty() {
+            return;
+        }
+        if let Some(p) = map.get(handle) {
+            attr.mtime = crate::view::browse::time_of_ns(p.mtime_ns);
+        }
+    }
+}
+
+impl<'a> Settler<'a> {
+    pub(crate) fn new(set: &'a PendingSet, backing: &'a Backing, journal: Option<&'a Journal>) -> Settler<'a> {
+        Settler { set, backing, journal }
+    }
+
+    fn pending_map(&self) -> std::sync::MutexGuard<'a, HashMap<FileHandle, PendingContent>> {
+        self.set.pending_map()
+    }
+
+    fn unsettled_map(&self) -> std::sync::MutexGuard<'a, HashMap<FileHandle, Unsettled>> {
+        self.set.unsettled_map()
     }
 
     /// Loads the pending files recorded by an earlier daemon (a crash
     /// during a settle resumes here).
-    pub fn load_pending(&self) -> Res<usize> {
-        let Some(journal) = self.journal() else { return Ok(0) };
+    pub fn load(&self) -> Res<usize> {
+        let Some(journal) = self.journal else { return Ok(0) };
         let rows = journal.with_meta(|m| m.all_pending()).map_err(eio("cannot read pending files"))?;
         let mut map = self.pending_map();
         for row in rows {
@@ -119,11 +150,13 @@ impl LiveTree {
                 log::error!("the chunk list of a pending file is missing from the journal");
                 return Err(Errno::EIO);
             };
-            let spans = ContentRef::decode_chunks(&chunks).map_err(eio("malformed pending content"))?;
-            let hash = crate::store::ChunkId::from_slice(&row.hash).map_err(eio("malformed pending hash"))?;
-            let size = spans.iter().map(|s| s.len as u64).sum();
-            let content = ContentRef { hash, size, chunks: spans };
-            map.insert(row.handle, PendingContent { content, mtime_ns: row.mtime_ns, before: None });
+            let content = ContentRef::from_columns(&row.hash, &chunks).map_err(eio("malformed pending content"))?;
+            // Not a handle any file can have: nothing to fill.
+            let Some(handle) = FileHandle::from_bytes(&row.handle) else {
+                log::error!("the handle of a pending file is malformed; it is left out");
+                continue;
+            };
+            map.insert(handle, PendingContent { content, mtime_ns: row.mtime_ns, before: None });
         }
         Ok(map.len())
     }
@@ -131,14 +164,14 @@ impl LiveTree {
     /// Records that the file `handle` must receive `content`, whose chunk
     /// list is also held by the pre-image record `record` (turn, object)
     /// when given (then it is not copied).
-    pub(crate) fn add_pending(
+    pub(crate) fn add(
         &self,
         handle: &FileHandle,
         content: ContentRef,
         record: Option<(i64, ObjectId)>,
         mtime_ns: i64,
     ) -> Res<()> {
-        let Some(journal) = self.journal() else { return Err(Errno::EIO) };
+        let Some(journal) = self.journal else { return Err(Errno::EIO) };
         let key = handle.to_bytes();
         let inline;
         let list = match record {
@@ -152,27 +185,8 @@ impl LiveTree {
             .with_meta(|m| m.add_pending(&key, content.hash.as_bytes(), list, mtime_ns))
             .map_err(eio("cannot record pending content"))?;
         let before = Some(journal.current_turn());
-        self.pending_map().insert(key, PendingContent { content, mtime_ns, before });
+        self.pending_map().insert(handle.clone(), PendingContent { content, mtime_ns, before });
         Ok(())
-    }
-
-    /// The content a pending file will receive, if it is pending.
-    pub fn pending_content(&self, handle: &FileHandle) -> Option<ContentRef> {
-        self.pending_map().get(&handle.to_bytes()).map(|p| p.content.clone())
-    }
-
-    /// Shows a pending file with the mtime it will have: until the settler
-    /// is done, the backing file has the placeholder's mtime or that of the
-    /// settler's own writes, which the kernel would cache for the whole
-    /// cache timeout if it asked in that moment.
-    pub(crate) fn with_pending_mtime(&self, handle: &FileHandle, attr: &mut crate::workspace::Attr) {
-        let map = self.pending_map();
-        if map.is_empty() {
-            return;
-        }
-        if let Some(p) = map.get(&handle.to_bytes()) {
-            attr.mtime = crate::view::browse::time_of_ns(p.mtime_ns);
-        }
     }
 
     /// Writes a pending file's bytes now (no-op when it is not pending).
@@ -186,11 +200,10 @@ impl LiveTree {
         if self.pending_map().is_empty() {
             return Ok(());
         }
-        let _one = self.pending.settle_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let key = handle.to_bytes();
-        let Some(p) = self.pending_map().get(&key).cloned() else { return Ok(()) };
-        let Some(journal) = self.journal() else { return Err(Errno::EIO) };
-        match self.open_handle(handle, libc::O_WRONLY) {
+        let _one = self.set.settle_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(p) = self.pending_map().get(handle).cloned() else { return Ok(()) };
+        let Some(journal) = self.journal else { return Err(Errno::EIO) };
+        match self.backing.open_handle(handle, libc::O_WRONLY) {
             Ok(fd) => {
                 if let Err((errno, reason)) = fill(journal.store(), &p, fd) {
                     return Err(self.cannot_settle(handle, &p, reason, errno, for_reader));
@@ -201,9 +214,9 @@ impl LiveTree {
             Err(e) => return Err(self.cannot_settle(handle, &p, format!("cannot open it: {e}"), e, for_reader)),
         }
         crate::world::test_hooks::kill_point("settle-written");
-        journal.settled(&key).map_err(eio("cannot clear pending content"))?;
-        self.pending_map().remove(&key);
-        if let Some(u) = self.unsettled_map().remove(&key) {
+        journal.settled(handle).map_err(eio("cannot clear pending content"))?;
+        self.pending_map().remove(handle);
+        if let Some(u) = self.unsettled_map().remove(handle) {
             log::info!("settled {} after all", shown_path(u.path.as_deref()));
         }
         log::debug!("settled a rewound file ({} bytes)", p.content.size);
@@ -220,12 +233,12 @@ impl LiveTree {
         errno: Errno,
         for_reader: bool,
     ) -> Errno {
-        let path = self.path_of_handle(handle);
+        let path = self.backing.path_of_handle(handle);
         let shown = shown_path(path.as_deref());
         let now = Instant::now();
         let mut map = self.unsettled_map();
-        let first = !map.contains_key(&handle.to_bytes());
-        let u = map.entry(handle.to_bytes()).or_insert_with(|| Unsettled {
+        let first = !map.contains_key(handle);
+        let u = map.entry(handle.clone()).or_insert_with(|| Unsettled {
             handle: handle.clone(),
             path: None,
             reason: String::new(),
@@ -261,11 +274,11 @@ impl LiveTree {
             let unsettled = self.unsettled_map();
             map.keys().find(|k| unsettled.get(*k).is_none_or(|u| u.next_try <= now)).cloned()
         };
-        let Some(handle) = next.as_deref().and_then(FileHandle::from_bytes) else { return Ok(false) };
+        let Some(handle) = next else { return Ok(false) };
         match self.settle_file(&handle, false) {
             Ok(()) => Ok(true),
             // Marked and skipped until its next try: the others go on.
-            Err(_) if self.unsettled_map().contains_key(&handle.to_bytes()) => Ok(true),
+            Err(_) if self.unsettled_map().contains_key(&handle) => Ok(true),
             Err(e) => Err(e),
         }
     }
@@ -273,12 +286,12 @@ impl LiveTree {
     /// Tries every pending file once, whatever its retry time (at
     /// unmount); returns those that could not be settled.
     pub fn settle_all_now(&self) -> Vec<Unsettled> {
-        let keys: Vec<Vec<u8>> = self.pending_map().keys().cloned().collect();
-        for handle in keys.iter().filter_map(|k| FileHandle::from_bytes(k)) {
-            let _ = self.settle_file(&handle, false);
+        let keys: Vec<FileHandle> = self.pending_map().keys().cloned().collect();
+        for handle in &keys {
+            let _ = self.settle_file(handle, false);
         }
         let pending = self.pending_map();
-        self.unsettled().into_iter().filter(|u| pending.contains_key(&u.handle.to_bytes())).collect()
+        self.set.unsettled().into_iter().filter(|u| pending.contains_key(&u.handle)).collect()
     }
 }
 
@@ -306,14 +319,8 @@ fn fill(store: &dyn crate::store::ChunkStore, p: &PendingContent, fd: OwnedFd) -
         crate::store::read_content_to(store, &p.content, &mut file).map_err(unreadable)?;
     }
     file.sync_data().map_err(unwritable)?;
-    let path = sys::proc_fd_path(file.as_fd());
     let t =
         Timespec { tv_sec: p.mtime_ns.div_euclid(1_000_000_000), tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _ };
-    let _ = rustix::fs::utimensat(
-        rustix::fs::CWD,
-        path.as_c_str(),
-        &Timestamps { last_access: t, last_modification: t },
-        AtFlags::empty(),
-    );
+    let _ = backing::set_times(file.as_fd(), t, t);
     Ok(())
 }

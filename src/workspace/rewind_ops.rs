@@ -14,8 +14,9 @@ use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use crate::error::{AsErrno, Errno};
 use crate::journal::Journal;
 use crate::meta::ObjectId;
-use crate::sys::{self, FileHandle};
+use crate::sys::FileHandle;
 use crate::workspace::attr::{Caller, Kind};
+use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::live::LiveTree;
 
@@ -56,20 +57,20 @@ impl<'a> RewindOps<'a> {
     /// Records that (dir, name) is about to change (and the directory's
     /// attributes), as every writer does.
     fn entry(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
-        self.tree.capture_entry(self.journal, dir, name, self.caller)
+        self.tree.capture(self.journal).entry(dir, name, self.caller)
     }
 
     /// The object at `name` leaves the tree: one of several names of a file
     /// is removed; anything else moves, whole, into its attic slot `obj`.
     pub fn move_aside(&self, dir: BorrowedFd<'_>, name: &OsStr, obj: ObjectId) -> Res<Aside> {
         self.entry(dir, name)?;
-        self.tree.capture_named(self.journal, dir, name, false, self.caller)?;
+        self.tree.capture(self.journal).named(dir, name, false, self.caller)?;
         let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
             rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
             return Ok(Aside::Unlinked);
         }
-        if !self.tree.to_attic(dir, name, obj)? {
+        if !self.tree.attic().move_in(dir, name, obj)? {
             log::error!("rewind: attic slot {} is taken", obj.0);
             return Err(Errno(libc::EEXIST));
         }
@@ -80,7 +81,7 @@ impl<'a> RewindOps<'a> {
     /// `Ok(false)`: the slot is empty.
     pub fn bring_back(&self, obj: ObjectId, dir: BorrowedFd<'_>, name: &OsStr) -> Res<bool> {
         self.entry(dir, name)?;
-        self.tree.from_attic(obj, dir, name)
+        self.tree.attic().take_out(obj, dir, name)
     }
 
     /// A name inside a directory in the attic moves to `name` in `dir`.
@@ -99,7 +100,7 @@ impl<'a> RewindOps<'a> {
     pub fn link_back(&self, fd: BorrowedFd<'_>, obj: ObjectId, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
         self.entry(dir, name)?;
         let program = self.journal.program(self.caller.pid);
-        self.tree.capture_fd(self.journal, fd, obj, false, program.as_deref())?;
+        self.tree.capture(self.journal).fd(fd, obj, false, program.as_deref())?;
         rustix::fs::linkat(fd, "", dir, name, AtFlags::EMPTY_PATH)?;
         Ok(())
     }
@@ -108,7 +109,7 @@ impl<'a> RewindOps<'a> {
     /// directory in the attic).
     pub fn unlink_link(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
         self.entry(dir, name)?;
-        self.tree.capture_named(self.journal, dir, name, false, self.caller)?;
+        self.tree.capture(self.journal).named(dir, name, false, self.caller)?;
         rustix::fs::unlinkat(dir, name, AtFlags::empty())?;
         Ok(())
     }
@@ -170,7 +171,7 @@ impl<'a> RewindOps<'a> {
             self.entry(dir.as_fd(), name)?;
         }
         // Its link count changes (to one, in the attic).
-        self.tree.capture_named(self.journal, dir0.as_fd(), name0, false, self.caller)?;
+        self.tree.capture(self.journal).named(dir0.as_fd(), name0, false, self.caller)?;
         // Temporary names are recorded as absent, so that a crash leaving
         // one behind cannot show it in this turn's checkpoint (recovery
         // moves it away).
@@ -185,9 +186,9 @@ impl<'a> RewindOps<'a> {
         let prepared = (|| -> Res<FileHandle> {
             rustix::fs::ftruncate(&fd, new.size)?;
             for (n, v) in new.xattrs {
-                sys::setxattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)?;
+                backing::set_xattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)?;
             }
-            Ok(sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))?)
+            backing::handle_of_fd(fd.as_fd())
         })();
         let handle = match prepared {
             Ok(h) => h,
@@ -232,8 +233,8 @@ impl<'a> RewindOps<'a> {
         // Born in this rewind's turn: a later rewind to a checkpoint before
         // it must not take it for a file of that checkpoint (and refill it,
         // under the descriptors that may hold it by then).
-        self.journal.note_born(&handle.to_bytes(), kind_code(Kind::File)).map_err(|e| e.errno())?;
-        if !self.tree.to_attic(dir0.as_fd(), &temp, id)? {
+        self.journal.note_born(&handle, kind_code(Kind::File)).map_err(|e| e.errno())?;
+        if !self.tree.attic().move_in(dir0.as_fd(), &temp, id)? {
             rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty())?;
         }
         let new_fd = open_path(dir0.as_fd(), name0)?;

@@ -1,0 +1,530 @@
+//! The backing directory: the system calls that read and change the tree
+//! under the mount. This is the only part of the workspace that calls
+//! `crate::sys` for the tree (file handles, xattrs by descriptor, paths by
+//! descriptor).
+//!
+//! The daemon never resolves a path through a symlink: every object is
+//! reached by its kernel file handle, and every name is a single component
+//! resolved with `*at()` calls relative to its parent directory.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+
+use crate::error::Errno;
+use crate::sys::{self, FileHandle};
+use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
+
+type Res<T> = std::result::Result<T, Errno>;
+
+/// How many directory descriptors to keep open for fast `*at()` calls.
+/// Bounded: the process shares a hard limit of 20,000 descriptors.
+const DIR_CACHE_CAPACITY: usize = 512;
+
+/// The backing directory, reached by handle.
+#[derive(Debug)]
+pub struct Backing {
+    /// The backing directory, opened before any mount so that an in-place
+    /// mount does not hide it from us.
+    root: Arc<OwnedFd>,
+    root_handle: FileHandle,
+    /// `O_PATH` descriptors of directories, by handle.
+    dir_cache: Mutex<HashMap<FileHandle, Arc<OwnedFd>>>,
+}
+
+/// Sets the permission bits of `mode` on the object behind a
+/// `/proc/self/fd/N` path (an O_PATH descriptor cannot be fchmod'ed).
+fn chmod_by_path(path: &std::ffi::CStr, mode: u32) -> Res<()> {
+    rustix::fs::chmodat(rustix::fs::CWD, path, Mode::from_raw_mode(mode & 0o7777), AtFlags::empty())?;
+    Ok(())
+}
+
+/// The mode bits a write or truncation by a user without CAP_FSETID
+/// clears on a regular file: setuid, and setgid when group execute is set
+/// (setgid without it marks mandatory locking, which stays).
+pub(crate) fn privileged_bits(mode: u32) -> u32 {
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return 0;
+    }
+    let mut bits = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
+        bits |= libc::S_ISGID;
+    }
+    bits
+}
+
+fn ts(t: Option<SetTime>) -> Timespec {
+    match t {
+        None => Timespec { tv_sec: 0, tv_nsec: UTIME_OMIT },
+        Some(SetTime::Now) => Timespec { tv_sec: 0, tv_nsec: UTIME_NOW },
+        Some(SetTime::At(t)) => match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as _ },
+            Err(e) => {
+                let d = e.duration();
+                let (mut s, mut n) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+                if n < 0 {
+                    s -= 1;
+                    n += 1_000_000_000;
+                }
+                Timespec { tv_sec: s, tv_nsec: n as _ }
+            }
+        },
+    }
+}
+
+/// Open flags a client may pass through to the backing file. Creation and
+/// truncation are done by explicit calls; O_DIRECT would need aligned
+/// buffers the daemon does not use.
+pub(crate) fn backing_open_flags(flags: i32) -> OFlags {
+    let strip = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC | libc::O_DIRECT;
+    OFlags::from_bits_retain(((flags & !strip) | libc::O_CLOEXEC) as u32)
+}
+
+/// The handle of the object a descriptor refers to.
+pub(crate) fn handle_of_fd(fd: BorrowedFd<'_>) -> Res<FileHandle> {
+    Ok(sys::name_to_handle_at(fd, OsStr::new(""))?)
+}
+
+/// The handle of `name` in `dir`, without following a final symlink.
+pub(crate) fn handle_at(dir: BorrowedFd<'_>, name: &OsStr) -> Res<FileHandle> {
+    Ok(sys::name_to_handle_at(dir, name)?)
+}
+
+/// Stats `name` in `dir` without following a final symlink, with its handle.
+pub(crate) fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Res<(Stat, FileHandle)> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok((st, handle_at(dir, name)?))
+}
+
+/// An `O_PATH` descriptor for `name` in `dir` (never a symlink's target);
+/// `None` when there is no such name.
+pub(crate) fn open_named(dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<OwnedFd>> {
+    match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Opens the object an `O_PATH` descriptor refers to again, with `flags`
+/// (through `/proc/self/fd`, which an `O_PATH` descriptor allows).
+pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
+    let path = sys::proc_fd_path(fd);
+    Ok(rustix::fs::open(path.as_c_str(), flags | OFlags::CLOEXEC, Mode::empty())?)
+}
+
+/// Sets the access and modification times of the object behind `fd`
+/// (any descriptor, `O_PATH` included).
+pub(crate) fn set_times(fd: BorrowedFd<'_>, atime: Timespec, mtime: Timespec) -> Res<()> {
+    let path = sys::proc_fd_path(fd);
+    let times = Timestamps { last_access: atime, last_modification: mtime };
+    rustix::fs::utimensat(rustix::fs::CWD, path.as_c_str(), &times, AtFlags::empty())?;
+    Ok(())
+}
+
+/// Sets extended attribute `name` on the object behind `fd`.
+pub(crate) fn set_xattr(fd: BorrowedFd<'_>, name: &OsStr, value: &[u8], flags: i32) -> Res<()> {
+    Ok(sys::setxattr(fd, name, value, flags)?)
+}
+
+/// Every extended attribute of an object, as (name, value); none when the
+/// filesystem does not support them.
+pub(crate) fn read_xattrs(fd: BorrowedFd<'_>) -> Res<Vec<(Vec<u8>, Vec<u8>)>> {
+    let size = match sys::listxattr(fd, &mut []) {
+        Ok(n) => n,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::EPERM)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    let mut names = vec![0u8; size];
+    let n = sys::listxattr(fd, &mut names)?;
+    names.truncate(n);
+    let mut out = Vec::new();
+    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let name_os = OsStr::from_bytes(name);
+        let len = match sys::getxattr(fd, name_os, &mut []) {
+            Ok(l) => l,
+            Err(e) if e.raw_os_error() == Some(libc::ENODATA) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let mut value = vec![0u8; len];
+        let got = sys::getxattr(fd, name_os, &mut value)?;
+        value.truncate(got);
+        out.push((name.to_vec(), value));
+    }
+    Ok(out)
+}
+
+/// Answer to an xattr query: the size needed, or the bytes.
+#[derive(Debug)]
+pub enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// With `size == 0`, answers the size of the value; otherwise the value
+/// (ERANGE when it does not fit in `size`).
+pub(crate) fn getxattr(fd: BorrowedFd<'_>, name: &OsStr, size: u32) -> Res<XattrReply> {
+    if size == 0 {
+        return Ok(XattrReply::Size(sys::getxattr(fd, name, &mut [])? as u32));
+    }
+    let mut buf = vec![0u8; size as usize];
+    let n = sys::getxattr(fd, name, &mut buf)?;
+    buf.truncate(n);
+    Ok(XattrReply::Data(buf))
+}
+
+pub(crate) fn listxattr(fd: BorrowedFd<'_>, size: u32) -> Res<XattrReply> {
+    if size == 0 {
+        return Ok(XattrReply::Size(sys::listxattr(fd, &mut [])? as u32));
+    }
+    let mut buf = vec![0u8; size as usize];
+    let n = sys::listxattr(fd, &mut buf)?;
+    buf.truncate(n);
+    Ok(XattrReply::Data(buf))
+}
+
+pub(crate) fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
+    Ok(sys::removexattr(fd, name)?)
+}
+
+/// Every xattr of an object, sorted by name (empty when unreadable).
+pub(crate) fn xattrs_sorted(fd: BorrowedFd<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let Ok(XattrReply::Size(n)) = listxattr(fd, 0) else { return out };
+    if n == 0 {
+        return out;
+    }
+    let Ok(XattrReply::Data(names)) = listxattr(fd, n) else { return out };
+    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let os = OsStr::from_bytes(name);
+        if let Ok(XattrReply::Size(len)) = getxattr(fd, os, 0)
+            && let Ok(XattrReply::Data(v)) = getxattr(fd, os, len.max(1))
+        {
+            out.push((name.to_vec(), v));
+        }
+    }
+    out.sort();
+    out
+}
+
+pub(crate) fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> Res<i64> {
+    Ok(sys::lseek(fd, offset, whence)?)
+}
+
+pub(crate) fn copy_file_range(
+    src: BorrowedFd<'_>,
+    off_in: u64,
+    dst: BorrowedFd<'_>,
+    off_out: u64,
+    len: usize,
+) -> Res<u32> {
+    Ok(sys::copy_file_range(src, off_in, dst, off_out, len)? as u32)
+}
+
+/// Whether `name` in `dir` is the last name of a non-directory (so
+/// removing it destroys the object's content).
+pub(crate) fn is_last_link(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink <= 1)
+        .unwrap_or(false)
+}
+
+/// Gives a newly created object to the caller, as ext4 would have:
+/// owner = caller, group = caller's unless the parent is setgid.
+pub(crate) fn give_to_caller(dir: BorrowedFd<'_>, name: &OsStr, caller: Caller, mode: Option<u32>) -> Res<()> {
+    if caller.uid == 0 && caller.gid == 0 {
+        return Ok(());
+    }
+    let parent = rustix::fs::fstat(dir)?;
+    let gid = if parent.st_mode & libc::S_ISGID != 0 { None } else { Some(rustix::fs::Gid::from_raw(caller.gid)) };
+    rustix::fs::chownat(dir, name, Some(rustix::fs::Uid::from_raw(caller.uid)), gid, AtFlags::SYMLINK_NOFOLLOW)?;
+    // chown cleared setuid/setgid: put back what was asked for.
+    if let Some(mode) = mode.filter(|m| m & 0o6000 != 0) {
+        let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        chmod_by_path(&sys::proc_fd_path(fd.as_fd()), mode)?;
+    }
+    Ok(())
+}
+
+/// Clears the mode bits `bits` of an open file (see `privileged_bits`).
+pub(crate) fn clear_mode_bits(file: &std::fs::File, mode: u32, bits: u32) -> Res<()> {
+    rustix::fs::fchmod(file, Mode::from_raw_mode(mode & 0o7777 & !bits))?;
+    Ok(())
+}
+
+/// Applies a `setattr` to the object behind `fd` (an `O_PATH` descriptor);
+/// a truncation goes through `open` when given and writable. Returns the
+/// attributes after the change. When a step fails before the truncation,
+/// the owner and mode the earlier steps changed are set back (the times
+/// are the last step, so a failure never leaves them changed). After a
+/// truncation nothing is set back: the bytes are gone, and a setuid bit
+/// the truncation cleared must stay cleared.
+pub(crate) fn set_attrs(
+    fd: BorrowedFd<'_>,
+    ino: Ino,
+    set: SetAttr,
+    open: Option<&std::fs::File>,
+    caller: Caller,
+) -> Res<Attr> {
+    // Only an owner or mode change can need setting back.
+    let before =
+        if set.uid.is_some() || set.gid.is_some() || set.mode.is_some() { Some(rustix::fs::fstat(fd)?) } else { None };
+    let mut truncated = false;
+    let applied = apply_attrs(fd, set, open, caller, &mut truncated);
+    if let Err(e) = applied {
+        if let Some(before) = before.filter(|_| !truncated) {
+            let back = (|| -> Res<()> {
+                if set.uid.is_some() || set.gid.is_some() {
+                    let (uid, gid) =
+                        (rustix::fs::Uid::from_raw(before.st_uid), rustix::fs::Gid::from_raw(before.st_gid));
+                    rustix::fs::chownat(fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)?;
+                }
+                // After the owner: chown clears setuid/setgid.
+                chmod_by_path(&sys::proc_fd_path(fd), before.st_mode)
+            })();
+            if let Err(b) = back {
+                log::error!("setattr: cannot set the owner and mode back after a failure ({e}): {b}");
+            }
+        }
+        return Err(e);
+    }
+    let st = rustix::fs::fstat(fd)?;
+    Ok(Attr::from_stat(ino, &st))
+}
+
+/// The steps of `set_attrs`, in order: owner, mode, size, times.
+fn apply_attrs(
+    fd: BorrowedFd<'_>,
+    set: SetAttr,
+    open: Option<&std::fs::File>,
+    caller: Caller,
+    truncated: &mut bool,
+) -> Res<()> {
+    let proc_path = sys::proc_fd_path(fd);
+    // Owner first: chown clears setuid/setgid, a mode set in the same
+    // call must win.
+    if set.uid.is_some() || set.gid.is_some() {
+        rustix::fs::chownat(
+            fd,
+            "",
+            set.uid.map(rustix::fs::Uid::from_raw),
+            set.gid.map(rustix::fs::Gid::from_raw),
+            AtFlags::EMPTY_PATH,
+        )?;
+    }
+    if let Some(mode) = set.mode {
+        chmod_by_path(&proc_path, mode)?;
+    }
+    if let Some(size) = set.size {
+        match open {
+            Some(file) => file.set_len(size).map_err(Errno::from)?,
+            None => {
+                let f = rustix::fs::open(proc_path.as_c_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+                rustix::fs::ftruncate(&f, size)?;
+            }
+        }
+        *truncated = true;
+        // A truncation by a user without CAP_FSETID clears setuid/setgid
+        // as on ext4 (the daemon, as root, keeps them; the kernel leaves
+        // this to us under FUSE_HANDLE_KILLPRIV_V2).
+        let st = rustix::fs::fstat(fd)?;
+        let bits = privileged_bits(st.st_mode);
+        if caller.uid != 0 && set.mode.is_none() && bits != 0 {
+            chmod_by_path(&proc_path, st.st_mode & !bits)?;
+        }
+    }
+    if set.atime.is_some() || set.mtime.is_some() {
+        if crate::world::test_hooks::fail_point("setattr-times") {
+            return Err(Errno(libc::EIO));
+        }
+        let times = Timestamps { last_access: ts(set.atime), last_modification: ts(set.mtime) };
+        rustix::fs::utimensat(rustix::fs::CWD, proc_path.as_c_str(), &times, AtFlags::empty())?;
+    }
+    Ok(())
+}
+
+pub(crate) fn readlink(fd: BorrowedFd<'_>) -> Res<Vec<u8>> {
+    Ok(rustix::fs::readlinkat(fd, "", Vec::new())?.into_bytes())
+}
+
+/// The entries of directory `dir` (without "." and ".."), as (name, inode
+/// number on the backing filesystem, kind when the listing says it).
+pub(crate) fn list_dir(dir: BorrowedFd<'_>) -> Res<Vec<(OsString, u64, Option<Kind>)>> {
+    let fd = rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut listing = rustix::fs::Dir::new(fd)?;
+    let mut out = Vec::new();
+    while let Some(entry) = listing.read() {
+        let entry = entry?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        out.push((name.to_os_string(), entry.ino(), Kind::from_dirent(entry.file_type())));
+    }
+    Ok(out)
+}
+
+/// Flushes a directory (`dir` may be an `O_PATH` descriptor).
+pub(crate) fn fsync_dir(dir: BorrowedFd<'_>) -> Res<()> {
+    let fd = rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    rustix::fs::fsync(&fd)?;
+    Ok(())
+}
+
+/// Filesystem statistics (as `statfs`).
+#[derive(Clone, Copy, Debug)]
+pub struct FsStats {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+impl Backing {
+    /// Opens the workspace at `path` (a directory).
+    pub fn open(path: &Path) -> crate::Result<Backing> {
+        // Not O_PATH: open_by_handle_at refuses an O_PATH descriptor as its mount_fd.
+        let root = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| crate::Error::io(format!("cannot open workspace {}", path.display()), e.into()))?;
+        let handle = sys::name_to_handle_at(root.as_fd(), OsStr::new("")).map_err(|e| {
+            crate::Error::io(
+                format!(
+                    "cannot get a file handle for {} (the filesystem must support NFS-style file handles)",
+                    path.display()
+                ),
+                e,
+            )
+        })?;
+        // Opening by handle needs CAP_DAC_READ_SEARCH: check now, not at the first lookup.
+        sys::open_by_handle_at(root.as_fd(), &handle, libc::O_PATH).map_err(|e| {
+            crate::Error::io("cannot open files by handle (rewindfs must run as root or with CAP_DAC_READ_SEARCH)", e)
+        })?;
+        Ok(Backing { root: Arc::new(root), root_handle: handle, dir_cache: Mutex::new(HashMap::new()) })
+    }
+
+    /// A descriptor on the backing filesystem (for statfs, syncfs).
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// The root's handle.
+    pub fn root_handle(&self) -> &FileHandle {
+        &self.root_handle
+    }
+
+    /// A descriptor of its own on the root.
+    pub(crate) fn root_clone(&self) -> Res<OwnedFd> {
+        self.root.try_clone().map_err(Errno::from)
+    }
+
+    /// Opens the object a handle names.
+    pub fn open_handle(&self, handle: &FileHandle, flags: i32) -> Res<OwnedFd> {
+        sys::open_by_handle_at(self.root.as_fd(), handle, flags).map_err(|e| {
+            // An inode that no longer exists answers ESTALE; to a client it is gone.
+            if e.raw_os_error() == Some(libc::ESTALE) { Errno::ENOENT } else { Errno::from(e) }
+        })
+    }
+
+    /// A (cached) `O_PATH` descriptor for the directory a handle names.
+    pub(crate) fn dir(&self, handle: &FileHandle) -> Res<Arc<OwnedFd>> {
+        if *handle == self.root_handle {
+            // The root descriptor lives as long as the tree.
+            return Ok(self.root.clone());
+        }
+        if let Some(fd) = self.dir_cache.lock().unwrap_or_else(|p| p.into_inner()).get(handle) {
+            return Ok(fd.clone());
+        }
+        let fd = Arc::new(self.open_handle(handle, libc::O_PATH | libc::O_DIRECTORY)?);
+        let mut cache = self.dir_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= DIR_CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(handle.clone(), fd.clone());
+        Ok(fd)
+    }
+
+    /// Drops a directory's cached descriptor (it lost its name).
+    pub(crate) fn forget_dir(&self, handle: &FileHandle) {
+        self.dir_cache.lock().unwrap_or_else(|p| p.into_inner()).remove(handle);
+    }
+
+    /// The path of a live object relative to the workspace root (None when
+    /// it is not in the tree: in the attic, or gone).
+    pub fn path_of_handle(&self, handle: &FileHandle) -> Option<std::path::PathBuf> {
+        let fd = self.open_handle(handle, libc::O_PATH).ok()?;
+        let link = |fd: BorrowedFd<'_>| std::fs::read_link(OsStr::from_bytes(sys::proc_fd_path(fd).as_bytes())).ok();
+        let (root, path) = (link(self.root_fd())?, link(fd.as_fd())?);
+        Some(path.strip_prefix(&root).ok()?.to_path_buf())
+    }
+
+    pub fn statfs(&self) -> Res<FsStats> {
+        let s = rustix::fs::fstatvfs(&self.root)?;
+        Ok(FsStats {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+        })
+    }
+
+    /// Flushes everything written to the backing filesystem.
+    pub fn syncfs(&self) -> Res<()> {
+        rustix::fs::syncfs(&self.root)?;
+        Ok(())
+    }
+
+    /// Handles of every object whose ctime is after `since_ns` (a changed
+    /// directory means names were added or removed in it). Walks the whole
+    /// tree without following symlinks; used once at mount.
+    pub fn scan_changed_since(&self, since_ns: i64) -> Res<Vec<(FileHandle, Kind)>> {
+        let mut out = Vec::new();
+        let root = rustix::fs::fstat(&self.root)?;
+        if crate::journal::ns(root.st_ctime, root.st_ctime_nsec as i64) > since_ns {
+            out.push((self.root_handle.clone(), Kind::Dir));
+        }
+        // Directories to visit, by handle: holding a descriptor for each
+        // pending directory could exhaust the descriptor limit.
+        let mut stack = vec![self.root_handle.clone()];
+        while let Some(handle) = stack.pop() {
+            let Ok(dir) = self.open_handle(&handle, libc::O_PATH | libc::O_DIRECTORY) else { continue };
+            let listing_fd =
+                rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            let mut listing = rustix::fs::Dir::new(listing_fd)?;
+            while let Some(entry) = listing.read() {
+                let entry = entry?;
+                let name = OsStr::from_bytes(entry.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns
+                    && let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name)
+                {
+                    out.push((h, Kind::from_mode(st.st_mode)));
+                }
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                    && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name)
+                {
+                    stack.push(sub);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
