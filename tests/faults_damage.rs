@@ -706,3 +706,58 @@ fn a_chunk_lost_with_a_cut_pack_is_named_as_damage() {
         "diff 8 1",
     ]);
 }
+
+/// Issue 12, item 4: a byte flipped inside a value of a row of `objects`
+/// (an object's file handle) keeps every page well formed, so `PRAGMA
+/// quick_check` passes it; the mount took it, and the object's records no
+/// longer matched its file. The mount's check compares each index with its
+/// table (`PRAGMA integrity_check`): the handle's unique index disagrees,
+/// and the mount is refused, naming `fsck`, which reports it too.
+#[test]
+fn a_byte_flipped_in_a_row_value_of_the_objects_table_is_refused_at_mount() {
+    let mut fx = MountFixture::unmounted();
+    common::sh(&fx.ws, "echo one > a && echo two > b");
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.sh("echo more >> a && mv b c");
+    fx.turn("t1");
+    fx.unmount();
+    let db = fx.store.join("meta.sqlite");
+    let sql = |q: &str| common::sh(fx.dir.path(), &format!("sqlite3 '{}' \"{q}\"", db.display())).trim().to_string();
+    // Everything in the main file, as a daemon leaves it after a clean unmount.
+    sql("PRAGMA wal_checkpoint(TRUNCATE)");
+    let handle = sql("SELECT hex(handle) FROM objects WHERE handle IS NOT NULL ORDER BY id DESC LIMIT 1");
+    let handle: Vec<u8> = (0..handle.len() / 2)
+        .map(|i| u8::from_str_radix(&handle[2 * i..2 * i + 2], 16).expect("hex from sqlite3"))
+        .collect();
+    assert!(handle.len() >= 8, "a file handle: {handle:?}");
+    let page: usize = sql("PRAGMA page_size").parse().expect("page size");
+    let root: usize = sql("SELECT rootpage FROM sqlite_master WHERE name = 'objects'").parse().expect("root page");
+    assert_eq!(sql("SELECT COUNT(*) FROM objects").parse::<usize>().map(|n| n < 50), Ok(true), "one page of rows");
+    let mut bytes = std::fs::read(&db).expect("read the database");
+    let table = &bytes[(root - 1) * page..root * page];
+    let at = (root - 1) * page
+        + table.windows(handle.len()).position(|w| w == handle).expect("the handle in the objects table's page");
+    bytes[at + handle.len() / 2] ^= 0x01;
+    std::fs::write(&db, &bytes).expect("write the database");
+    assert_eq!(sql("PRAGMA quick_check"), "ok", "the damage is inside a value, not in the page structure");
+
+    let out = fx.rewindfs(&[
+        "mount",
+        fx.ws.to_str().expect("utf-8"),
+        fx.mnt.to_str().expect("utf-8"),
+        "--store",
+        fx.store.to_str().expect("utf-8"),
+    ]);
+    if out.status.success() {
+        fx.adopt_mount();
+        panic!("mounted over a damaged objects table: {}", stdout(&out));
+    }
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", describe_status(&out));
+    assert!(err.contains("rewindfs fsck --store") && err.contains("damaged"), "the refusal: {err}");
+    assert!(!is_mounted(&fx.mnt), "nothing is mounted");
+    let fsck = fx.rewindfs(&["fsck", "--store", fx.store.to_str().expect("utf-8")]);
+    assert!(!fsck.status.success(), "fsck must fail: {}", describe_status(&fsck));
+    let text = format!("{}{}", stdout(&fsck), stderr(&fsck));
+    assert!(text.contains("meta.sqlite is damaged"), "fsck does not report it: {text}");
+}

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use common::sequences::{self, guarded, listing};
 use common::{MountFixture, describe_status, io_timeout, is_mounted, run_timeout, stderr, stdout};
 use harness::observe_fs;
-use model::{Flag, Kind, Model, Node, Rng, SeenTree, tree_diff};
+use model::{Flag, Kind, Model, Node, Rng, SeenTree, Step as M, tree_diff};
 
 /// Size of the store's filesystem.
 const STORE_FS_MIB: u64 = 48;
@@ -77,62 +77,21 @@ fn bytes_of(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// The model test's steps (their text and parsing are its own: `create`,
+/// `write`, `append`, `trunc`, `mv`, `rm`, `turn`, `restore`, `rewind`,
+/// `undo`, `remount`), and the store's: `fill KIB` leaves KIB KiB free on
+/// the store's filesystem, `free` removes the filler.
 #[derive(Clone, Debug, PartialEq)]
 enum Step {
-    /// open(O_CREAT|O_TRUNC) and write LEN bytes.
-    Create {
-        path: String,
-        len: usize,
-        seed: u64,
-    },
-    Write {
-        path: String,
-        off: u64,
-        len: usize,
-        seed: u64,
-    },
-    Append {
-        path: String,
-        len: usize,
-        seed: u64,
-    },
-    Trunc {
-        path: String,
-        len: u64,
-    },
-    Mv {
-        from: String,
-        to: String,
-    },
-    Rm(String),
-    Turn,
-    Restore {
-        cp: i64,
-        path: String,
-    },
-    Rewind(i64),
-    Undo,
-    Remount,
-    /// Leaves KIB KiB free on the store's filesystem.
+    Fs(M),
     Fill(u64),
-    /// Removes the filler.
     Free,
 }
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Create { path, len, seed } => write!(f, "create {path} {len} {seed}"),
-            Step::Write { path, off, len, seed } => write!(f, "write {path} {off} {len} {seed}"),
-            Step::Append { path, len, seed } => write!(f, "append {path} {len} {seed}"),
-            Step::Trunc { path, len } => write!(f, "trunc {path} {len}"),
-            Step::Mv { from, to } => write!(f, "mv {from} {to}"),
-            Step::Rm(p) => write!(f, "rm {p}"),
-            Step::Turn => write!(f, "turn"),
-            Step::Restore { cp, path } => write!(f, "restore {cp} {path}"),
-            Step::Rewind(k) => write!(f, "rewind {k}"),
-            Step::Undo => write!(f, "undo"),
-            Step::Remount => write!(f, "remount"),
+            Step::Fs(s) => s.fmt(f),
             Step::Fill(k) => write!(f, "fill {k}"),
             Step::Free => write!(f, "free"),
         }
@@ -142,26 +101,11 @@ impl fmt::Display for Step {
 impl Step {
     fn parse(line: &str) -> Result<Step, String> {
         let w: Vec<&str> = line.split_whitespace().collect();
-        let bad = || format!("cannot parse step {line:?}");
-        let s = |i: usize| w.get(i).map(|x| x.to_string()).ok_or_else(bad);
-        let n = |i: usize| w.get(i).and_then(|x| x.parse::<u64>().ok()).ok_or_else(bad);
-        let i = |i: usize| w.get(i).and_then(|x| x.parse::<i64>().ok()).ok_or_else(bad);
-        Ok(match *w.first().ok_or_else(bad)? {
-            "create" => Step::Create { path: s(1)?, len: n(2)? as usize, seed: n(3)? },
-            "write" => Step::Write { path: s(1)?, off: n(2)?, len: n(3)? as usize, seed: n(4)? },
-            "append" => Step::Append { path: s(1)?, len: n(2)? as usize, seed: n(3)? },
-            "trunc" => Step::Trunc { path: s(1)?, len: n(2)? },
-            "mv" => Step::Mv { from: s(1)?, to: s(2)? },
-            "rm" => Step::Rm(s(1)?),
-            "turn" => Step::Turn,
-            "restore" => Step::Restore { cp: i(1)?, path: s(2)? },
-            "rewind" => Step::Rewind(i(1)?),
-            "undo" => Step::Undo,
-            "remount" => Step::Remount,
-            "fill" => Step::Fill(n(1)?),
-            "free" => Step::Free,
-            _ => return Err(bad()),
-        })
+        match w.as_slice() {
+            ["fill", k] => k.parse().map(Step::Fill).map_err(|_| format!("cannot parse step {line:?}")),
+            ["free"] => Ok(Step::Free),
+            _ => M::parse(line).map(Step::Fs),
+        }
     }
 }
 
@@ -390,30 +334,30 @@ impl Runner {
                 self.space_is_back()?;
                 true
             }
-            Step::Turn => {
+            Step::Fs(M::Turn(None)) => {
                 self.turn()?;
                 true
             }
-            Step::Rewind(k) => {
+            Step::Fs(M::Rewind(k)) => {
                 if !self.models.contains_key(k) {
                     return Ok(false);
                 }
                 self.rewind(*k)?;
                 true
             }
-            Step::Undo => {
+            Step::Fs(M::Undo) => {
                 let Some(s) = self.last_safety.filter(|s| self.models.contains_key(s)) else { return Ok(false) };
                 self.rewind(s)?;
                 true
             }
-            Step::Restore { cp, path } => {
+            Step::Fs(M::Restore { cp, path }) => {
                 if !self.models.contains_key(cp) {
                     return Ok(false);
                 }
                 self.restore(*cp, path)?;
                 true
             }
-            Step::Remount => {
+            Step::Fs(M::Remount) => {
                 self.remount()?;
                 true
             }
@@ -422,7 +366,7 @@ impl Runner {
         if ran {
             self.check_live()?;
             self.check_packs()?;
-            if matches!(step, Step::Turn | Step::Rewind(_) | Step::Undo | Step::Restore { .. } | Step::Remount) {
+            if matches!(step, Step::Fs(s) if s.is_history()) {
                 self.check_views()?;
             }
         }
@@ -435,7 +379,7 @@ impl Runner {
         let mut m = self.model.clone();
         let mut next = self.next_id;
         match step {
-            Step::Create { path, len, seed } => {
+            Step::Fs(M::Create { path, len, seed }) => {
                 let data = bytes_of(*seed, *len);
                 match m.kind(path) {
                     None if m.kind(model::parent(path)) == Some(Kind::Dir) => {
@@ -445,17 +389,13 @@ impl Runner {
                     _ => return None,
                 }
             }
-            Step::Write { path, off, len, seed } => model::write_at(file(&mut m, path)?, *off, &bytes_of(*seed, *len)),
-            Step::Append { path, len, seed } => file(&mut m, path)?.extend_from_slice(&bytes_of(*seed, *len)),
-            Step::Trunc { path, len } => file(&mut m, path)?.resize(*len as usize, 0),
-            Step::Mv { from, to } => {
-                let s = model::Step::Rename { from: from.clone(), to: to.clone(), flag: Flag::Plain };
-                if m.apply(&s, &mut next) != model::Verdict::Ok {
-                    return None;
-                }
+            Step::Fs(M::Write { path, off, len, seed }) => {
+                model::write_at(file(&mut m, path)?, *off, &bytes_of(*seed, *len))
             }
-            Step::Rm(p) => {
-                if m.apply(&model::Step::Unlink(p.clone()), &mut next) != model::Verdict::Ok {
+            Step::Fs(M::Append { path, len, seed }) => file(&mut m, path)?.extend_from_slice(&bytes_of(*seed, *len)),
+            Step::Fs(M::Trunc { path, len }) => file(&mut m, path)?.resize(*len as usize, 0),
+            Step::Fs(s @ (M::Rename { .. } | M::Unlink(_))) => {
+                if m.apply(s, &mut next) != model::Verdict::Ok {
                     return None;
                 }
             }
@@ -492,10 +432,10 @@ impl Runner {
     /// model takes the file as it is (the views check it was recorded).
     fn adopt_partial(&mut self, step: &Step) -> Res<()> {
         let path = match step {
-            Step::Create { path, .. }
-            | Step::Write { path, .. }
-            | Step::Append { path, .. }
-            | Step::Trunc { path, .. } => path,
+            Step::Fs(M::Create { path, .. })
+            | Step::Fs(M::Write { path, .. })
+            | Step::Fs(M::Append { path, .. })
+            | Step::Fs(M::Trunc { path, .. }) => path,
             _ => return Ok(()),
         };
         let (p, shown) = (self.m(path), path.clone());
@@ -755,22 +695,22 @@ fn do_fs(mnt: &Path, step: &Step) -> std::io::Result<()> {
     use std::fs::OpenOptions;
     let m = |p: &str| mnt.join(p);
     match step {
-        Step::Create { path, len, seed } => OpenOptions::new()
+        Step::Fs(M::Create { path, len, seed }) => OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o644)
             .open(m(path))?
             .write_all(&bytes_of(*seed, *len)),
-        Step::Write { path, off, len, seed } => {
+        Step::Fs(M::Write { path, off, len, seed }) => {
             OpenOptions::new().write(true).open(m(path))?.write_all_at(&bytes_of(*seed, *len), *off)
         }
-        Step::Append { path, len, seed } => {
+        Step::Fs(M::Append { path, len, seed }) => {
             OpenOptions::new().append(true).open(m(path))?.write_all(&bytes_of(*seed, *len))
         }
-        Step::Trunc { path, len } => OpenOptions::new().write(true).open(m(path))?.set_len(*len),
-        Step::Mv { from, to } => std::fs::rename(m(from), m(to)),
-        Step::Rm(p) => std::fs::remove_file(m(p)),
+        Step::Fs(M::Trunc { path, len }) => OpenOptions::new().write(true).open(m(path))?.set_len(*len),
+        Step::Fs(M::Rename { from, to, flag: Flag::Plain }) => std::fs::rename(m(from), m(to)),
+        Step::Fs(M::Unlink(p)) => std::fs::remove_file(m(p)),
         _ => unreachable!("not a file operation: {step}"),
     }
 }
@@ -786,25 +726,25 @@ fn gen_step(r: &Runner, rng: &mut Rng) -> Step {
     let cps: Vec<i64> = r.models.keys().copied().collect();
     let flen = |p: &str| r.model.node(p).map(|n| n.data.len()).unwrap_or(0);
     match rng.below(100) {
-        0..=17 => Step::Create { path: pick(rng), len: size(rng), seed },
+        0..=17 => Step::Fs(M::Create { path: pick(rng), len: size(rng), seed }),
         18..=29 => {
             let path = pick(rng);
             let off = rng.below(flen(&path) + 1000) as u64;
             let max = if rng.below(2) == 0 { 4096 } else { 1 << 20 };
-            Step::Write { path, off, len: 1 + rng.below(max), seed }
+            Step::Fs(M::Write { path, off, len: 1 + rng.below(max), seed })
         }
-        30..=35 => Step::Append { path: pick(rng), len: 1 + rng.below(256 << 10), seed },
+        30..=35 => Step::Fs(M::Append { path: pick(rng), len: 1 + rng.below(256 << 10), seed }),
         36..=40 => {
             let path = pick(rng);
-            Step::Trunc { len: rng.below(flen(&path) + 4096) as u64, path }
+            Step::Fs(M::Trunc { len: rng.below(flen(&path) + 4096) as u64, path })
         }
-        41..=47 => Step::Mv { from: pick(rng), to: pick(rng) },
-        48..=52 => Step::Rm(pick(rng)),
-        53..=64 => Step::Turn,
-        65..=70 => Step::Rewind(*rng.pick(&cps).unwrap_or(&0)),
-        71..=72 => Step::Undo,
-        73..=78 => Step::Restore { cp: *rng.pick(&cps).unwrap_or(&0), path: pick(rng) },
-        79..=81 => Step::Remount,
+        41..=47 => Step::Fs(M::Rename { from: pick(rng), to: pick(rng), flag: Flag::Plain }),
+        48..=52 => Step::Fs(M::Unlink(pick(rng))),
+        53..=64 => Step::Fs(M::Turn(None)),
+        65..=70 => Step::Fs(M::Rewind(*rng.pick(&cps).unwrap_or(&0))),
+        71..=72 => Step::Fs(M::Undo),
+        73..=78 => Step::Fs(M::Restore { cp: *rng.pick(&cps).unwrap_or(&0), path: pick(rng) }),
+        79..=81 => Step::Fs(M::Remount),
         82..=93 => {
             // Mostly nearly nothing free, sometimes room for a few chunks.
             let kib = match rng.below(3) {
@@ -826,7 +766,7 @@ fn finish(r: &mut Runner) -> Res<()> {
     } else {
         r.space_is_back()?;
     }
-    r.exec(&Step::Remount)?;
+    r.exec(&Step::Fs(M::Remount))?;
     r.check_views()
 }
 

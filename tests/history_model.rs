@@ -362,3 +362,30 @@ fn a_descriptor_held_on_a_hard_linked_file_keeps_its_bytes() {
         "rewind 0",
     ]);
 }
+
+/// Issue 12: `kill -9` of the daemon during a rewind (`killrewind K N`: at
+/// its N-th journal record, 0 just after its result was sealed), then a
+/// mount, which completes it or finds it not begun or done; the live tree
+/// and every checkpoint's view (the interrupted one included) are checked
+/// after each, as after every history step.
+#[test]
+fn rewinds_killed_part_way_leave_every_checkpoint_exact() {
+    replay(&[
+        "create c 100 1",
+        "mkdir d",
+        "link a d/l",
+        "turn m1",
+        "write a 0 10 5",
+        "mv b e",
+        "symlink a f",
+        "open c",
+        "killrewind 0 2",
+        "turn m2",
+        "killrewind 1 0",
+        "create g 30 3",
+        "killrewind 2 5",
+        "killrewind 0 1",
+        "undo",
+        "killrewind 7 3",
+    ]);
+}

@@ -8,14 +8,21 @@
 mod common;
 
 use common::*;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 /// A mount with manual turns and the copy of every checkpoint sealed so far.
-struct History {
-    fx: MountFixture,
-    copies: BTreeMap<i64, PathBuf>,
-    n: usize,
+struct History(common::copied::CopiedHistory);
+
+impl std::ops::Deref for History {
+    type Target = common::copied::CopiedHistory;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for History {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl History {
@@ -27,44 +34,19 @@ impl History {
 
     /// As `new`, with more `rewindfs mount` arguments.
     fn with_args(setup: &str, extra: &[&str]) -> History {
-        let mut fx = MountFixture::unmounted();
-        sh(&fx.ws, setup);
         let mut args = vec!["--auto-turn", "0"];
         args.extend_from_slice(extra);
-        fx.mount(false, &args);
-        let mut h = History { fx, copies: BTreeMap::new(), n: 0 };
-        let c0 = h.copy();
-        h.copies.insert(0, c0);
-        h
-    }
-
-    fn copy(&mut self) -> PathBuf {
-        self.n += 1;
-        self.fx.copy_tree(&format!("copy{}", self.n))
+        History(common::copied::CopiedHistory::new(setup, &args))
     }
 
     fn sh(&self, script: &str) {
         self.fx.sh(script);
     }
 
-    /// Seals a checkpoint and keeps a copy of it.
-    fn turn(&mut self) -> i64 {
-        let n = self.fx.turn(&format!("t{}", self.copies.len()));
-        let c = self.copy();
-        self.copies.insert(n, c);
-        n
-    }
-
     /// Rewinds to `to`, checks the live tree, and returns the safety checkpoint.
     fn rewind(&mut self, to: i64) -> i64 {
-        let before = self.copy();
-        let v = self.fx.cli_json(&["rewind", &to.to_string()]);
-        let safety = v["safety_checkpoint"].as_i64().unwrap_or_else(|| panic!("no safety_checkpoint in {v}"));
-        let result = v["result_checkpoint"].as_i64().unwrap_or_else(|| panic!("no result_checkpoint in {v}"));
-        self.copies.insert(safety, before);
-        let expected = self.copies[&to].clone();
-        self.copies.insert(result, expected.clone());
-        assert_same_tree(&expected, self.fx.path(), &format!("live tree after rewind to {to}"));
+        let (safety, _) = self.rewind_recorded(to);
+        assert_same_tree(&self.copies[&to], self.fx.path(), &format!("live tree after rewind to {to}"));
         safety
     }
 

@@ -95,3 +95,59 @@ fn run_started_from_inside_the_workspace_records_the_command() {
     assert_eq!(std::fs::read_to_string(fx.ws.join("made.txt")).expect("made.txt"), "made\n");
     assert!(!common::is_mounted(&fx.ws), "run left the mount behind");
 }
+
+/// Issue 12, item 5: a process whose working directory is the directory
+/// under an in-place mount (as an agent's is when it was there before the
+/// mount) writes through it, bypassing the mount. The mount refuses to start
+/// beside such a process, so the test makes one afterwards, entering the
+/// directory through the daemon's own descriptor of it. The views of the
+/// checkpoints sealed before that write must not show its bytes (or a file
+/// it created) as the past: their state there is unknown (EIO), as for a
+/// change made between two mounts. The checkpoint sealed after it shows
+/// them: by then, they were the tree.
+#[test]
+fn a_write_that_bypassed_an_in_place_mount_is_not_shown_as_the_past() {
+    use std::os::unix::fs::MetadataExt;
+    let mut fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    std::fs::write(fx.ws.join("g.txt"), "kept\n").expect("write");
+    let before = std::fs::metadata(&fx.ws).expect("stat the workspace");
+    fx.mount(true, &["--auto-turn", "0"]);
+    let pid = fx.daemon_pid();
+    let under = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the daemon's descriptors")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.dev() == before.dev() && m.ino() == before.ino()))
+        .expect("the daemon holds the directory under the mount");
+    fx.sh("echo two > f.txt");
+    let first = fx.turn("t1");
+    fx.sh("echo three > f.txt");
+    let second = fx.turn("t2");
+    // Far enough past the seal for the clock the kernel stamps files with.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    common::sh(
+        std::path::Path::new("/"),
+        &format!("cd '{}' && echo bypassed > f.txt && echo new > new.txt", s(&under)),
+    );
+    assert_eq!(std::fs::read_to_string(fx.path().join("f.txt")).expect("read"), "bypassed\n", "not the same file");
+    let views = fx.path().join(".rewindfs/checkpoints");
+    let read = |k: i64, name: &str| std::fs::read_to_string(views.join(k.to_string()).join(name));
+    // Recorded before the write: the past is known.
+    assert_eq!(read(first, "f.txt").expect("f.txt at the first checkpoint"), "two\n");
+    let f = read(second, "f.txt");
+    assert_eq!(
+        f.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "checkpoint {second} shows the write that bypassed the mount as its past: {f:?}"
+    );
+    let n = read(second, "new.txt");
+    assert!(
+        n.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EIO)),
+        "checkpoint {second} shows the file created under the mount as its past: {n:?}"
+    );
+    assert_eq!(read(second, "g.txt").expect("g.txt, untouched"), "kept\n");
+    let third = fx.turn("t3");
+    assert_eq!(read(third, "f.txt").expect("f.txt after the write"), "bypassed\n");
+    assert_eq!(read(third, "new.txt").expect("new.txt after the write"), "new\n");
+}

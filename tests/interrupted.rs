@@ -15,7 +15,7 @@
 mod common;
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -26,47 +26,38 @@ const ARGS: &[&str] = &["--auto-turn", "0"];
 
 /// A mount with manual turns, and the copy of every checkpoint sealed.
 struct Case {
-    fx: MountFixture,
-    copies: BTreeMap<i64, PathBuf>,
-    n: usize,
+    h: common::copied::CopiedHistory,
     /// Manifests of the copies (they never change), by path.
     manifests: RefCell<HashMap<PathBuf, String>>,
     /// Checkpoints whose views were checked since they were sealed.
     checked: RefCell<BTreeSet<i64>>,
 }
 
+impl std::ops::Deref for Case {
+    type Target = common::copied::CopiedHistory;
+    fn deref(&self) -> &Self::Target {
+        &self.h
+    }
+}
+
+impl std::ops::DerefMut for Case {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.h
+    }
+}
+
 impl Case {
     /// `setup` runs in the plain workspace; checkpoint 0 is its tree.
     fn new(setup: &str) -> Case {
-        let mut fx = MountFixture::unmounted();
-        sh(&fx.ws, setup);
-        fx.mount(false, ARGS);
-        let mut c = Case {
-            fx,
-            copies: BTreeMap::new(),
-            n: 0,
+        Case {
+            h: common::copied::CopiedHistory::new(setup, ARGS),
             manifests: RefCell::new(HashMap::new()),
             checked: RefCell::new(BTreeSet::new()),
-        };
-        let c0 = c.copy();
-        c.copies.insert(0, c0);
-        c
-    }
-
-    fn copy(&mut self) -> PathBuf {
-        self.n += 1;
-        self.fx.copy_tree(&format!("copy{}", self.n))
+        }
     }
 
     fn mp(&self) -> String {
         self.fx.path().to_str().expect("utf-8 path").to_string()
-    }
-
-    fn turn(&mut self) -> i64 {
-        let n = self.fx.turn(&format!("t{}", self.n));
-        let c = self.copy();
-        self.copies.insert(n, c);
-        n
     }
 
     /// The newest checkpoint.
@@ -168,14 +159,8 @@ impl Case {
     /// Rewinds to `to` (must succeed) and checks the tree; returns the
     /// safety checkpoint and the time the daemon took.
     fn rewind(&mut self, to: i64) -> (i64, f64) {
-        let before = self.copy();
-        let v = self.fx.cli_json(&["rewind", &to.to_string()]);
-        let safety = v["safety_checkpoint"].as_i64().unwrap_or_else(|| panic!("no safety_checkpoint in {v}"));
-        let result = v["result_checkpoint"].as_i64().unwrap_or_else(|| panic!("no result_checkpoint in {v}"));
-        self.copies.insert(safety, before);
-        let expected = self.copies[&to].clone();
-        self.copies.insert(result, expected.clone());
-        self.same_tree(&expected, self.fx.path(), &format!("live tree after rewind to {to}"));
+        let (safety, v) = self.rewind_recorded(to);
+        self.same_tree(&self.copies[&to], self.fx.path(), &format!("live tree after rewind to {to}"));
         (safety, v["elapsed_ms"].as_f64().unwrap_or(0.0))
     }
 }
@@ -279,7 +264,8 @@ fn interrupted_rewind(c: &mut Case, c1: i64, kill: Kill) -> Outcome {
             .and_then(|v| v["checkpoint"].as_i64());
         let expected = match result {
             Some(r) => {
-                c.copies.insert(r, c.copies[&c1].clone());
+                let copy = c.copies[&c1].clone();
+                c.copies.insert(r, copy);
                 c.copies[&c1].clone()
             }
             None => before.clone(),
@@ -307,7 +293,8 @@ fn interrupted_rewind(c: &mut Case, c1: i64, kill: Kill) -> Outcome {
     assert!(status.contains(&format!("recovered: the rewind to checkpoint {c1}")), "status: {status}");
     let rc = cps.iter().find(|v| v["checkpoint"].as_i64() == Some(result)).expect("result in log");
     assert_eq!((rc["reason"].as_str(), rc["parent"].as_i64()), (Some("rewind"), Some(c1)), "{rc}");
-    c.copies.insert(result, c.copies[&c1].clone());
+    let copy = c.copies[&c1].clone();
+    c.copies.insert(result, copy);
     c.same_tree(&c.copies[&c1], c.fx.path(), "live tree after the interrupted rewind was completed");
     c.check_views("after the interrupted rewind was completed");
     c.check_commands(undo, result, "a/f1");
@@ -442,7 +429,8 @@ fn a_settle_killed_part_way_leaves_every_command_and_view_working() {
         }
         c.detach_dead(pid);
         c.copies.insert(safety, before);
-        c.copies.insert(result, c.copies[&c1].clone());
+        let copy = c.copies[&c1].clone();
+        c.copies.insert(result, copy);
         let said = c.remount();
         assert!(!said.contains("recovered"), "the rewind was whole; the mount says: {said}");
         c.same_tree(&c.copies[&c1], c.fx.path(), &format!("live tree after a kill {kill:?} during the settle"));

@@ -132,7 +132,7 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
     // would change what is being read.
     let _lock = registry::lock(&StoreDir::new(store).lock(), &format!("store {}", store.display()))?;
     // A database that cannot be used at all: that is the whole report.
-    let fatal: Vec<fsck::StoreDamage> = fsck::store_damage(store).into_iter().filter(|d| d.fatal).collect();
+    let fatal: Vec<fsck::StoreDamage> = fsck::store_damage_thorough(store).into_iter().filter(|d| d.fatal).collect();
     if !fatal.is_empty() {
         return Ok(Report::unusable(fatal));
     }

@@ -24,7 +24,9 @@ const LISTING_TTL: Duration = Duration::from_secs(1);
 pub(super) fn view_errno(e: &ViewError) -> fuser::Errno {
     match e {
         ViewError::Store(err) => warn!("a view could not read stored content: {err}"),
-        ViewError::ChangedOutside(..) | ViewError::Lost(_) => warn!("a view cannot show an object: {e}"),
+        ViewError::ChangedOutside(..) | ViewError::ChangedUnderMount { .. } | ViewError::Lost(_) => {
+            warn!("a view cannot show an object: {e}")
+        }
         _ => {}
     }
     super::errno(e)

@@ -32,7 +32,7 @@ use crate::text::quote_name;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
 
-pub use crate::store_dir::{StoreDamage, store_damage};
+pub use crate::store_dir::{StoreDamage, store_damage, store_damage_thorough};
 
 /// Errors that stop a check (as opposed to problems it finds).
 #[derive(Debug, thiserror::Error)]
@@ -356,7 +356,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
     let journal = target.journal;
     let mut report = Report::default();
     if let Some(dir) = target.store_dir {
-        for d in store_damage(dir) {
+        for d in store_damage_thorough(dir) {
             report.problems.push(problem(ProblemKind::StoreDamaged { detail: d.detail }, None, None));
         }
     }

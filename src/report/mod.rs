@@ -204,8 +204,14 @@ fn walk(
     let states = (na.as_ref().map(|n| a.state(n)).transpose(), nb.as_ref().map(|n| b.state(n)).transpose());
     let (sa, sb) = match states {
         (Ok(x), Ok(y)) => (x, y),
-        (Err(e @ crate::view::ViewError::ChangedOutside(..)), _)
-        | (_, Err(e @ crate::view::ViewError::ChangedOutside(..))) => {
+        (
+            Err(e @ (crate::view::ViewError::ChangedOutside(..) | crate::view::ViewError::ChangedUnderMount { .. })),
+            _,
+        )
+        | (
+            _,
+            Err(e @ (crate::view::ViewError::ChangedOutside(..) | crate::view::ViewError::ChangedUnderMount { .. })),
+        ) => {
             log::info!("{}: {e}", path.display());
             out.push(FileChange {
                 path: path.clone(),

@@ -45,8 +45,19 @@ fn attic_entries(dir: &StoreDir) -> (usize, Option<i64>) {
 }
 
 /// What is wrong with the store in `dir` as a whole (empty: nothing).
-/// Reads only; safe beside a running daemon.
+/// Reads only; safe beside a running daemon. Bounded in cost for a mount
+/// (see [`Meta::probe`]).
 pub fn store_damage(dir: &Path) -> Vec<StoreDamage> {
+    damage_of(dir, false)
+}
+
+/// Like [`store_damage`], comparing every index of the database with its
+/// table whatever its size (`fsck`).
+pub fn store_damage_thorough(dir: &Path) -> Vec<StoreDamage> {
+    damage_of(dir, true)
+}
+
+fn damage_of(dir: &Path, thorough: bool) -> Vec<StoreDamage> {
     let parts = StoreDir::new(dir);
     let meta = parts.meta();
     let (packs, pack_count, has_chunks) = pack_bytes(&parts);
@@ -63,13 +74,16 @@ pub fn store_damage(dir: &Path) -> Vec<StoreDamage> {
         }
         return Vec::new();
     }
-    let probe = match Meta::probe(&meta) {
+    let probe = match Meta::probe(&meta, thorough) {
         Ok(p) => p,
         Err(e) => return vec![damage(format!("{} cannot be read: {e}", meta.display()), true)],
     };
     if !probe.damage.is_empty() {
         let shown: Vec<&str> = probe.damage.iter().take(3).map(String::as_str).collect();
-        return vec![damage(format!("{} is damaged (quick_check: {})", meta.display(), shown.join("; ")), true)];
+        return vec![damage(
+            format!("{} is damaged (SQLite integrity check: {})", meta.display(), shown.join("; ")),
+            true,
+        )];
     }
     if probe.version == 0 && (has_chunks || attic > 0) {
         return vec![damage(format!("{} holds no rewindfs history, but {}", meta.display(), holds()), true)];

@@ -12,7 +12,7 @@ pub mod identity;
 
 use std::path::{Path, PathBuf};
 
-pub use check::{StoreDamage, store_damage};
+pub use check::{StoreDamage, store_damage, store_damage_thorough};
 pub use identity::open_checked;
 
 /// Every name rewindfs puts at the top of a store directory. Anything else

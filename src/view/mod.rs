@@ -34,10 +34,18 @@ pub enum ViewError {
     Lost(ObjectId),
     #[error("object {0:?} was changed outside rewindfs before checkpoint {1}; its state at this checkpoint is unknown")]
     ChangedOutside(ObjectId, i64),
+    /// Changed by a write that bypassed the mount (through the directory
+    /// under it) after the last moment the journal vouches for it.
+    #[error("{} was changed under the mount, bypassing it, after checkpoint {after}; its state at this checkpoint is unknown", what_object(.id))]
+    ChangedUnderMount { id: Option<ObjectId>, after: i64 },
     /// The content of one file could not be read (a damaged or missing
     /// chunk, an unreadable backing file): `path` as shown, `at` the side.
     #[error("cannot read {path} at {at}: {source}")]
     Unreadable { path: String, at: String, source: Box<ViewError> },
+}
+
+fn what_object(id: &Option<ObjectId>) -> String {
+    id.map_or("an object never recorded".to_string(), |id| format!("object {id:?}"))
 }
 
 impl From<crate::error::Errno> for ViewError {
@@ -59,7 +67,9 @@ impl crate::error::AsErrno for ViewError {
             ViewError::Meta(e) => e.errno(),
             ViewError::Store(e) => e.errno(),
             ViewError::Journal(e) => e.errno(),
-            ViewError::Lost(_) | ViewError::ChangedOutside(..) => crate::error::Errno::EIO,
+            ViewError::Lost(_) | ViewError::ChangedOutside(..) | ViewError::ChangedUnderMount { .. } => {
+                crate::error::Errno::EIO
+            }
             ViewError::Unreadable { source, .. } => source.errno(),
         }
     }
@@ -197,6 +207,49 @@ impl<'a> TreeView<'a> {
         Ok(())
     }
 
+    /// Fails when the live object, which this view shows as its state at
+    /// the checkpoint (no record says otherwise), was changed after the
+    /// last moment the journal vouches for it: the seal that ended its
+    /// newest recorded turn, or this checkpoint's seal. Every change made
+    /// through the mount is recorded in its turn before it is made, so a
+    /// later one bypassed the mount (a process whose working directory is
+    /// the directory under an in-place mount, or a write to the source of
+    /// a mount elsewhere). Both ctime and mtime must be later: a rename
+    /// through the mount changes ctime alone, and the settler puts the
+    /// recorded mtime back after filling a file (while it fills one, the
+    /// file is still pending, and skipped). `st` is taken before the
+    /// journal is asked, so a change it shows was recorded by then.
+    fn check_bypassed(
+        &self,
+        id: Option<ObjectId>,
+        handle: Option<&FileHandle>,
+        st: &rustix::fs::Stat,
+    ) -> ViewResult<()> {
+        if self.from == i64::MAX
+            || st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            || handle.is_some_and(|h| self.tree.pending_content(h).is_some())
+        {
+            return Ok(());
+        }
+        let changed = ns(st.st_ctime, st.st_ctime_nsec as i64).min(ns(st.st_mtime, st.st_mtime_nsec as i64));
+        let last = match id {
+            Some(id) => self.journal.with_meta(|m| m.last_object_turn(id))?,
+            None => None,
+        };
+        let vouched = last.map_or(self.from - 1, |t| t.max(self.from - 1));
+        if vouched >= self.journal.current_turn() {
+            // Recorded in the open turn: changes through the mount go on.
+            return Ok(());
+        }
+        let Some(sealed_ms) = self.journal.with_meta(|m| m.sealed_after(vouched))? else { return Ok(()) };
+        // `created_at` has ms: the end of that ms, so as to never blame a
+        // change made through the mount just before the seal.
+        if changed > sealed_ms.saturating_add(1).saturating_mul(1_000_000) {
+            return Err(ViewError::ChangedUnderMount { id, after: vouched + 1 });
+        }
+        Ok(())
+    }
+
     /// What `name` refers to in directory `dir`.
     pub fn lookup(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
         if let Some(id) = self.id_of(dir)? {
@@ -285,8 +338,11 @@ impl<'a> TreeView<'a> {
                 let record = content.as_ref().map(|(turn, _, _)| (*turn, id));
                 let (content, hash) = match content {
                     Some((_, hash, chunks)) => (Content::Stored(ContentRef::from_columns(&hash, &chunks)?), Some(hash)),
-                    None if rec.kind == kind_code(Kind::File) => match &node.handle {
-                        Some(h) if self.live_fd(node).is_some() => (Content::Live(h.clone()), None),
+                    None if rec.kind == kind_code(Kind::File) => match (&node.handle, self.live_fd(node)) {
+                        (Some(h), Some(fd)) => {
+                            self.check_bypassed(Some(id), Some(h), &rustix::fs::fstat(&fd)?)?;
+                            (Content::Live(h.clone()), None)
+                        }
                         _ => return Err(ViewError::Lost(id)),
                     },
                     None => (Content::None, None),
@@ -313,6 +369,7 @@ impl<'a> TreeView<'a> {
         }
         let fd = self.live_fd(node).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
         let st = rustix::fs::fstat(&fd)?;
+        self.check_bypassed(self.id_of(node)?, node.handle.as_ref(), &st)?;
         let kind = Kind::from_mode(st.st_mode);
         let target =
             if kind == Kind::Symlink { Some(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes()) } else { None };

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod copied;
 pub mod sequences;
 
 use std::collections::BTreeMap;

@@ -13,6 +13,9 @@ use super::model::*;
 use super::model::{Rng, tree_diff};
 use crate::common::*;
 
+#[path = "kill_rewind.rs"]
+mod kill_rewind;
+
 /// Why a sequence failed: `kind` groups failures for shrinking.
 #[derive(Clone, Debug)]
 pub struct Failure {
@@ -324,6 +327,12 @@ impl Runner {
                 self.close_all();
                 self.fx.unmount();
                 self.remounted()?;
+            }
+            Step::KillRewind { to, at } => {
+                if !self.snaps.contains_key(to) {
+                    return Ok(false);
+                }
+                self.kill_rewind(*to, *at)?;
             }
             Step::Kill => {
                 self.close_all();
@@ -729,7 +738,7 @@ impl Runner {
                 Restore { cp, path }
             }
             25 => Remount,
-            _ => Kill,
+            _ => kill_rewind::kill_step(&self.snaps, rng),
         }
     }
 }

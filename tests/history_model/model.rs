@@ -200,6 +200,29 @@ impl Model {
         self.entries.values().filter(|v| **v == id).count() as u64
     }
 
+    /// A model of a tree known only by what it showed (the half-rewound
+    /// tree an interrupted rewind left): its `observe` gives `seen` back.
+    pub fn of_seen(seen: &SeenTree, next_id: &mut u64) -> Model {
+        let mut m = Model::default();
+        for (p, s) in seen {
+            // The first name of a linked object is its own `link_of`.
+            if let Some(&id) = s.link_of.as_ref().filter(|f| *f != p).and_then(|f| m.entries.get(f)) {
+                m.entries.insert(p.clone(), id);
+                continue;
+            }
+            let node = Node {
+                kind: s.kind,
+                data: s.data.clone(),
+                mode: s.mode,
+                uid: s.uid,
+                gid: s.gid,
+                xattrs: s.xattrs.clone(),
+            };
+            m.insert(p, node, next_id);
+        }
+        m
+    }
+
     /// What the tree shows.
     pub fn observe(&self) -> SeenTree {
         let mut t = SeenTree::new();
@@ -415,6 +438,13 @@ pub enum Step {
     Remount,
     /// kill -9 of the daemon, then remount.
     Kill,
+    /// kill -9 of the daemon during a rewind to `to`: at its `at`-th
+    /// journal record (0: just after its result was sealed; after the
+    /// rewind, if it has fewer records), then remount.
+    KillRewind {
+        to: i64,
+        at: u64,
+    },
 }
 
 impl fmt::Display for Step {
@@ -454,6 +484,7 @@ impl fmt::Display for Step {
             Restore { cp, path } => write!(f, "restore {cp} {path}"),
             Remount => write!(f, "remount"),
             Kill => write!(f, "kill"),
+            KillRewind { to, at } => write!(f, "killrewind {to} {at}"),
         }
     }
 }
@@ -494,13 +525,23 @@ impl Step {
             "restore" => Restore { cp: i(1)?, path: s(2)? },
             "remount" => Remount,
             "kill" => Kill,
+            "killrewind" => KillRewind { to: i(1)?, at: n(2)? },
             _ => return Err(bad()),
         };
         Ok(step)
     }
 
     pub fn is_history(&self) -> bool {
-        matches!(self, Step::Turn(_) | Step::Rewind(_) | Step::Undo | Step::Restore { .. } | Step::Remount | Step::Kill)
+        matches!(
+            self,
+            Step::Turn(_)
+                | Step::Rewind(_)
+                | Step::Undo
+                | Step::Restore { .. }
+                | Step::Remount
+                | Step::Kill
+                | Step::KillRewind { .. }
+        )
     }
 }
 
