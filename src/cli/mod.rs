@@ -120,6 +120,16 @@ pub enum Command {
     /// Where the store's bytes are: on disk by part, logical, the dedup
     /// and compression ratios, the attic, per turn, and what gc would free.
     Du(DuArgs),
+    /// Delete all history, never the workspace (needs --confirm).
+    ///
+    /// Seals the tree as it is as a fresh checkpoint, then deletes every
+    /// other checkpoint (named snapshots, rewinds' safety checkpoints and
+    /// abandoned branches too), their records, chunks and attic entries,
+    /// and compacts the packs. Afterwards `log` lists that one checkpoint;
+    /// references to the old ones fail saying they were deleted by a
+    /// reset. A reset cannot be undone: there is no safety checkpoint to
+    /// rewind to, and nothing from before it can be brought back.
+    Reset(ResetArgs),
     /// Check that every checkpoint can be read back; name what damage costs.
     ///
     /// Reads every chunk and checks its hash, follows every reference
@@ -236,6 +246,15 @@ pub struct DuArgs {
     /// One line per turn too.
     #[arg(long)]
     pub turns: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Yes, delete all history (refused without it).
+    #[arg(long)]
+    pub confirm: bool,
 }
 
 #[derive(Args, Debug)]
@@ -489,6 +508,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Forget(a) => snapshot::forget(a).map(|_| 0),
         Command::Gc(a) => snapshot::gc(a).map(|_| 0),
         Command::Du(a) => du::run(a).map(|_| 0),
+        Command::Reset(a) => snapshot::reset(a).map(|_| 0),
         Command::Hooks(a) => hooks::run(a).map(|_| 0),
         Command::Hook { agent } => return hook::run(agent),
     };

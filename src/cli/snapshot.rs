@@ -2,10 +2,10 @@
 //! the history (`journal/retention.rs`).
 
 use crate::cli::common;
-use crate::cli::quote::quote;
-use crate::cli::{ForgetArgs, GcArgs, SnapshotArgs};
+use crate::cli::quote::{human_bytes, quote};
+use crate::cli::{ForgetArgs, GcArgs, ResetArgs, SnapshotArgs};
 use crate::daemon::control as op;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::journal::retention::Collected;
 
 pub fn snapshot(args: SnapshotArgs) -> Result<()> {
@@ -49,6 +49,35 @@ pub fn gc(args: GcArgs) -> Result<()> {
             k.packs, k.bytes_reclaimed, k.records
         );
     }
+    Ok(())
+}
+
+pub fn reset(args: ResetArgs) -> Result<()> {
+    if !args.confirm {
+        return Err(Error::kind_of(ErrorKind::Usage, crate::daemon::RESET_UNCONFIRMED));
+    }
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let reply = common::ask(&info, op::Reset { confirm: true })?;
+    if args.target.json {
+        return common::print_json(&reply);
+    }
+    let c = &reply.collected;
+    println!(
+        "history reset: {} checkpoints deleted, {} chunks ({}) and {} attic entries ({}) freed",
+        c.forgotten.len(),
+        c.chunks_freed,
+        human_bytes(c.bytes_freed),
+        c.attic_files_freed,
+        human_bytes(c.attic_bytes_freed)
+    );
+    if reply.compacted.packs > 0 {
+        println!(
+            "compacted {} packs: {} back on disk",
+            reply.compacted.packs,
+            human_bytes(reply.compacted.bytes_reclaimed)
+        );
+    }
+    println!("checkpoint {} is the workspace as it is now; nothing before it can be brought back", reply.checkpoint);
     Ok(())
 }
 

@@ -429,6 +429,37 @@ fn snapshot(ctx: &Ctx, op: protocol::Snapshot) -> std::result::Result<protocol::
     Ok(protocol::SnapshotReply { checkpoint, name: op.name, message: op.message, sealed })
 }
 
+/// Deletes all history, never the workspace: the tree is sealed as a fresh
+/// checkpoint, then every other one is forgotten in one transaction (a
+/// daemon killed before it committed leaves the history whole; after, the
+/// next mount finishes freeing), and the store's packs are compacted.
+fn reset(ctx: &Ctx, confirm: bool) -> std::result::Result<protocol::ResetReply, Failure> {
+    if !confirm {
+        return Err(Failure::usage(RESET_UNCONFIRMED));
+    }
+    let journal = &*ctx.journal;
+    let _history = ctx.world.history();
+    let label = TurnInfo { label: Some("the tree when the history was reset".into()), ..Default::default() };
+    let checkpoint = seal(ctx, &label, Reason::Turn)?;
+    crate::world::test_hooks::kill_point("reset-sealed");
+    let attic = |id, handle: &[u8], dry| ctx.tree.remove_from_attic(id, handle, dry);
+    let collected = journal.reset(&attic, &ctx.info.store.join("attic")).map_err(journal_failure)?;
+    // Every pack mostly released goes, however small: nothing is left to
+    // share it with.
+    let compacted = journal.compact_below(crate::journal::retention::COMPACT_BELOW, 1).map_err(journal_failure)?;
+    warn!(
+        "history reset: {} checkpoints deleted, {} chunks and {} attic entries freed; checkpoint {checkpoint} is the tree now",
+        collected.forgotten.len(),
+        collected.chunks_freed,
+        collected.attic_files_freed
+    );
+    Ok(protocol::ResetReply { checkpoint, collected, compacted })
+}
+
+/// What `reset` without `--confirm` is told (the CLI says it first).
+pub const RESET_UNCONFIRMED: &str = "reset deletes every checkpoint and all the history of this workspace for good \
+     (the workspace itself is kept; a reset cannot be undone): run it again with --confirm";
+
 fn view_failure(what: &str, e: crate::view::ViewError) -> Failure {
     Failure::failed(e.errno().0, format!("{what}: {e}"))
 }
@@ -576,6 +607,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             let compacted = if dry_run { Default::default() } else { journal.compact().map_err(journal_failure)? };
             Ok(protocol::GcReply { policy, collected, compacted })
         }),
+        Request::Reset(op) => answer(op, |protocol::Reset { confirm }| reset(ctx, confirm)),
         Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {
             let n = resolve(journal, &checkpoint)?;
             let browser = crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n)

@@ -65,6 +65,7 @@ ops! {
     Forget "forget" => crate::journal::retention::Collected,
     Gc "gc" => GcReply,
     Du "du" => DuReply,
+    Reset "reset" => ResetReply,
 }
 
 /// Where the store's bytes are.
@@ -153,6 +154,24 @@ pub struct GcReply {
     #[serde(flatten)]
     pub collected: crate::journal::retention::Collected,
     /// Packs rewritten afterwards (none with `dry_run`).
+    #[serde(default)]
+    pub compacted: crate::store::Compacted,
+}
+
+/// Delete all history, never the workspace: seal the tree as a fresh
+/// checkpoint, forget every other. Refused unless `confirm`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reset {
+    pub confirm: bool,
+}
+
+/// `reset`: the one checkpoint left and what went.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResetReply {
+    /// The fresh checkpoint of the tree at the reset.
+    pub checkpoint: i64,
+    #[serde(flatten)]
+    pub collected: crate::journal::retention::Collected,
     #[serde(default)]
     pub compacted: crate::store::Compacted,
 }

@@ -238,6 +238,29 @@ impl Journal {
         dry_run: bool,
         attic: AtticRemover<'_>,
     ) -> JournalResult<Collected> {
+        self.collect_with(victims, by, dry_run, attic, None)
+    }
+
+    /// `reset`: forgets every checkpoint but the newest (the caller has
+    /// just sealed it: the tree now) and empties the attic of everything
+    /// no record of the newest turn names, directories moved aside whole
+    /// included (`attic_dir`). Nothing of the workspace is touched. The
+    /// caller holds the history lock, so nothing seals meanwhile.
+    pub fn reset(&self, attic: AtticRemover<'_>, attic_dir: &std::path::Path) -> JournalResult<Collected> {
+        let newest = self.current_turn();
+        let victims: Vec<i64> =
+            self.with_meta(|m| m.checkpoints())?.into_iter().map(|c| c.checkpoint).filter(|&c| c < newest).collect();
+        self.collect_with(&victims, RESET, false, attic, Some(attic_dir))
+    }
+
+    fn collect_with(
+        &self,
+        victims: &[i64],
+        by: &str,
+        dry_run: bool,
+        attic: AtticRemover<'_>,
+        reset_attic: Option<&std::path::Path>,
+    ) -> JournalResult<Collected> {
         let mut victims = victims.to_vec();
         victims.sort_unstable();
         victims.dedup();
@@ -254,6 +277,8 @@ impl Journal {
         let at = now_ms();
         let mut out = Collected { dry_run, forgotten: victims.clone(), ..Default::default() };
         let mut removals = Vec::new();
+        let mut swept = Vec::new();
+        let newest = inner.turn;
         let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
             let mut lists = Vec::new();
             let mut named = Vec::new();
@@ -270,6 +295,12 @@ impl Journal {
                 if let Some(bytes) = attic(id, &handle, true) {
                     lists.extend(m.drop_unreachable(id)?);
                     removals.push((id, handle, bytes));
+                }
+            }
+            if reset_attic.is_some() {
+                for id in m.reset_attic(newest)? {
+                    lists.extend(m.drop_unreachable(id)?);
+                    swept.push(id);
                 }
             }
             let candidates =
@@ -300,6 +331,14 @@ impl Journal {
                     out.attic_bytes_freed += bytes;
                 }
             }
+            if let Some(dir) = reset_attic {
+                for id in swept {
+                    if let Some(bytes) = remove_attic_slot(dir, id) {
+                        out.attic_files_freed += 1;
+                        out.attic_bytes_freed += bytes;
+                    }
+                }
+            }
             inner.meta.clear_gc_chunks()?;
             log::info!(
                 "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed",
@@ -317,6 +356,13 @@ impl Journal {
     /// Rewrites packs mostly made of released chunks (live fraction under
     /// [`COMPACT_BELOW`], at least [`COMPACT_MIN_RECLAIM`] bytes back).
     pub fn compact(&self) -> JournalResult<crate::store::Compacted> {
+        self.compact_below(COMPACT_BELOW, COMPACT_MIN_RECLAIM)
+    }
+
+    /// Rewrites packs whose live fraction is under `threshold` and that give
+    /// back at least `min_reclaim` bytes (`reset` takes back every pack
+    /// mostly released, however small).
+    pub fn compact_below(&self, threshold: f64, min_reclaim: u64) -> JournalResult<crate::store::Compacted> {
         // The mount compares the packs with what was sealed: after the old
         // packs go they hold less, and that is not damage.
         let mut lower = |held: crate::store::StoreStats| {
@@ -326,7 +372,7 @@ impl Journal {
             })
             .map_err(|e| crate::store::StoreError::Decode { what: "metadata", detail: e.to_string() })
         };
-        Ok(self.store.compact(COMPACT_BELOW, COMPACT_MIN_RECLAIM, &mut lower)?)
+        Ok(self.store.compact(threshold, min_reclaim, &mut lower)?)
     }
 
     /// Frees the chunks of a collection the previous daemon committed and
@@ -341,16 +387,32 @@ impl Journal {
         self.store.release(&left)?;
         for id in attic {
             // Checked before the collection committed; nothing ran since.
-            let slot = attic_dir.join(id.0.to_string());
-            if std::fs::symlink_metadata(&slot).is_ok_and(|m| !m.is_dir())
-                && let Err(e) = std::fs::remove_file(&slot)
-            {
-                log::warn!("cannot remove attic entry {}: {e}", slot.display());
-            }
+            remove_attic_slot(attic_dir, id);
         }
         inner.meta.clear_gc_chunks()?;
         log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
         Ok(left.len())
+    }
+}
+
+/// `by` of the checkpoints a reset forgot.
+pub const RESET: &str = "reset";
+
+/// Removes attic entry `attic/<id>` a committed collection listed: a file,
+/// or (only `reset` lists them) a directory moved aside whole, with
+/// everything in it (symlinks are removed, never followed). The bytes
+/// freed, or None when it was not there or could not be removed.
+fn remove_attic_slot(attic_dir: &std::path::Path, id: ObjectId) -> Option<u64> {
+    let slot = attic_dir.join(id.0.to_string());
+    let meta = std::fs::symlink_metadata(&slot).ok()?;
+    let bytes = tree_bytes(&slot).0;
+    let removed = if meta.is_dir() { std::fs::remove_dir_all(&slot) } else { std::fs::remove_file(&slot) };
+    match removed {
+        Ok(()) => Some(bytes),
+        Err(e) => {
+            log::warn!("cannot remove attic entry {}: {e}", slot.display());
+            None
+        }
     }
 }
 

@@ -92,6 +92,19 @@ impl Meta {
             .ctx("read forgotten checkpoints")
     }
 
+    /// The newest checkpoint `by` forgot and when (`reset`: everything
+    /// up to it went, names included).
+    pub fn last_forgotten_by(&self, by: &str) -> MetaResult<Option<(i64, i64)>> {
+        self.conn
+            .query_row(
+                "SELECT checkpoint, at FROM forgotten WHERE by = ?1 ORDER BY checkpoint DESC LIMIT 1",
+                [by],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .ctx("read forgotten checkpoints")
+    }
+
     /// Turns holding a mark of objects changed outside the mount.
     pub fn tainted_turns(&self) -> MetaResult<HashSet<i64>> {
         let mut stmt = self.conn.prepare("SELECT DISTINCT turn FROM tainted").ctx("prepare")?;
