@@ -421,3 +421,43 @@ fn a_reset_killed_before_or_after_its_commit_loses_nothing_of_the_workspace() {
     old.extend(&t);
     check_reset(&c, &copy, fresh, &old, "after a reset killed after its commit");
 }
+
+#[test]
+fn the_background_collection_keeps_the_history_within_the_policy_without_gc() {
+    let mut c = Case::new(&[]);
+    // Keep 3 checkpoints, whatever their age; nothing is old enough to go
+    // yet, and 3 is less than a batch: nothing runs.
+    let v = c.fx.cli_json(&["gc", "--keep-count", "3", "--keep-days", "0"]);
+    assert_eq!(v["policy"]["auto"].as_bool(), Some(true), "on by default: {v}");
+    let status = c.fx.status_json();
+    assert!(status["auto_gc"].is_null(), "no background collection yet: {status}");
+    for i in 1..=20 {
+        c.step(i);
+    }
+    // The daemon collects by itself (it looks every half second).
+    let bound = 3 + rewindfs::journal::retention::AUTO_BATCH;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while c.listed().len() >= bound {
+        assert!(std::time::Instant::now() < deadline, "never collected: {:?}", c.listed());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let status = c.fx.status_json();
+    let run = &status["auto_gc"];
+    assert!(run["forgotten"].as_u64().is_some_and(|n| n >= 8), "{status}");
+    assert!(run["bytes_freed"].as_u64().is_some_and(|n| n > 100_000), "{status}");
+    assert!(c.fx.cli(&["status"]).contains("auto gc:     on; last ran"), "{}", c.fx.cli(&["status"]));
+    let listed = c.listed();
+    let forgotten: Vec<i64> = c.copies.keys().copied().filter(|n| !listed.contains(n)).collect();
+    c.check_views(&forgotten, "after the background collection");
+    c.fsck_clean("after the background collection");
+    // Off: 12 more turns, nothing goes.
+    let v = c.fx.cli_json(&["gc", "--auto", "off"]);
+    assert_eq!(v["policy"]["auto"].as_bool(), Some(false), "{v}");
+    let kept = c.listed().len();
+    for i in 21..=32 {
+        c.step(i);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(c.listed().len(), kept + 12, "with --auto off nothing is collected");
+    assert!(c.fx.cli(&["status"]).contains("auto gc:     off"));
+}

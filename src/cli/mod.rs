@@ -115,7 +115,9 @@ pub enum Command {
     /// is also how long abandoned branches stay), named snapshots, the
     /// checkpoint last rewound to and the safety checkpoints of the last 5
     /// rewinds. Options given are stored as the new policy (not with
-    /// --dry-run).
+    /// --dry-run). With --auto on (the default) the daemon also collects
+    /// by itself, in short slices, once 8 checkpoints can go; `status`
+    /// shows its last run.
     Gc(GcArgs),
     /// Where the store's bytes are: on disk by part, logical, the dedup
     /// and compression ratios, the attic, per turn, and what gc would free.
@@ -282,6 +284,17 @@ pub struct GcArgs {
     /// Keep every checkpoint younger than D days.
     #[arg(long, value_name = "D")]
     pub keep_days: Option<u64>,
+    /// Collect in the background once 8 checkpoints can go (stored; on by default).
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub auto: Option<bool>,
+}
+
+fn on_off(v: &str) -> std::result::Result<bool, String> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{v:?} is neither on nor off")),
+    }
 }
 
 #[derive(Args, Debug)]

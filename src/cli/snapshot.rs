@@ -31,15 +31,18 @@ pub fn forget(args: ForgetArgs) -> Result<()> {
 
 pub fn gc(args: GcArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply =
-        common::ask(&info, op::Gc { dry_run: args.dry_run, keep_count: args.keep_count, keep_days: args.keep_days })?;
+    let gc = op::Gc { dry_run: args.dry_run, keep_count: args.keep_count, keep_days: args.keep_days, auto: args.auto };
+    let reply = common::ask(&info, gc)?;
     if args.target.json {
         return common::print_json(&reply);
     }
     let p = &reply.policy;
     println!(
-        "policy: keep the newest {} checkpoints, all younger than {} days, named snapshots, the last {} rewinds' safety checkpoints",
-        p.keep_count, p.keep_days, p.keep_rewinds
+        "policy: keep the newest {} checkpoints, all younger than {} days, named snapshots, the last {} rewinds' safety checkpoints; background collection {}",
+        p.keep_count,
+        p.keep_days,
+        p.keep_rewinds,
+        if p.auto { "on" } else { "off" }
     );
     print_collected(&reply.collected);
     let k = &reply.compacted;

@@ -92,8 +92,8 @@ mod tests {
             (op::Du.into(), true),
             (op::Forget { checkpoints: vec!["1".into()], dry_run: true }.into(), true),
             (op::Forget { checkpoints: vec!["1".into()], dry_run: false }.into(), false),
-            (op::Gc { dry_run: true, keep_count: None, keep_days: None }.into(), true),
-            (op::Gc { dry_run: false, keep_count: None, keep_days: None }.into(), false),
+            (op::Gc { dry_run: true, keep_count: None, keep_days: None, auto: None }.into(), true),
+            (op::Gc { dry_run: false, keep_count: None, keep_days: None, auto: None }.into(), false),
             (op::Snapshot { name: "n".into(), message: None, at: None }.into(), false),
             (op::Reset { confirm: true }.into(), false),
         ];

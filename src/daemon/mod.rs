@@ -2,6 +2,7 @@
 //! publishes itself, serves FUSE and control requests, and cleans up.
 
 pub mod access;
+mod auto_gc;
 pub mod control;
 pub mod protocol;
 pub mod registry;
@@ -265,6 +266,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     if let Some(quiet) = spec.auto_turn {
         spawn_auto_turn(ctx.clone(), quiet);
     }
+    auto_gc::spawn(ctx.clone());
     Ok((session, info, vec![store_lock, ws_lock], journal, ctx))
 }
 
@@ -593,11 +595,12 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
             journal.collect(&victims, "forget", dry_run, &attic).map_err(journal_failure)
         }),
-        Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days }| {
+        Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days, auto }| {
             let _history = ctx.world.history();
             let mut policy = journal.policy().map_err(journal_failure)?;
             policy.keep_count = keep_count.unwrap_or(policy.keep_count);
             policy.keep_days = keep_days.unwrap_or(policy.keep_days);
+            policy.auto = auto.unwrap_or(policy.auto);
             if !dry_run {
                 journal.set_policy(&policy).map_err(journal_failure)?;
             }
@@ -673,6 +676,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     .collect(),
                 view_inodes: ctx.hidden_views.as_ref().map(|b| b.inode_count() as u64).unwrap_or(0),
                 retention: journal.policy().ok(),
+                auto_gc: journal.last_auto().ok().flatten(),
                 snapshots: journal
                     .with_meta(|m| m.checkpoints())
                     .map(|cs| {

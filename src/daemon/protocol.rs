@@ -145,6 +145,9 @@ pub struct Gc {
     pub dry_run: bool,
     pub keep_count: Option<u64>,
     pub keep_days: Option<u64>,
+    /// Turns the background collection on or off (stored).
+    #[serde(default)]
+    pub auto: Option<bool>,
 }
 
 /// `gc`: the policy applied and what was (or would be) collected.
@@ -285,6 +288,9 @@ pub struct StatusReply {
     /// The retention policy stored in the store.
     #[serde(default)]
     pub retention: Option<crate::journal::retention::Policy>,
+    /// What the last background collection did (none ran yet: absent).
+    #[serde(default)]
+    pub auto_gc: Option<crate::journal::retention::AutoRun>,
     /// Named checkpoints, oldest first.
     #[serde(default)]
     pub snapshots: Vec<SnapshotRow>,

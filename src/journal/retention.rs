@@ -29,6 +29,38 @@ pub struct Policy {
     pub keep_days: u64,
     /// The safety checkpoints of this many newest rewinds are kept.
     pub keep_rewinds: u64,
+    /// Collect in the background once enough checkpoints can go
+    /// ([`AUTO_BATCH`]; `gc --auto on|off`).
+    #[serde(default = "yes")]
+    pub auto: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The background collection runs once the policy lets this many
+/// checkpoints go: each run reads the checkpoints and compacts the packs,
+/// so it is batched; the store holds at most this many fewer than one more
+/// than the policy keeps between runs.
+pub const AUTO_BATCH: usize = 8;
+
+/// What the last background collection did (`status`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutoRun {
+    /// When it ended (Unix milliseconds).
+    pub at: i64,
+    pub forgotten: u64,
+    pub chunks_freed: u64,
+    pub bytes_freed: u64,
+    pub attic_files_freed: u64,
+    /// Pack bytes compaction gave back on disk.
+    pub bytes_reclaimed: u64,
+    /// Collections it ran, one checkpoint each, each holding the turn gate
+    /// (and so every recording FUSE operation) for its length.
+    pub slices: u64,
+    /// The longest of them, in milliseconds.
+    pub longest_slice_ms: f64,
 }
 
 impl Default for Policy {
@@ -36,13 +68,15 @@ impl Default for Policy {
     /// prompts of a long session however old; the safety checkpoints of
     /// the last 5 rewinds (each undoes one).
     fn default() -> Policy {
-        Policy { keep_count: 200, keep_days: 14, keep_rewinds: 5 }
+        Policy { keep_count: 200, keep_days: 14, keep_rewinds: 5, auto: true }
     }
 }
 
 const KEEP_COUNT: &str = "retention.keep_count";
 const KEEP_DAYS: &str = "retention.keep_days";
 const KEEP_REWINDS: &str = "retention.keep_rewinds";
+const AUTO: &str = "retention.auto";
+const LAST_AUTO: &str = "retention.last_auto";
 const DAY_MS: i64 = 86_400_000;
 
 /// A pack is rewritten when less than half of it is live: the copy costs
@@ -166,6 +200,7 @@ impl Journal {
                 keep_count: get(m, KEEP_COUNT, d.keep_count)?,
                 keep_days: get(m, KEEP_DAYS, d.keep_days)?,
                 keep_rewinds: get(m, KEEP_REWINDS, d.keep_rewinds)?,
+                auto: m.get_state(AUTO)?.map_or(d.auto, |v| v != "off"),
             })
         })?)
     }
@@ -176,9 +211,21 @@ impl Journal {
             m.transaction(|m| {
                 m.set_state(KEEP_COUNT, &p.keep_count.to_string())?;
                 m.set_state(KEEP_DAYS, &p.keep_days.to_string())?;
-                m.set_state(KEEP_REWINDS, &p.keep_rewinds.to_string())
+                m.set_state(KEEP_REWINDS, &p.keep_rewinds.to_string())?;
+                m.set_state(AUTO, if p.auto { "on" } else { "off" })
             })
         })?)
+    }
+
+    /// What the last background collection did, if one ran.
+    pub fn last_auto(&self) -> JournalResult<Option<AutoRun>> {
+        let v = self.with_meta(|m| m.get_state(LAST_AUTO))?;
+        Ok(v.and_then(|v| serde_json::from_str(&v).ok()))
+    }
+
+    pub fn set_last_auto(&self, run: &AutoRun) -> JournalResult<()> {
+        let v = serde_json::to_string(run).unwrap_or_default();
+        Ok(self.with_meta(|m| m.set_state(LAST_AUTO, &v))?)
     }
 
     /// Checks that `name` can name a checkpoint: a word like a message id
@@ -502,7 +549,7 @@ mod tests {
         // 0..=9, one a day, 9 is today; 3 is named.
         let mut all: Vec<Checkpoint> = (0..10).map(|n| cp(n, (n > 0).then_some(n - 1), 9 - n, Reason::Turn)).collect();
         all[3].name = Some("release".into());
-        let p = Policy { keep_count: 2, keep_days: 4, keep_rewinds: 5 };
+        let p = Policy { keep_count: 2, keep_days: 4, keep_rewinds: 5, auto: true };
         let keep = protected(&all, &HashSet::new(), &p);
         // Young: 5..9 (at most 4 days old); newest two: 8, 9.
         assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 1, 2, 4]);
@@ -526,7 +573,7 @@ mod tests {
             cp(6, Some(5), 0, Reason::Turn),
         ];
         all[4].label = Some("safety checkpoint before rewind to 1".into());
-        let p = Policy { keep_count: 1, keep_days: 14, keep_rewinds: 1 };
+        let p = Policy { keep_count: 1, keep_days: 14, keep_rewinds: 1, auto: true };
         let keep = protected(&all, &HashSet::new(), &p);
         assert!(keep.contains_key(&1) && keep.contains_key(&4) && keep.contains_key(&6), "{keep:?}");
         assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 2, 3, 5], "the abandoned 2, 3 go after 14 days");
