@@ -21,7 +21,8 @@ pub fn snapshot(args: SnapshotArgs) -> Result<()> {
 
 pub fn forget(args: ForgetArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply = common::ask(&info, op::Forget { checkpoints: args.checkpoints, dry_run: args.dry_run })?;
+    let forget = op::Forget { checkpoints: args.checkpoints, dry_run: args.dry_run };
+    let reply = common::ask_showing(&info, forget, "forgetting", args.target.json)?;
     if args.target.json {
         return common::print_json(&reply);
     }
@@ -32,7 +33,7 @@ pub fn forget(args: ForgetArgs) -> Result<()> {
 pub fn gc(args: GcArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
     let gc = op::Gc { dry_run: args.dry_run, keep_count: args.keep_count, keep_days: args.keep_days, auto: args.auto };
-    let reply = common::ask(&info, gc)?;
+    let reply = common::ask_showing(&info, gc, "collecting", args.target.json)?;
     if args.target.json {
         return common::print_json(&reply);
     }
@@ -60,7 +61,7 @@ pub fn reset(args: ResetArgs) -> Result<()> {
         return Err(Error::kind_of(ErrorKind::Usage, crate::daemon::RESET_UNCONFIRMED));
     }
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply = common::ask(&info, op::Reset { confirm: true })?;
+    let reply = common::ask_showing(&info, op::Reset { confirm: true }, "deleting the history", args.target.json)?;
     if args.target.json {
         return common::print_json(&reply);
     }
