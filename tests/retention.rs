@@ -461,3 +461,42 @@ fn the_background_collection_keeps_the_history_within_the_policy_without_gc() {
     assert_eq!(c.listed().len(), kept + 12, "with --auto off nothing is collected");
     assert!(c.fx.cli(&["status"]).contains("auto gc:     off"));
 }
+
+#[test]
+fn gc_removes_a_directory_a_rewind_moved_aside_once_no_kept_checkpoint_reaches_it() {
+    let mut c = Case::new(&[]);
+    let t1 = c.step(1);
+    c.fx.sh("mkdir -p made/deep && head -c 100000 /dev/urandom > made/deep/f && echo x > made/g && ln -s g made/l");
+    c.fx.turn("t-made");
+    c.fx.cli_json(&["rewind", &t1.to_string()]);
+    let attic_dirs = |c: &Case| {
+        std::fs::read_dir(c.fx.store.join("attic"))
+            .expect("attic")
+            .filter(|e| e.as_ref().is_ok_and(|e| e.path().symlink_metadata().is_ok_and(|m| m.is_dir())))
+            .count()
+    };
+    assert_eq!(attic_dirs(&c), 1, "the rewind moved made/ aside whole");
+    c.step(3);
+    c.step(4);
+    // A month later, with no rewind's safety checkpoint kept: only the
+    // newest and the checkpoint last rewound to (t1) stay.
+    c.fx.unmount();
+    let meta = rewindfs::meta::Meta::open(&c.fx.store.join("meta.sqlite")).expect("meta");
+    meta.set_state("retention.keep_rewinds", "0").expect("policy");
+    drop(meta);
+    let later = (now_ms() + 30 * DAY_MS).to_string();
+    c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
+    let dry = c.fx.cli_json(&["gc", "--dry-run", "--keep-count", "1"]);
+    assert_eq!(attic_dirs(&c), 1, "--dry-run removes nothing");
+    let v = c.fx.cli_json(&["gc", "--keep-count", "1"]);
+    assert_eq!(v["attic_files_freed"], dry["attic_files_freed"], "{v} vs {dry}");
+    assert_eq!(attic_dirs(&c), 0, "made/ left the attic: {v}");
+    assert!(v["attic_bytes_freed"].as_u64().is_some_and(|b| b >= 100_000), "{v}");
+    let listed = c.listed();
+    assert!(listed.contains(&t1), "{listed:?}");
+    let forgotten: Vec<i64> = c.copies.keys().copied().filter(|n| !listed.contains(n)).collect();
+    c.check_views(&forgotten, "after gc");
+    c.fsck_clean("after gc");
+    c.fx.cli_json(&["rewind", &t1.to_string()]);
+    assert_same_tree(&c.copies[&t1], c.fx.path(), "rewound to t1");
+}

@@ -72,7 +72,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         }
         let Some(&victim) = journal.plan_retention(&policy)?.first() else { break };
         let started = Instant::now();
-        let c = journal.collect(&[victim], "retention", false, &attic)?;
+        let c = journal.collect(&[victim], "retention", false, &attic, Some(&ctx.info.store.join("attic")))?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         out.slices += 1;
         out.longest_slice_ms = out.longest_slice_ms.max(ms);

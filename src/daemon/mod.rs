@@ -593,7 +593,9 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }
             let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
-            journal.collect(&victims, "forget", dry_run, &attic).map_err(journal_failure)
+            journal
+                .collect(&victims, "forget", dry_run, &attic, Some(&info.store.join("attic")))
+                .map_err(journal_failure)
         }),
         Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days, auto }| {
             let _history = ctx.world.history();
@@ -606,7 +608,9 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             }
             let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
             let attic = |id, handle: &[u8], dry| tree.remove_from_attic(id, handle, dry);
-            let collected = journal.collect(&victims, "retention", dry_run, &attic).map_err(journal_failure)?;
+            let collected = journal
+                .collect(&victims, "retention", dry_run, &attic, Some(&info.store.join("attic")))
+                .map_err(journal_failure)?;
             let compacted = if dry_run { Default::default() } else { journal.compact().map_err(journal_failure)? };
             Ok(protocol::GcReply { policy, collected, compacted })
         }),

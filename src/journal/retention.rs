@@ -284,8 +284,9 @@ impl Journal {
         by: &str,
         dry_run: bool,
         attic: AtticRemover<'_>,
+        attic_dir: Option<&std::path::Path>,
     ) -> JournalResult<Collected> {
-        self.collect_with(victims, by, dry_run, attic, None)
+        self.collect_with(victims, by, dry_run, attic, attic_dir, false)
     }
 
     /// `reset`: forgets every checkpoint but the newest (the caller has
@@ -297,7 +298,7 @@ impl Journal {
         let newest = self.current_turn();
         let victims: Vec<i64> =
             self.with_meta(|m| m.checkpoints())?.into_iter().map(|c| c.checkpoint).filter(|&c| c < newest).collect();
-        self.collect_with(&victims, RESET, false, attic, Some(attic_dir))
+        self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true)
     }
 
     fn collect_with(
@@ -306,7 +307,8 @@ impl Journal {
         by: &str,
         dry_run: bool,
         attic: AtticRemover<'_>,
-        reset_attic: Option<&std::path::Path>,
+        attic_dir: Option<&std::path::Path>,
+        reset: bool,
     ) -> JournalResult<Collected> {
         let mut victims = victims.to_vec();
         victims.sort_unstable();
@@ -342,12 +344,21 @@ impl Journal {
                 if let Some(bytes) = attic(id, &handle, true) {
                     lists.extend(m.drop_unreachable(id)?);
                     removals.push((id, handle, bytes));
+                } else if let Some(dir) = attic_dir
+                    && let Some((bytes, inner)) = unreachable_attic_dir(m, dir, id, &handle)?
+                {
+                    // A directory a rewind moved aside whole, and nothing in it
+                    // that a view reaches: it goes with its objects' records.
+                    for x in inner.into_iter().chain([id]) {
+                        lists.extend(m.drop_unreachable(x)?);
+                    }
+                    swept.push((id, bytes));
                 }
             }
-            if reset_attic.is_some() {
+            if reset {
                 for id in m.reset_attic(newest)? {
                     lists.extend(m.drop_unreachable(id)?);
-                    swept.push(id);
+                    swept.push((id, 0));
                 }
             }
             let candidates =
@@ -360,8 +371,8 @@ impl Journal {
         };
         let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
         if dry_run {
-            out.attic_files_freed = removals.len() as u64;
-            out.attic_bytes_freed = removals.iter().map(|r| r.2).sum();
+            out.attic_files_freed = (removals.len() + swept.len()) as u64;
+            out.attic_bytes_freed = removals.iter().map(|r| r.2).chain(swept.iter().map(|s| s.1)).sum();
         }
         let dead: Vec<ChunkId> = dead.into_iter().collect();
         out.chunks_freed = dead.len() as u64;
@@ -378,8 +389,8 @@ impl Journal {
                     out.attic_bytes_freed += bytes;
                 }
             }
-            if let Some(dir) = reset_attic {
-                for id in swept {
+            if let Some(dir) = attic_dir {
+                for (id, _) in swept {
                     if let Some(bytes) = remove_attic_slot(dir, id) {
                         out.attic_files_freed += 1;
                         out.attic_bytes_freed += bytes;
@@ -463,6 +474,56 @@ fn remove_attic_slot(attic_dir: &std::path::Path, id: ObjectId) -> Option<u64> {
     }
 }
 
+/// Whether attic entry `attic/<id>` is a directory holding object `id`
+/// (`handle`) with nothing inside that a view can reach: every entry in it
+/// has one link (no other name), is not pending, and is named by no entry
+/// record. Its bytes and the objects inside that the store knows, or None.
+fn unreachable_attic_dir(
+    m: &Meta,
+    attic_dir: &std::path::Path,
+    id: ObjectId,
+    handle: &[u8],
+) -> MetaResult<Option<(u64, Vec<ObjectId>)>> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let name = std::ffi::OsString::from(id.0.to_string());
+    let slot = attic_dir.join(&name);
+    if !std::fs::symlink_metadata(&slot).is_ok_and(|md| md.is_dir()) {
+        return Ok(None);
+    }
+    let Ok(parent) = std::fs::File::open(attic_dir) else { return Ok(None) };
+    if !crate::sys::name_to_handle_at(parent.as_fd(), &name).is_ok_and(|h| h.to_bytes() == handle) {
+        return Ok(None);
+    }
+    let mut inner = Vec::new();
+    let mut dirs = vec![slot.clone()];
+    while let Some(d) = dirs.pop() {
+        let (Ok(fd), Ok(entries)) = (std::fs::File::open(&d), std::fs::read_dir(&d)) else { return Ok(None) };
+        for e in entries {
+            let Ok(e) = e else { return Ok(None) };
+            let Ok(md) = e.path().symlink_metadata() else { return Ok(None) };
+            if !md.is_dir() && md.nlink() != 1 {
+                return Ok(None);
+            }
+            let Ok(h) = crate::sys::name_to_handle_at(fd.as_fd(), &e.file_name()) else { return Ok(None) };
+            let h = h.to_bytes();
+            if m.is_pending(&h)? {
+                return Ok(None);
+            }
+            if let Some(x) = m.object_by_handle(&h)? {
+                if m.is_named(x)? {
+                    return Ok(None);
+                }
+                inner.push(x);
+            }
+            if md.is_dir() {
+                dirs.push(e.path());
+            }
+        }
+    }
+    Ok(Some((tree_bytes(&slot).0, inner)))
+}
+
 /// Allocated bytes under `path` (not following symlinks), and entries.
 fn tree_bytes(path: &std::path::Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
@@ -497,7 +558,7 @@ pub fn du(
     let policy = journal.policy()?;
     let victims = journal.plan_retention(&policy)?;
     let attic = |id, handle: &[u8], _| tree.remove_from_attic(id, handle, true);
-    let gc_would_free = journal.collect(&victims, "retention", true, &attic)?;
+    let gc_would_free = journal.collect(&victims, "retention", true, &attic, Some(&parts.attic()))?;
     let (attic_bytes, attic_entries) = tree_bytes(&parts.attic());
     let attic_entries = std::fs::read_dir(parts.attic()).map(|d| d.count() as u64).unwrap_or(attic_entries);
     let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
@@ -621,10 +682,10 @@ mod journal_tests {
         assert!(j.protected().unwrap().contains_key(&0), "named");
         let chunks = store.stats().unwrap().chunks;
         let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
-        let dry = j.collect(&[1], "forget", true, &no_attic).unwrap();
+        let dry = j.collect(&[1], "forget", true, &no_attic, None).unwrap();
         assert_eq!((dry.chunks_freed, dry.records_dropped), (1, 1), "{dry:?}");
         assert_eq!(j.resolve("1").unwrap().0, 1, "a dry run changes nothing");
-        let done = j.collect(&[1], "forget", false, &no_attic).unwrap();
+        let done = j.collect(&[1], "forget", false, &no_attic, None).unwrap();
         assert_eq!(done.chunks_freed, 1);
         assert_eq!(store.stats().unwrap().chunks, chunks - 1, "v1's chunk went, v0's stays");
         for reference in ["1", "m1"] {
@@ -635,6 +696,6 @@ mod journal_tests {
         }
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
-        assert!(matches!(j.collect(&[2], "forget", false, &no_attic), Err(JournalError::Kept { .. })));
+        assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None), Err(JournalError::Kept { .. })));
     }
 }

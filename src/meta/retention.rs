@@ -349,6 +349,17 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list the attic")
     }
 
+    /// Whether an entry record names object `id` (a view can reach it).
+    pub fn is_named(&self, id: ObjectId) -> MetaResult<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM entry_pre WHERE target = ?1 LIMIT 1")
+            .ctx("prepare")?
+            .query_row([id.0], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+            .ctx("read entry records")
+    }
+
     /// Attic entries a committed collection has still to remove.
     pub fn gc_attic(&self) -> MetaResult<Vec<ObjectId>> {
         let mut stmt = self.conn.prepare("SELECT object FROM gc_attic").ctx("prepare")?;
