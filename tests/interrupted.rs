@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -85,14 +85,7 @@ impl Case {
     }
 
     fn detach_dead(&mut self, pid: i32) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Path::new(&format!("/proc/{pid}")).exists() {
-            assert!(Instant::now() < deadline, "daemon {pid} did not die");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let mp = self.mp();
-        check(self.fx.rewindfs(&["unmount", &mp]), "unmount of the dead mount");
-        self.fx.forget_mount();
+        self.fx.detach_dead(pid);
     }
 
     /// Mounts again; returns the mount's stderr.

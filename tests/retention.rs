@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::*;
 
@@ -109,6 +109,23 @@ impl Case {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// Runs `args`, which a test hook makes the daemon die in; waits for
+    /// it to die and takes the dead mount down.
+    fn killed_by(&mut self, args: &[&str]) {
+        let pid = self.fx.daemon_pid();
+        let out = self.run(args);
+        assert!(!out.status.success(), "the daemon was to die in {args:?}: {}", describe_status(&out));
+        self.fx.detach_dead(pid);
+    }
+
+    /// Bytes of the pack files.
+    fn packs(&self) -> u64 {
+        std::fs::read_dir(self.fx.store.join("chunks/packs"))
+            .expect("packs")
+            .map(|e| e.expect("pack entry").metadata().expect("pack size").len())
+            .sum()
     }
 
     /// Chunks in the chunk store's index (read beside the daemon).
@@ -251,18 +268,12 @@ fn gc_keeps_the_young_and_collects_the_old_by_an_injected_clock() {
     // Most of the only pack was released: it was rewritten, and the store
     // mounts again (its packs are smaller than the newest checkpoint's
     // recorded store size was).
-    let packs = |c: &Case| -> u64 {
-        std::fs::read_dir(c.fx.store.join("chunks/packs"))
-            .expect("packs")
-            .map(|e| e.unwrap().metadata().unwrap().len())
-            .sum()
-    };
     assert_eq!(done["compacted"]["packs"].as_u64(), Some(1), "{done}");
     assert!(done["compacted"]["bytes_reclaimed"].as_u64().is_some_and(|b| b > 100_000), "{done}");
-    let on_disk = packs(&c);
+    let on_disk = c.packs();
     c.fx.unmount();
     c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
-    assert_eq!(packs(&c), on_disk);
+    assert_eq!(c.packs(), on_disk);
     let du_after = c.fx.cli_json(&["du"]);
     assert!(du_after["packs_bytes"].as_u64() < du["packs_bytes"].as_u64(), "{du_after}");
     assert!(du_after["attic_entries"].as_u64() < du["attic_entries"].as_u64(), "{du_after}");
@@ -281,17 +292,7 @@ fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
     let mut c = Case::new(&[("REWINDFS_TEST_NOW_MS", &later), ("REWINDFS_TEST_KILL_AT", "gc-committed:1")]);
     let t: Vec<i64> = (1..=4).map(|i| c.step(i)).collect();
     let before = c.chunks();
-    let pid = c.fx.daemon_pid();
-    let out = c.run(&["gc", "--keep-count", "1", "--json"]);
-    assert!(!out.status.success(), "the daemon was to die in gc: {}", describe_status(&out));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(Instant::now() < deadline, "daemon {pid} did not die");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mp = c.mp();
-    check(c.fx.rewindfs(&["unmount", &mp]), "unmount of the dead mount");
-    c.fx.forget_mount();
+    c.killed_by(&["gc", "--keep-count", "1", "--json"]);
     // Committed: the checkpoints are gone; the chunks are not freed yet.
     let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
     let left = meta.gc_chunks().expect("gc_chunks");
@@ -317,4 +318,185 @@ fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
     c.fsck_clean("after the interrupted gc");
     c.fx.cli_json(&["rewind", &t[3].to_string()]);
     assert_same_tree(&c.copies[&t[3]], c.fx.path(), "live tree after rewinding to t4");
+}
+
+/// Builds a history with a name, a rewind's safety checkpoint and a
+/// directory the rewind moved aside whole into the attic.
+fn history_to_reset(c: &mut Case) -> Vec<i64> {
+    let mut t: Vec<i64> = (1..=3).map(|i| c.step(i)).collect();
+    c.fx.cli_json(&["snapshot", "kept", "--at", &t[0].to_string()]);
+    c.fx.sh("mkdir -p made/deep && head -c 100000 /dev/urandom > made/deep/f && echo x > made/g");
+    t.push(c.fx.turn("t-made"));
+    c.fx.cli_json(&["rewind", &t[2].to_string()]);
+    assert!(!c.fx.path().join("made").exists(), "the rewind took the new directory away");
+    t.push(c.step(5));
+    t
+}
+
+/// What `reset` must leave: the workspace as `copy`, one checkpoint whose
+/// view is it (and the mount's checkpoint after a remount), no attic,
+/// references to `old` saying they were reset.
+fn check_reset(c: &Case, copy: &Path, fresh: i64, old: &[i64], when: &str) {
+    assert_same_tree(copy, c.fx.path(), &format!("{when}: the workspace"));
+    let listed = c.listed();
+    assert!(
+        listed[0] == fresh && listed[1..].iter().all(|&n| n > fresh),
+        "{when}: log lists the fresh checkpoint first: {listed:?}"
+    );
+    assert_same_tree(copy, &c.fx.path().join(format!(".rewindfs/checkpoints/{fresh}")), &format!("{when}: its view"));
+    for n in old {
+        assert!(!c.fx.path().join(format!(".rewindfs/checkpoints/{n}")).exists(), "{when}: view of {n}");
+    }
+    for reference in ["kept".to_string(), old[0].to_string(), "t2".to_string()] {
+        let out = c.run(&["diff", &reference]);
+        let e = stderr(&out);
+        assert!(!out.status.success() && e.contains("reset") && e.contains("cannot be undone"), "{when}: {e}");
+    }
+    let out = c.run(&["rewind", &old[1].to_string()]);
+    assert!(!out.status.success() && stderr(&out).contains("reset"), "{when}: {}", describe_status(&out));
+    assert_eq!(c.attic(), 0, "{when}: the attic is empty (directories moved aside whole too)");
+    c.fsck_clean(when);
+}
+
+#[test]
+fn reset_deletes_all_history_but_never_the_workspace() {
+    let mut c = Case::new(&[]);
+    let t = history_to_reset(&mut c);
+    let attic_dirs = std::fs::read_dir(c.fx.store.join("attic"))
+        .expect("attic")
+        .filter(|e| e.as_ref().is_ok_and(|e| e.path().is_dir()))
+        .count();
+    assert!(attic_dirs > 0, "the rewind moved a directory aside whole");
+    // Refused without --confirm, by the CLI (exit 2), changing nothing.
+    let listed = c.listed();
+    let out = c.run(&["reset"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe_status(&out));
+    assert!(stderr(&out).contains("--confirm") && stderr(&out).contains("cannot be undone"), "{}", stderr(&out));
+    assert_eq!(c.listed(), listed, "a refused reset changes nothing");
+
+    let copy = c.copy();
+    let (chunks, packs) = (c.chunks(), c.packs());
+    let v = c.fx.cli_json(&["reset", "--confirm"]);
+    let fresh = v["checkpoint"].as_i64().expect("checkpoint");
+    let mut old = vec![0];
+    old.extend(&t);
+    assert_eq!(v["forgotten"].as_array().map(|a| a.len()), Some(listed.len()), "{v}");
+    assert!(v["attic_files_freed"].as_u64().is_some_and(|n| n >= 3), "{v}");
+    assert_eq!(c.listed(), vec![fresh], "log lists the fresh checkpoint only");
+    check_reset(&c, &copy, fresh, &old, "after reset");
+    assert!(c.chunks() < chunks / 4, "chunks {} of {chunks} left", c.chunks());
+    assert!(c.packs() + 500_000 < packs, "the packs shrank from {packs} to {}", c.packs());
+    // History starts again from the fresh checkpoint.
+    let n = c.step(6);
+    c.fx.cli_json(&["rewind", &fresh.to_string()]);
+    assert_same_tree(&copy, c.fx.path(), "rewound to the fresh checkpoint");
+    assert!(c.listed().contains(&n));
+    c.fx.unmount();
+    c.fx.mount_with_env(false, ARGS, &[]);
+    assert_same_tree(&copy, c.fx.path(), "after a remount");
+    c.fsck_clean("after a remount");
+}
+
+#[test]
+fn a_reset_killed_before_or_after_its_commit_loses_nothing_of_the_workspace() {
+    let mut c = Case::new(&[("REWINDFS_TEST_KILL_AT", "reset-sealed:1")]);
+    let t = history_to_reset(&mut c);
+    let copy = c.copy();
+    let listed = c.listed();
+    // Killed after the fresh seal, before the collection: the history is whole.
+    c.killed_by(&["reset", "--confirm"]);
+    c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_KILL_AT", "gc-committed:1")]);
+    assert_same_tree(&copy, c.fx.path(), "the workspace after a reset killed before its commit");
+    let now = c.listed();
+    assert!(listed.iter().all(|n| now.contains(n)), "no checkpoint went: {listed:?} -> {now:?}");
+    c.check_views(&[], "after a reset killed before its commit");
+    // Killed after the commit, before freeing: the next mount frees.
+    c.killed_by(&["reset", "--confirm"]);
+    let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
+    assert!(!meta.gc_attic().expect("gc_attic").is_empty(), "the kill left the attic to empty");
+    drop(meta);
+    c.fx.mount_with_env(false, ARGS, &[]);
+    let fresh = *c.listed().first().expect("a checkpoint");
+    let mut old = vec![0];
+    old.extend(&t);
+    check_reset(&c, &copy, fresh, &old, "after a reset killed after its commit");
+}
+
+#[test]
+fn the_background_collection_keeps_the_history_within_the_policy_without_gc() {
+    let mut c = Case::new(&[]);
+    // Keep 3 checkpoints, whatever their age; nothing is old enough to go
+    // yet, and 3 is less than a batch: nothing runs.
+    let v = c.fx.cli_json(&["gc", "--keep-count", "3", "--keep-days", "0"]);
+    assert_eq!(v["policy"]["auto"].as_bool(), Some(true), "on by default: {v}");
+    let status = c.fx.status_json();
+    assert!(status["auto_gc"].is_null(), "no background collection yet: {status}");
+    for i in 1..=20 {
+        c.step(i);
+    }
+    // The daemon collects by itself (it looks every half second).
+    let bound = 3 + rewindfs::journal::retention::AUTO_BATCH;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while c.listed().len() >= bound {
+        assert!(std::time::Instant::now() < deadline, "never collected: {:?}", c.listed());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let status = c.fx.status_json();
+    let run = &status["auto_gc"];
+    assert!(run["forgotten"].as_u64().is_some_and(|n| n >= 8), "{status}");
+    assert!(run["bytes_freed"].as_u64().is_some_and(|n| n > 100_000), "{status}");
+    assert!(c.fx.cli(&["status"]).contains("auto gc:     on; last ran"), "{}", c.fx.cli(&["status"]));
+    let listed = c.listed();
+    let forgotten: Vec<i64> = c.copies.keys().copied().filter(|n| !listed.contains(n)).collect();
+    c.check_views(&forgotten, "after the background collection");
+    c.fsck_clean("after the background collection");
+    // Off: 12 more turns, nothing goes.
+    let v = c.fx.cli_json(&["gc", "--auto", "off"]);
+    assert_eq!(v["policy"]["auto"].as_bool(), Some(false), "{v}");
+    let kept = c.listed().len();
+    for i in 21..=32 {
+        c.step(i);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(c.listed().len(), kept + 12, "with --auto off nothing is collected");
+    assert!(c.fx.cli(&["status"]).contains("auto gc:     off"));
+}
+
+#[test]
+fn gc_removes_a_directory_a_rewind_moved_aside_once_no_kept_checkpoint_reaches_it() {
+    let mut c = Case::new(&[]);
+    let t1 = c.step(1);
+    c.fx.sh("mkdir -p made/deep && head -c 100000 /dev/urandom > made/deep/f && echo x > made/g && ln -s g made/l");
+    c.fx.turn("t-made");
+    c.fx.cli_json(&["rewind", &t1.to_string()]);
+    let attic_dirs = |c: &Case| {
+        std::fs::read_dir(c.fx.store.join("attic"))
+            .expect("attic")
+            .filter(|e| e.as_ref().is_ok_and(|e| e.path().symlink_metadata().is_ok_and(|m| m.is_dir())))
+            .count()
+    };
+    assert_eq!(attic_dirs(&c), 1, "the rewind moved made/ aside whole");
+    c.step(3);
+    c.step(4);
+    // A month later, with no rewind's safety checkpoint kept: only the
+    // newest and the checkpoint last rewound to (t1) stay.
+    c.fx.unmount();
+    let meta = rewindfs::meta::Meta::open(&c.fx.store.join("meta.sqlite")).expect("meta");
+    meta.set_state("retention.keep_rewinds", "0").expect("policy");
+    drop(meta);
+    let later = (now_ms() + 30 * DAY_MS).to_string();
+    c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
+    let dry = c.fx.cli_json(&["gc", "--dry-run", "--keep-count", "1"]);
+    assert_eq!(attic_dirs(&c), 1, "--dry-run removes nothing");
+    let v = c.fx.cli_json(&["gc", "--keep-count", "1"]);
+    assert_eq!(v["attic_files_freed"], dry["attic_files_freed"], "{v} vs {dry}");
+    assert_eq!(attic_dirs(&c), 0, "made/ left the attic: {v}");
+    assert!(v["attic_bytes_freed"].as_u64().is_some_and(|b| b >= 100_000), "{v}");
+    let listed = c.listed();
+    assert!(listed.contains(&t1), "{listed:?}");
+    let forgotten: Vec<i64> = c.copies.keys().copied().filter(|n| !listed.contains(n)).collect();
+    c.check_views(&forgotten, "after gc");
+    c.fsck_clean("after gc");
+    c.fx.cli_json(&["rewind", &t1.to_string()]);
+    assert_same_tree(&c.copies[&t1], c.fx.path(), "rewound to t1");
 }

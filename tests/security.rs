@@ -433,10 +433,46 @@ fn the_agent_user_may_mark_turns_and_preview_but_not_change_the_tree() {
 }
 
 #[test]
+fn the_agent_user_can_neither_delete_nor_pin_history() {
+    let fx = MountFixture::with_args(false, &["--auto-turn", "0", "--agent-user", common::TEST_USER]);
+    fx.sh("echo one > f.txt");
+    let first = fx.turn("m1").to_string();
+    fx.sh("echo two > f.txt");
+    fx.turn("m2");
+    let before = fx.cli_json(&["log"]);
+    let mp = s(&fx.mountpoint).to_string();
+    // Previews and reading the store's use are the agent's too.
+    for args in [
+        vec!["forget", "-C", &mp, "--dry-run", &first],
+        vec!["gc", "-C", &mp, "--dry-run", "--keep-count", "1", "--keep-days", "0"],
+        vec!["du", "-C", &mp],
+    ] {
+        check(rewindfs_as_agent(&fx, &args), &format!("the agent's {args:?}"));
+    }
+    for args in [
+        vec!["forget", "-C", &mp, &first],
+        vec!["gc", "-C", &mp, "--keep-count", "1", "--keep-days", "0"],
+        vec!["gc", "-C", &mp, "--auto", "off"],
+        vec!["snapshot", "-C", &mp, "mine", "--at", &first],
+        vec!["reset", "-C", &mp, "--confirm"],
+    ] {
+        let out = rewindfs_as_agent(&fx, &args);
+        assert_eq!(out.status.code(), Some(5), "the agent's {args:?} must be refused: {}", stderr(&out));
+        assert!(stderr(&out).contains("owner's"), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(fx.cli_json(&["log"]), before, "the history changed");
+    let status = fx.status_json();
+    assert_eq!(status["retention"]["keep_count"].as_u64(), Some(200), "the policy changed: {status}");
+    assert_eq!(status["retention"]["auto"].as_bool(), Some(true), "the policy changed: {status}");
+    // The owner still may.
+    fx.cli_json(&["forget", &first]);
+}
+
+#[test]
 fn without_an_agent_user_no_other_user_reaches_the_daemon() {
     let fx = MountFixture::manual_turns();
     let mp = s(&fx.mountpoint).to_string();
-    for args in [vec!["turn", "-C", &mp], vec!["log", "-C", &mp]] {
+    for args in [vec!["turn", "-C", &mp], vec!["log", "-C", &mp], vec!["reset", "-C", &mp, "--confirm"]] {
         let out = rewindfs_as_agent(&fx, &args);
         assert_eq!(out.status.code(), Some(5), "{args:?} from another user: {}", stderr(&out));
     }

@@ -475,6 +475,26 @@ pub fn ask<O: crate::daemon::control::Op>(info: &MountInfo, op: O) -> Result<O::
     crate::daemon::control::call(&info.socket, op, Duration::from_secs(600))
 }
 
+/// [`ask`], with a spinner and the time elapsed on stderr while the daemon
+/// works, when stderr is a terminal and `json` is off (a collection or a
+/// check of a large store takes minutes; the daemon does not report how
+/// far it is, so this says it is alive, not how much is left).
+pub fn ask_showing<O: crate::daemon::control::Op>(info: &MountInfo, op: O, what: &str, json: bool) -> Result<O::Reply> {
+    use std::io::IsTerminal;
+    if json || !std::io::stderr().is_terminal() {
+        return ask(info, op);
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let reply = ask(info, op);
+    bar.finish_and_clear();
+    reply
+}
+
 /// A path given on the command line, relative to the mount root.
 pub fn path_in_mount(info: &MountInfo, path: &Path) -> Result<PathBuf> {
     let normalize = |abs: &Path| -> PathBuf {

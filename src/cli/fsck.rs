@@ -86,10 +86,8 @@ pub fn run(args: FsckArgs) -> Result<i32> {
                     info.store.display()
                 )));
             }
-            if std::io::stderr().is_terminal() && !args.json {
-                eprintln!("checking {} through its daemon (pid {})...", info.mountpoint.display(), info.pid);
-            }
-            let report: Report = common::ask(&info, crate::daemon::protocol::Fsck)?;
+            let what = format!("checking {} through its daemon (pid {})", info.mountpoint.display(), info.pid);
+            let report: Report = common::ask_showing(&info, crate::daemon::protocol::Fsck, &what, args.json)?;
             (info.store, report)
         }
         Via::Offline { store, workspace } => {

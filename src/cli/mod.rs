@@ -114,11 +114,23 @@ pub enum Command {
     /// is also how long abandoned branches stay), named snapshots, the
     /// checkpoint last rewound to and the safety checkpoints of the last 5
     /// rewinds. Options given are stored as the new policy (not with
-    /// --dry-run).
+    /// --dry-run). With --auto on (the default) the daemon also collects
+    /// by itself, in short slices, once 8 checkpoints can go; `status`
+    /// shows its last run.
     Gc(GcArgs),
     /// Where the store's bytes are: on disk by part, logical, the dedup
     /// and compression ratios, the attic, per turn, and what gc would free.
     Du(DuArgs),
+    /// Delete all history, never the workspace (needs --confirm).
+    ///
+    /// Seals the tree as it is as a fresh checkpoint, then deletes every
+    /// other checkpoint (named snapshots, rewinds' safety checkpoints and
+    /// abandoned branches too), their records, chunks and attic entries,
+    /// and compacts the packs. Afterwards `log` lists that one checkpoint;
+    /// references to the old ones fail saying they were deleted by a
+    /// reset. A reset cannot be undone: there is no safety checkpoint to
+    /// rewind to, and nothing from before it can be brought back.
+    Reset(ResetArgs),
     /// Check that every checkpoint can be read back; name what damage costs.
     ///
     /// Reads every chunk and checks its hash, follows every reference
@@ -238,6 +250,15 @@ pub struct DuArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Yes, delete all history (refused without it).
+    #[arg(long)]
+    pub confirm: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct ForgetArgs {
     #[command(flatten)]
     pub target: Target,
@@ -262,6 +283,17 @@ pub struct GcArgs {
     /// Keep every checkpoint younger than D days.
     #[arg(long, value_name = "D")]
     pub keep_days: Option<u64>,
+    /// Collect in the background once 8 checkpoints can go (stored; on by default).
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub auto: Option<bool>,
+}
+
+fn on_off(v: &str) -> std::result::Result<bool, String> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{v:?} is neither on nor off")),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -488,6 +520,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Forget(a) => snapshot::forget(a).map(|_| 0),
         Command::Gc(a) => snapshot::gc(a).map(|_| 0),
         Command::Du(a) => du::run(a).map(|_| 0),
+        Command::Reset(a) => snapshot::reset(a).map(|_| 0),
         Command::Hooks(a) => hooks::run(a).map(|_| 0),
         Command::Hook { agent } => return hook::run(agent),
     };

@@ -2,10 +2,11 @@
 //! the history (`journal/retention.rs`).
 
 use crate::cli::common;
-use crate::cli::{ForgetArgs, GcArgs, SnapshotArgs};
+use crate::cli::{ForgetArgs, GcArgs, ResetArgs, SnapshotArgs};
 use crate::daemon::control as op;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::journal::retention::Collected;
+use crate::text::human_bytes;
 use crate::text::quote;
 
 pub fn snapshot(args: SnapshotArgs) -> Result<()> {
@@ -21,7 +22,8 @@ pub fn snapshot(args: SnapshotArgs) -> Result<()> {
 
 pub fn forget(args: ForgetArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply = common::ask(&info, op::Forget { checkpoints: args.checkpoints, dry_run: args.dry_run })?;
+    let forget = op::Forget { checkpoints: args.checkpoints, dry_run: args.dry_run };
+    let reply = common::ask_showing(&info, forget, "forgetting", args.target.json)?;
     if args.target.json {
         return common::print_json(&reply);
     }
@@ -31,15 +33,18 @@ pub fn forget(args: ForgetArgs) -> Result<()> {
 
 pub fn gc(args: GcArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply =
-        common::ask(&info, op::Gc { dry_run: args.dry_run, keep_count: args.keep_count, keep_days: args.keep_days })?;
+    let gc = op::Gc { dry_run: args.dry_run, keep_count: args.keep_count, keep_days: args.keep_days, auto: args.auto };
+    let reply = common::ask_showing(&info, gc, "collecting", args.target.json)?;
     if args.target.json {
         return common::print_json(&reply);
     }
     let p = &reply.policy;
     println!(
-        "policy: keep the newest {} checkpoints, all younger than {} days, named snapshots, the last {} rewinds' safety checkpoints",
-        p.keep_count, p.keep_days, p.keep_rewinds
+        "policy: keep the newest {} checkpoints, all younger than {} days, named snapshots, the last {} rewinds' safety checkpoints; background collection {}",
+        p.keep_count,
+        p.keep_days,
+        p.keep_rewinds,
+        if p.auto { "on" } else { "off" }
     );
     print_collected(&reply.collected);
     let k = &reply.compacted;
@@ -49,6 +54,35 @@ pub fn gc(args: GcArgs) -> Result<()> {
             k.packs, k.bytes_reclaimed, k.records
         );
     }
+    Ok(())
+}
+
+pub fn reset(args: ResetArgs) -> Result<()> {
+    if !args.confirm {
+        return Err(Error::kind_of(ErrorKind::Usage, crate::daemon::RESET_UNCONFIRMED));
+    }
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let reply = common::ask_showing(&info, op::Reset { confirm: true }, "deleting the history", args.target.json)?;
+    if args.target.json {
+        return common::print_json(&reply);
+    }
+    let c = &reply.collected;
+    println!(
+        "history reset: {} checkpoints deleted, {} chunks ({}) and {} attic entries ({}) freed",
+        c.forgotten.len(),
+        c.chunks_freed,
+        human_bytes(c.bytes_freed),
+        c.attic_files_freed,
+        human_bytes(c.attic_bytes_freed)
+    );
+    if reply.compacted.packs > 0 {
+        println!(
+            "compacted {} packs: {} back on disk",
+            reply.compacted.packs,
+            human_bytes(reply.compacted.bytes_reclaimed)
+        );
+    }
+    println!("checkpoint {} is the workspace as it is now; nothing before it can be brought back", reply.checkpoint);
     Ok(())
 }
 

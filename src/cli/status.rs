@@ -86,6 +86,18 @@ pub fn run(args: StatusArgs) -> Result<()> {
                  the safety checkpoints of the last {} rewinds",
                 p.keep_count, p.keep_days, p.keep_rewinds
             );
+            let last = match &s.auto_gc {
+                Some(r) => format!(
+                    "last ran {}: forgot {} checkpoints, freed {} and {} attic files, {} back on disk",
+                    crate::report::rfc3339(r.at),
+                    r.forgotten,
+                    crate::text::human_bytes(r.bytes_freed),
+                    r.attic_files_freed,
+                    crate::text::human_bytes(r.bytes_reclaimed)
+                ),
+                None => "has not run yet".to_string(),
+            };
+            println!("  auto gc:     {}; {last}", if p.auto { "on" } else { "off" });
         }
         if !s.snapshots.is_empty() {
             let names: Vec<String> =

@@ -34,6 +34,7 @@ fn agent_may(req: &Request) -> bool {
         Request::Gc(r) => r.dry_run,
         // A name keeps a checkpoint from collection for good.
         Request::Snapshot(_) => false,
+        Request::Reset(_) => false,
         Request::Rewind(r) => r.dry_run,
         Request::Unmount(_) | Request::Show(_) => false,
     }
@@ -91,9 +92,10 @@ mod tests {
             (op::Du.into(), true),
             (op::Forget { checkpoints: vec!["1".into()], dry_run: true }.into(), true),
             (op::Forget { checkpoints: vec!["1".into()], dry_run: false }.into(), false),
-            (op::Gc { dry_run: true, keep_count: None, keep_days: None }.into(), true),
-            (op::Gc { dry_run: false, keep_count: None, keep_days: None }.into(), false),
+            (op::Gc { dry_run: true, keep_count: None, keep_days: None, auto: None }.into(), true),
+            (op::Gc { dry_run: false, keep_count: None, keep_days: None, auto: None }.into(), false),
             (op::Snapshot { name: "n".into(), message: None, at: None }.into(), false),
+            (op::Reset { confirm: true }.into(), false),
         ];
         for (req, agent) in &all {
             assert!(p.check(0, req).is_ok(), "owner refused {}", req.name());

@@ -2,6 +2,7 @@
 //! publishes itself, serves FUSE and control requests, and cleans up.
 
 pub mod access;
+mod auto_gc;
 pub mod control;
 pub mod protocol;
 pub mod registry;
@@ -269,6 +270,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     if let Some(quiet) = spec.auto_turn {
         spawn_auto_turn(ctx.clone(), quiet);
     }
+    auto_gc::spawn(ctx.clone());
     Ok((session, info, vec![store_lock, ws_lock], journal, ctx))
 }
 
@@ -433,6 +435,37 @@ fn snapshot(ctx: &Ctx, op: protocol::Snapshot) -> std::result::Result<protocol::
     Ok(protocol::SnapshotReply { checkpoint, name: op.name, message: op.message, sealed })
 }
 
+/// Deletes all history, never the workspace: the tree is sealed as a fresh
+/// checkpoint, then every other one is forgotten in one transaction (a
+/// daemon killed before it committed leaves the history whole; after, the
+/// next mount finishes freeing), and the store's packs are compacted.
+fn reset(ctx: &Ctx, confirm: bool) -> std::result::Result<protocol::ResetReply, Failure> {
+    if !confirm {
+        return Err(Failure::usage(RESET_UNCONFIRMED));
+    }
+    let journal = &*ctx.journal;
+    let _history = ctx.world.history();
+    let label = TurnInfo { label: Some("the tree when the history was reset".into()), ..Default::default() };
+    let checkpoint = seal(ctx, &label, Reason::Turn)?;
+    crate::world::test_hooks::kill_point("reset-sealed");
+    let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
+    let collected = journal.reset(&attic, &ctx.info.store.join("attic")).map_err(journal_failure)?;
+    // Every pack mostly released goes, however small: nothing is left to
+    // share it with.
+    let compacted = journal.compact_below(crate::journal::retention::COMPACT_BELOW, 1).map_err(journal_failure)?;
+    warn!(
+        "history reset: {} checkpoints deleted, {} chunks and {} attic entries freed; checkpoint {checkpoint} is the tree now",
+        collected.forgotten.len(),
+        collected.chunks_freed,
+        collected.attic_files_freed
+    );
+    Ok(protocol::ResetReply { checkpoint, collected, compacted })
+}
+
+/// What `reset` without `--confirm` is told (the CLI says it first).
+pub const RESET_UNCONFIRMED: &str = "reset deletes every checkpoint and all the history of this workspace for good \
+     (the workspace itself is kept; a reset cannot be undone): run it again with --confirm";
+
 fn view_failure(what: &str, e: crate::view::ViewError) -> Failure {
     Failure::failed(e.errno().0, format!("{what}: {e}"))
 }
@@ -563,27 +596,29 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }
-            let attic = |id, handle: &[u8], dry| {
-                crate::sys::FileHandle::from_bytes(handle).and_then(|h| tree.attic().remove_unreachable(id, &h, dry))
-            };
-            journal.collect(&victims, "forget", dry_run, &attic).map_err(journal_failure)
+            let attic = |id, handle: &[u8], dry| tree.attic().remove_unreachable_stored(id, handle, dry);
+            journal
+                .collect(&victims, "forget", dry_run, &attic, Some(&info.store.join("attic")))
+                .map_err(journal_failure)
         }),
-        Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days }| {
+        Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days, auto }| {
             let _history = ctx.world.history();
             let mut policy = journal.policy().map_err(journal_failure)?;
             policy.keep_count = keep_count.unwrap_or(policy.keep_count);
             policy.keep_days = keep_days.unwrap_or(policy.keep_days);
+            policy.auto = auto.unwrap_or(policy.auto);
             if !dry_run {
                 journal.set_policy(&policy).map_err(journal_failure)?;
             }
             let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
-            let attic = |id, handle: &[u8], dry| {
-                crate::sys::FileHandle::from_bytes(handle).and_then(|h| tree.attic().remove_unreachable(id, &h, dry))
-            };
-            let collected = journal.collect(&victims, "retention", dry_run, &attic).map_err(journal_failure)?;
+            let attic = |id, handle: &[u8], dry| tree.attic().remove_unreachable_stored(id, handle, dry);
+            let collected = journal
+                .collect(&victims, "retention", dry_run, &attic, Some(&info.store.join("attic")))
+                .map_err(journal_failure)?;
             let compacted = if dry_run { Default::default() } else { journal.compact().map_err(journal_failure)? };
             Ok(protocol::GcReply { policy, collected, compacted })
         }),
+        Request::Reset(op) => answer(op, |protocol::Reset { confirm }| reset(ctx, confirm)),
         Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {
             let n = resolve(journal, &checkpoint)?;
             let browser = crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n)
@@ -650,6 +685,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     .collect(),
                 view_inodes: ctx.hidden_views.as_ref().map(|b| b.inode_count() as u64).unwrap_or(0),
                 retention: journal.policy().ok(),
+                auto_gc: journal.last_auto().ok().flatten(),
                 snapshots: journal
                     .with_meta(|m| m.checkpoints())
                     .map(|cs| {

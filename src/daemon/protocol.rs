@@ -65,6 +65,7 @@ ops! {
     Forget "forget" => crate::journal::retention::Collected,
     Gc "gc" => GcReply,
     Du "du" => DuReply,
+    Reset "reset" => ResetReply,
 }
 
 /// Where the store's bytes are.
@@ -144,6 +145,9 @@ pub struct Gc {
     pub dry_run: bool,
     pub keep_count: Option<u64>,
     pub keep_days: Option<u64>,
+    /// Turns the background collection on or off (stored).
+    #[serde(default)]
+    pub auto: Option<bool>,
 }
 
 /// `gc`: the policy applied and what was (or would be) collected.
@@ -153,6 +157,24 @@ pub struct GcReply {
     #[serde(flatten)]
     pub collected: crate::journal::retention::Collected,
     /// Packs rewritten afterwards (none with `dry_run`).
+    #[serde(default)]
+    pub compacted: crate::store::Compacted,
+}
+
+/// Delete all history, never the workspace: seal the tree as a fresh
+/// checkpoint, forget every other. Refused unless `confirm`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reset {
+    pub confirm: bool,
+}
+
+/// `reset`: the one checkpoint left and what went.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResetReply {
+    /// The fresh checkpoint of the tree at the reset.
+    pub checkpoint: i64,
+    #[serde(flatten)]
+    pub collected: crate::journal::retention::Collected,
     #[serde(default)]
     pub compacted: crate::store::Compacted,
 }
@@ -266,6 +288,9 @@ pub struct StatusReply {
     /// The retention policy stored in the store.
     #[serde(default)]
     pub retention: Option<crate::journal::retention::Policy>,
+    /// What the last background collection did (none ran yet: absent).
+    #[serde(default)]
+    pub auto_gc: Option<crate::journal::retention::AutoRun>,
     /// Named checkpoints, oldest first.
     #[serde(default)]
     pub snapshots: Vec<SnapshotRow>,

@@ -101,6 +101,13 @@ fn refusal(id: &str) -> Option<String> {
 
 /// What a reference to a forgotten checkpoint is told.
 fn forgotten_message(reference: &str, f: &crate::meta::Forgotten) -> String {
+    if f.by == retention::RESET {
+        return format!(
+            "checkpoint {} was deleted at {} by `rewindfs reset`, with all the history before it (a reset cannot be undone)",
+            f.checkpoint,
+            crate::report::rfc3339(f.at)
+        );
+    }
     let how = if f.by == "retention" {
         "collected by retention (`rewindfs gc`)".to_string()
     } else {
@@ -978,7 +985,20 @@ impl Journal {
                 if msgs.is_empty() { "none".into() } else { msgs.join(", ") }
             )
         };
-        let unknown = || JournalError::UnknownCheckpoint { reference: reference.to_string(), known: known() };
+        // A name (or anything) from before a reset is told the reset took it.
+        let reset = self.with_meta(|m| m.last_forgotten_by(retention::RESET))?;
+        let unknown = || JournalError::UnknownCheckpoint {
+            reference: reference.to_string(),
+            known: match reset {
+                Some((n, at)) => format!(
+                    "{}; checkpoints up to {n} and their names were deleted at {} by `rewindfs reset` \
+                     (a reset cannot be undone)",
+                    known(),
+                    crate::report::rfc3339(at)
+                ),
+                None => known(),
+            },
+        };
         if let Some(back) = reference.strip_prefix('~') {
             let n: usize = back.parse().map_err(|_| unknown())?;
             let idx = all.len().checked_sub(1 + n).ok_or_else(unknown)?;

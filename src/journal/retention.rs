@@ -29,6 +29,38 @@ pub struct Policy {
     pub keep_days: u64,
     /// The safety checkpoints of this many newest rewinds are kept.
     pub keep_rewinds: u64,
+    /// Collect in the background once enough checkpoints can go
+    /// ([`AUTO_BATCH`]; `gc --auto on|off`).
+    #[serde(default = "yes")]
+    pub auto: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The background collection runs once the policy lets this many
+/// checkpoints go: each run reads the checkpoints and compacts the packs,
+/// so it is batched; the store holds at most this many fewer than one more
+/// than the policy keeps between runs.
+pub const AUTO_BATCH: usize = 8;
+
+/// What the last background collection did (`status`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutoRun {
+    /// When it ended (Unix milliseconds).
+    pub at: i64,
+    pub forgotten: u64,
+    pub chunks_freed: u64,
+    pub bytes_freed: u64,
+    pub attic_files_freed: u64,
+    /// Pack bytes compaction gave back on disk.
+    pub bytes_reclaimed: u64,
+    /// Collections it ran, one checkpoint each, each holding the turn gate
+    /// (and so every recording FUSE operation) for its length.
+    pub slices: u64,
+    /// The longest of them, in milliseconds.
+    pub longest_slice_ms: f64,
 }
 
 impl Default for Policy {
@@ -36,13 +68,15 @@ impl Default for Policy {
     /// prompts of a long session however old; the safety checkpoints of
     /// the last 5 rewinds (each undoes one).
     fn default() -> Policy {
-        Policy { keep_count: 200, keep_days: 14, keep_rewinds: 5 }
+        Policy { keep_count: 200, keep_days: 14, keep_rewinds: 5, auto: true }
     }
 }
 
 const KEEP_COUNT: &str = "retention.keep_count";
 const KEEP_DAYS: &str = "retention.keep_days";
 const KEEP_REWINDS: &str = "retention.keep_rewinds";
+const AUTO: &str = "retention.auto";
+const LAST_AUTO: &str = "retention.last_auto";
 const DAY_MS: i64 = 86_400_000;
 
 /// A pack is rewritten when less than half of it is live: the copy costs
@@ -166,6 +200,7 @@ impl Journal {
                 keep_count: get(m, KEEP_COUNT, d.keep_count)?,
                 keep_days: get(m, KEEP_DAYS, d.keep_days)?,
                 keep_rewinds: get(m, KEEP_REWINDS, d.keep_rewinds)?,
+                auto: m.get_state(AUTO)?.map_or(d.auto, |v| v != "off"),
             })
         })?)
     }
@@ -176,9 +211,21 @@ impl Journal {
             m.transaction(|m| {
                 m.set_state(KEEP_COUNT, &p.keep_count.to_string())?;
                 m.set_state(KEEP_DAYS, &p.keep_days.to_string())?;
-                m.set_state(KEEP_REWINDS, &p.keep_rewinds.to_string())
+                m.set_state(KEEP_REWINDS, &p.keep_rewinds.to_string())?;
+                m.set_state(AUTO, if p.auto { "on" } else { "off" })
             })
         })?)
+    }
+
+    /// What the last background collection did, if one ran.
+    pub fn last_auto(&self) -> JournalResult<Option<AutoRun>> {
+        let v = self.with_meta(|m| m.get_state(LAST_AUTO))?;
+        Ok(v.and_then(|v| serde_json::from_str(&v).ok()))
+    }
+
+    pub fn set_last_auto(&self, run: &AutoRun) -> JournalResult<()> {
+        let v = serde_json::to_string(run).unwrap_or_default();
+        Ok(self.with_meta(|m| m.set_state(LAST_AUTO, &v))?)
     }
 
     /// Checks that `name` can name a checkpoint: a word like a message id
@@ -237,6 +284,31 @@ impl Journal {
         by: &str,
         dry_run: bool,
         attic: AtticRemover<'_>,
+        attic_dir: Option<&std::path::Path>,
+    ) -> JournalResult<Collected> {
+        self.collect_with(victims, by, dry_run, attic, attic_dir, false)
+    }
+
+    /// `reset`: forgets every checkpoint but the newest (the caller has
+    /// just sealed it: the tree now) and empties the attic of everything
+    /// no record of the newest turn names, directories moved aside whole
+    /// included (`attic_dir`). Nothing of the workspace is touched. The
+    /// caller holds the history lock, so nothing seals meanwhile.
+    pub fn reset(&self, attic: AtticRemover<'_>, attic_dir: &std::path::Path) -> JournalResult<Collected> {
+        let newest = self.current_turn();
+        let victims: Vec<i64> =
+            self.with_meta(|m| m.checkpoints())?.into_iter().map(|c| c.checkpoint).filter(|&c| c < newest).collect();
+        self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true)
+    }
+
+    fn collect_with(
+        &self,
+        victims: &[i64],
+        by: &str,
+        dry_run: bool,
+        attic: AtticRemover<'_>,
+        attic_dir: Option<&std::path::Path>,
+        reset: bool,
     ) -> JournalResult<Collected> {
         let mut victims = victims.to_vec();
         victims.sort_unstable();
@@ -254,6 +326,8 @@ impl Journal {
         let at = now_ms();
         let mut out = Collected { dry_run, forgotten: victims.clone(), ..Default::default() };
         let mut removals = Vec::new();
+        let mut swept = Vec::new();
+        let newest = inner.turn;
         let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
             let mut lists = Vec::new();
             let mut named = Vec::new();
@@ -270,6 +344,21 @@ impl Journal {
                 if let Some(bytes) = attic(id, &handle, true) {
                     lists.extend(m.drop_unreachable(id)?);
                     removals.push((id, handle, bytes));
+                } else if let Some(dir) = attic_dir
+                    && let Some((bytes, inner)) = unreachable_attic_dir(m, dir, id, &handle)?
+                {
+                    // A directory a rewind moved aside whole, and nothing in it
+                    // that a view reaches: it goes with its objects' records.
+                    for x in inner.into_iter().chain([id]) {
+                        lists.extend(m.drop_unreachable(x)?);
+                    }
+                    swept.push((id, bytes));
+                }
+            }
+            if reset {
+                for id in m.reset_attic(newest)? {
+                    lists.extend(m.drop_unreachable(id)?);
+                    swept.push((id, 0));
                 }
             }
             let candidates =
@@ -282,8 +371,8 @@ impl Journal {
         };
         let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
         if dry_run {
-            out.attic_files_freed = removals.len() as u64;
-            out.attic_bytes_freed = removals.iter().map(|r| r.2).sum();
+            out.attic_files_freed = (removals.len() + swept.len()) as u64;
+            out.attic_bytes_freed = removals.iter().map(|r| r.2).chain(swept.iter().map(|s| s.1)).sum();
         }
         let dead: Vec<ChunkId> = dead.into_iter().collect();
         out.chunks_freed = dead.len() as u64;
@@ -298,6 +387,14 @@ impl Journal {
                 if let Some(bytes) = attic(*id, handle, false) {
                     out.attic_files_freed += 1;
                     out.attic_bytes_freed += bytes;
+                }
+            }
+            if let Some(dir) = attic_dir {
+                for (id, _) in swept {
+                    if let Some(bytes) = remove_attic_slot(dir, id) {
+                        out.attic_files_freed += 1;
+                        out.attic_bytes_freed += bytes;
+                    }
                 }
             }
             inner.meta.clear_gc_chunks()?;
@@ -317,6 +414,13 @@ impl Journal {
     /// Rewrites packs mostly made of released chunks (live fraction under
     /// [`COMPACT_BELOW`], at least [`COMPACT_MIN_RECLAIM`] bytes back).
     pub fn compact(&self) -> JournalResult<crate::store::Compacted> {
+        self.compact_below(COMPACT_BELOW, COMPACT_MIN_RECLAIM)
+    }
+
+    /// Rewrites packs whose live fraction is under `threshold` and that give
+    /// back at least `min_reclaim` bytes (`reset` takes back every pack
+    /// mostly released, however small).
+    pub fn compact_below(&self, threshold: f64, min_reclaim: u64) -> JournalResult<crate::store::Compacted> {
         // The mount compares the packs with what was sealed: after the old
         // packs go they hold less, and that is not damage.
         let mut lower = |held: crate::store::StoreStats| {
@@ -326,7 +430,7 @@ impl Journal {
             })
             .map_err(|e| crate::store::StoreError::Decode { what: "metadata", detail: e.to_string() })
         };
-        Ok(self.store.compact(COMPACT_BELOW, COMPACT_MIN_RECLAIM, &mut lower)?)
+        Ok(self.store.compact(threshold, min_reclaim, &mut lower)?)
     }
 
     /// Frees the chunks of a collection the previous daemon committed and
@@ -341,17 +445,83 @@ impl Journal {
         self.store.release(&left)?;
         for id in attic {
             // Checked before the collection committed; nothing ran since.
-            let slot = attic_dir.join(id.0.to_string());
-            if std::fs::symlink_metadata(&slot).is_ok_and(|m| !m.is_dir())
-                && let Err(e) = std::fs::remove_file(&slot)
-            {
-                log::warn!("cannot remove attic entry {}: {e}", slot.display());
-            }
+            remove_attic_slot(attic_dir, id);
         }
         inner.meta.clear_gc_chunks()?;
         log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
         Ok(left.len())
     }
+}
+
+/// `by` of the checkpoints a reset forgot.
+pub const RESET: &str = "reset";
+
+/// Removes attic entry `attic/<id>` a committed collection listed: a file,
+/// or (only `reset` lists them) a directory moved aside whole, with
+/// everything in it (symlinks are removed, never followed). The bytes
+/// freed, or None when it was not there or could not be removed.
+fn remove_attic_slot(attic_dir: &std::path::Path, id: ObjectId) -> Option<u64> {
+    let slot = attic_dir.join(id.0.to_string());
+    let meta = std::fs::symlink_metadata(&slot).ok()?;
+    let bytes = tree_bytes(&slot).0;
+    let removed = if meta.is_dir() { std::fs::remove_dir_all(&slot) } else { std::fs::remove_file(&slot) };
+    match removed {
+        Ok(()) => Some(bytes),
+        Err(e) => {
+            log::warn!("cannot remove attic entry {}: {e}", slot.display());
+            None
+        }
+    }
+}
+
+/// Whether attic entry `attic/<id>` is a directory holding object `id`
+/// (`handle`) with nothing inside that a view can reach: every entry in it
+/// has one link (no other name), is not pending, and is named by no entry
+/// record. Its bytes and the objects inside that the store knows, or None.
+fn unreachable_attic_dir(
+    m: &Meta,
+    attic_dir: &std::path::Path,
+    id: ObjectId,
+    handle: &[u8],
+) -> MetaResult<Option<(u64, Vec<ObjectId>)>> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let name = std::ffi::OsString::from(id.0.to_string());
+    let slot = attic_dir.join(&name);
+    if !std::fs::symlink_metadata(&slot).is_ok_and(|md| md.is_dir()) {
+        return Ok(None);
+    }
+    let Ok(parent) = std::fs::File::open(attic_dir) else { return Ok(None) };
+    if !crate::sys::name_to_handle_at(parent.as_fd(), &name).is_ok_and(|h| h.to_bytes() == handle) {
+        return Ok(None);
+    }
+    let mut inner = Vec::new();
+    let mut dirs = vec![slot.clone()];
+    while let Some(d) = dirs.pop() {
+        let (Ok(fd), Ok(entries)) = (std::fs::File::open(&d), std::fs::read_dir(&d)) else { return Ok(None) };
+        for e in entries {
+            let Ok(e) = e else { return Ok(None) };
+            let Ok(md) = e.path().symlink_metadata() else { return Ok(None) };
+            if !md.is_dir() && md.nlink() != 1 {
+                return Ok(None);
+            }
+            let Ok(h) = crate::sys::name_to_handle_at(fd.as_fd(), &e.file_name()) else { return Ok(None) };
+            let h = h.to_bytes();
+            if m.is_pending(&h)? {
+                return Ok(None);
+            }
+            if let Some(x) = m.object_by_handle(&h)? {
+                if m.is_named(x)? {
+                    return Ok(None);
+                }
+                inner.push(x);
+            }
+            if md.is_dir() {
+                dirs.push(e.path());
+            }
+        }
+    }
+    Ok(Some((tree_bytes(&slot).0, inner)))
 }
 
 /// Allocated bytes under `path` (not following symlinks), and entries.
@@ -387,10 +557,8 @@ pub fn du(
     let logical: u64 = usage.iter().map(|u| u.2).sum();
     let policy = journal.policy()?;
     let victims = journal.plan_retention(&policy)?;
-    let attic = |id, handle: &[u8], _| {
-        crate::sys::FileHandle::from_bytes(handle).and_then(|h| tree.attic().remove_unreachable(id, &h, true))
-    };
-    let gc_would_free = journal.collect(&victims, "retention", true, &attic)?;
+    let attic = |id, handle: &[u8], _| tree.attic().remove_unreachable_stored(id, handle, true);
+    let gc_would_free = journal.collect(&victims, "retention", true, &attic, Some(&parts.attic()))?;
     let (attic_bytes, attic_entries) = tree_bytes(&parts.attic());
     let attic_entries = std::fs::read_dir(parts.attic()).map(|d| d.count() as u64).unwrap_or(attic_entries);
     let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
@@ -442,7 +610,7 @@ mod tests {
         // 0..=9, one a day, 9 is today; 3 is named.
         let mut all: Vec<Checkpoint> = (0..10).map(|n| cp(n, (n > 0).then_some(n - 1), 9 - n, Reason::Turn)).collect();
         all[3].name = Some("release".into());
-        let p = Policy { keep_count: 2, keep_days: 4, keep_rewinds: 5 };
+        let p = Policy { keep_count: 2, keep_days: 4, keep_rewinds: 5, auto: true };
         let keep = protected(&all, &HashSet::new(), &p);
         // Young: 5..9 (at most 4 days old); newest two: 8, 9.
         assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 1, 2, 4]);
@@ -466,7 +634,7 @@ mod tests {
             cp(6, Some(5), 0, Reason::Turn),
         ];
         all[4].label = Some("safety checkpoint before rewind to 1".into());
-        let p = Policy { keep_count: 1, keep_days: 14, keep_rewinds: 1 };
+        let p = Policy { keep_count: 1, keep_days: 14, keep_rewinds: 1, auto: true };
         let keep = protected(&all, &HashSet::new(), &p);
         assert!(keep.contains_key(&1) && keep.contains_key(&4) && keep.contains_key(&6), "{keep:?}");
         assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 2, 3, 5], "the abandoned 2, 3 go after 14 days");
@@ -514,10 +682,10 @@ mod journal_tests {
         assert!(j.protected().unwrap().contains_key(&0), "named");
         let chunks = store.stats().unwrap().chunks;
         let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
-        let dry = j.collect(&[1], "forget", true, &no_attic).unwrap();
+        let dry = j.collect(&[1], "forget", true, &no_attic, None).unwrap();
         assert_eq!((dry.chunks_freed, dry.records_dropped), (1, 1), "{dry:?}");
         assert_eq!(j.resolve("1").unwrap().0, 1, "a dry run changes nothing");
-        let done = j.collect(&[1], "forget", false, &no_attic).unwrap();
+        let done = j.collect(&[1], "forget", false, &no_attic, None).unwrap();
         assert_eq!(done.chunks_freed, 1);
         assert_eq!(store.stats().unwrap().chunks, chunks - 1, "v1's chunk went, v0's stays");
         for reference in ["1", "m1"] {
@@ -528,6 +696,6 @@ mod journal_tests {
         }
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
-        assert!(matches!(j.collect(&[2], "forget", false, &no_attic), Err(JournalError::Kept { .. })));
+        assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None), Err(JournalError::Kept { .. })));
     }
 }

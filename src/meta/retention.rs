@@ -92,6 +92,19 @@ impl Meta {
             .ctx("read forgotten checkpoints")
     }
 
+    /// The newest checkpoint `by` forgot and when (`reset`: everything
+    /// up to it went, names included).
+    pub fn last_forgotten_by(&self, by: &str) -> MetaResult<Option<(i64, i64)>> {
+        self.conn
+            .query_row(
+                "SELECT checkpoint, at FROM forgotten WHERE by = ?1 ORDER BY checkpoint DESC LIMIT 1",
+                [by],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .ctx("read forgotten checkpoints")
+    }
+
     /// Turns holding a mark of objects changed outside the mount.
     pub fn tainted_turns(&self) -> MetaResult<HashSet<i64>> {
         let mut stmt = self.conn.prepare("SELECT DISTINCT turn FROM tainted").ctx("prepare")?;
@@ -135,7 +148,7 @@ impl Meta {
                      WHERE ff.turn = ?1 AND ff.object = pending.source_object), \
                      source_turn = NULL, source_object = NULL \
                  WHERE source_turn = ?1 AND chunks IS NULL AND EXISTS (SELECT 1 FROM object_pre ff \
-                     WHERE ff.turn = ?1 AND ff.object = pending.source_object AND {obj_shadowed})"
+                     WHERE ff.turn = ?1 AND ff.object = pending.source_object AND (?2 < 0 OR {obj_shadowed}))"
             ),
             params![f, p_or],
         )
@@ -291,6 +304,16 @@ impl Meta {
     /// is being removed), noting the removal (`gc_attic`); the chunk lists
     /// of the records dropped.
     pub fn drop_unreachable(&self, id: ObjectId) -> MetaResult<Vec<Vec<u8>>> {
+        // A pending file whose list is one of these records keeps a copy.
+        self.conn
+            .execute(
+                "UPDATE pending SET chunks = (SELECT ff.chunks FROM object_pre ff \
+                     WHERE ff.turn = pending.source_turn AND ff.object = pending.source_object), \
+                     source_turn = NULL, source_object = NULL \
+                 WHERE source_object = ?1 AND chunks IS NULL",
+                [id.0],
+            )
+            .ctx("copy pending chunk lists")?;
         let lists = {
             let mut stmt = self
                 .conn
@@ -305,6 +328,36 @@ impl Meta {
         // Its slot goes after the commit; a rewind must no longer count on it.
         self.attic_take(id)?;
         Ok(lists)
+    }
+
+    /// For `reset`, once every checkpoint before `keep` is forgotten: drops
+    /// the marks of outside changes before it (no view before it is left)
+    /// and lists the objects in their attic slot that nothing reaches any
+    /// more (not pending, named by no entry record: the records left are
+    /// those of turn `keep`, whose removals stay in the attic).
+    pub fn reset_attic(&self, keep: i64) -> MetaResult<Vec<ObjectId>> {
+        self.conn.execute("DELETE FROM tainted WHERE turn < ?1", [keep]).ctx("drop outside-change marks")?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT a.object FROM attic a LEFT JOIN objects o ON o.id = a.object \
+                 WHERE NOT EXISTS (SELECT 1 FROM entry_pre e WHERE e.target = a.object) \
+                 AND (o.handle IS NULL OR NOT EXISTS (SELECT 1 FROM pending p WHERE p.handle = o.handle))",
+            )
+            .ctx("prepare")?;
+        let rows = stmt.query_map([], |r| r.get(0).map(ObjectId)).ctx("list the attic")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list the attic")
+    }
+
+    /// Whether an entry record names object `id` (a view can reach it).
+    pub fn is_named(&self, id: ObjectId) -> MetaResult<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM entry_pre WHERE target = ?1 LIMIT 1")
+            .ctx("prepare")?
+            .query_row([id.0], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+            .ctx("read entry records")
     }
 
     /// Attic entries a committed collection has still to remove.
@@ -497,5 +550,34 @@ mod tests {
         assert_eq!(lists.len(), 2);
         assert_eq!(m.unreferenced(candidates.clone()).unwrap(), candidates);
         assert!(m.transaction(|m| m.forget_checkpoint(3, "forget", 1)).is_err(), "the newest is never forgotten");
+    }
+
+    #[test]
+    fn forgetting_the_oldest_or_an_unreachable_object_leaves_pending_files_a_copy_of_their_list() {
+        let m = Meta::open_in_memory().unwrap();
+        for n in 0..3 {
+            checkpoint(&m, n);
+        }
+        let (o, q) = (ObjectId(2), ObjectId(3));
+        let (h1, l1, c1) = list(b"one");
+        let (h2, l2, c2) = list(b"two");
+        let mut with = test_file_state(3);
+        with.content = Some((h1.clone(), l1.clone()));
+        m.record_object(0, o, &with, None).unwrap();
+        with.content = Some((h2.clone(), l2.clone()));
+        m.record_object(1, q, &with, None).unwrap();
+        // Rewound files whose lists are those records.
+        m.add_pending(b"ho", &h1, crate::meta::PendingList::Record(0, o), 0).unwrap();
+        m.add_pending(b"hq", &h2, crate::meta::PendingList::Record(1, q), 0).unwrap();
+        // 0 is the oldest: its records are dropped, not moved.
+        let merged = m.transaction(|m| m.forget_checkpoint(0, "reset", 9)).unwrap();
+        assert_eq!(merged.dropped_records, 1);
+        m.transaction(|m| m.drop_unreachable(q)).unwrap();
+        let pending: Vec<_> =
+            m.pending_sources().unwrap().into_iter().map(|p| (p.handle, p.inline, p.source)).collect();
+        assert!(pending.contains(&(b"ho".to_vec(), Some(l1.clone()), None)), "{pending:?}");
+        assert!(pending.contains(&(b"hq".to_vec(), Some(l2.clone()), None)), "{pending:?}");
+        let candidates: HashSet<ChunkId> = [c1, c2].into_iter().collect();
+        assert!(m.unreferenced(candidates).unwrap().is_empty(), "the pending files still need both chunks");
     }
 }

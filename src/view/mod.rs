@@ -227,7 +227,7 @@ impl<'a> TreeView<'a> {
     ) -> ViewResult<()> {
         if self.from == i64::MAX
             || st.st_mode & libc::S_IFMT == libc::S_IFDIR
-            || handle.is_some_and(|h| self.tree.pending_content(h).is_some())
+            || handle.is_some_and(|h| self.tree.pending().content(h).is_some())
         {
             return Ok(());
         }

@@ -152,6 +152,12 @@ impl Attic {
         }
     }
 
+    /// `remove_unreachable` for a handle as the store keeps it (the
+    /// retention code's callback); a handle that does not decode is left alone.
+    pub fn remove_unreachable_stored(&self, id: ObjectId, handle: &[u8], dry_run: bool) -> Option<u64> {
+        FileHandle::from_bytes(handle).and_then(|h| self.remove_unreachable(id, &h, dry_run))
+    }
+
     /// Removes object `id`'s attic slot when it holds the inode `handle`
     /// names, is not a directory and has no other name: a collection found
     /// that no kept checkpoint reaches it (`journal/retention.rs`). With

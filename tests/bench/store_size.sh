@@ -5,12 +5,17 @@
 # every 7th removes build/ (rm -rf), every 25th "installs" a 120-file
 # node_modules/ tree and every 50th removes it. With the policy, `gc
 # --keep-count K --keep-days 0` runs every 10 turns (keep-days 0: only the
-# count keeps). Prints one CSV line per 10 turns:
-#   turn,store_bytes_without,store_bytes_with,live_tree_bytes
+# count keeps); with AUTO=1 that policy is set once at the start and the
+# daemon's background collection does the rest (no `gc` call). Prints one
+# CSV line per 10 turns:
+#   turn,store_bytes_without,store_bytes_with,live_tree_bytes,checkpoints_with
+# then the time of `gc` with nothing to free and of `forget` of one
+# checkpoint on the uncollected history (TURNS checkpoints).
 # Usage: tests/bench/store_size.sh [TURNS] [KEEP] (root; defaults 300 20).
 set -eu
 TURNS=${1:-300}
 KEEP=${2:-20}
+AUTO=${AUTO:-0}
 BIN=${REWINDFS_BIN:-$(dirname "$0")/../../target/release/rewindfs}
 WORK=$(mktemp -d /var/tmp/rewindfs-store-size.XXXXXX)
 export REWINDFS_RUNTIME_DIR=$WORK/run REWINDFS_HOME=$WORK/home
@@ -26,7 +31,10 @@ for v in without with; do
     "$BIN" mount "$WORK/$v/ws" "$WORK/$v/mnt" --store "$WORK/$v/store" --auto-turn 0 >/dev/null
 done
 size() { du -sb "$1" | cut -f1; }
-echo "turn,store_bytes_without,store_bytes_with,live_tree_bytes"
+checkpoints() { "$BIN" log -C "$1" --json | grep -c '"checkpoint"'; }
+ms() { s=$(date +%s%N); "$@" >/dev/null; echo $(( ($(date +%s%N) - s) / 1000000 )); }
+if [ "$AUTO" = 1 ]; then "$BIN" gc -C "$WORK/with/mnt" --keep-count "$KEEP" --keep-days 0 --auto on >/dev/null; fi
+echo "turn,store_bytes_without,store_bytes_with,live_tree_bytes,checkpoints_with"
 t=1
 while [ "$t" -le "$TURNS" ]; do
     # The same random edits in both workspaces.
@@ -50,9 +58,12 @@ while [ "$t" -le "$TURNS" ]; do
         "$BIN" turn -C "$m" >/dev/null
     done
     if [ $((t % 10)) -eq 0 ]; then
-        "$BIN" gc -C "$WORK/with/mnt" --keep-count "$KEEP" --keep-days 0 >/dev/null
-        echo "$t,$(size "$WORK/without/store"),$(size "$WORK/with/store"),$(size "$WORK/with/ws")"
+        if [ "$AUTO" != 1 ]; then "$BIN" gc -C "$WORK/with/mnt" --keep-count "$KEEP" --keep-days 0 >/dev/null; fi
+        echo "$t,$(size "$WORK/without/store"),$(size "$WORK/with/store"),$(size "$WORK/with/ws"),$(checkpoints "$WORK/with/mnt")"
     fi
     t=$((t + 1))
 done
 "$BIN" fsck -C "$WORK/with/mnt" >/dev/null && echo "fsck with the policy: clean"
+if [ "$AUTO" = 1 ]; then "$BIN" status -C "$WORK/with/mnt" --json | tr -d ' \n' | grep -o '"auto_gc":{[^}]*}'; fi
+m=$WORK/without/mnt
+echo "on $(checkpoints "$m") checkpoints: gc with nothing to free $(ms "$BIN" gc -C "$m") ms, forget of checkpoint $((TURNS / 2)) $(ms "$BIN" forget -C "$m" $((TURNS / 2))) ms"

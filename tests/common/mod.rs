@@ -350,6 +350,19 @@ impl MountFixture {
         live_mounts().retain(|p| p != &self.mountpoint);
     }
 
+    /// Waits for daemon `pid` (killed by a test hook) to die, then takes
+    /// its dead mount down.
+    pub fn detach_dead(&mut self, pid: i32) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < deadline, "daemon {pid} did not die");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mp = self.mountpoint.clone();
+        check(run_with_timeout(self.command().arg("unmount").arg(&mp), CHILD_TIMEOUT), "unmount of the dead mount");
+        self.forget_mount();
+    }
+
     /// This mount's entry in `status -C MOUNT --json`.
     pub fn status_json(&self) -> serde_json::Value {
         let mp = self.mountpoint.display();

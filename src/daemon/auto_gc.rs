@@ -1,0 +1,93 @@
+//! Collection in the background, when the stored policy says so (issue
+//! 15): after a seal, once the policy lets [`AUTO_BATCH`] checkpoints go.
+//!
+//! It never holds anything long. Each slice takes the history lock (so it
+//! never runs inside a rewind, restore or `turn`, and waits for them) and
+//! forgets one checkpoint: only that slice holds the turn gate exclusively,
+//! which is what a recording FUSE operation waits for. Between slices the
+//! locks are free and the thread pauses. The compaction that follows holds
+//! the chunk store's writer while it copies a pack's live records (at most
+//! half a pack), so a capture may wait that long; reads never wait.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use log::{info, warn};
+
+use super::Ctx;
+use crate::journal::retention::{AUTO_BATCH, AutoRun};
+
+/// How often the thread looks for a new seal.
+const TICK: Duration = Duration::from_millis(500);
+/// The pause between two slices: writers waiting on the gate go first.
+const PAUSE: Duration = Duration::from_millis(20);
+
+pub(super) fn spawn(ctx: Arc<Ctx>) {
+    let _ = std::thread::Builder::new().name("auto-gc".into()).spawn(move || {
+        let mut seen = None;
+        loop {
+            std::thread::sleep(TICK);
+            let turn = ctx.journal.current_turn();
+            if seen == Some(turn) {
+                continue;
+            }
+            match due(&ctx) {
+                Ok(false) => {}
+                Ok(true) => match run(&ctx) {
+                    Ok(r) => info!(
+                        "background collection: {} checkpoints forgotten, {} bytes freed in {} slices (longest {:.1} ms)",
+                        r.forgotten, r.bytes_freed, r.slices, r.longest_slice_ms
+                    ),
+                    Err(e) => warn!("background collection stopped: {e}"),
+                },
+                Err(e) => warn!("cannot plan a background collection: {e}"),
+            }
+            seen = Some(turn);
+        }
+    });
+}
+
+/// Whether the policy is on and lets at least a batch go.
+fn due(ctx: &Ctx) -> crate::journal::JournalResult<bool> {
+    let policy = ctx.journal.policy()?;
+    Ok(policy.auto && ctx.journal.plan_retention(&policy)?.len() >= AUTO_BATCH)
+}
+
+/// Forgets what the policy lets go, one checkpoint per slice, then
+/// compacts; notes what it did for `status`.
+fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
+    let journal = &*ctx.journal;
+    let mut out = AutoRun::default();
+    let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
+    loop {
+        let Some(_history) = ctx.world.try_history() else {
+            std::thread::sleep(PAUSE);
+            continue;
+        };
+        // Planned again each slice: a name or a rewind in between may
+        // protect what was a victim.
+        let policy = journal.policy()?;
+        if !policy.auto {
+            break;
+        }
+        let Some(&victim) = journal.plan_retention(&policy)?.first() else { break };
+        let started = Instant::now();
+        let c = journal.collect(&[victim], "retention", false, &attic, Some(&ctx.info.store.join("attic")))?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        out.slices += 1;
+        out.longest_slice_ms = out.longest_slice_ms.max(ms);
+        out.forgotten += c.forgotten.len() as u64;
+        out.chunks_freed += c.chunks_freed;
+        out.bytes_freed += c.bytes_freed;
+        out.attic_files_freed += c.attic_files_freed;
+        drop(_history);
+        std::thread::sleep(PAUSE);
+    }
+    if out.slices > 0 {
+        let _history = ctx.world.history();
+        out.bytes_reclaimed = journal.compact()?.bytes_reclaimed;
+    }
+    out.at = crate::journal::retention::now_ms();
+    journal.set_last_auto(&out)?;
+    Ok(out)
+}
