@@ -59,14 +59,15 @@ pub fn run(args: StatusArgs) -> Result<()> {
         println!("  uptime:      {}s", s.uptime_secs);
         println!("  passthrough: {}", if m.passthrough { "on" } else { "off" });
         if !s.transport.transport.is_empty() {
-            let detail = match &s.transport.ring_error {
-                Some(e) => format!(" (io_uring stopped: {e})"),
-                None if s.transport.transport == "uring" => {
-                    format!(" ({} requests served on the rings)", s.transport.ring_requests)
-                }
-                None => String::new(),
-            };
-            println!("  transport:   {}{detail}", s.transport.transport);
+            println!("  transport:   {}", transport_line(&s.transport));
+        }
+        for v in &s.views {
+            println!(
+                "  view:        checkpoint {} on {}, {}",
+                v.checkpoint,
+                crate::cli::quote::quote_name(&v.mountpoint),
+                transport_line(&v.transport)
+            );
         }
         let message =
             s.message_id.as_ref().map(|m| format!(" (message {})", crate::text::quote(m))).unwrap_or_default();
@@ -106,4 +107,13 @@ pub fn run(args: StatusArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// "uring (N requests served on the rings)", "classic", or why the rings stopped.
+fn transport_line(t: &crate::fs::TransportReport) -> String {
+    match &t.ring_error {
+        Some(e) => format!("{} (io_uring stopped: {e})", t.transport),
+        None if t.transport == "uring" => format!("uring ({} requests served on the rings)", t.ring_requests),
+        None => t.transport.clone(),
+    }
 }

@@ -100,7 +100,9 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
             let result = serving.join().unwrap_or_else(|_| Err(std::io::Error::other("the FUSE session panicked")));
             for view in ctx.views.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
                 // Views read the live tree: they end with it.
-                let _ = sys::umount(&view, true);
+                if !view.ended.load(Ordering::Acquire) {
+                    let _ = sys::umount(&view.mountpoint, true);
+                }
             }
             // The workspace on disk must be the rewound tree once unmounted.
             loop {
@@ -284,8 +286,8 @@ struct Ctx {
     /// Set by the first explicit `turn`: a harness announces turns, so
     /// quiet-period checkpoints stop.
     harness_seen: AtomicBool,
-    /// Mountpoints of views served by this daemon.
-    views: std::sync::Mutex<Vec<PathBuf>>,
+    /// Views (`show`) served by this daemon.
+    views: std::sync::Mutex<Vec<ServedView>>,
     /// What serves `.rewindfs/` in the live mount (for `status`).
     hidden_views: Option<Arc<crate::view::browse::Browser>>,
     invalidator: crate::fs::Invalidator,
@@ -296,6 +298,55 @@ struct Ctx {
     world: Arc<World>,
     /// Sealed turns whose `log` statistics are to be computed.
     turn_stats: std::sync::mpsc::Sender<i64>,
+}
+
+/// A `show` mount served by this daemon.
+struct ServedView {
+    checkpoint: i64,
+    mountpoint: PathBuf,
+    transport: crate::fs::TransportState,
+    /// Set when its session ends (it was unmounted).
+    ended: Arc<AtomicBool>,
+}
+
+/// Mounts a view of checkpoint `n` on `mountpoint` and serves it on a thread
+/// of its own, on io_uring when the live mount negotiated it.
+fn serve_view(ctx: &Ctx, n: i64, mountpoint: PathBuf) -> std::result::Result<protocol::ShowReply, Failure> {
+    let browser = crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n)
+        .map_err(|e| view_failure(&format!("cannot open checkpoint {n}"), e))?;
+    let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", ctx.info.workspace.display());
+    let session =
+        crate::fs::view::ViewSession::mount(Arc::new(browser), &mountpoint, &fsname, ctx.transport.negotiated())
+            .map_err(|e| {
+                Failure::failed(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("cannot mount the view on {}: {e}", mountpoint.display()),
+                )
+            })?;
+    let transport = session.transport();
+    let ended = Arc::new(AtomicBool::new(false));
+    let (mp, done) = (mountpoint.clone(), ended.clone());
+    let spawned = std::thread::Builder::new().name("view".into()).spawn(move || {
+        if let Err(e) = session.run() {
+            warn!("view of checkpoint {n} on {} ended: {e}", mp.display());
+        }
+        done.store(true, Ordering::Release);
+    });
+    if let Err(e) = spawned {
+        let _ = sys::umount(&mountpoint, true);
+        return Err(Failure::failed(libc::EAGAIN, format!("cannot start serving the view: {e}")));
+    }
+    // Like the live mount: ready once its rings are registered; a view
+    // whose rings fail stays on /dev/fuse.
+    if let Err(e) = transport.wait_started(Duration::from_secs(10)) {
+        warn!("view of checkpoint {n}: {e}; serving it through /dev/fuse");
+    }
+    let shown = transport.report().transport;
+    info!("showing checkpoint {n} on {} ({shown})", mountpoint.display());
+    let mut views = ctx.views.lock().unwrap_or_else(|p| p.into_inner());
+    views.retain(|v| !v.ended.load(Ordering::Acquire));
+    views.push(ServedView { checkpoint: n, mountpoint: mountpoint.clone(), transport, ended });
+    Ok(protocol::ShowReply { checkpoint: n, mountpoint, transport: shown })
 }
 
 /// The fsname prefix of view mounts (`rewindfs show`).
@@ -621,27 +672,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
         Request::Reset(op) => answer(op, |protocol::Reset { confirm }| reset(ctx, confirm)),
         Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {
             let n = resolve(journal, &checkpoint)?;
-            let browser = crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n)
-                .map_err(|e| view_failure(&format!("cannot open checkpoint {n}"), e))?;
-            let browser = Arc::new(browser);
-            let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", info.workspace.display());
-            match crate::fs::view::ViewSession::mount(browser, &mountpoint, &fsname) {
-                Ok(session) => {
-                    let mp = mountpoint.clone();
-                    let _ = std::thread::Builder::new().name("view".into()).spawn(move || {
-                        if let Err(e) = session.run() {
-                            warn!("view of checkpoint {n} on {} ended: {e}", mp.display());
-                        }
-                    });
-                    info!("showing checkpoint {n} on {}", mountpoint.display());
-                    ctx.views.lock().unwrap_or_else(|p| p.into_inner()).push(mountpoint.clone());
-                    Ok(protocol::ShowReply { checkpoint: n, mountpoint })
-                }
-                Err(e) => Err(Failure::failed(
-                    e.raw_os_error().unwrap_or(libc::EIO),
-                    format!("cannot mount the view on {}: {e}", mountpoint.display()),
-                )),
-            }
+            serve_view(ctx, n, mountpoint)
         }),
         Request::Fsck(op) => answer(op, |_| {
             let _op = ctx.world.op();
@@ -695,6 +726,18 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                     })
                     .unwrap_or_default(),
                 transport: ctx.transport.report(),
+                views: ctx
+                    .views
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .filter(|v| !v.ended.load(Ordering::Acquire))
+                    .map(|v| protocol::ViewStatus {
+                        checkpoint: v.checkpoint,
+                        mountpoint: v.mountpoint.clone(),
+                        transport: v.transport.report(),
+                    })
+                    .collect(),
             })
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {

@@ -298,6 +298,19 @@ pub struct StatusReply {
     /// requests the rings served.
     #[serde(flatten, default)]
     pub transport: crate::fs::TransportReport,
+    /// The `show` mounts this daemon serves.
+    #[serde(default)]
+    pub views: Vec<ViewStatus>,
+}
+
+/// A `show` mount and how its requests travel.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ViewStatus {
+    pub checkpoint: i64,
+    #[serde(with = "crate::name_json")]
+    pub mountpoint: PathBuf,
+    #[serde(flatten)]
+    pub transport: crate::fs::TransportReport,
 }
 
 /// A rewound file whose bytes cannot be written into the workspace.
@@ -385,6 +398,9 @@ pub struct ShowReply {
     pub checkpoint: i64,
     #[serde(with = "crate::name_json")]
     pub mountpoint: PathBuf,
+    /// How the view's requests travel: "uring" or "classic".
+    #[serde(default)]
+    pub transport: String,
 }
 
 /// A daemon's answer on the wire: `{"ok":true,"data":REPLY}` or
@@ -499,7 +515,11 @@ mod tests {
 
     #[test]
     fn failures_and_replies_survive_the_wire() {
-        let ok = Response::from_result(Ok(ShowReply { checkpoint: 2, mountpoint: "/tmp/v".into() }));
+        let ok = Response::from_result(Ok(ShowReply {
+            checkpoint: 2,
+            mountpoint: "/tmp/v".into(),
+            transport: "uring".into(),
+        }));
         let text = serde_json::to_string(&ok).expect("encode");
         let back: Response = serde_json::from_str(&text).expect("decode");
         let reply: ShowReply = back.into_result().expect("ok");

@@ -934,8 +934,8 @@ impl KernelCache for Invalidator {
     }
 }
 
-/// Mount options for a live workspace mount (`uring`: ask for FUSE over
-/// io_uring at FUSE_INIT).
+/// Mount options for a live workspace mount, and the base of a view
+/// mount's (`uring`: ask for FUSE over io_uring at FUSE_INIT).
 pub fn mount_config(fsname: &str, threads: usize, uring: bool) -> fuser::Config {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
@@ -956,7 +956,7 @@ pub fn mount_config(fsname: &str, threads: usize, uring: bool) -> fuser::Config 
     config
 }
 
-/// How the live mount's requests travel, for `status`.
+/// How a mount's requests travel, for `status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TransportReport {
     /// "uring" when every CPU's ring is registered, else "classic".
@@ -1006,6 +1006,10 @@ impl TransportState {
         Ok(())
     }
 
+    fn of<FS: fuser::Filesystem>(session: &fuser::Session<FS>) -> TransportState {
+        TransportState { negotiated: session.io_uring(), stats: session.ring_stats() }
+    }
+
     /// Whether FUSE_INIT negotiated io_uring (the rings start with `run`).
     pub fn negotiated(&self) -> bool {
         self.negotiated
@@ -1045,7 +1049,7 @@ impl MountedSession {
     }
 
     pub fn transport(&self) -> TransportState {
-        TransportState { negotiated: self.session.io_uring(), stats: self.session.ring_stats() }
+        TransportState::of(&self.session)
     }
 }
 

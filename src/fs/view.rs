@@ -188,9 +188,15 @@ impl Filesystem for ViewFs {
 pub struct ViewSession(fuser::Session<ViewFs>);
 
 impl ViewSession {
-    /// Mounts a view read-only at `mountpoint`.
-    pub fn mount(browser: Arc<Browser>, mountpoint: &std::path::Path, fsname: &str) -> std::io::Result<ViewSession> {
-        let mut config = super::mount_config(fsname, 2, false);
+    /// Mounts a view read-only at `mountpoint` (`uring`: ask for FUSE over
+    /// io_uring at FUSE_INIT, as the live mount does).
+    pub fn mount(
+        browser: Arc<Browser>,
+        mountpoint: &std::path::Path,
+        fsname: &str,
+        uring: bool,
+    ) -> std::io::Result<ViewSession> {
+        let mut config = super::mount_config(fsname, 2, uring);
         config.mount_options.retain(|o| !matches!(o, fuser::MountOption::Dev | fuser::MountOption::Suid));
         config.mount_options.extend([fuser::MountOption::RO, fuser::MountOption::NoDev, fuser::MountOption::NoSuid]);
         Ok(ViewSession(fuser::Session::new(ViewFs::new(browser), mountpoint, &config)?))
@@ -199,6 +205,11 @@ impl ViewSession {
     /// Serves requests until unmounted.
     pub fn run(self) -> std::io::Result<()> {
         self.0.run()
+    }
+
+    /// How the view's requests travel (its rings start with `run`).
+    pub fn transport(&self) -> super::TransportState {
+        super::TransportState::of(&self.0)
     }
 }
 

@@ -18,7 +18,10 @@ Each (workload, target, repetition) gets a fresh directory (and, for the
 mounted targets, a fresh workspace, store and mount). Before every measured
 step the page cache, dentries and inodes are dropped
 (`sync; echo 3 > /proc/sys/vm/drop_caches`). Each step is repeated --reps
-times, interleaving targets, and the median is reported.
+times; within a repetition every target runs once, in an order rotated by
+one place per repetition, so that each repetition sees every target under
+about the same machine load. A target's ratio to native is the median of
+its per-repetition ratios (each against native in the same repetition).
 """
 
 import argparse
@@ -295,6 +298,22 @@ class Target:
         self.mnt = mnt
         self.dir = mnt
         return self.dir
+
+    def ring_requests(self):
+        """Requests the mount's io_uring rings served so far (`status --json`;
+        read through the control socket, so reading it costs no FUSE
+        request), or None when the target is not a rewindfs mount on the
+        rings."""
+        if self.kind in ("native", "null") or self.transport != "uring":
+            return None
+        r = sh([self.binary, "status", "-C", self.mnt, "--json"], env={"REWINDFS_RUNTIME_DIR": self.runtime_dir},
+               capture=True, check=False)
+        try:
+            v = json.loads(r.stdout)
+            v = v[0] if isinstance(v, list) else v
+            return int(v["ring_requests"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
 
     def teardown(self):
         if self.kind == "null":
@@ -933,12 +952,35 @@ def report_special(sp, meta):
     return out
 
 
+def paired_ratio(step, t, ref):
+    """Median over the repetitions of t's time / ref's time in the same
+    repetition (so both saw about the same machine load); the ratio of the
+    medians when the run kept no repetition numbers."""
+    by_rep = step.get("rep", {})
+    a, b = by_rep.get(t, {}), by_rep.get(ref, {})
+    pairs = [a[r] / b[r] for r in a if r in b and b[r] > 0]
+    if pairs:
+        return statistics.median(pairs)
+    x, y = step["med"].get(t), step["med"].get(ref)
+    return x / y if x is not None and y else None
+
+
+def step_ops(name, meta):
+    """Files one step touches (for requests per operation), or None."""
+    if name == "untar":
+        return meta.get("tree_files")
+    if name.startswith(f"{SMALL_FILES // 1000}k files:"):
+        return SMALL_FILES
+    return None
+
+
 def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=None):
     out = []
     w = out.append
     w(f"Run: {meta['date']} on {meta['host']}: {meta['cores']} cores, kernel {meta['kernel']}, "
       f"{meta['fs']} ({meta['disk']}), {meta['mem_gib']:.0f} GiB RAM; rewindfs {meta['commit']}; "
-      f"{meta['reps']} repetitions, median; caches dropped before every measured step.")
+      f"{meta['reps']} repetitions, median; caches dropped before every measured step. A ratio is the "
+      f"median of the per-repetition ratios to native ext4 (same repetition, so about the same load).")
     w("")
     w(f"Source tree: {meta['tree_files']} files, {meta['tree_bytes'] / 2**20:.0f} MiB "
       f"({meta['tree_crates']} crate sources from ~/.cargo/registry/src, uncompressed tar).")
@@ -961,13 +1003,12 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
         cls = res[s]["class"]
         goal = GOALS[cls]
         row = [s, f"{cls} ≤{goal}x"]
-        nat = res[s]["med"].get("native")
         for t in targets:
             v = res[s]["med"].get(t)
             row.append(fmt_s(v))
             if t != "native":
-                if v is not None and nat:
-                    r = v / nat
+                r = paired_ratio(res[s], t, "native") if v is not None else None
+                if r is not None:
                     flag = "" if r <= goal else " ✗"
                     if r > goal and base(t) != "null":
                         misses.append((s, t, r, goal))
@@ -978,16 +1019,32 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
     w("")
     w("✗ = misses the goal (data steps within 1.3x of native, metadata steps within 2x).")
     w("")
-    w("Spread (max/min over the repetitions), to judge noise:")
+    w("Spread (max/min over the repetitions), to judge noise, and the 1-minute load average at the start "
+      "of the step's samples (min / median / max):")
     w("")
-    w("| workload | " + " | ".join(label(t) for t in targets) + " |")
-    w("|---|" + "|".join("--:" for _ in targets) + "|")
+    w("| workload | " + " | ".join(label(t) for t in targets) + " | load |")
+    w("|---|" + "|".join("--:" for _ in targets) + "|--:|")
     for s in steps:
         cells = []
         for t in targets:
             xs = res[s]["all"].get(t, [])
             cells.append(f"{max(xs) / min(xs):.2f}" if xs and min(xs) > 0 else "-")
+        ld = res[s].get("load") or [float("nan")]
+        cells.append(f"{min(ld):.1f} / {statistics.median(ld):.1f} / {max(ld):.1f}")
         w(f"| {s} | " + " | ".join(cells) + " |")
+    rung = [t for t in targets if any(res[s].get("ring", {}).get(t) for s in steps)]
+    if rung:
+        w("")
+        w("FUSE requests per file the io_uring rings served (median; `ring_requests` of `status --json` "
+          "before and after the step; forgets and interrupts travel on /dev/fuse and are not counted):")
+        w("")
+        w("| workload | " + " | ".join(label(t) for t in rung) + " |")
+        w("|---|" + "|".join("--:" for _ in rung) + "|")
+        for s in steps:
+            n = step_ops(s, meta)
+            cells = [f"{statistics.median(res[s]['ring'][t]) / n:.2f}" if n and res[s].get("ring", {}).get(t)
+                     else "-" for t in rung]
+            w(f"| {s} | " + " | ".join(cells) + " |")
     if not steps:
         # Only baselines were asked for: drop the empty workload tables.
         del out[out.index("| " + " | ".join(head) + " |"):]
@@ -1001,30 +1058,38 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
         for wname, by_t in store_sizes.items():
             w(f"| {wname} | " + " | ".join(fmt_bytes(statistics.median(by_t[t])) if t in by_t else "-"
                                           for t in mounted) + " |")
-    if "norec" in targets and steps:
-        w("")
-        w("Cost of recording: the default mount (passthrough, recording on) against the same mount with "
-          "`--no-record`:")
-        w("")
-        w("| workload | recording off | recording on | on/off |")
-        w("|---|--:|--:|--:|")
-        for s in steps:
-            on, off = res[s]["med"].get("pt"), res[s]["med"].get("norec")
-            if on and off:
-                w(f"| {s} | {fmt_s(off)} | {fmt_s(on)} | {on / off:.2f}x |")
-    if "null" in targets and steps:
-        w("")
-        w("The FUSE floor: the same steps on a FUSE filesystem that does no I/O at all "
-          "(`tests/bench/nullfs.rs`, names in memory, data discarded, the same kernel options), "
-          "against native and against rewindfs:")
-        w("")
-        w("| workload | native ext4 | null FUSE | null/native | rewindfs (passthrough) | rewindfs/null |")
-        w("|---|--:|--:|--:|--:|--:|")
-        for s in steps:
-            nat, null, pt = (res[s]["med"].get(k) for k in ("native", "null", "pt"))
-            if nat and null:
-                w(f"| {s} | {fmt_s(nat)} | {fmt_s(null)} | {null / nat:.2f}x | {fmt_s(pt)} | "
-                  f"{(pt / null) if pt else float('nan'):.2f}x |")
+    # Pairs of targets on the same transport ("" = auto): pt@uring with
+    # norec@uring and null@uring, and so on.
+    suffixes = sorted({t.partition("@")[2] for t in targets if base(t) in ("pt", "norec", "null")})
+    for sfx in suffixes:
+        at = (lambda b: f"{b}@{sfx}" if sfx else b)
+        pt, norec, null = at("pt"), at("norec"), at("null")
+        tag = f" on {sfx}" if sfx else ""
+        if pt in targets and norec in targets and steps:
+            w("")
+            w(f"Cost of recording{tag}: the default mount (passthrough, recording on) against the same mount "
+              "with `--no-record` (on/off: median of the per-repetition ratios; the goal is within 1.3x):")
+            w("")
+            w("| workload | recording off | recording on | on/off |")
+            w("|---|--:|--:|--:|")
+            for s in steps:
+                on, off = res[s]["med"].get(pt), res[s]["med"].get(norec)
+                if on and off:
+                    w(f"| {s} | {fmt_s(off)} | {fmt_s(on)} | {paired_ratio(res[s], pt, norec):.2f}x |")
+        if null in targets and steps:
+            w("")
+            w(f"The FUSE floor{tag}: the same steps on a FUSE filesystem that does no I/O at all "
+              "(`tests/bench/nullfs.rs`, names in memory, data discarded, the same kernel options), "
+              "against native and against rewindfs (ratios: medians of the per-repetition ratios):")
+            w("")
+            w("| workload | native ext4 | null FUSE | null/native | rewindfs (passthrough) | rewindfs/null |")
+            w("|---|--:|--:|--:|--:|--:|")
+            for s in steps:
+                nat, nv, pv = (res[s]["med"].get(k) for k in ("native", null, pt))
+                if nat and nv:
+                    over = paired_ratio(res[s], pt, null) if pv else None
+                    w(f"| {s} | {fmt_s(nat)} | {fmt_s(nv)} | {paired_ratio(res[s], null, 'native'):.2f}x | "
+                      f"{fmt_s(pv)} | {f'{over:.2f}x' if over else '-'} |")
     out.extend(report_special(special or {}, meta))
     if shadow_turns:
         w("")
@@ -1056,7 +1121,7 @@ def results_from_log(path):
     an interrupted run)."""
     import re
     res = {}
-    pat = re.compile(r"^  rep (\d+)/(\d+) (\S+)\s+(.+): ([0-9.]+) s \(load ([0-9.]+)\)$")
+    pat = re.compile(r"^  rep (\d+)/(\d+) (\S+)\s+(.+): ([0-9.]+) s \(load ([0-9.]+)(?:, (\d+) ring requests)?\)$")
     loads = []
     for line in open(path):
         m = pat.match(line.rstrip("\n"))
@@ -1065,8 +1130,12 @@ def results_from_log(path):
         t, name, secs = m.group(3), m.group(4), float(m.group(5))
         loads.append(float(m.group(6)))
         cls = "data" if name.startswith(("seq ", "rand ", "sqlite")) else "meta"
-        e = res.setdefault(name, {"class": cls, "all": {}})
+        e = res.setdefault(name, {"class": cls, "all": {}, "rep": {}, "load": [], "ring": {}})
         e["all"].setdefault(t, []).append(secs)
+        e["rep"].setdefault(t, {})[int(m.group(1)) - 1] = secs
+        e["load"].append(loads[-1])
+        if m.group(7) is not None:
+            e["ring"].setdefault(t, []).append(int(m.group(7)))
     return res, loads
 
 
@@ -1196,10 +1265,12 @@ def main():
     try:
         for rep in range(args.reps):
             for wname in workloads:
-                # Alternate the order of targets between repetitions so that a
-                # slow drift (another job on the machine) does not always hit
-                # the same target.
-                order = targets if rep % 2 == 0 else list(reversed(targets))
+                # Rotate the order of targets by one place per repetition so
+                # that a slow drift (another job on the machine) does not
+                # always hit the same target, and each target runs first,
+                # second, ... about equally often.
+                k = rep % len(targets)
+                order = targets[k:] + targets[:k]
                 for t in order:
                     if base(t) == "null" and wname not in NULL_WORKLOADS:
                         continue
@@ -1208,17 +1279,25 @@ def main():
                     if tgt.passthrough_reported:
                         passthrough.add(f"{t}={tgt.passthrough_reported}")
 
-                    def step(name, cls, fn, t=t):
+                    def step(name, cls, fn, t=t, tgt=tgt, rep=rep):
                         if args.wait_idle > 0:
                             busy = wait_idle(args.wait_idle)
                             if busy > 0.15:
                                 log(f"  (machine still {busy:.0%} busy after waiting {args.wait_idle} s)")
                         drop_caches()
                         loads.append(loadavg())
+                        before = tgt.ring_requests()
                         secs = fn()
-                        e = res.setdefault(name, {"class": cls, "all": {}})
+                        after = tgt.ring_requests()
+                        e = res.setdefault(name, {"class": cls, "all": {}, "rep": {}, "load": [], "ring": {}})
                         e["all"].setdefault(t, []).append(secs)
-                        log(f"  rep {rep + 1}/{args.reps} {t:6s} {name}: {secs:.3f} s (load {loads[-1]:.2f})")
+                        e["rep"].setdefault(t, {})[rep] = secs
+                        e["load"].append(loads[-1])
+                        ring = ""
+                        if before is not None and after is not None:
+                            e["ring"].setdefault(t, []).append(after - before)
+                            ring = f", {after - before} ring requests"
+                        log(f"  rep {rep + 1}/{args.reps} {t:6s} {name}: {secs:.3f} s (load {loads[-1]:.2f}{ring})")
 
                     try:
                         WORKLOADS[wname](inputs, d, step)

@@ -534,6 +534,9 @@ pub(crate) struct fuse_init_out {
     pub(crate) reserved: [u32; 6],
 }
 
+// REWINDFS PATCH: part of the kernel ABI fuser keeps whole but never builds;
+// as a path dependency it is not lint-capped like a crates.io one, so say so.
+#[allow(dead_code)]
 #[repr(C)]
 #[derive(Debug, FromBytes, KnownLayout, Immutable)]
 pub(crate) struct cuse_init_in {
@@ -543,6 +546,9 @@ pub(crate) struct cuse_init_in {
     pub(crate) flags: u32,
 }
 
+// REWINDFS PATCH: part of the kernel ABI fuser keeps whole but never builds;
+// as a path dependency it is not lint-capped like a crates.io one, so say so.
+#[allow(dead_code)]
 #[repr(C)]
 #[derive(Debug, KnownLayout, Immutable)]
 pub(crate) struct cuse_init_out {
@@ -588,6 +594,9 @@ pub(crate) struct fuse_ioctl_in {
     pub(crate) out_size: u32,
 }
 
+// REWINDFS PATCH: part of the kernel ABI fuser keeps whole but never builds;
+// as a path dependency it is not lint-capped like a crates.io one, so say so.
+#[allow(dead_code)]
 #[repr(C)]
 #[derive(Debug, KnownLayout, Immutable)]
 pub(crate) struct fuse_ioctl_iovec {
@@ -709,6 +718,9 @@ pub(crate) struct fuse_notify_store_out {
     pub(crate) padding: u32,
 }
 
+// REWINDFS PATCH: part of the kernel ABI fuser keeps whole but never builds;
+// as a path dependency it is not lint-capped like a crates.io one, so say so.
+#[allow(dead_code)]
 #[repr(C)]
 #[derive(Debug, KnownLayout, Immutable)]
 pub(crate) struct fuse_notify_retrieve_out {
@@ -719,6 +731,9 @@ pub(crate) struct fuse_notify_retrieve_out {
     pub(crate) padding: u32,
 }
 
+// REWINDFS PATCH: part of the kernel ABI fuser keeps whole but never builds;
+// as a path dependency it is not lint-capped like a crates.io one, so say so.
+#[allow(dead_code)]
 #[repr(C)]
 #[derive(Debug, FromBytes, KnownLayout, Immutable)]
 pub(crate) struct fuse_notify_retrieve_in {
