@@ -65,7 +65,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
             println!(
                 "  view:        checkpoint {} on {}, {}",
                 v.checkpoint,
-                crate::cli::quote::quote_name(&v.mountpoint),
+                crate::text::quote_name(&v.mountpoint),
                 transport_line(&v.transport)
             );
         }
