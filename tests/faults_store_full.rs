@@ -374,7 +374,6 @@ impl Runner {
     }
 
     /// The model after a file operation, or None if it does not apply.
-
     fn apply(&self, step: &Step) -> Option<(Model, u64)> {
         let mut m = self.model.clone();
         let mut next = self.next_id;

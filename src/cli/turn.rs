@@ -20,7 +20,7 @@ pub fn run(args: TurnArgs) -> Result<()> {
     }
     let n = reply.checkpoint;
     match &reply.info.message_id {
-        Some(m) => println!("checkpoint {n} (before message {})", crate::text::quote(&m)),
+        Some(m) => println!("checkpoint {n} (before message {})", crate::text::quote(m)),
         None => println!("checkpoint {n}"),
     }
     Ok(())

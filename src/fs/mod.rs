@@ -991,7 +991,10 @@ impl TransportState {
     pub fn wait_started(&self, timeout: Duration) -> Result<(), String> {
         let deadline = std::time::Instant::now() + timeout;
         let s = &self.stats;
-        while self.negotiated {
+        if !self.negotiated {
+            return Ok(());
+        }
+        loop {
             if let Some(e) = s.error() {
                 return Err(e);
             }
@@ -1003,7 +1006,6 @@ impl TransportState {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        Ok(())
     }
 
     fn of<FS: fuser::Filesystem>(session: &fuser::Session<FS>) -> TransportState {
