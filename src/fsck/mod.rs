@@ -27,10 +27,11 @@ use serde::{Deserialize, Serialize};
 use crate::journal::Journal;
 use crate::meta::{Checkpoint, Meta, MetaError, ObjectId};
 use crate::store::{ChunkId, ContentRef, CorruptChunk, StoreError};
-use crate::sys::{self, FileHandle};
+use crate::sys::FileHandle;
 use crate::text::quote_name;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
+use crate::workspace::backing;
 
 pub use crate::store_dir::{StoreDamage, store_damage, store_damage_thorough};
 
@@ -345,7 +346,8 @@ impl Inodes<'_> {
             (Some(tree), _) => {
                 tree.backing().open_handle(handle, libc::O_PATH).map_err(|e| std::io::Error::from_raw_os_error(e.0))
             }
-            (None, Some(attic)) => sys::open_by_handle_at(attic.as_fd(), handle, libc::O_PATH),
+            (None, Some(attic)) => backing::open_by_handle_at(attic.as_fd(), handle, libc::O_PATH)
+                .map_err(|e| std::io::Error::from_raw_os_error(e.0)),
             (None, None) => Err(std::io::Error::from_raw_os_error(libc::ENOTSUP)),
         }
     }
@@ -558,7 +560,7 @@ fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Repor
             report.problems.push(problem(ProblemKind::AtticEntryUnknown { name: shown }, None, None));
             continue;
         };
-        let here = sys::name_to_handle_at(fd.as_fd(), &name).ok().map(|h| h.to_bytes());
+        let here = backing::handle_at(fd.as_fd(), &name).ok().map(|h| h.to_bytes());
         if here.is_none() || row.as_deref() != here.as_deref() {
             report.problems.push(problem(ProblemKind::AtticEntryMismatch { name: shown }, id.map(ObjectId), None));
         }
@@ -601,7 +603,7 @@ const MAX_DEPTH: usize = 64;
 impl<'a> Namer<'a> {
     fn new(target: &'a Target<'a>, checkpoints: &[Checkpoint]) -> FsckResult<Namer<'a>> {
         let root = match target.tree {
-            Some(tree) => match sys::name_to_handle_at(tree.root_fd(), OsStr::new("")) {
+            Some(tree) => match backing::handle_of_fd(tree.root_fd()) {
                 Ok(h) => target.journal.known_object_id(&h)?,
                 Err(_) => None,
             },

@@ -153,7 +153,7 @@ fn attic_entries_and_lost_inodes_are_found() {
     // An object views read by handle (no record holds its content), whose
     // inode is then deleted from the attic.
     let dirfd = std::fs::File::open(attic.path()).expect("open attic");
-    let handle = sys::name_to_handle_at(dirfd.as_fd(), OsStr::new("kept")).expect("handle").to_bytes();
+    let handle = backing::handle_at(dirfd.as_fd(), OsStr::new("kept")).expect("handle").to_bytes();
     let gone = f.journal.with_meta(|m| m.intern_object(&handle, 1)).expect("object");
     f.journal.with_meta(|m| m.record_entry(3, f.dir, b"old.txt", Some(gone), None)).expect("entry");
     std::fs::rename(attic.path().join("kept"), attic.path().join(gone.0.to_string())).expect("rename");

@@ -16,6 +16,7 @@ use crate::meta::{Checkpoint, ObjectId, TurnStats};
 use crate::sys::FileHandle;
 use crate::text::quote_name;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError, ViewResult};
+use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Kind, LiveTree};
 
@@ -513,7 +514,7 @@ fn walk_scoped(
 pub fn locate_changes(tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<Option<Vec<PathBuf>>> {
     let changed = journal.with_meta(|m| m.changed_in_turn(turn))?;
     let root_fd = tree.root_fd();
-    let root = rustix::fs::readlink(crate::sys::proc_fd_path(root_fd).as_c_str(), Vec::new())?.into_bytes();
+    let root = backing::kernel_path(root_fd)?;
     let mut out: Vec<PathBuf> = Vec::new();
     let mut seen = HashSet::new();
     for id in changed.dirs.iter().copied().chain(changed_files(&changed)) {
@@ -561,10 +562,9 @@ fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> View
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
         return Ok(Placed::Unknown("has several names"));
     }
-    let Ok(name) = rustix::fs::readlink(crate::sys::proc_fd_path(fd.as_fd()).as_c_str(), Vec::new()) else {
+    let Ok(name) = backing::kernel_path(fd.as_fd()) else {
         return Ok(Placed::Unknown("has no name the kernel can give"));
     };
-    let name = name.into_bytes();
     let rel = match name.strip_prefix(root) {
         Some([]) => &[][..],
         Some([b'/', rest @ ..]) => rest,
@@ -582,7 +582,7 @@ fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> View
 fn handle_at(tree: &LiveTree, path: &Path) -> Option<FileHandle> {
     let names: Vec<&std::ffi::OsStr> = path.components().map(|c| c.as_os_str()).collect();
     let Some((last, dirs)) = names.split_last() else {
-        return crate::sys::name_to_handle_at(tree.root_fd(), std::ffi::OsStr::new("")).ok();
+        return backing::handle_of_fd(tree.root_fd()).ok();
     };
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut dir: Option<OwnedFd> = None;
@@ -590,7 +590,7 @@ fn handle_at(tree: &LiveTree, path: &Path) -> Option<FileHandle> {
         let parent = dir.as_ref().map(|d| d.as_fd()).unwrap_or(tree.root_fd());
         dir = Some(rustix::fs::openat(parent, *name, flags, Mode::empty()).ok()?);
     }
-    crate::sys::name_to_handle_at(dir.as_ref().map(|d| d.as_fd()).unwrap_or(tree.root_fd()), last).ok()
+    backing::handle_at(dir.as_ref().map(|d| d.as_fd()).unwrap_or(tree.root_fd()), last).ok()
 }
 
 /// Encodes paths for `turn_summaries.paths`: each path's bytes (names

@@ -30,8 +30,9 @@ use crate::journal::Journal;
 use crate::meta::ObjectId;
 use crate::restore::{Action, Planned, RestoreError, Touched};
 use crate::store::ContentRef;
-use crate::sys::{self, FileHandle};
+use crate::sys::FileHandle;
 use crate::view::{Content, Node, NodeState, TreeView};
+use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::rewind_ops::{Aside, NewFile, RewindOps};
 use crate::workspace::{Caller, Kind, LiveTree, SetTime};
@@ -269,8 +270,7 @@ impl Rewinder<'_> {
         match rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => {
                 let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
-                let h =
-                    sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+                let h = backing::handle_of_fd(fd.as_fd()).map_err(|e| err("handle".into(), e))?;
                 let kind = kind_code(Kind::from_mode(st.st_mode));
                 Ok(Some(self.journal.object_id(&h, kind)?))
             }
@@ -284,7 +284,7 @@ impl Rewinder<'_> {
     }
 
     fn touch(&mut self, dir: BorrowedFd<'_>, name: &OsStr) {
-        if let Ok(h) = sys::name_to_handle_at(dir, OsStr::new(""))
+        if let Ok(h) = backing::handle_of_fd(dir)
             && let Some(ino) = self.tree.known_ino(&h)
         {
             self.touched.entries.insert((ino, name.to_os_string()));
@@ -302,7 +302,7 @@ impl Rewinder<'_> {
         obj: ObjectId,
     ) -> Result<(), RestoreError> {
         let os = OsStr::from_bytes(name);
-        if let Ok(h) = sys::name_to_handle_at(dir, os)
+        if let Ok(h) = backing::handle_at(dir, os)
             && let Some(ino) = self.tree.known_ino(&h)
         {
             self.touched.inodes.insert(ino);
@@ -350,7 +350,7 @@ impl Rewinder<'_> {
                 // Alive under another name in the tree: a hard link it had then.
                 None => {
                     self.ops.link_back(fd.as_fd(), target, dir, os).map_err(fail)?;
-                    if let Ok(h) = sys::name_to_handle_at(fd.as_fd(), OsStr::new(""))
+                    if let Ok(h) = backing::handle_of_fd(fd.as_fd())
                         && let Some(ino) = self.tree.known_ino(&h)
                     {
                         self.touched.inodes.insert(ino);
@@ -378,7 +378,7 @@ impl Rewinder<'_> {
             .ops
             .recreate(dir, os, kind, state.perm, state.size, &target_bytes)
             .map_err(|e| err(self.display(name), e))?;
-        let handle = sys::name_to_handle_at(fd.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+        let handle = backing::handle_of_fd(fd.as_fd()).map_err(|e| err("handle".into(), e))?;
         self.journal.rebind_object(target, &handle)?;
         if kind == Kind::File {
             let (content, record) = self.stored_content(&node, &state)?;
@@ -424,23 +424,12 @@ impl Rewinder<'_> {
             AtFlags::EMPTY_PATH,
         );
         if state.kind != kind_code(Kind::Symlink) {
-            let path = sys::proc_fd_path(fd);
-            let _ = rustix::fs::chmodat(
-                rustix::fs::CWD,
-                path.as_c_str(),
-                Mode::from_raw_mode(state.perm),
-                AtFlags::empty(),
-            );
+            let _ = backing::set_perm(fd, state.perm);
             let t = rustix::fs::Timespec {
                 tv_sec: state.mtime_ns.div_euclid(1_000_000_000),
                 tv_nsec: state.mtime_ns.rem_euclid(1_000_000_000) as _,
             };
-            let _ = rustix::fs::utimensat(
-                rustix::fs::CWD,
-                path.as_c_str(),
-                &rustix::fs::Timestamps { last_access: t, last_modification: t },
-                AtFlags::empty(),
-            );
+            let _ = backing::set_times(fd, t, t);
         }
         Ok(())
     }
@@ -641,7 +630,7 @@ impl Rewinder<'_> {
                 let key = (st.st_dev, st.st_ino);
                 let Some((id, left)) = excess.get_mut(&key) else { continue };
                 log::info!("rewind: removing a stray hard link of object {} from a directory moved aside", id.0);
-                if let Ok(h) = sys::name_to_handle_at(dir.as_fd(), &name)
+                if let Ok(h) = backing::handle_at(dir.as_fd(), &name)
                     && let Some(ino) = self.tree.known_ino(&h)
                 {
                     self.touched.inodes.insert(ino);
@@ -718,8 +707,8 @@ impl Rewinder<'_> {
                 Err(_) => return Ok(None),
             }
         }
-        let want = sys::name_to_handle_at(fd, OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
-        match sys::name_to_handle_at(dir.as_fd(), last) {
+        let want = backing::handle_of_fd(fd).map_err(|e| err("handle".into(), e))?;
+        match backing::handle_at(dir.as_fd(), last) {
             Ok(h) if h == want => Ok(Some((dir, last.to_os_string()))),
             _ => Ok(None),
         }
@@ -741,8 +730,7 @@ impl Rewinder<'_> {
         let shown = names.iter().map(|(_, n)| self.display(n.as_bytes())).collect::<Vec<_>>().join(", ");
         let old_handle = self.handle_of(id);
         for (dir, _) in &names {
-            let dir_handle =
-                sys::name_to_handle_at(dir.as_fd(), OsStr::new("")).map_err(|e| err("handle".into(), e.into()))?;
+            let dir_handle = backing::handle_of_fd(dir.as_fd()).map_err(|e| err("handle".into(), e))?;
             let dir_id = self.journal.object_id(&dir_handle, kind_code(Kind::Dir))?;
             self.dirs_touched.insert(dir_id);
         }

@@ -30,7 +30,7 @@ use crate::journal::Journal;
 use crate::meta::{Intent, IntentOp};
 use crate::restore::{Planned, RestoreError, Touched};
 use crate::rewind::preflight::{self, Checked, Unreadable};
-use crate::sys;
+use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Caller, Kind, LiveTree};
 
@@ -222,7 +222,7 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
         let id = match id {
             Some(id) => id,
             None => {
-                let h = sys::name_to_handle_at(dir, name).map_err(|e| fail(e.into()))?;
+                let h = backing::handle_at(dir, name).map_err(fail)?;
                 journal.object_id(&h, kind_code(Kind::from_mode(st.st_mode)))?
             }
         };

@@ -712,7 +712,7 @@ mod tests {
         let first = number("x");
         assert_eq!(number("y"), first, "the other name, after x was forgotten (numbered by handle)");
         // The object gets an id (its first record): numbered by id from now on.
-        let h = crate::sys::name_to_handle_at(b.tree.root_fd(), OsStr::new("d/x")).expect("handle");
+        let h = crate::workspace::backing::handle_at(b.tree.root_fd(), OsStr::new("d/x")).expect("handle");
         b.journal.object_id(&h, kind_code(Kind::File)).expect("id");
         assert_eq!(number("y"), first, "after it got an id");
         assert_eq!(number("x"), first, "by id, after a forget");

@@ -11,12 +11,14 @@ use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{Mode, OFlags};
 
+use crate::error::Errno;
 use crate::journal::{Journal, ns};
 use crate::meta::{ObjectId, decode_xattrs};
 use crate::store::{ContentRef, read_content_at};
-use crate::sys::{self, FileHandle};
+use crate::sys::FileHandle;
 use crate::workspace::Kind;
 use crate::workspace::LiveTree;
+use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 
 /// Errors while reading a view.
@@ -174,7 +176,7 @@ impl<'a> TreeView<'a> {
     }
 
     pub fn root(&self) -> ViewResult<Node> {
-        let handle = sys::name_to_handle_at(self.tree.root_fd(), OsStr::new(""))?;
+        let handle = backing::handle_of_fd(self.tree.root_fd())?;
         self.node_of_handle(handle)
     }
 
@@ -264,9 +266,9 @@ impl<'a> TreeView<'a> {
         }
         crate::world::test_hooks::view_lookup();
         let Some(fd) = self.live_dir(dir) else { return Ok(None) };
-        match sys::name_to_handle_at(fd.as_fd(), name) {
+        match backing::handle_at(fd.as_fd(), name) {
             Ok(h) => Ok(Some(self.node_of_handle(h)?)),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
@@ -288,11 +290,11 @@ impl<'a> TreeView<'a> {
                 if name == b"." || name == b".." {
                     continue;
                 }
-                match sys::name_to_handle_at(fd.as_fd(), OsStr::from_bytes(name)) {
+                match backing::handle_at(fd.as_fd(), OsStr::from_bytes(name)) {
                     Ok(h) => {
                         entries.insert(name.to_vec(), self.node_of_handle(h)?);
                     }
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(Errno::ENOENT) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -386,7 +388,7 @@ impl<'a> TreeView<'a> {
             mtime_ns: ns(st.st_mtime, st.st_mtime_nsec as i64),
             nlink: st.st_nlink as u32,
             target,
-            xattrs: live_xattrs(&fd),
+            xattrs: backing::xattrs_sorted(fd.as_fd()),
             content,
             content_hash: None,
             content_record: None,
@@ -429,24 +431,4 @@ impl<'a> TreeView<'a> {
         out.truncate(done);
         Ok(out)
     }
-}
-
-fn live_xattrs(fd: &std::os::fd::OwnedFd) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    let Ok(size) = sys::listxattr(fd.as_fd(), &mut []) else { return out };
-    let mut names = vec![0u8; size];
-    let Ok(n) = sys::listxattr(fd.as_fd(), &mut names) else { return out };
-    names.truncate(n);
-    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-        let os = OsStr::from_bytes(name);
-        if let Ok(len) = sys::getxattr(fd.as_fd(), os, &mut []) {
-            let mut v = vec![0u8; len];
-            if let Ok(got) = sys::getxattr(fd.as_fd(), os, &mut v) {
-                v.truncate(got);
-                out.push((name.to_vec(), v));
-            }
-        }
-    }
-    out.sort();
-    out
 }

@@ -90,6 +90,23 @@ pub(crate) fn handle_of_fd(fd: BorrowedFd<'_>) -> Res<FileHandle> {
     Ok(sys::name_to_handle_at(fd, OsStr::new(""))?)
 }
 
+/// Opens the object behind `handle` on the filesystem of `mount`.
+pub(crate) fn open_by_handle_at(mount: BorrowedFd<'_>, handle: &FileHandle, flags: i32) -> Res<OwnedFd> {
+    Ok(sys::open_by_handle_at(mount, handle, flags)?)
+}
+
+/// The kernel's name for the object behind `fd` (`/proc/self/fd/N`): an
+/// absolute path, possibly stale or with " (deleted)" appended.
+pub(crate) fn kernel_path(fd: BorrowedFd<'_>) -> Res<Vec<u8>> {
+    Ok(rustix::fs::readlink(sys::proc_fd_path(fd).as_c_str(), Vec::new())?.into_bytes())
+}
+
+/// Sets the permission bits of the object behind `fd` (any descriptor,
+/// `O_PATH` included).
+pub(crate) fn set_perm(fd: BorrowedFd<'_>, perm: u32) -> Res<()> {
+    chmod_by_path(&sys::proc_fd_path(fd), perm)
+}
+
 /// The handle of `name` in `dir`, without following a final symlink.
 pub(crate) fn handle_at(dir: BorrowedFd<'_>, name: &OsStr) -> Res<FileHandle> {
     Ok(sys::name_to_handle_at(dir, name)?)
