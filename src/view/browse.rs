@@ -90,9 +90,49 @@ struct Table {
     /// walker (`find -samefile`, `tar`, `rsync -H`) compares the numbers
     /// it saw before with those after, so one object must keep one number
     /// for as long as the browser lives, not only while the kernel holds
-    /// it (F15). A number is in `by_ino` or here, never both. Cleared when
-    /// it holds more than `RETIRED_LIMIT`.
-    retired: HashMap<Slot, u64>,
+    /// it (F15). A number is in `by_ino` or here, never both. Bounded:
+    /// only the oldest numbers are given up.
+    retired: Retired,
+}
+
+/// Dropped numbers by slot, at most `cap`, in two generations: when the
+/// young one is full it becomes the old one and the previous old one is
+/// given up, so a number retired recently survives reaching the bound
+/// (clearing the whole map then brought F15's symptom back at once for
+/// every object met before).
+struct Retired {
+    young: HashMap<Slot, u64>,
+    old: HashMap<Slot, u64>,
+    cap: usize,
+}
+
+impl Default for Retired {
+    fn default() -> Retired {
+        Retired::with_capacity(RETIRED_LIMIT)
+    }
+}
+
+impl Retired {
+    fn with_capacity(cap: usize) -> Retired {
+        Retired { young: HashMap::new(), old: HashMap::new(), cap }
+    }
+
+    fn insert(&mut self, slot: Slot, ino: u64) {
+        if self.young.len() >= self.cap.div_ceil(2) {
+            self.old = std::mem::take(&mut self.young);
+        }
+        self.young.insert(slot, ino);
+    }
+
+    /// The number `slot` had, taken out (it is live again).
+    fn remove(&mut self, slot: &Slot) -> Option<u64> {
+        self.young.remove(slot).or_else(|| self.old.remove(slot))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.young.len() + self.old.len()
+    }
 }
 
 struct Interned {
@@ -105,9 +145,6 @@ impl Table {
     fn retire(&mut self, ino: u64) {
         let Some(e) = self.by_ino.remove(&ino) else { return };
         self.by_slot.remove(&e.slot);
-        if self.retired.len() >= RETIRED_LIMIT {
-            self.retired.clear();
-        }
         self.retired.insert(e.slot, ino);
     }
 }
@@ -603,6 +640,25 @@ mod tests {
         let journal = Arc::new(Journal::open(meta, Arc::new(MemoryStore::new())).expect("journal"));
         let tree = Arc::new(LiveTree::new(dir.path(), Some(journal.clone())).expect("live tree"));
         (dir, Browser::hidden(tree, journal, 1 << 62))
+    }
+
+    /// The number retired last comes back after the map of retired
+    /// numbers reached its bound (it was cleared whole then, and every
+    /// object met before got a new number: F15 again); the oldest go, and
+    /// the map stays within its bound.
+    #[test]
+    fn a_recently_retired_number_survives_reaching_the_bound() {
+        let mut t = Table { retired: Retired::with_capacity(8), ..Table::default() };
+        let slot = |i: i64| Slot::Object { checkpoint: 1, key: ObjectKey::Id(ObjectId(i)) };
+        for i in 0..100 {
+            t.by_ino.insert(1000 + i as u64, Interned { slot: slot(i), lookups: 0 });
+            t.by_slot.insert(slot(i), 1000 + i as u64);
+            t.retire(1000 + i as u64);
+            assert!(t.retired.len() <= 8, "{} retired numbers kept, bound 8", t.retired.len());
+        }
+        assert_eq!(t.retired.remove(&slot(99)), Some(1099), "the last number retired");
+        assert_eq!(t.retired.remove(&slot(95)), Some(1095), "one retired four numbers earlier");
+        assert_eq!(t.retired.remove(&slot(0)), None, "the oldest are given up");
     }
 
     /// The references a kernel holds, by inode number.
