@@ -381,21 +381,42 @@ fn a_link_that_fails_part_way_leaves_the_file_with_its_names() {
     assert_eq!(fx.sh("ln a b && stat -c %h a b"), "2\n2\n");
 }
 
+/// A mount whose restore of `f` (mode 644 at checkpoint k, 600 now) fails
+/// at its setattr's last step (the times), after setting the mode; with
+/// checkpoint k and what `stat -c '%a %z' f` showed on the mount before.
+fn restore_failing_at_the_times() -> (MountFixture, i64, String) {
+    let fx = failing_at("echo bytes > f && chmod 644 f", "setattr-times:1");
+    let k = fx.turn("k");
+    fx.sh("chmod 600 f");
+    let cached = fx.sh("stat -c '%a %z' f");
+    let out = fx.rewindfs(&["restore", "-C", fx.path().to_str().unwrap(), &k.to_string(), "--", "f"]);
+    assert!(!out.status.success(), "the restore must fail at the injected fault: {}", stdout(&out));
+    (fx, k, cached)
+}
+
 /// A setattr of several attributes (a restore sets mode and times in one
 /// call) applied the first ones before a later one failed: the restore
 /// failed with the mode already changed.
 #[test]
 fn a_setattr_that_fails_part_way_leaves_the_attributes_as_they_were() {
-    let fx = failing_at("echo bytes > f && chmod 644 f", "setattr-times:1");
-    let k = fx.turn("k");
-    fx.sh("chmod 600 f");
-    let out = fx.rewindfs(&["restore", "-C", fx.path().to_str().unwrap(), &k.to_string(), "--", "f"]);
-    assert!(!out.status.success(), "the restore must fail at the injected fault: {}", stdout(&out));
-    // The backing file, not the mount: the kernel keeps the attributes it
-    // had cached when a setattr fails.
+    let (fx, k, _) = restore_failing_at_the_times();
+    // The backing file (what the mount shows: the next test).
     assert_eq!(sh(&fx.ws, "stat -c %a f"), "600\n", "the mode the failed restore had set is undone");
     fx.cli(&["restore", &k.to_string(), "--", "f"]);
     assert_eq!(fx.sh("stat -c %a f"), "644\n", "the same restore once nothing fails");
+}
+
+/// The restore's failed setattr above sets the mode back, but setting it
+/// (twice) changed the inode's ctime, and the failure skipped the
+/// invalidation a successful setattr gets: the kernel kept the attributes
+/// it had cached, so `stat` on the mount disagreed with the backing file
+/// for up to the cache timeout.
+#[test]
+fn a_failed_setattr_leaves_no_stale_attributes_in_the_kernel() {
+    let (fx, _, cached) = restore_failing_at_the_times();
+    let backing = sh(&fx.ws, "stat -c '%a %z' f");
+    assert_ne!(backing, cached, "the failed setattr changed the ctime of the backing file");
+    assert_eq!(fx.sh("stat -c '%a %z' f"), backing, "the mount shows the attributes the backing file has");
 }
 
 /// A rewind swaps a new inode in at every name of a hard-linked file whose

@@ -395,7 +395,15 @@ impl Filesystem for LiveFs {
             let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
             match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0)), caller(req)) {
                 Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
-                Err(e) => reply.error(errno(e)),
+                Err(e) => {
+                    // The steps undone still changed the ctime, and a
+                    // truncation or a failed undo stays: the kernel must not
+                    // keep the attributes it cached before the call.
+                    if let Some(inv) = self.invalidator.get() {
+                        inv.attributes(ino(i));
+                    }
+                    reply.error(errno(e))
+                }
             }
         })
     }

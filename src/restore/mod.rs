@@ -377,6 +377,9 @@ impl Ctx<'_> {
         if self.dry_run {
             return Ok(());
         }
+        // Before the change: a setattr that fails still changed the ctime
+        // (and its undo may fail), so the kernel must forget its copy then too.
+        self.touched.inodes.insert(ino);
         if xattrs_differ {
             replace_xattrs(self.tree, ino, &live_x, &state.xattrs, self.caller);
         }
@@ -385,7 +388,6 @@ impl Ctx<'_> {
             set.atime = Some(SetTime::At(mtime));
         }
         self.tree.setattr(ino, set, None, self.caller).map_err(|e| live_err(path, e))?;
-        self.touched.inodes.insert(ino);
         Ok(())
     }
 

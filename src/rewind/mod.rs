@@ -767,11 +767,13 @@ impl Rewinder<'_> {
         }
         let live_x = self.tree.xattrs_of(ino);
         if live_x != state.xattrs {
+            self.touched.inodes.insert(ino);
             crate::restore::replace_xattrs(self.tree, ino, &live_x, &state.xattrs, self.caller);
         }
         if set.mode.is_some() || set.uid.is_some() || set.gid.is_some() || set.mtime.is_some() {
-            self.tree.setattr(ino, set, None, self.caller).map_err(|e| err("setattr".into(), e))?;
+            // Before the call: a failed setattr still changed the ctime.
             self.touched.inodes.insert(ino);
+            self.tree.setattr(ino, set, None, self.caller).map_err(|e| err("setattr".into(), e))?;
         }
         Ok(())
     }
