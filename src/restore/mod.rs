@@ -10,14 +10,14 @@ use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::error::{AsErrno, Errno};
 use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
-use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime};
+use crate::workspace::live::Created;
+use crate::workspace::{Attr, Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
 
 /// Errors while restoring.
 #[derive(Debug, thiserror::Error)]
@@ -401,7 +401,7 @@ impl Ctx<'_> {
         perm: u32,
         caller: Caller,
         path: &Path,
-    ) -> Result<(OsString, (Attr, Fh, Arc<OpenFile>)), RestoreError> {
+    ) -> Result<(OsString, Created), RestoreError> {
         const ATTEMPTS: u32 = 16;
         let mut last = Errno(libc::EEXIST);
         for _ in 0..ATTEMPTS {

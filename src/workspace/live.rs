@@ -34,6 +34,9 @@ type Res<T> = std::result::Result<T, Errno>;
 /// The result of a lookup-like call: attributes of a named object.
 pub type Entry = Attr;
 
+/// What a create gives: the new file's attributes and its open file.
+pub type Created = (Entry, Fh, Arc<OpenFile>);
+
 /// The live workspace tree.
 #[derive(Debug)]
 pub struct LiveTree {
@@ -575,14 +578,7 @@ impl LiveTree {
         Ok(self.open.register(ino, File::from(fd), writable))
     }
 
-    pub fn create(
-        &self,
-        parent: Ino,
-        name: &OsStr,
-        mode: u32,
-        flags: i32,
-        caller: Caller,
-    ) -> Res<(Entry, Fh, Arc<OpenFile>)> {
+    pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<Created> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
         let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
