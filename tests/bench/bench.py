@@ -13,6 +13,9 @@ Targets
 Any mounted target may carry a FUSE transport: `pt@uring`, `pt@classic`,
 `null@uring`, ... (`mount --transport`; without one, `auto`). A uring target
 switches the kernel's fuse.enable_uring on for the run.
+A mounted target ending in `:alt` (`pt:alt`, `off@uring:alt`) runs the binary
+of --alt-bin instead of --bin, in the same interleaved run, to compare two
+builds under the same load (an extra table gives the paired ratios).
 
 Each (workload, target, repetition) gets a fresh directory (and, for the
 mounted targets, a fresh workspace, store and mount). Before every measured
@@ -66,14 +69,25 @@ TRANSPORTS = ("uring", "classic")
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 
 
+ALT_LABEL = "alt"  # set from --alt-label
+
+
+def split_alt(t):
+    """`pt@uring:alt` -> (`pt@uring`, True): the target without the mark
+    that it runs the --alt-bin binary."""
+    t, sep, _ = t.partition(":")
+    return t, bool(sep)
+
+
 def base(t):
     """The target without its transport: `pt@uring` -> `pt`."""
-    return t.partition("@")[0]
+    return split_alt(t)[0].partition("@")[0]
 
 
 def label(t):
+    t, alt = split_alt(t)
     b, _, tr = t.partition("@")
-    return TARGETS[b] + (f" [{tr}]" if tr else "")
+    return TARGETS[b] + (f" [{tr}]" if tr else "") + (f" [{ALT_LABEL}]" if alt else "")
 
 
 # The null target (tests/bench/nullfs.rs) keeps names in memory and discards
@@ -242,8 +256,8 @@ class Target:
     """Creates a fresh directory for one workload run, and removes it."""
 
     def __init__(self, kind, base, binary, runtime_dir):
-        self.name = kind.replace("@", "-")
-        kind, _, self.transport = kind.partition("@")
+        self.name = kind.replace("@", "-").replace(":", "-")
+        kind, _, self.transport = split_alt(kind)[0].partition("@")
         self.kind, self.base, self.binary, self.runtime_dir = kind, base, binary, runtime_dir
         self.daemon_pid = None
         self.passthrough_reported = None
@@ -1060,7 +1074,7 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
                                           for t in mounted) + " |")
     # Pairs of targets on the same transport ("" = auto): pt@uring with
     # norec@uring and null@uring, and so on.
-    suffixes = sorted({t.partition("@")[2] for t in targets if base(t) in ("pt", "norec", "null")})
+    suffixes = sorted({t.partition("@")[2] for t in targets if base(t) in ("pt", "norec", "null") and ":" not in t})
     for sfx in suffixes:
         at = (lambda b: f"{b}@{sfx}" if sfx else b)
         pt, norec, null = at("pt"), at("norec"), at("null")
@@ -1090,6 +1104,26 @@ def report(res, meta, targets, shadow_turns, shadow_bytes, store_sizes, special=
                     over = paired_ratio(res[s], pt, null) if pv else None
                     w(f"| {s} | {fmt_s(nat)} | {fmt_s(nv)} | {paired_ratio(res[s], null, 'native'):.2f}x | "
                       f"{fmt_s(pv)} | {f'{over:.2f}x' if over else '-'} |")
+    alts = [(split_alt(t)[0], t) for t in targets if split_alt(t)[1] and split_alt(t)[0] in targets]
+    if alts and steps:
+        w("")
+        w(f"This build (--bin) against the {ALT_LABEL} build (--alt-bin {meta.get('alt_bin')}), same target, "
+          "same repetition (ratio: median of the per-repetition ratios this/alt; above 1 = this build slower; "
+          "range: min-max of those ratios):")
+        w("")
+        w("| workload | " + " | ".join(f"{label(a)} | {label(b)} | ratio | range" for a, b in alts) + " |")
+        w("|---|" + "|".join("--:|--:|--:|--:" for _ in alts) + "|")
+        for s in steps:
+            cells = []
+            for a, b in alts:
+                va, vb = res[s]["med"].get(a), res[s]["med"].get(b)
+                ra, rb = res[s].get("rep", {}).get(a, {}), res[s].get("rep", {}).get(b, {})
+                pairs = [ra[r] / rb[r] for r in ra if r in rb and rb[r] > 0]
+                ratio = paired_ratio(res[s], a, b) if va and vb else None
+                cells.append(f"{fmt_s(va) if va else '-'} | {fmt_s(vb) if vb else '-'} | "
+                             f"{f'{ratio:.2f}x' if ratio else '-'} | "
+                             f"{f'{min(pairs):.2f}-{max(pairs):.2f}' if pairs else '-'}")
+            w(f"| {s} | " + " | ".join(cells) + " |")
     out.extend(report_special(special or {}, meta))
     if shadow_turns:
         w("")
@@ -1196,6 +1230,9 @@ def main():
                     help="scratch directory (same filesystem for all targets); default /var/tmp/rewindfs-bench")
     ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "rewindfs"),
                     help="rewindfs binary; default target/release/rewindfs (run cargo build --release first)")
+    ap.add_argument("--alt-bin", help="a second rewindfs binary, run by the targets that end in `:alt` "
+                    "(pt:alt, off@uring:alt, ...) in the same interleaved run")
+    ap.add_argument("--alt-label", default="alt", help="what the tables call the --alt-bin build; default alt")
     ap.add_argument("--out", help="also write the markdown table to this file")
     ap.add_argument("--json", help="also write raw samples as JSON to this file")
     ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
@@ -1215,11 +1252,18 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("bench: needs root (drops caches; FUSE passthrough needs CAP_SYS_ADMIN)")
     targets = [t for t in args.targets.split(",") if t]
+    global ALT_LABEL
+    ALT_LABEL = args.alt_label
     for t in targets:
-        b, _, tr = t.partition("@")
+        plain, alt = split_alt(t)
+        b, _, tr = plain.partition("@")
         if b not in TARGETS or (tr and (tr not in TRANSPORTS or b == "native")):
             raise SystemExit(f"bench: unknown target {t}")
-    if any(t.endswith("@uring") for t in targets):
+        if alt and (b in ("native", "null") or t.partition(":")[2] != "alt"):
+            raise SystemExit(f"bench: {t}: only a rewindfs target can end in `:alt`")
+        if alt and not (args.alt_bin and os.access(args.alt_bin, os.X_OK)):
+            raise SystemExit(f"bench: {t} needs --alt-bin, an executable rewindfs binary")
+    if any(split_alt(t)[0].endswith("@uring") for t in targets):
         # nullfs asks for io_uring but does not switch the kernel on itself.
         try:
             with open(ENABLE_URING, "w") as f:
@@ -1249,6 +1293,7 @@ def main():
     inputs = Inputs(args.workdir, args.cc,
                     (workloads + (["seq"] if "views" in special else [])) if not args.from_log else [])
     meta = machine_meta(args, inputs)
+    meta["alt_bin"] = args.alt_bin
     if args.from_log:
         res, loads = results_from_log(args.from_log)
         for s_ in res.values():
@@ -1274,7 +1319,7 @@ def main():
                 for t in order:
                     if base(t) == "null" and wname not in NULL_WORKLOADS:
                         continue
-                    tgt = Target(t, runs, args.bin, runtime_dir)
+                    tgt = Target(t, runs, args.alt_bin if split_alt(t)[1] else args.bin, runtime_dir)
                     d = tgt.setup(f"{wname}-{rep}")
                     if tgt.passthrough_reported:
                         passthrough.add(f"{t}={tgt.passthrough_reported}")
