@@ -699,7 +699,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             Ok(protocol::StatusReply {
                 mount: info.clone(),
                 uptime_secs: now.saturating_sub(info.started_at),
-                objects_known: tree.object_count() as u64,
+                objects_known: tree.objects().len() as u64,
                 turn,
                 message_id: message,
                 turn_changes: changes,

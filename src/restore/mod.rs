@@ -223,7 +223,8 @@ impl Ctx<'_> {
             return Ok(());
         };
         let state = self.view.state(target)?;
-        let same_object = live.is_some_and(|a| self.tree.handle_of(a.ino).is_some_and(|h| Some(h) == target.handle));
+        let same_object =
+            live.is_some_and(|a| self.tree.objects().get(a.ino).is_some_and(|(h, _)| Some(h) == target.handle));
         match Kind::from_code(state.kind) {
             Kind::Dir => {
                 let ino = self.ensure_dir(dir, name, &state, &path)?;

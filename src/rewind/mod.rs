@@ -285,7 +285,7 @@ impl Rewinder<'_> {
 
     fn touch(&mut self, dir: BorrowedFd<'_>, name: &OsStr) {
         if let Ok(h) = backing::handle_of_fd(dir)
-            && let Some(ino) = self.tree.known_ino(&h)
+            && let Some(ino) = self.tree.objects().ino_of(&h)
         {
             self.touched.entries.insert((ino, name.to_os_string()));
             self.touched.inodes.insert(ino);
@@ -303,7 +303,7 @@ impl Rewinder<'_> {
     ) -> Result<(), RestoreError> {
         let os = OsStr::from_bytes(name);
         if let Ok(h) = backing::handle_at(dir, os)
-            && let Some(ino) = self.tree.known_ino(&h)
+            && let Some(ino) = self.tree.objects().ino_of(&h)
         {
             self.touched.inodes.insert(ino);
         }
@@ -351,7 +351,7 @@ impl Rewinder<'_> {
                 None => {
                     self.ops.link_back(fd.as_fd(), target, dir, os).map_err(fail)?;
                     if let Ok(h) = backing::handle_of_fd(fd.as_fd())
-                        && let Some(ino) = self.tree.known_ino(&h)
+                        && let Some(ino) = self.tree.objects().ino_of(&h)
                     {
                         self.touched.inodes.insert(ino);
                     }
@@ -631,7 +631,7 @@ impl Rewinder<'_> {
                 let Some((id, left)) = excess.get_mut(&key) else { continue };
                 log::info!("rewind: removing a stray hard link of object {} from a directory moved aside", id.0);
                 if let Ok(h) = backing::handle_at(dir.as_fd(), &name)
-                    && let Some(ino) = self.tree.known_ino(&h)
+                    && let Some(ino) = self.tree.objects().ino_of(&h)
                 {
                     self.touched.inodes.insert(ino);
                 }
@@ -738,7 +738,7 @@ impl Rewinder<'_> {
         let (handle, new_fd) = self.ops.swap_in_new_inode(id, &names, &new).map_err(|e| err(shown.clone(), e))?;
         self.tree.settler().add(&handle, content, record, state.mtime_ns).map_err(|e| err(shown.clone(), e))?;
         self.set_owner_and_times(new_fd.as_fd(), state)?;
-        if let Some(ino) = old_handle.and_then(|h| self.tree.known_ino(&h)) {
+        if let Some(ino) = old_handle.and_then(|h| self.tree.objects().ino_of(&h)) {
             self.touched.inodes.insert(ino);
         }
         for (dir, name) in &names {

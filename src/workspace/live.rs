@@ -20,7 +20,6 @@ use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 
 use crate::error::Errno;
 use crate::journal::Journal;
-use crate::sys::FileHandle;
 use crate::workspace::attic::Attic;
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr};
 use crate::workspace::backing::{self, Backing, FsStats, XattrReply, backing_open_flags, give_to_caller};
@@ -142,6 +141,11 @@ impl LiveTree {
         &self.open
     }
 
+    /// Object identity: inode numbers <-> file handles.
+    pub fn objects(&self) -> &ObjectTable {
+        &self.objects
+    }
+
     /// Records pre-images into `journal` (the rewind's own recording).
     pub(crate) fn capture<'a>(&'a self, journal: &'a Journal) -> Capture<'a> {
         Capture::new(journal, &self.pending)
@@ -190,11 +194,6 @@ impl LiveTree {
     fn capture_ino(&self, journal: &Journal, ino: Ino, content: bool, caller: Caller) -> Res<()> {
         let fd = self.open_path_fd(ino)?;
         self.capture(journal).object(fd.as_fd(), content, self.recorder.is_open_for_write(ino), caller)
-    }
-
-    /// Number of objects in the object table.
-    pub fn object_count(&self) -> usize {
-        self.objects.len()
     }
 
     /// An `O_PATH` descriptor for the object.
@@ -250,16 +249,6 @@ impl LiveTree {
     pub fn names(&self, dir: Ino) -> Res<Vec<OsString>> {
         let fd = self.dir(dir)?;
         Ok(backing::list_dir(fd.as_fd())?.into_iter().map(|(name, _, _)| name).collect())
-    }
-
-    /// The persistent identity of a live object, if it was ever recorded.
-    pub fn handle_of(&self, ino: Ino) -> Option<FileHandle> {
-        self.objects.get(ino).map(|(h, _)| h)
-    }
-
-    /// The inode number the kernel knows for a handle, if any.
-    pub fn known_ino(&self, handle: &FileHandle) -> Option<Ino> {
-        self.objects.ino_of(handle)
     }
 
     /// An inode number for a handle, registering it without a kernel
