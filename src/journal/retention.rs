@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
 use crate::meta::{Checkpoint, Meta, MetaResult, ObjectId, Reason};
-use crate::store::{ChunkId, ContentRef};
+use crate::store::ChunkId;
 
 /// What the policy keeps. Stored in the store (`state` keys `retention.*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -329,20 +329,18 @@ impl Journal {
         let mut swept = Vec::new();
         let newest = inner.turn;
         let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
-            let mut lists = Vec::new();
             let mut named = Vec::new();
             for &f in &victims {
                 let merged = m.forget_checkpoint(f, by, at)?;
                 out.records_dropped += merged.dropped_records;
                 out.records_moved += merged.moved_records;
-                lists.extend(merged.dropped_lists);
                 named.extend(merged.dropped_objects);
             }
             // Files alone in the attic that no record names any more: no
             // view reaches them, nor their own records.
             for (id, handle) in m.unnamed_objects(&named)? {
                 if let Some(bytes) = attic(id, &handle, true) {
-                    lists.extend(m.drop_unreachable(id)?);
+                    m.drop_unreachable(id)?;
                     removals.push((id, handle, bytes));
                 } else if let Some(dir) = attic_dir
                     && let Some((bytes, inner)) = unreachable_attic_dir(m, dir, id, &handle)?
@@ -350,22 +348,25 @@ impl Journal {
                     // A directory a rewind moved aside whole, and nothing in it
                     // that a view reaches: it goes with its objects' records.
                     for x in inner.into_iter().chain([id]) {
-                        lists.extend(m.drop_unreachable(x)?);
+                        m.drop_unreachable(x)?;
                     }
                     swept.push((id, bytes));
                 }
             }
             if reset {
                 for id in m.reset_attic(newest)? {
-                    lists.extend(m.drop_unreachable(id)?);
+                    m.drop_unreachable(id)?;
                     swept.push((id, 0));
                 }
             }
-            let candidates =
-                lists.iter().flat_map(|l| ContentRef::decode_chunks(l).into_iter().flatten()).map(|s| s.id).collect();
-            let dead = m.unreferenced(candidates)?;
+            // The lists that went lowered their chunks' counts (`meta/refs.rs`):
+            // what is at zero now is what no kept record or pending file
+            // needs, found without reading the lists of the kept history.
+            m.forget_stale_known(&named)?;
+            let dead = m.unreferenced_chunks()?;
             if !dry_run {
                 m.add_gc_chunks(&dead)?;
+                m.drop_chunk_counts(&dead)?;
             }
             Ok(dead)
         };
@@ -697,5 +698,48 @@ mod journal_tests {
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
         assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None), Err(JournalError::Kept { .. })));
+    }
+
+    #[test]
+    fn a_collection_frees_what_fell_to_zero_references_and_trusts_no_stale_cache() {
+        let store = Arc::new(MemoryStore::new());
+        let j = Journal::open(Meta::open_in_memory().unwrap(), store.clone()).unwrap();
+        let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
+        let o = j.object_id(&crate::journal::tests::handle(b"f"), 1).unwrap();
+        let stored = |data: &[u8]| crate::store::store_content(&*store, data).unwrap();
+        // A rewound file whose bytes were stored for it alone, then settled:
+        // its list went, nothing else names the chunk.
+        let rewound = stored(b"settled bytes");
+        j.with_meta(|m| {
+            m.add_pending(b"h", rewound.hash.as_bytes(), crate::meta::PendingList::Inline(&rewound.encode_chunks()), 0)
+        })
+        .unwrap();
+        j.with_meta(|m| m.remove_pending(b"h")).unwrap();
+        // Turn 0 records f ("v0", cached for its ctime); turn 1 records it
+        // again without content (a chmod).
+        let v0 = stored(b"v0");
+        let mut s = crate::meta::test_file_state(2);
+        s.content = Some((v0.hash.as_bytes().to_vec(), v0.encode_chunks()));
+        j.record_object(o, &s, None, true).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_some(), "the record holds the cached list");
+        j.record_object(o, &crate::meta::test_file_state(2), None, false).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        let chunks = store.stats().unwrap().chunks;
+        // Forgetting nothing still frees the settled file's chunk.
+        let c = j.collect(&[], "retention", false, &no_attic, None).unwrap();
+        assert_eq!(c.chunks_freed, 1, "{c:?}");
+        assert!(!store.contains(&rewound.chunks[0].id).unwrap());
+        assert_eq!(store.stats().unwrap().chunks, chunks - 1);
+        // Forgetting 1 keeps v0 (turn 0's record, which turn 1's shadows);
+        // forgetting 0, the oldest, drops it: v0 goes, and the cache that
+        // listed it is no longer trusted.
+        assert_eq!(j.collect(&[1], "forget", false, &no_attic, None).unwrap().chunks_freed, 0);
+        assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_some());
+        let c = j.collect(&[0], "forget", false, &no_attic, None).unwrap();
+        assert_eq!(c.chunks_freed, 1, "{c:?}");
+        assert!(!store.contains(&v0.chunks[0].id).unwrap());
+        assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_none(), "a capture reads the file again");
+        assert_eq!(j.with_meta(|m| m.wrong_chunk_counts()).unwrap(), vec![]);
     }
 }
