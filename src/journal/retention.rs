@@ -9,8 +9,11 @@
 //! the commit, then the list is cleared. A daemon killed in between leaves
 //! the list, and the next open of the store ([`Journal::finish_collection`])
 //! releases them before anything records again. Nothing can reuse such a
-//! chunk meanwhile: the collection holds the turn gate exclusively, so no
-//! content is stored (and deduplicated against it) until it is released.
+//! chunk meanwhile: the collection holds the content lock from before its
+//! transaction until the chunks are released, so no content is stored (and
+//! deduplicated against one) in between; no record, pending file or trusted
+//! cached list names one. The turn gate (what recording waits for) is held
+//! exclusively for the transaction only.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -57,9 +60,9 @@ pub struct AutoRun {
     /// Pack bytes compaction gave back on disk.
     pub bytes_reclaimed: u64,
     /// Collections it ran, one checkpoint each, each holding the turn gate
-    /// (and so every recording FUSE operation) for its length.
+    /// (and so every recording FUSE operation) for its transaction.
     pub slices: u64,
-    /// The longest of them, in milliseconds.
+    /// The longest time one of them held the turn gate, in milliseconds.
     pub longest_slice_ms: f64,
 }
 
@@ -175,6 +178,11 @@ pub struct Collected {
     pub attic_files_freed: u64,
     #[serde(default)]
     pub attic_bytes_freed: u64,
+    /// How long the turn gate (which every recording FUSE operation
+    /// waits for) was held exclusively, in milliseconds: the transaction;
+    /// releasing chunks and removing attic entries come after.
+    #[serde(default)]
+    pub gate_ms: f64,
 }
 
 /// How a collection removes an attic entry: `(object, handle, dry_run)` ->
@@ -313,7 +321,8 @@ impl Journal {
         let mut victims = victims.to_vec();
         victims.sort_unstable();
         victims.dedup();
-        let _gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate_taken = std::time::Instant::now();
         let _content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
         inner.fold()?;
@@ -371,6 +380,13 @@ impl Journal {
             Ok(dead)
         };
         let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
+        // Committed: recording may go on. Nothing can use a chunk about to
+        // be released (no list names it, and no content is stored until the
+        // content lock is free: see the module comment), and no name leads
+        // to the attic entries about to go.
+        drop(inner);
+        drop(gate);
+        out.gate_ms = gate_taken.elapsed().as_secs_f64() * 1000.0;
         if dry_run {
             out.attic_files_freed = (removals.len() + swept.len()) as u64;
             out.attic_bytes_freed = removals.iter().map(|r| r.2).chain(swept.iter().map(|s| s.1)).sum();
@@ -398,15 +414,18 @@ impl Journal {
                     }
                 }
             }
-            inner.meta.clear_gc_chunks()?;
+            self.with_meta(|m| m.clear_gc_chunks())?;
             log::info!(
-                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed",
+                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed; \
+                 the turn gate was held {:.1} ms, the whole collection took {:.1} ms",
                 out.forgotten,
                 by,
                 out.records_dropped,
                 out.chunks_freed,
                 out.bytes_freed,
-                out.attic_files_freed
+                out.attic_files_freed,
+                out.gate_ms,
+                gate_taken.elapsed().as_secs_f64() * 1000.0
             );
         }
         Ok(out)
