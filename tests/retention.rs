@@ -514,3 +514,42 @@ fn gc_removes_a_directory_a_rewind_moved_aside_once_no_kept_checkpoint_reaches_i
     c.fx.cli_json(&["rewind", &t1.to_string()]);
     assert_same_tree(&c.copies[&t1], c.fx.path(), "rewound to t1");
 }
+
+#[test]
+fn forget_and_gc_report_progress_one_checkpoint_at_a_time_to_a_client_that_asks() {
+    let mut c = Case::new(&[]);
+    for i in 1..=6 {
+        c.step(i);
+    }
+    let socket = c.fx.status_json()["socket"].as_str().expect("socket").to_string();
+    let mut seen = Vec::new();
+    let forget =
+        rewindfs::daemon::protocol::Forget { checkpoints: vec!["4".into(), "2".into(), "3".into()], dry_run: false };
+    let reply = rewindfs::daemon::control::call_with_progress(
+        Path::new(&socket),
+        forget,
+        std::time::Duration::from_secs(60),
+        &mut |p| seen.push(p),
+    )
+    .expect("forget");
+    assert_eq!(reply.forgotten, vec![2, 3, 4], "{reply:?}");
+    // One line per checkpoint, each a collection of its own.
+    let done: Vec<(u64, u64)> = seen.iter().map(|p| (p.done, p.total)).collect();
+    assert_eq!(done, vec![(1, 3), (2, 3), (3, 3)], "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0].bytes_freed <= w[1].bytes_freed), "{seen:?}");
+    assert_eq!(seen.last().map(|p| p.bytes_freed), Some(reply.bytes_freed), "{seen:?}");
+    assert!(reply.bytes_freed > 100_000, "each turn had its own version of big: {reply:?}");
+    c.check_views(&[2, 3, 4], "after forgetting with progress");
+    // Without asking, no progress line comes (the plain call reads one
+    // line: a progress line would be taken for a malformed answer).
+    let gc =
+        rewindfs::daemon::protocol::Gc { dry_run: false, keep_count: Some(2), keep_days: Some(0), auto: Some(false) };
+    let reply =
+        rewindfs::daemon::control::call(Path::new(&socket), gc, std::time::Duration::from_secs(60)).expect("gc");
+    assert_eq!(reply.collected.forgotten.len(), 2, "{reply:?}");
+    // The CLI draws nothing when stderr is not a terminal.
+    let out = c.run(&["forget", "5"]);
+    assert!(out.status.success(), "{}", describe_status(&out));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.fsck_clean("after the collections");
+}

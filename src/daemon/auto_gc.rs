@@ -88,7 +88,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         drop(_history);
         std::thread::sleep(PAUSE);
     }
-    if out.slices > 0 {
+    if out.chunks_freed > 0 {
         let _history = ctx.world.history();
         out.bytes_reclaimed = journal.compact()?.bytes_reclaimed;
     }

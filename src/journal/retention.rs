@@ -185,6 +185,20 @@ pub struct Collected {
     pub gate_ms: f64,
 }
 
+impl Collected {
+    /// Adds what another collection (the next slice) did.
+    pub fn absorb(&mut self, c: Collected) {
+        self.forgotten.extend(c.forgotten);
+        self.records_dropped += c.records_dropped;
+        self.records_moved += c.records_moved;
+        self.chunks_freed += c.chunks_freed;
+        self.bytes_freed += c.bytes_freed;
+        self.attic_files_freed += c.attic_files_freed;
+        self.attic_bytes_freed += c.attic_bytes_freed;
+        self.gate_ms = self.gate_ms.max(c.gate_ms);
+    }
+}
+
 /// How a collection removes an attic entry: `(object, handle, dry_run)` ->
 /// the bytes freed, or None when the entry is not removable
 /// (`Attic::remove_unreachable`).
@@ -294,7 +308,7 @@ impl Journal {
         attic: AtticRemover<'_>,
         attic_dir: Option<&std::path::Path>,
     ) -> JournalResult<Collected> {
-        self.collect_with(victims, by, dry_run, attic, attic_dir, false)
+        self.collect_with(victims, by, dry_run, attic, attic_dir, false, &|_, _| {})
     }
 
     /// `reset`: forgets every checkpoint but the newest (the caller has
@@ -302,11 +316,18 @@ impl Journal {
     /// no record of the newest turn names, directories moved aside whole
     /// included (`attic_dir`). Nothing of the workspace is touched. The
     /// caller holds the history lock, so nothing seals meanwhile.
-    pub fn reset(&self, attic: AtticRemover<'_>, attic_dir: &std::path::Path) -> JournalResult<Collected> {
+    /// `step(done, total)` is told after each checkpoint forgotten (all in
+    /// one transaction: a reset is whole or not at all).
+    pub fn reset(
+        &self,
+        attic: AtticRemover<'_>,
+        attic_dir: &std::path::Path,
+        step: &dyn Fn(u64, u64),
+    ) -> JournalResult<Collected> {
         let newest = self.current_turn();
         let victims: Vec<i64> =
             self.with_meta(|m| m.checkpoints())?.into_iter().map(|c| c.checkpoint).filter(|&c| c < newest).collect();
-        self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true)
+        self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true, step)
     }
 
     fn collect_with(
@@ -317,6 +338,7 @@ impl Journal {
         attic: AtticRemover<'_>,
         attic_dir: Option<&std::path::Path>,
         reset: bool,
+        step: &dyn Fn(u64, u64),
     ) -> JournalResult<Collected> {
         let mut victims = victims.to_vec();
         victims.sort_unstable();
@@ -339,7 +361,8 @@ impl Journal {
         let newest = inner.turn;
         let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
             let mut named = Vec::new();
-            for &f in &victims {
+            for (i, &f) in victims.iter().enumerate() {
+                step(i as u64, victims.len() as u64);
                 let merged = m.forget_checkpoint(f, by, at)?;
                 out.records_dropped += merged.dropped_records;
                 out.records_moved += merged.moved_records;
