@@ -289,9 +289,11 @@ fn gc_keeps_the_young_and_collects_the_old_by_an_injected_clock() {
 #[test]
 fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
     let later = (now_ms() + 30 * DAY_MS).to_string();
-    let mut c = Case::new(&[("REWINDFS_TEST_NOW_MS", &later), ("REWINDFS_TEST_KILL_AT", "gc-committed:1")]);
+    // `gc` forgets one checkpoint per collection, oldest first: killed
+    // after the second one's commit (checkpoint t1, whose turn removed
+    // src/n1, now alone in the attic), before it freed anything.
+    let mut c = Case::new(&[("REWINDFS_TEST_NOW_MS", &later), ("REWINDFS_TEST_KILL_AT", "gc-committed:2")]);
     let t: Vec<i64> = (1..=4).map(|i| c.step(i)).collect();
-    let before = c.chunks();
     c.killed_by(&["gc", "--keep-count", "1", "--json"]);
     // Committed: the checkpoints are gone; the chunks are not freed yet.
     let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
@@ -303,9 +305,17 @@ fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
         assert!(c.fx.store.join("attic").join(id.0.to_string()).exists(), "attic entry {id:?} went before the kill");
     }
     drop(meta);
-    assert_eq!(c.chunks(), before, "nothing was freed before the kill");
+    let chunk_dir = c.fx.store.join("chunks");
+    let has = |id: &rewindfs::store::ChunkId| {
+        use rewindfs::store::ChunkStore;
+        let store = rewindfs::store::PackStore::open_read_only(&chunk_dir).expect("chunk store");
+        store.contains(id).expect("contains")
+    };
+    assert!(left.iter().all(has), "nothing of the killed collection was freed before the kill");
+    let before = c.chunks();
     c.fx.mount_with_env(false, ARGS, &[("REWINDFS_TEST_NOW_MS", &later)]);
     assert_eq!(c.chunks(), before - left.len() as u64, "the mount finished the collection");
+    assert!(!left.iter().any(has), "the mount freed what the killed collection listed");
     let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
     assert!(meta.gc_chunks().expect("gc_chunks").is_empty());
     assert!(meta.gc_attic().expect("gc_attic").is_empty());
@@ -313,9 +323,16 @@ fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
     for id in &attic_left {
         assert!(!c.fx.store.join("attic").join(id.0.to_string()).exists(), "attic entry {id:?} is still there");
     }
-    let forgotten: Vec<i64> = vec![0, t[0], t[1], t[2]];
-    c.check_views(&forgotten, "after the interrupted gc");
+    // Only `log` here: a view looked up now would stay in the kernel's
+    // cache after the next gc forgets its checkpoint (noted in the report).
+    let listed = c.listed();
+    assert!(!listed.contains(&0) && !listed.contains(&t[0]), "{listed:?}");
+    assert!(t[1..].iter().all(|n| listed.contains(n)), "{listed:?}");
     c.fsck_clean("after the interrupted gc");
+    // The rest goes with the next gc (the remount sealed a checkpoint).
+    c.fx.cli_json(&["gc", "--keep-count", "2"]);
+    c.check_views(&[0, t[0], t[1], t[2]], "after the next gc");
+    c.fsck_clean("after the next gc");
     c.fx.cli_json(&["rewind", &t[3].to_string()]);
     assert_same_tree(&c.copies[&t[3]], c.fx.path(), "live tree after rewinding to t4");
 }
