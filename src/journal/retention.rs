@@ -330,6 +330,8 @@ impl Journal {
         self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true, step)
     }
 
+    // Private: `collect` and `reset` are the two ways in.
+    #[allow(clippy::too_many_arguments)]
     fn collect_with(
         &self,
         victims: &[i64],
