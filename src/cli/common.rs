@@ -475,10 +475,11 @@ pub fn ask<O: crate::daemon::control::Op>(info: &MountInfo, op: O) -> Result<O::
     crate::daemon::control::call(&info.socket, op, Duration::from_secs(600))
 }
 
-/// [`ask`], with a spinner and the time elapsed on stderr while the daemon
-/// works, when stderr is a terminal and `json` is off (a collection or a
-/// check of a large store takes minutes; the daemon does not report how
-/// far it is, so this says it is alive, not how much is left).
+/// [`ask`], showing on stderr that the daemon works, when stderr is a
+/// terminal and `json` is off: a spinner and the time elapsed, which
+/// becomes a bar (checkpoints forgotten of the total, bytes freed) as soon
+/// as the daemon reports progress (`gc`, `forget`, `reset` do; a collection
+/// or a check of a large store takes minutes).
 pub fn ask_showing<O: crate::daemon::control::Op>(info: &MountInfo, op: O, what: &str, json: bool) -> Result<O::Reply> {
     use std::io::IsTerminal;
     if json || !std::io::stderr().is_terminal() {
@@ -490,7 +491,21 @@ pub fn ask_showing<O: crate::daemon::control::Op>(info: &MountInfo, op: O, what:
     }
     bar.set_message(what.to_string());
     bar.enable_steady_tick(Duration::from_millis(120));
-    let reply = ask(info, op);
+    let mut counting = false;
+    let mut show = |p: crate::daemon::protocol::Progress| {
+        if !counting && p.total > 0 {
+            counting = true;
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} checkpoints ({elapsed})")
+            {
+                bar.set_style(style);
+            }
+            bar.set_length(p.total);
+        }
+        bar.set_position(p.done);
+        bar.set_message(format!("{what}: {} freed", crate::text::human_bytes(p.bytes_freed)));
+    };
+    let reply = crate::daemon::control::call_with_progress(&info.socket, op, Duration::from_secs(600), &mut show);
     bar.finish_and_clear();
     reply
 }

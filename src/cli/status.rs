@@ -89,12 +89,14 @@ pub fn run(args: StatusArgs) -> Result<()> {
             );
             let last = match &s.auto_gc {
                 Some(r) => format!(
-                    "last ran {}: forgot {} checkpoints, freed {} and {} attic files, {} back on disk",
+                    "last ran {}: forgot {} checkpoints, freed {} and {} attic files, {} back on disk; \
+                     writes waited at most {:.1} ms",
                     crate::report::rfc3339(r.at),
                     r.forgotten,
                     crate::text::human_bytes(r.bytes_freed),
                     r.attic_files_freed,
-                    crate::text::human_bytes(r.bytes_reclaimed)
+                    crate::text::human_bytes(r.bytes_reclaimed),
+                    r.longest_slice_ms
                 ),
                 None => "has not run yet".to_string(),
             };

@@ -3,16 +3,17 @@
 //!
 //! It never holds anything long. Each slice takes the history lock (so it
 //! never runs inside a rewind, restore or `turn`, and waits for them) and
-//! forgets one checkpoint: only that slice holds the turn gate exclusively,
-//! which is what a recording FUSE operation waits for. Between slices the
-//! locks are free and the thread pauses. The compaction that follows holds
-//! the chunk store's writer while it copies a pack's live records (at most
-//! half a pack), so a capture may wait that long; reads never wait.
+//! forgets one checkpoint: only that slice's transaction holds the turn gate
+//! exclusively, which is what a recording FUSE operation waits for (its
+//! length is logged at debug level, the longest kept for `status`). Between slices the
+//! locks are free and the thread pauses. The compaction that follows takes
+//! the chunk store's writer for one copied record at a time (and the final
+//! index swap), so a capture waits at most that long; reads never wait.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use log::{info, warn};
+use log::{debug, info, warn};
 
 use super::Ctx;
 use crate::journal::retention::{AUTO_BATCH, AutoRun};
@@ -73,9 +74,13 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         let Some(&victim) = journal.plan_retention(&policy)?.first() else { break };
         let started = Instant::now();
         let c = journal.collect(&[victim], "retention", false, &attic, Some(&ctx.info.store.join("attic")))?;
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        debug!(
+            "background slice: checkpoint {victim} forgotten, turn gate held {:.2} ms, slice {:.2} ms",
+            c.gate_ms,
+            started.elapsed().as_secs_f64() * 1000.0
+        );
         out.slices += 1;
-        out.longest_slice_ms = out.longest_slice_ms.max(ms);
+        out.longest_slice_ms = out.longest_slice_ms.max(c.gate_ms);
         out.forgotten += c.forgotten.len() as u64;
         out.chunks_freed += c.chunks_freed;
         out.bytes_freed += c.bytes_freed;
@@ -83,7 +88,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         drop(_history);
         std::thread::sleep(PAUSE);
     }
-    if out.slices > 0 {
+    if out.chunks_freed > 0 {
         let _history = ctx.world.history();
         out.bytes_reclaimed = journal.compact()?.bytes_reclaimed;
     }

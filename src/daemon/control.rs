@@ -18,8 +18,28 @@ pub fn call<O: Op>(socket: &Path, op: O, timeout: Duration) -> Result<O::Reply> 
     Ok(exchange(socket, &op.into(), timeout)?.into_result()?)
 }
 
+/// As [`call`], asking the daemon for [`Progress`] lines, each given to
+/// `progress` as it comes (`timeout` is then the longest wait between two).
+pub fn call_with_progress<O: Op>(
+    socket: &Path,
+    op: O,
+    timeout: Duration,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<O::Reply> {
+    Ok(exchange_with(socket, &op.into(), timeout, Some(progress))?.into_result()?)
+}
+
 /// Sends one request and reads the raw answer.
 pub fn exchange(socket: &Path, request: &Request, timeout: Duration) -> Result<Response> {
+    exchange_with(socket, request, timeout, None)
+}
+
+fn exchange_with(
+    socket: &Path,
+    request: &Request,
+    timeout: Duration,
+    mut progress: Option<&mut dyn FnMut(Progress)>,
+) -> Result<Response> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
         // The socket is the owner's (mode 0600): another user gets EACCES.
         let kind = match e.raw_os_error() {
@@ -34,21 +54,34 @@ pub fn exchange(socket: &Path, request: &Request, timeout: Duration) -> Result<R
     })?;
     check_peer(&stream, socket)?;
     stream.set_read_timeout(Some(timeout)).ok();
-    let mut line =
-        serde_json::to_vec(request).map_err(|e| Failure::internal(format!("cannot encode a request: {e}")))?;
+    let encode = |e: serde_json::Error| Failure::internal(format!("cannot encode a request: {e}"));
+    let mut value = serde_json::to_value(request).map_err(encode)?;
+    if let (Some(_), Some(fields)) = (&progress, value.as_object_mut()) {
+        fields.insert("progress".into(), true.into());
+    }
+    let mut line = serde_json::to_vec(&value).map_err(encode)?;
     line.push(b'\n');
     stream.write_all(&line).map_err(|e| Error::io("cannot send a request to the daemon", e))?;
-    let mut answer = String::new();
-    BufReader::new(stream).read_line(&mut answer).map_err(|e| Error::io("no answer from the daemon", e))?;
-    if answer.is_empty() {
-        return Err(Error::Daemon(
-            "the daemon closed the connection without answering (did it die? a rewind or restore it was applying \
-             is completed by the next mount: `rewindfs unmount` the dead mount, then mount again)"
-                .into(),
-        ));
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut answer = String::new();
+        reader.read_line(&mut answer).map_err(|e| Error::io("no answer from the daemon", e))?;
+        if answer.is_empty() {
+            return Err(Error::Daemon(
+                "the daemon closed the connection without answering (did it die? a rewind or restore it was applying \
+                 is completed by the next mount: `rewindfs unmount` the dead mount, then mount again)"
+                    .into(),
+            ));
+        }
+        if let Some(p) = progress.as_mut()
+            && let Ok(line) = serde_json::from_str::<ProgressLine>(&answer)
+        {
+            p(line.progress);
+            continue;
+        }
+        return Ok(serde_json::from_str(&answer)
+            .map_err(|e| Failure::internal(format!("malformed answer from the daemon: {e}")))?);
     }
-    Ok(serde_json::from_str(&answer)
-        .map_err(|e| Failure::internal(format!("malformed answer from the daemon: {e}")))?)
 }
 
 /// Checks who serves the socket (SO_PEERCRED): a daemon runs as root or as
@@ -125,9 +158,13 @@ impl Drop for InFlight {
 /// Each connection is handled on its own thread so a slow request (an
 /// unmount waiting for files to close) does not block `status`. A handler
 /// that panics answers an error (and is logged); the daemon goes on.
+///
+/// A request line with `"progress": true` lets the handler send
+/// [`Progress`] lines before the answer (the sink it is given writes them;
+/// otherwise the sink does nothing).
 pub fn serve<F>(listener: UnixListener, handle: F)
 where
-    F: Fn(Request, u32) -> Response + Send + Sync + 'static,
+    F: Fn(Request, u32, &dyn Fn(Progress)) -> Response + Send + Sync + 'static,
 {
     let handle = std::sync::Arc::new(handle);
     for stream in listener.incoming() {
@@ -143,8 +180,16 @@ where
             // Who asks, from the kernel: never from the request.
             let Ok(peer) = rustix::net::sockopt::socket_peercred(&stream) else { return };
             let uid = peer.uid.as_raw();
-            let response = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => guarded(&|req| handle(req, uid), req),
+            let value = serde_json::from_str::<serde_json::Value>(&line);
+            let wants_progress = value.as_ref().is_ok_and(|v| v.get("progress") == Some(&true.into()));
+            let sink = |p: Progress| {
+                if wants_progress && let Ok(mut out) = serde_json::to_vec(&ProgressLine { progress: p }) {
+                    out.push(b'\n');
+                    let _ = (&stream).write_all(&out);
+                }
+            };
+            let response = match value.and_then(serde_json::from_value::<Request>) {
+                Ok(req) => guarded(&|req| handle(req, uid, &sink), req),
                 Err(e) => Response::failure(Failure::internal(format!("malformed request: {e}"))),
             };
             if let Ok(mut out) = serde_json::to_vec(&response) {
@@ -165,7 +210,7 @@ mod tests {
         let socket = dir.path().join("control.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
         std::thread::spawn(move || {
-            serve(listener, |req, _| match req {
+            serve(listener, |req, _, _| match req {
                 Request::Log(_) => panic!("deliberate panic in a handler"),
                 _ => Response::from_result::<()>(Ok(())),
             })

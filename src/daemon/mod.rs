@@ -259,8 +259,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
-            control::serve(listener, move |req, uid| match handler_ctx.access.check(uid, &req) {
-                Ok(()) => handle(req, &handler_ctx),
+            control::serve(listener, move |req, uid, progress| match handler_ctx.access.check(uid, &req) {
+                Ok(()) => handle(req, &handler_ctx, progress),
                 Err(refusal) => {
                     warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
                     Response::failure(refusal)
@@ -490,7 +490,11 @@ fn snapshot(ctx: &Ctx, op: protocol::Snapshot) -> std::result::Result<protocol::
 /// checkpoint, then every other one is forgotten in one transaction (a
 /// daemon killed before it committed leaves the history whole; after, the
 /// next mount finishes freeing), and the store's packs are compacted.
-fn reset(ctx: &Ctx, confirm: bool) -> std::result::Result<protocol::ResetReply, Failure> {
+fn reset(
+    ctx: &Ctx,
+    confirm: bool,
+    progress: &dyn Fn(protocol::Progress),
+) -> std::result::Result<protocol::ResetReply, Failure> {
     if !confirm {
         return Err(Failure::usage(RESET_UNCONFIRMED));
     }
@@ -500,7 +504,10 @@ fn reset(ctx: &Ctx, confirm: bool) -> std::result::Result<protocol::ResetReply, 
     let checkpoint = seal(ctx, &label, Reason::Turn)?;
     crate::world::test_hooks::kill_point("reset-sealed");
     let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
-    let collected = journal.reset(&attic, &ctx.info.store.join("attic")).map_err(journal_failure)?;
+    let step = |done, total| progress(protocol::Progress { done, total, bytes_freed: 0 });
+    let collected = journal.reset(&attic, &ctx.info.store.join("attic"), &step).map_err(journal_failure)?;
+    let total = collected.forgotten.len() as u64;
+    progress(protocol::Progress { done: total, total, bytes_freed: collected.bytes_freed });
     // Every pack mostly released goes, however small: nothing is left to
     // share it with.
     let compacted = journal.compact_below(crate::journal::retention::COMPACT_BELOW, 1).map_err(journal_failure)?;
@@ -511,6 +518,39 @@ fn reset(ctx: &Ctx, confirm: bool) -> std::result::Result<protocol::ResetReply, 
         collected.attic_files_freed
     );
     Ok(protocol::ResetReply { checkpoint, collected, compacted })
+}
+
+/// Forgets `victims` (oldest first) one per collection, each holding the
+/// turn gate for its own transaction only, so writes go on between them
+/// (as in the background), telling `progress` after each. With no victim,
+/// one collection still frees what fell to zero references since the last.
+/// A dry run is one collection, rolled back.
+fn collect_sliced(
+    ctx: &Ctx,
+    victims: &[i64],
+    by: &str,
+    dry_run: bool,
+    progress: &dyn Fn(protocol::Progress),
+) -> std::result::Result<crate::journal::retention::Collected, Failure> {
+    let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
+    let dir = ctx.info.store.join("attic");
+    if dry_run {
+        return ctx.journal.collect(victims, by, true, &attic, Some(&dir)).map_err(journal_failure);
+    }
+    let mut victims = victims.to_vec();
+    victims.sort_unstable();
+    victims.dedup();
+    let total = victims.len() as u64;
+    let slices: Vec<&[i64]> = if victims.is_empty() { vec![&[]] } else { victims.chunks(1).collect() };
+    let mut out = crate::journal::retention::Collected::default();
+    for slice in slices {
+        let c = ctx.journal.collect(slice, by, false, &attic, Some(&dir)).map_err(journal_failure)?;
+        out.absorb(c);
+        progress(protocol::Progress { done: out.forgotten.len() as u64, total, bytes_freed: out.bytes_freed });
+        // Writers waiting on the gate go first.
+        std::thread::yield_now();
+    }
+    Ok(out)
 }
 
 /// What `reset` without `--confirm` is told (the CLI says it first).
@@ -529,7 +569,7 @@ fn restore_failure(message: String, e: &crate::restore::RestoreError) -> Failure
     Failure::new(kind, Some(e.errno().0), message)
 }
 
-fn handle(req: Request, ctx: &Ctx) -> Response {
+fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Response {
     let (info, tree, journal) = (&ctx.info, &*ctx.tree, &*ctx.journal);
     match req {
         Request::Turn(op) => answer(op, |protocol::Turn { info: turn }| {
@@ -647,10 +687,7 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
             if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }
-            let attic = |id, handle: &[u8], dry| tree.attic().remove_unreachable_stored(id, handle, dry);
-            journal
-                .collect(&victims, "forget", dry_run, &attic, Some(&info.store.join("attic")))
-                .map_err(journal_failure)
+            collect_sliced(ctx, &victims, "forget", dry_run, progress)
         }),
         Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days, auto }| {
             let _history = ctx.world.history();
@@ -662,14 +699,16 @@ fn handle(req: Request, ctx: &Ctx) -> Response {
                 journal.set_policy(&policy).map_err(journal_failure)?;
             }
             let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
-            let attic = |id, handle: &[u8], dry| tree.attic().remove_unreachable_stored(id, handle, dry);
-            let collected = journal
-                .collect(&victims, "retention", dry_run, &attic, Some(&info.store.join("attic")))
-                .map_err(journal_failure)?;
-            let compacted = if dry_run { Default::default() } else { journal.compact().map_err(journal_failure)? };
+            let collected = collect_sliced(ctx, &victims, "retention", dry_run, progress)?;
+            // Packs only become worth rewriting when chunks are released.
+            let compacted = if dry_run || collected.chunks_freed == 0 {
+                Default::default()
+            } else {
+                journal.compact().map_err(journal_failure)?
+            };
             Ok(protocol::GcReply { policy, collected, compacted })
         }),
-        Request::Reset(op) => answer(op, |protocol::Reset { confirm }| reset(ctx, confirm)),
+        Request::Reset(op) => answer(op, |protocol::Reset { confirm }| reset(ctx, confirm, progress)),
         Request::Show(op) => answer(op, |protocol::Show { checkpoint, mountpoint }| {
             let n = resolve(journal, &checkpoint)?;
             serve_view(ctx, n, mountpoint)

@@ -68,6 +68,24 @@ ops! {
     Reset "reset" => ResetReply,
 }
 
+/// How far a long request (`gc`, `forget`, `reset`) is. Sent as a line
+/// `{"progress": {...}}` before the answer, to a client whose request line
+/// asked with `"progress": true` (the CLI on a terminal draws a bar).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Checkpoints forgotten so far, of `total`.
+    pub done: u64,
+    pub total: u64,
+    /// Bytes of chunks released so far.
+    pub bytes_freed: u64,
+}
+
+/// A progress line on the wire.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProgressLine {
+    pub progress: Progress,
+}
+
 /// Where the store's bytes are.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Du;

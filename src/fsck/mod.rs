@@ -145,6 +145,10 @@ pub enum ProblemKind {
     /// Cached content of an object lists a damaged or missing chunk; the
     /// next capture of an unchanged file would reuse it.
     KnownContentDamaged { chunk: String },
+    /// The chunk's reference count (`chunk_refs`) is not the number of
+    /// lists naming it: too low, a collection could free it while a record
+    /// needs it; too high, it is never freed.
+    ChunkCountWrong { chunk: String, stored: Option<i64>, actual: i64 },
 }
 
 impl std::fmt::Display for ProblemKind {
@@ -189,6 +193,10 @@ impl std::fmt::Display for ProblemKind {
             },
             ProblemKind::KnownContentDamaged { chunk } => {
                 write!(f, "cached content lists damaged chunk {chunk} (only a cache: repair forgets it)")
+            }
+            ProblemKind::ChunkCountWrong { chunk, stored, actual } => {
+                let stored = stored.map_or_else(|| "no reference count".to_string(), |n| format!("a count of {n}"));
+                write!(f, "chunk {chunk} has {stored} but {actual} content lists name it (repair recounts)")
             }
         }
     }
@@ -260,6 +268,7 @@ fn problem(kind: ProblemKind, object: Option<ObjectId>, record_turn: Option<i64>
             | ProblemKind::ChunkMissing { .. }
             | ProblemKind::ChunkListUndecodable { .. }
             | ProblemKind::KnownContentDamaged { .. }
+            | ProblemKind::ChunkCountWrong { .. }
     );
     Problem { kind, object: object.map(|o| o.0), record_turn, affected: Vec::new(), repairable, repaired: None }
 }
@@ -426,6 +435,12 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
             };
             cache_problems.push(problem(ProblemKind::KnownContentDamaged { chunk }, Some(object), None));
         }
+    }
+
+    // Reference counts -> the lists (a collection trusts them).
+    for w in journal.with_meta(|m| m.wrong_chunk_counts())? {
+        let kind = ProblemKind::ChunkCountWrong { chunk: w.chunk.to_string(), stored: w.stored, actual: w.actual };
+        cache_problems.push(problem(kind, None, None));
     }
 
     // Damaged chunks no record uses still deserve a line.
@@ -736,12 +751,17 @@ pub fn repair(meta: &Meta, store: &dyn RepairStore, report: &mut Report) -> Fsck
     forget.dedup();
     meta.transaction(|m| {
         let mut dropped = HashSet::new();
+        let mut recount = false;
         for p in report.problems.iter_mut().filter(|p| p.repairable) {
             let object = p.object.map(ObjectId);
             match (&p.kind, object, p.record_turn) {
                 (ProblemKind::KnownContentDamaged { .. }, Some(o), _) => {
                     m.forget_known_content(o)?;
                     p.repaired = Some("forgot the cached content".to_string());
+                }
+                (ProblemKind::ChunkCountWrong { .. }, _, _) => {
+                    recount = true;
+                    p.repaired = Some("recounted the references of every chunk".to_string());
                 }
                 (_, Some(o), Some(turn)) => {
                     if dropped.insert((turn, o)) {
@@ -754,6 +774,9 @@ pub fn repair(meta: &Meta, store: &dyn RepairStore, report: &mut Report) -> Fsck
                 }
                 _ => {}
             }
+        }
+        if recount {
+            m.recount_chunks()?;
         }
         Ok(())
     })?;

@@ -246,3 +246,22 @@ fn pending_files_whose_content_is_gone_are_named_in_the_workspace_and_never_repa
     assert!(report.problems.iter().all(|p| p.repaired.is_none()), "{:?}", report.problems);
     assert_eq!(f.journal.with_meta(|m| m.all_pending()).expect("pending").len(), 3, "pending rows stay");
 }
+
+#[test]
+fn wrong_chunk_counts_are_reported_and_recounted() {
+    let f = fixture();
+    assert!(run(&f.journal, None).is_clean(), "the counts kept by recording are right");
+    // Too low: a collection would free the turn-3 content a record needs.
+    f.journal.with_meta(|m| m.set_chunk_count_for_test(&f.chunk3, 0)).expect("set");
+    let mut report = run(&f.journal, None);
+    let wrong: Vec<&Problem> =
+        report.problems.iter().filter(|p| matches!(p.kind, ProblemKind::ChunkCountWrong { .. })).collect();
+    assert_eq!(wrong.len(), 1, "{:?}", report.problems);
+    assert_eq!(wrong[0].kind, ProblemKind::ChunkCountWrong { chunk: f.chunk3.to_string(), stored: Some(0), actual: 1 });
+    assert!(wrong[0].repairable);
+    let forgotten = Forgetful(Mutex::new(Vec::new()));
+    f.journal.with_meta(|m| repair(m, &forgotten, &mut report)).expect("repair");
+    assert!(report.problems.iter().all(|p| p.repaired.is_some()), "{:?}", report.problems);
+    assert_eq!(f.journal.with_meta(|m| m.chunk_count(&f.chunk3)).expect("count"), Some(1));
+    assert!(run(&f.journal, None).is_clean(), "recounted");
+}

@@ -9,8 +9,11 @@
 //! the commit, then the list is cleared. A daemon killed in between leaves
 //! the list, and the next open of the store ([`Journal::finish_collection`])
 //! releases them before anything records again. Nothing can reuse such a
-//! chunk meanwhile: the collection holds the turn gate exclusively, so no
-//! content is stored (and deduplicated against it) until it is released.
+//! chunk meanwhile: the collection holds the content lock from before its
+//! transaction until the chunks are released, so no content is stored (and
+//! deduplicated against one) in between; no record, pending file or trusted
+//! cached list names one. The turn gate (what recording waits for) is held
+//! exclusively for the transaction only.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -18,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
 use crate::meta::{Checkpoint, Meta, MetaResult, ObjectId, Reason};
-use crate::store::{ChunkId, ContentRef};
+use crate::store::ChunkId;
 
 /// What the policy keeps. Stored in the store (`state` keys `retention.*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,9 +60,9 @@ pub struct AutoRun {
     /// Pack bytes compaction gave back on disk.
     pub bytes_reclaimed: u64,
     /// Collections it ran, one checkpoint each, each holding the turn gate
-    /// (and so every recording FUSE operation) for its length.
+    /// (and so every recording FUSE operation) for its transaction.
     pub slices: u64,
-    /// The longest of them, in milliseconds.
+    /// The longest time one of them held the turn gate, in milliseconds.
     pub longest_slice_ms: f64,
 }
 
@@ -175,6 +178,25 @@ pub struct Collected {
     pub attic_files_freed: u64,
     #[serde(default)]
     pub attic_bytes_freed: u64,
+    /// How long the turn gate (which every recording FUSE operation
+    /// waits for) was held exclusively, in milliseconds: the transaction;
+    /// releasing chunks and removing attic entries come after.
+    #[serde(default)]
+    pub gate_ms: f64,
+}
+
+impl Collected {
+    /// Adds what another collection (the next slice) did.
+    pub fn absorb(&mut self, c: Collected) {
+        self.forgotten.extend(c.forgotten);
+        self.records_dropped += c.records_dropped;
+        self.records_moved += c.records_moved;
+        self.chunks_freed += c.chunks_freed;
+        self.bytes_freed += c.bytes_freed;
+        self.attic_files_freed += c.attic_files_freed;
+        self.attic_bytes_freed += c.attic_bytes_freed;
+        self.gate_ms = self.gate_ms.max(c.gate_ms);
+    }
 }
 
 /// How a collection removes an attic entry: `(object, handle, dry_run)` ->
@@ -286,7 +308,7 @@ impl Journal {
         attic: AtticRemover<'_>,
         attic_dir: Option<&std::path::Path>,
     ) -> JournalResult<Collected> {
-        self.collect_with(victims, by, dry_run, attic, attic_dir, false)
+        self.collect_with(victims, by, dry_run, attic, attic_dir, false, &|_, _| {})
     }
 
     /// `reset`: forgets every checkpoint but the newest (the caller has
@@ -294,13 +316,22 @@ impl Journal {
     /// no record of the newest turn names, directories moved aside whole
     /// included (`attic_dir`). Nothing of the workspace is touched. The
     /// caller holds the history lock, so nothing seals meanwhile.
-    pub fn reset(&self, attic: AtticRemover<'_>, attic_dir: &std::path::Path) -> JournalResult<Collected> {
+    /// `step(done, total)` is told after each checkpoint forgotten (all in
+    /// one transaction: a reset is whole or not at all).
+    pub fn reset(
+        &self,
+        attic: AtticRemover<'_>,
+        attic_dir: &std::path::Path,
+        step: &dyn Fn(u64, u64),
+    ) -> JournalResult<Collected> {
         let newest = self.current_turn();
         let victims: Vec<i64> =
             self.with_meta(|m| m.checkpoints())?.into_iter().map(|c| c.checkpoint).filter(|&c| c < newest).collect();
-        self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true)
+        self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true, step)
     }
 
+    // Private: `collect` and `reset` are the two ways in.
+    #[allow(clippy::too_many_arguments)]
     fn collect_with(
         &self,
         victims: &[i64],
@@ -309,11 +340,13 @@ impl Journal {
         attic: AtticRemover<'_>,
         attic_dir: Option<&std::path::Path>,
         reset: bool,
+        step: &dyn Fn(u64, u64),
     ) -> JournalResult<Collected> {
         let mut victims = victims.to_vec();
         victims.sort_unstable();
         victims.dedup();
-        let _gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate_taken = std::time::Instant::now();
         let _content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
         inner.fold()?;
@@ -329,20 +362,19 @@ impl Journal {
         let mut swept = Vec::new();
         let newest = inner.turn;
         let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
-            let mut lists = Vec::new();
             let mut named = Vec::new();
-            for &f in &victims {
+            for (i, &f) in victims.iter().enumerate() {
+                step(i as u64, victims.len() as u64);
                 let merged = m.forget_checkpoint(f, by, at)?;
                 out.records_dropped += merged.dropped_records;
                 out.records_moved += merged.moved_records;
-                lists.extend(merged.dropped_lists);
                 named.extend(merged.dropped_objects);
             }
             // Files alone in the attic that no record names any more: no
             // view reaches them, nor their own records.
             for (id, handle) in m.unnamed_objects(&named)? {
                 if let Some(bytes) = attic(id, &handle, true) {
-                    lists.extend(m.drop_unreachable(id)?);
+                    m.drop_unreachable(id)?;
                     removals.push((id, handle, bytes));
                 } else if let Some(dir) = attic_dir
                     && let Some((bytes, inner)) = unreachable_attic_dir(m, dir, id, &handle)?
@@ -350,26 +382,36 @@ impl Journal {
                     // A directory a rewind moved aside whole, and nothing in it
                     // that a view reaches: it goes with its objects' records.
                     for x in inner.into_iter().chain([id]) {
-                        lists.extend(m.drop_unreachable(x)?);
+                        m.drop_unreachable(x)?;
                     }
                     swept.push((id, bytes));
                 }
             }
             if reset {
                 for id in m.reset_attic(newest)? {
-                    lists.extend(m.drop_unreachable(id)?);
+                    m.drop_unreachable(id)?;
                     swept.push((id, 0));
                 }
             }
-            let candidates =
-                lists.iter().flat_map(|l| ContentRef::decode_chunks(l).into_iter().flatten()).map(|s| s.id).collect();
-            let dead = m.unreferenced(candidates)?;
+            // The lists that went lowered their chunks' counts (`meta/refs.rs`):
+            // what is at zero now is what no kept record or pending file
+            // needs, found without reading the lists of the kept history.
+            m.forget_stale_known(&named)?;
+            let dead = m.unreferenced_chunks()?;
             if !dry_run {
                 m.add_gc_chunks(&dead)?;
+                m.drop_chunk_counts(&dead)?;
             }
             Ok(dead)
         };
         let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
+        // Committed: recording may go on. Nothing can use a chunk about to
+        // be released (no list names it, and no content is stored until the
+        // content lock is free: see the module comment), and no name leads
+        // to the attic entries about to go.
+        drop(inner);
+        drop(gate);
+        out.gate_ms = gate_taken.elapsed().as_secs_f64() * 1000.0;
         if dry_run {
             out.attic_files_freed = (removals.len() + swept.len()) as u64;
             out.attic_bytes_freed = removals.iter().map(|r| r.2).chain(swept.iter().map(|s| s.1)).sum();
@@ -397,15 +439,18 @@ impl Journal {
                     }
                 }
             }
-            inner.meta.clear_gc_chunks()?;
+            self.with_meta(|m| m.clear_gc_chunks())?;
             log::info!(
-                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed",
+                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed; \
+                 the turn gate was held {:.1} ms, the whole collection took {:.1} ms",
                 out.forgotten,
                 by,
                 out.records_dropped,
                 out.chunks_freed,
                 out.bytes_freed,
-                out.attic_files_freed
+                out.attic_files_freed,
+                out.gate_ms,
+                gate_taken.elapsed().as_secs_f64() * 1000.0
             );
         }
         Ok(out)
@@ -697,5 +742,48 @@ mod journal_tests {
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
         assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None), Err(JournalError::Kept { .. })));
+    }
+
+    #[test]
+    fn a_collection_frees_what_fell_to_zero_references_and_trusts_no_stale_cache() {
+        let store = Arc::new(MemoryStore::new());
+        let j = Journal::open(Meta::open_in_memory().unwrap(), store.clone()).unwrap();
+        let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
+        let o = j.object_id(&crate::journal::tests::handle(b"f"), 1).unwrap();
+        let stored = |data: &[u8]| crate::store::store_content(&*store, data).unwrap();
+        // A rewound file whose bytes were stored for it alone, then settled:
+        // its list went, nothing else names the chunk.
+        let rewound = stored(b"settled bytes");
+        j.with_meta(|m| {
+            m.add_pending(b"h", rewound.hash.as_bytes(), crate::meta::PendingList::Inline(&rewound.encode_chunks()), 0)
+        })
+        .unwrap();
+        j.with_meta(|m| m.remove_pending(b"h")).unwrap();
+        // Turn 0 records f ("v0", cached for its ctime); turn 1 records it
+        // again without content (a chmod).
+        let v0 = stored(b"v0");
+        let mut s = crate::meta::test_file_state(2);
+        s.content = Some((v0.hash.as_bytes().to_vec(), v0.encode_chunks()));
+        j.record_object(o, &s, None, true).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_some(), "the record holds the cached list");
+        j.record_object(o, &crate::meta::test_file_state(2), None, false).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        let chunks = store.stats().unwrap().chunks;
+        // Forgetting nothing still frees the settled file's chunk.
+        let c = j.collect(&[], "retention", false, &no_attic, None).unwrap();
+        assert_eq!(c.chunks_freed, 1, "{c:?}");
+        assert!(!store.contains(&rewound.chunks[0].id).unwrap());
+        assert_eq!(store.stats().unwrap().chunks, chunks - 1);
+        // Forgetting 1 keeps v0 (turn 0's record, which turn 1's shadows);
+        // forgetting 0, the oldest, drops it: v0 goes, and the cache that
+        // listed it is no longer trusted.
+        assert_eq!(j.collect(&[1], "forget", false, &no_attic, None).unwrap().chunks_freed, 0);
+        assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_some());
+        let c = j.collect(&[0], "forget", false, &no_attic, None).unwrap();
+        assert_eq!(c.chunks_freed, 1, "{c:?}");
+        assert!(!store.contains(&v0.chunks[0].id).unwrap());
+        assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_none(), "a capture reads the file again");
+        assert_eq!(j.with_meta(|m| m.wrong_chunk_counts()).unwrap(), vec![]);
     }
 }

@@ -10,11 +10,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
+mod refs;
 mod retention;
+pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -524,6 +526,28 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 9")?;
     }
+    if version < 10 {
+        // Chunk reference counts, so a collection finds what it frees
+        // without reading every content list (`refs.rs`), computed here
+        // from the lists; and the indexes a collection looks things up by
+        // (entries naming an object, objects born in a turn, children of
+        // a checkpoint) instead of scanning those tables.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS chunk_refs(chunk BLOB PRIMARY KEY, refs INTEGER NOT NULL) WITHOUT ROWID;
+             CREATE INDEX IF NOT EXISTS chunk_refs_zero ON chunk_refs(chunk) WHERE refs = 0;
+             CREATE INDEX IF NOT EXISTS entry_pre_by_target ON entry_pre(target) WHERE target IS NOT NULL;
+             CREATE INDEX IF NOT EXISTS objects_by_born ON objects(born_turn) WHERE born_turn IS NOT NULL;
+             CREATE INDEX IF NOT EXISTS checkpoints_by_parent ON checkpoints(parent);",
+        )
+        .ctx("migrate to schema version 10")?;
+        let counted = refs::recount(conn)
+            .and_then(|()| conn.execute_batch("PRAGMA user_version = 10; COMMIT;").ctx("migrate to schema version 10"));
+        if let Err(e) = counted {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    }
     Ok(())
 }
 
@@ -886,11 +910,21 @@ impl Meta {
     /// Records an object's state at the start of `turn` (first call wins;
     /// a later call may add content to a row recorded without it).
     pub fn record_object(&self, turn: i64, object: ObjectId, s: &ObjectState, program: Option<&str>) -> MetaResult<()> {
+        self.atomic(|m| m.record_object_counted(turn, object, s, program))
+    }
+
+    fn record_object_counted(
+        &self,
+        turn: i64,
+        object: ObjectId,
+        s: &ObjectState,
+        program: Option<&str>,
+    ) -> MetaResult<()> {
         let (hash, chunks) = match &s.content {
             Some((h, c)) => (Some(h.as_slice()), Some(c.as_slice())),
             None => (None, None),
         };
-        self.conn
+        let changed = self.conn
             .prepare_cached(
                 "INSERT INTO object_pre(turn, object, kind, perm, uid, gid, rdev, size, mtime_ns, ctime_ns, nlink, target, xattrs, content_hash, chunks, program)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
@@ -917,6 +951,13 @@ impl Meta {
                 program
             ])
             .ctx("record object pre-image")?;
+        // A row written or given content now holds the list (a second
+        // record of the turn is ignored and holds nothing new).
+        if changed > 0
+            && let Some(list) = chunks
+        {
+            self.count_list(list, 1)?;
+        }
         Ok(())
     }
 
@@ -978,7 +1019,9 @@ impl Meta {
     pub fn known_content(&self, object: ObjectId, ctime_ns: i64, size: u64) -> MetaResult<Option<(Vec<u8>, Vec<u8>)>> {
         self.conn
             .prepare_cached(
-                "SELECT content_hash, chunks FROM known_content WHERE object = ?1 AND ctime_ns = ?2 AND size = ?3",
+                "SELECT k.content_hash, k.chunks FROM known_content k WHERE k.object = ?1 AND k.ctime_ns = ?2 AND k.size = ?3 \
+                 AND k.chunks = (SELECT o.chunks FROM object_pre o WHERE o.object = ?1 AND o.chunks IS NOT NULL \
+                     ORDER BY o.turn DESC LIMIT 1)",
             )
             .ctx("prepare")?
             .query_row(params![object.0, ctime_ns, size as i64], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -1104,19 +1147,26 @@ impl Meta {
             PendingList::Inline(c) => (Some(c), None, None),
             PendingList::Record(turn, object) => (None, Some(turn), Some(object.0)),
         };
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, source_turn, source_object, mtime_ns) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![handle, hash, chunks, turn, object, mtime_ns],
-            )
-            .ctx("record pending content")?;
-        Ok(())
+        self.atomic(|m| {
+            m.count_lists("SELECT chunks FROM pending WHERE handle = ?1", [handle], -1)?;
+            m.conn
+                .execute(
+                    "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, source_turn, source_object, mtime_ns) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![handle, hash, chunks, turn, object, mtime_ns],
+                )
+                .ctx("record pending content")?;
+            if let Some(list) = chunks {
+                m.count_list(list, 1)?;
+            }
+            Ok(())
+        })
     }
 
     pub fn remove_pending(&self, handle: &[u8]) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM pending WHERE handle = ?1", [handle]).ctx("clear pending content")?;
-        Ok(())
+        self.atomic(|m| {
+            m.count_lists("DELETE FROM pending WHERE handle = ?1 RETURNING chunks", [handle], -1).map(|_| ())
+        })
     }
 
     /// Whether the file `handle` waits for its content.
@@ -1565,10 +1615,14 @@ impl Meta {
     /// it (a `tainted` row at `turn + 1`): their views then refuse to show
     /// it, rather than show a later version as if it were that one.
     pub fn drop_lost_record(&self, turn: i64, object: ObjectId) -> MetaResult<()> {
-        self.conn
-            .execute("DELETE FROM object_pre WHERE turn = ?1 AND object = ?2", params![turn, object.0])
-            .ctx("drop a record whose content is lost")?;
-        self.taint(object, turn + 1)
+        self.atomic(|m| {
+            m.count_lists(
+                "DELETE FROM object_pre WHERE turn = ?1 AND object = ?2 RETURNING chunks",
+                params![turn, object.0],
+                -1,
+            )?;
+            m.taint(object, turn + 1)
+        })
     }
 
     /// Forgets the cached content of an object (its chunk list is damaged):
@@ -1772,7 +1826,48 @@ mod tests {
     }
 
     /// What a version 5 database lacks.
-    const DROP_V6: &str = "DROP TABLE attic; DROP TABLE intents; DROP TABLE turn_summaries; DROP TABLE turn_programs;";
+    const DROP_V6: &str = "DROP TABLE attic; DROP TABLE intents; DROP TABLE turn_summaries; DROP TABLE turn_programs; \
+        DROP INDEX objects_by_born; DROP INDEX entry_pre_by_target; DROP INDEX checkpoints_by_parent; DROP TABLE chunk_refs;";
+
+    #[test]
+    fn version_nine_database_gets_chunk_counts_from_its_lists() {
+        use crate::store::{ChunkId, ChunkSpan, ContentRef};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        let (a, b) = (ChunkId::of(b"a"), ChunkId::of(b"b"));
+        let list = |ids: &[ChunkId]| {
+            let chunks = ids.iter().map(|&id| ChunkSpan { id, len: 1 }).collect();
+            ContentRef { hash: ids[0], size: ids.len() as u64, chunks }.encode_chunks()
+        };
+        {
+            let m = Meta::open(&p).unwrap();
+            let mut s = test_file_state(2);
+            s.content = Some((vec![1], list(&[a, a])));
+            m.record_object(0, ObjectId(1), &s, None).unwrap();
+            s.content = Some((vec![2], list(&[a, b])));
+            m.record_object(1, ObjectId(1), &s, None).unwrap();
+            m.add_pending(b"h", &[3], PendingList::Inline(&list(&[b])), 0).unwrap();
+            m.conn
+                .execute_batch(
+                    "DROP INDEX objects_by_born; DROP INDEX entry_pre_by_target; DROP INDEX checkpoints_by_parent; \
+                     DROP TABLE chunk_refs; PRAGMA user_version = 9",
+                )
+                .unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        assert_eq!((m.chunk_count(&a).unwrap(), m.chunk_count(&b).unwrap()), (Some(3), Some(2)));
+        assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
+        // A wrong count is found, and recounting puts it right.
+        m.conn.execute("UPDATE chunk_refs SET refs = 1 WHERE chunk = ?1", [a.as_bytes().as_slice()]).unwrap();
+        let wrong = m.wrong_chunk_counts().unwrap();
+        assert_eq!(wrong, vec![WrongCount { chunk: a, stored: Some(1), actual: 3 }]);
+        m.recount_chunks().unwrap();
+        assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
+        // The pending file settles: b is still held by the record of turn 1.
+        m.remove_pending(b"h").unwrap();
+        assert_eq!(m.chunk_count(&b).unwrap(), Some(1));
+        assert!(m.unreferenced_chunks().unwrap().is_empty());
+    }
 
     #[test]
     fn version_seven_database_gets_an_attic_table() {

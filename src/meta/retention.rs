@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use rusqlite::{OptionalExtension, params};
 
 use super::{Ctx, Meta, MetaError, MetaResult, ObjectId};
-use crate::store::{ChunkId, ContentRef};
+use crate::store::ChunkId;
 
 /// A checkpoint that was forgotten: what references to it are told.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -142,27 +142,18 @@ impl Meta {
             "EXISTS (SELECT 1 FROM entry_pre pp WHERE pp.turn = ?2 AND pp.dir = ff.dir AND pp.name = ff.name)";
         let mut merged = Merged::default();
         // Pending files whose list is a record about to go get a copy.
-        c.execute(
+        self.count_lists(
             &format!(
                 "UPDATE pending SET chunks = (SELECT ff.chunks FROM object_pre ff \
                      WHERE ff.turn = ?1 AND ff.object = pending.source_object), \
                      source_turn = NULL, source_object = NULL \
                  WHERE source_turn = ?1 AND chunks IS NULL AND EXISTS (SELECT 1 FROM object_pre ff \
-                     WHERE ff.turn = ?1 AND ff.object = pending.source_object AND (?2 < 0 OR {obj_shadowed}))"
+                     WHERE ff.turn = ?1 AND ff.object = pending.source_object AND (?2 < 0 OR {obj_shadowed})) \
+                 RETURNING chunks"
             ),
             params![f, p_or],
-        )
-        .ctx("copy pending chunk lists")?;
-        {
-            let mut stmt = c
-                .prepare(&format!(
-                    "SELECT ff.chunks FROM object_pre ff WHERE ff.turn = ?1 AND ff.chunks IS NOT NULL \
-                     AND (?2 < 0 OR {obj_shadowed})"
-                ))
-                .ctx("prepare")?;
-            let rows = stmt.query_map(params![f, p_or], |r| r.get::<_, Vec<u8>>(0)).ctx("list dropped content")?;
-            merged.dropped_lists = rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list dropped content")?;
-        }
+            1,
+        )?;
         for sql in [
             format!(
                 "SELECT ff.target FROM entry_pre ff WHERE ff.turn = ?1 AND ff.target IS NOT NULL AND (?2 < 0 OR {entry_shadowed})"
@@ -176,21 +167,23 @@ impl Meta {
             }
         }
         // P's records without content borrow F's.
-        c.execute(
+        self.count_lists(
             "UPDATE object_pre SET \
                  content_hash = (SELECT ff.content_hash FROM object_pre ff WHERE ff.turn = ?1 AND ff.object = object_pre.object), \
                  chunks = (SELECT ff.chunks FROM object_pre ff WHERE ff.turn = ?1 AND ff.object = object_pre.object) \
              WHERE turn = ?2 AND chunks IS NULL AND EXISTS (SELECT 1 FROM object_pre ff \
-                 WHERE ff.turn = ?1 AND ff.object = object_pre.object AND ff.chunks IS NOT NULL)",
+                 WHERE ff.turn = ?1 AND ff.object = object_pre.object AND ff.chunks IS NOT NULL) \
+             RETURNING chunks",
             params![f, p_or],
-        )
-        .ctx("merge content into the kept turn")?;
-        let dropped_objects = c
-            .execute(
-                &format!("DELETE FROM object_pre AS ff WHERE ff.turn = ?1 AND (?2 < 0 OR {obj_shadowed})"),
-                params![f, p_or],
-            )
-            .ctx("drop object records")?;
+            1,
+        )?;
+        let dropped = self.count_lists(
+            &format!("DELETE FROM object_pre AS ff WHERE ff.turn = ?1 AND (?2 < 0 OR {obj_shadowed}) RETURNING chunks"),
+            params![f, p_or],
+            -1,
+        )?;
+        let dropped_objects = dropped.len();
+        merged.dropped_lists = dropped.into_iter().flatten().collect();
         let dropped_entries = c
             .execute(
                 &format!("DELETE FROM entry_pre AS ff WHERE ff.turn = ?1 AND (?2 < 0 OR {entry_shadowed})"),
@@ -236,43 +229,26 @@ impl Meta {
         Ok(merged)
     }
 
-    /// Of `candidates`, the chunks no record, pending file or cached
-    /// content list refers to any more; cached lists (`known_content`)
-    /// that refer to one are dropped (a cache: the next capture reads the
-    /// file). One pass over the content lists.
-    pub fn unreferenced(&self, mut candidates: HashSet<ChunkId>) -> MetaResult<HashSet<ChunkId>> {
-        if candidates.is_empty() {
-            return Ok(candidates);
-        }
-        let mut strike = |list: &[u8]| {
-            if let Ok(spans) = ContentRef::decode_chunks(list) {
-                for s in spans {
-                    candidates.remove(&s.id);
-                }
-            }
-        };
-        for sql in [
-            "SELECT chunks FROM object_pre WHERE chunks IS NOT NULL",
-            "SELECT chunks FROM pending WHERE chunks IS NOT NULL",
-        ] {
-            let mut stmt = self.conn.prepare(sql).ctx("prepare")?;
-            let mut rows = stmt.query([]).ctx("list content lists")?;
-            while let Some(r) = rows.next().ctx("list content lists")? {
-                let list: Vec<u8> = r.get(0).ctx("read content list")?;
-                strike(&list);
+    /// Forgets the cached content of those of `objects` whose newest
+    /// content record no longer holds the cached list (it went with a
+    /// dropped record): the cache is only trusted while a record keeps its
+    /// chunks counted (see `refs.rs`), and `fsck` would find a stale row
+    /// naming a freed chunk.
+    pub fn forget_stale_known(&self, objects: &[ObjectId]) -> MetaResult<()> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM known_content AS k WHERE k.object = ?1 AND k.chunks IS NOT (SELECT o.chunks FROM object_pre o \
+                 WHERE o.object = ?1 AND o.chunks IS NOT NULL ORDER BY o.turn DESC LIMIT 1)",
+            )
+            .ctx("prepare")?;
+        let mut seen = HashSet::new();
+        for id in objects {
+            if seen.insert(*id) {
+                stmt.execute([id.0]).ctx("forget stale cached content")?;
             }
         }
-        let mut stale = Vec::new();
-        for (object, list) in self.known_content_lists()? {
-            let dead = ContentRef::decode_chunks(&list).is_ok_and(|s| s.iter().any(|s| candidates.contains(&s.id)));
-            if dead {
-                stale.push(object);
-            }
-        }
-        for object in stale {
-            self.forget_known_content(object)?;
-        }
-        Ok(candidates)
+        Ok(())
     }
 
     /// Of `candidates`, the objects no entry record names (no view can
@@ -305,24 +281,19 @@ impl Meta {
     /// of the records dropped.
     pub fn drop_unreachable(&self, id: ObjectId) -> MetaResult<Vec<Vec<u8>>> {
         // A pending file whose list is one of these records keeps a copy.
-        self.conn
-            .execute(
-                "UPDATE pending SET chunks = (SELECT ff.chunks FROM object_pre ff \
-                     WHERE ff.turn = pending.source_turn AND ff.object = pending.source_object), \
-                     source_turn = NULL, source_object = NULL \
-                 WHERE source_object = ?1 AND chunks IS NULL",
-                [id.0],
-            )
-            .ctx("copy pending chunk lists")?;
-        let lists = {
-            let mut stmt = self
-                .conn
-                .prepare_cached("SELECT chunks FROM object_pre WHERE object = ?1 AND chunks IS NOT NULL")
-                .ctx("prepare")?;
-            let rows = stmt.query_map([id.0], |r| r.get::<_, Vec<u8>>(0)).ctx("list records")?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list records")?
-        };
-        self.conn.execute("DELETE FROM object_pre WHERE object = ?1", [id.0]).ctx("drop records")?;
+        self.count_lists(
+            "UPDATE pending SET chunks = (SELECT ff.chunks FROM object_pre ff \
+                 WHERE ff.turn = pending.source_turn AND ff.object = pending.source_object), \
+                 source_turn = NULL, source_object = NULL \
+             WHERE source_object = ?1 AND chunks IS NULL RETURNING chunks",
+            [id.0],
+            1,
+        )?;
+        let lists: Vec<Vec<u8>> = self
+            .count_lists("DELETE FROM object_pre WHERE object = ?1 RETURNING chunks", [id.0], -1)?
+            .into_iter()
+            .flatten()
+            .collect();
         self.forget_known_content(id)?;
         self.conn.execute("INSERT OR IGNORE INTO gc_attic(object) VALUES (?1)", [id.0]).ctx("note attic removal")?;
         // Its slot goes after the commit; a rewind must no longer count on it.
@@ -378,14 +349,7 @@ impl Meta {
 
     /// Chunks a committed collection has still to free.
     pub fn gc_chunks(&self) -> MetaResult<Vec<ChunkId>> {
-        let mut stmt = self.conn.prepare("SELECT chunk FROM gc_chunks").ctx("prepare")?;
-        let rows = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0)).ctx("list chunks to free")?;
-        let mut out = Vec::new();
-        for b in rows {
-            let b = b.ctx("list chunks to free")?;
-            out.push(ChunkId::from_slice(&b).map_err(|_| MetaError::Malformed { what: "chunk id in gc_chunks" })?);
-        }
-        Ok(out)
+        self.chunk_ids("SELECT chunk FROM gc_chunks", "chunk id in gc_chunks")
     }
 
     /// The chunks were freed and the attic entries removed.
@@ -454,6 +418,7 @@ impl Meta {
 mod tests {
     use super::*;
     use crate::meta::{Checkpoint, ObjectId, ObjectState, Reason, test_file_state};
+    use crate::store::ContentRef;
 
     fn checkpoint(m: &Meta, n: i64) {
         m.insert_checkpoint(&Checkpoint {
@@ -538,7 +503,9 @@ mod tests {
         assert_eq!((f.checkpoint, f.merged_into, f.by.as_str()), (2, Some(1), "forget"));
         // Both contents are still referenced (o's by turn 1, q's moved).
         let candidates: HashSet<ChunkId> = [c1, c2].into_iter().collect();
-        assert!(m.unreferenced(candidates.clone()).unwrap().is_empty());
+        assert!(m.unreferenced_chunks().unwrap().is_empty());
+        assert_eq!(m.wrong_chunk_counts().unwrap(), vec![], "the counts follow the merge");
+        assert_eq!(m.chunk_count(&c2).unwrap(), Some(2), "o's record in turn 1 (borrowed) and the pending copy");
         // Once the rewound files are settled, forgetting 1 and 0 (the
         // oldest: its records are dropped) frees both.
         m.remove_pending(b"ho").unwrap();
@@ -548,7 +515,8 @@ mod tests {
             lists.extend(m.transaction(|m| m.forget_checkpoint(f, "retention", 100)).unwrap().dropped_lists);
         }
         assert_eq!(lists.len(), 2);
-        assert_eq!(m.unreferenced(candidates.clone()).unwrap(), candidates);
+        assert_eq!(m.unreferenced_chunks().unwrap(), candidates, "both counts fell to zero");
+        assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
         assert!(m.transaction(|m| m.forget_checkpoint(3, "forget", 1)).is_err(), "the newest is never forgotten");
     }
 
@@ -578,6 +546,8 @@ mod tests {
         assert!(pending.contains(&(b"ho".to_vec(), Some(l1.clone()), None)), "{pending:?}");
         assert!(pending.contains(&(b"hq".to_vec(), Some(l2.clone()), None)), "{pending:?}");
         let candidates: HashSet<ChunkId> = [c1, c2].into_iter().collect();
-        assert!(m.unreferenced(candidates).unwrap().is_empty(), "the pending files still need both chunks");
+        assert!(m.unreferenced_chunks().unwrap().is_empty(), "the pending files still need both chunks");
+        assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
+        assert!(candidates.iter().all(|c| m.chunk_count(c).unwrap() == Some(1)), "each pending copy counts once");
     }
 }

@@ -25,6 +25,8 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+# The background slices' lengths go to the daemon's log.
+[ "$AUTO" = 1 ] && export RUST_LOG=${RUST_LOG:-rewindfs=warn,rewindfs::daemon::auto_gc=debug}
 for v in without with; do
     mkdir -p "$WORK/$v/ws/src" "$WORK/$v/mnt" "$WORK/$v/store"
     for i in $(seq 1 40); do head -c 4000 /dev/urandom | base64 > "$WORK/$v/ws/src/f$i.txt"; done
@@ -64,6 +66,12 @@ while [ "$t" -le "$TURNS" ]; do
     t=$((t + 1))
 done
 "$BIN" fsck -C "$WORK/with/mnt" >/dev/null && echo "fsck with the policy: clean"
-if [ "$AUTO" = 1 ]; then "$BIN" status -C "$WORK/with/mnt" --json | tr -d ' \n' | grep -o '"auto_gc":{[^}]*}'; fi
+if [ "$AUTO" = 1 ]; then
+    "$BIN" status -C "$WORK/with/mnt" --json | tr -d ' \n' | grep -o '"auto_gc":{[^}]*}'
+    # Every background slice's gate time (logged at debug level): how
+    # long a write waited at most, over the whole session.
+    grep -o 'turn gate held [0-9.]* ms' "$WORK/with/store/daemon.log" | awk '{print $4}' | sort -n |
+        awk '{a[NR]=$1} END {if (NR) printf "background slices: %d, median %s ms, max %s ms\n", NR, a[int((NR+1)/2)], a[NR]}'
+fi
 m=$WORK/without/mnt
 echo "on $(checkpoints "$m") checkpoints: gc with nothing to free $(ms "$BIN" gc -C "$m") ms, forget of checkpoint $((TURNS / 2)) $(ms "$BIN" forget -C "$m" $((TURNS / 2))) ms"

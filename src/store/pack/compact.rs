@@ -2,14 +2,20 @@
 //! it is rewritten, its live records appended to the current pack, and the
 //! old file deleted, so the space a collection released comes back.
 //!
+//! Puts go on meanwhile: the pack writer is taken for one copied record at
+//! a time (a victim is never the pack being appended to: that one is
+//! retired first), and for the final index swap.
+//!
 //! Crash safety, in this order:
-//! 1. the live records are appended to the current pack (unindexed: a
-//!    crash here leaves duplicates past the indexed end, which recovery
-//!    indexes with `INSERT OR IGNORE`, keeping the old rows);
+//! 1. the live records are appended to the current pack, between other
+//!    puts (unindexed: a crash here leaves duplicates, which recovery
+//!    indexes with `INSERT OR IGNORE` when they are past the indexed end,
+//!    keeping the old rows, and otherwise leaves as dead bytes);
 //! 2. the new pack data is fsynced;
-//! 3. one index transaction points every row at its new copy and marks the
-//!    old pack released to its end (`released_ends`), so recovery never
-//!    scans it again; the WAL is checkpointed with fsync (`FULL`);
+//! 3. one index transaction points every row still at its old record at
+//!    the copy and marks the old pack released to its end
+//!    (`released_ends`), so recovery never scans it again; the WAL is
+//!    checkpointed with fsync (`FULL`);
 //! 4. the caller's `before_delete` runs (the journal lowers the store size
 //!    the mount-time check compares the packs with);
 //! 5. the old pack is deleted and the directory fsynced.
@@ -19,15 +25,16 @@
 //! pack after 5 look it up again (`PackStore::get`).
 
 use std::os::unix::fs::FileExt;
+use std::sync::MutexGuard;
 
 use rusqlite::params;
 
-use super::{ChunkId, pack_file_name, u64_of, write_location};
+use super::{ChunkId, pack_file_name, u64_of};
 use super::{Location, PackStore, RECORD_HEADER_LEN, RecordHeader, StoreError, encode_chunk, i64_of, list_packs};
 use crate::store::StoreStats;
 
 /// What a compaction did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Compacted {
     /// Packs rewritten (and deleted).
     pub packs: u64,
@@ -35,6 +42,10 @@ pub struct Compacted {
     pub records: u64,
     /// Bytes the packs took less on disk afterwards.
     pub bytes_reclaimed: u64,
+    /// The longest time it held the pack writer (which a put waits for) at
+    /// once, in milliseconds: one record's copy, or the final index swap.
+    #[serde(default)]
+    pub longest_writer_hold_ms: f64,
 }
 
 /// A pack's live bytes and size.
@@ -93,24 +104,33 @@ impl PackStore {
         if victims.is_empty() {
             return Ok(out);
         }
-        let mut writer = self.writer()?;
-        if writer.poisoned {
-            return Err(StoreError::Poisoned);
-        }
-        // The pack being appended to is retired first: its records move to
-        // a new one like any other pack's.
-        if let Some(current) = writer.current.as_ref()
-            && victims.iter().any(|v| v.pack == current.number)
+        // The writer is taken for one record at a time, so puts go on
+        // between them: only the pack being appended to is written, and a
+        // victim is never it (it is retired first).
+        let mut held = std::time::Duration::ZERO;
+        let lock = || -> Result<(MutexGuard<'_, super::Writer>, std::time::Instant), StoreError> {
+            let writer = self.writer()?;
+            if writer.poisoned {
+                return Err(StoreError::Poisoned);
+            }
+            Ok((writer, std::time::Instant::now()))
+        };
         {
-            let old = writer.current.take().ok_or(StoreError::Poisoned)?;
-            old.file.sync_data().map_err(|e| StoreError::io(format!("syncing pack {}", old.path.display()), e))?;
+            let (mut writer, since) = lock()?;
+            if let Some(current) = writer.current.as_ref()
+                && victims.iter().any(|v| v.pack == current.number)
+            {
+                let old = writer.current.take().ok_or(StoreError::Poisoned)?;
+                old.file.sync_data().map_err(|e| StoreError::io(format!("syncing pack {}", old.path.display()), e))?;
+            }
+            held = held.max(since.elapsed());
         }
         let sql_err = |e| StoreError::sqlite("compacting packs", e);
-        let mut moves: Vec<(ChunkId, Location)> = Vec::new();
+        let mut moves: Vec<(ChunkId, Location, Location)> = Vec::new();
         for v in &victims {
             let rows: Vec<(Vec<u8>, i64, i64, i64, u8)> = {
-                let mut stmt = writer
-                    .conn
+                let conn = self.reader();
+                let mut stmt = conn
                     .prepare(
                         "SELECT id, offset, stored_len, raw_len, codec FROM chunks WHERE pack = ?1 ORDER BY offset",
                     )
@@ -138,6 +158,7 @@ impl PackStore {
                 record.extend_from_slice(&header.encode());
                 record.extend_from_slice(&payload);
                 let limit = self.options.pack_size_limit;
+                let (mut writer, since) = lock()?;
                 let pack = writer.pack_for(&self.packs.dir, record.len() as u64, limit)?;
                 let new = Location {
                     pack: pack.number,
@@ -150,9 +171,13 @@ impl PackStore {
                     .write_all_at(&record, new.offset)
                     .map_err(|e| StoreError::io(format!("copying chunk {id} into pack {}", pack.path.display()), e))?;
                 pack.end += record.len() as u64;
-                moves.push((id, new));
+                writer.pack_unsynced = true;
+                held = held.max(since.elapsed());
+                drop(writer);
+                moves.push((id, old, new));
             }
         }
+        let (mut writer, since) = lock()?;
         if let Some(pack) = writer.current.as_ref() {
             pack.file.sync_data().map_err(|e| StoreError::io(format!("syncing pack {}", pack.path.display()), e))?;
         }
@@ -163,8 +188,24 @@ impl PackStore {
         }
         {
             let tx = writer.conn.unchecked_transaction().map_err(sql_err)?;
-            for (id, loc) in &moves {
-                write_location(&tx, "INSERT OR REPLACE", id, loc).map_err(sql_err)?;
+            for (id, old, new) in &moves {
+                // Only a row still at the copied record moves (nothing else
+                // changes a victim's rows meanwhile; this keeps it so).
+                tx.execute(
+                    "UPDATE chunks SET pack = ?2, offset = ?3, stored_len = ?4, raw_len = ?5, codec = ?6 \
+                     WHERE id = ?1 AND pack = ?7 AND offset = ?8",
+                    params![
+                        id.as_bytes().as_slice(),
+                        new.pack,
+                        i64_of(new.offset),
+                        i64_of(new.stored_len),
+                        i64_of(new.raw_len),
+                        new.codec,
+                        old.pack,
+                        i64_of(old.offset)
+                    ],
+                )
+                .map_err(sql_err)?;
             }
             for v in &victims {
                 tx.execute(
@@ -181,10 +222,12 @@ impl PackStore {
             .query_row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(()))
             .map_err(|e| StoreError::sqlite("making the compacted index durable", e))?;
         writer.totals = None;
+        held = held.max(since.elapsed());
+        drop(writer);
         // Killed here: the index points at the copies, the old packs stay.
         crate::world::test_hooks::kill_point("compact-indexed");
-        let (chunks, raw, stored): (i64, i64, i64) = writer
-            .conn
+        let (chunks, raw, stored): (i64, i64, i64) = self
+            .reader()
             .query_row(
                 "SELECT COUNT(*), COALESCE(SUM(raw_len), 0), COALESCE(SUM(stored_len), 0) FROM chunks",
                 [],
@@ -205,6 +248,8 @@ impl PackStore {
             log::info!("Compacted pack {}: {} of {} bytes were live.", path.display(), v.live_bytes, v.file_bytes);
         }
         out.records = moves.len() as u64;
+        log::debug!("Compaction held the pack writer {:.2} ms at most at a time.", held.as_secs_f64() * 1000.0);
+        out.longest_writer_hold_ms = held.as_secs_f64() * 1000.0;
         let disk_after: u64 = self.pack_use()?.iter().map(|u| u.file_bytes).sum();
         out.bytes_reclaimed = disk_before.saturating_sub(disk_after);
         std::fs::File::open(&self.packs.dir)

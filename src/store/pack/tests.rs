@@ -463,3 +463,55 @@ fn compaction_stopped_before_deleting_leaves_old_packs_that_the_next_one_deletes
     }
     assert_all_readable(&store, kept);
 }
+
+#[test]
+fn compaction_lets_puts_in_between_its_copies_and_loses_none() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = PackStore::open(dir.path()).expect("open");
+    // One pack of 1,200 chunks, three in four released: it is retired and
+    // its 300 live records copied into a new one (long enough for the
+    // writer thread to be scheduled in between on a loaded machine).
+    let chunks = put_chunks(&store, 11, 1200);
+    let (kept, gone): (Vec<_>, Vec<_>) = chunks.into_iter().enumerate().partition(|(i, _)| i % 4 == 0);
+    let kept: Vec<(ChunkId, Vec<u8>)> = kept.into_iter().map(|(_, c)| c).collect();
+    store.release(&gone.iter().map(|(_, (id, _))| *id).collect::<Vec<_>>()).expect("release");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let started = std::sync::Barrier::new(2);
+    let added = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut added = Vec::new();
+            started.wait();
+            let mut i = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) && i < 20_000 {
+                let data = pseudo_random(900_000 + i, 2_000);
+                added.push((store.put(&data).expect("put during compaction"), data));
+                i += 1;
+            }
+            added
+        });
+        started.wait();
+        let c = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Puts made before the pack was retired are copied too.
+        assert!(c.records >= kept.len() as u64, "{c:?}");
+        writer.join().expect("writer thread")
+    });
+    // The copies and the puts share the new pack: some put landed between
+    // two copies, so the writer was not held for the whole copy.
+    let copies: Vec<Location> = kept.iter().map(|(id, _)| location(&store, id)).collect();
+    let pack = copies[0].pack;
+    assert!(copies.iter().all(|l| l.pack == pack), "{copies:?}");
+    let (first, last) = (copies.iter().map(|l| l.offset).min(), copies.iter().map(|l| l.offset).max());
+    let between = added
+        .iter()
+        .map(|(id, _)| location(&store, id))
+        .filter(|l| l.pack == pack && Some(l.offset) > first && Some(l.offset) < last);
+    assert!(between.count() > 0, "no put got in between the {} copies ({} puts)", kept.len(), added.len());
+    assert_all_readable(&store, &kept);
+    assert_all_readable(&store, &added);
+    drop(store);
+    let store = PackStore::open(dir.path()).expect("reopen");
+    assert_all_readable(&store, &kept);
+    assert_all_readable(&store, &added);
+    assert_eq!(store.stats().expect("stats").chunks, (kept.len() + added.len()) as u64);
+}
