@@ -48,7 +48,7 @@ pub enum MetaError {
 
 /// SQLite says "database or disk is full" for a full disk: named as the
 /// kernel names it too, so every ENOSPC reads the same to the user.
-fn disk_full_note(e: &rusqlite::Error) -> &'static str {
+pub(crate) fn disk_full_note(e: &rusqlite::Error) -> &'static str {
     if sqlite_errno(e) == Some(Errno::ENOSPC) { " (No space left on device)" } else { "" }
 }
 

@@ -119,7 +119,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
-    #[error("chunk index: {context}: {source}")]
+    #[error("chunk index: {context}: {source}{}", crate::meta::disk_full_note(source))]
     Sqlite {
         context: String,
         #[source]
