@@ -10,11 +10,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
+mod bypass;
 mod retention;
+pub use bypass::Vouched;
 pub use retention::{Forgotten, Merged};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -523,6 +525,21 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("migrate to schema version 9")?;
+    }
+    if version < 10 {
+        // Changes that bypassed the mount and were recorded afterwards as a
+        // pre-image: the checkpoints before them show the object unknown.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS bypassed(
+                 object INTEGER NOT NULL,
+                 first INTEGER NOT NULL,
+                 last INTEGER NOT NULL,
+                 PRIMARY KEY(object, first)) WITHOUT ROWID;
+             PRAGMA user_version = 10;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 10")?;
     }
     Ok(())
 }

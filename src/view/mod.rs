@@ -207,6 +207,19 @@ impl<'a> TreeView<'a> {
         Ok(())
     }
 
+    /// Fails when the record this view would read for `id` holds a state
+    /// reached by a change that bypassed the mount after this checkpoint
+    /// was sealed (noted when the record was taken, `meta/bypass.rs`).
+    fn check_recorded_bypass(&self, id: ObjectId) -> ViewResult<()> {
+        if self.from == i64::MAX {
+            return Ok(());
+        }
+        match self.journal.with_meta(|m| m.bypassed_at(id, self.from))? {
+            Some(last) => Err(ViewError::ChangedUnderMount { id: Some(id), after: last }),
+            None => Ok(()),
+        }
+    }
+
     /// Fails when the live object, which this view shows as its state at
     /// the checkpoint (no record says otherwise), was changed after the
     /// last moment the journal vouches for it: the seal that ended its
@@ -333,6 +346,7 @@ impl<'a> TreeView<'a> {
         if let Some(id) = self.id_of(node)? {
             let turn = self.journal.with_meta(|m| m.object_turn_at(id, self.from))?;
             self.check_outside(id, turn)?;
+            self.check_recorded_bypass(id)?;
             if let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))? {
                 let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
                 let record = content.as_ref().map(|(turn, _, _)| (*turn, id));
