@@ -213,3 +213,35 @@ fn a_bypassing_write_then_a_change_through_the_mount_is_not_recorded_as_the_past
     assert!(err.contains("f.txt") && err.contains("g.txt") && err.contains("unknown"), "rewind refusal: {err}");
     assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "the refused rewind changed the tree");
 }
+
+/// Issue 12, item 5: a file removed under the mount (bypassing it), with
+/// nothing recorded of it since the checkpoint. A view of that checkpoint
+/// that had already met the file (a name the kernel keeps, a descriptor
+/// held open) must say its state is unknown (EIO), never ESTALE, ENOENT
+/// for a name that `stat` just showed, or other bytes.
+#[test]
+fn a_file_removed_under_the_mount_is_unknown_in_a_view_that_knew_it() {
+    use std::io::Read;
+    let mut fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    std::fs::write(fx.ws.join("g.txt"), "two\n").expect("write");
+    let under = mount_in_place_and_find_under(&mut fx);
+    let k = fx.turn("k");
+    let view = fx.path().join(format!(".rewindfs/checkpoints/{k}"));
+    std::fs::metadata(view.join("f.txt")).expect("f.txt in the view");
+    let mut held = std::fs::File::open(view.join("g.txt")).expect("open g.txt in the view");
+    common::sh(std::path::Path::new("/"), &format!("cd '{}' && rm f.txt g.txt", s(&under)));
+    let f = std::fs::read_to_string(view.join("f.txt"));
+    assert_eq!(
+        f.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "a file removed under the mount, read through a name the view had shown: {f:?}"
+    );
+    let mut g = String::new();
+    let read = held.read_to_string(&mut g);
+    assert_eq!(
+        read.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "a file removed under the mount, read through a descriptor held open in the view: {read:?} {g:?}"
+    );
+}

@@ -59,3 +59,26 @@ impl Journal {
         Ok(Some((first, last)))
     }
 }
+
+impl Journal {
+    /// When (ms) the first checkpoint after turn `turn` was sealed, if one
+    /// was. Asked by views for every live file they show (the bypass
+    /// check), so the answer is kept: a checkpoint's seal time never
+    /// changes and its number is never reused, so a kept answer for the
+    /// checkpoint right after `turn` stays exact whatever is sealed or
+    /// forgotten later (when that one was forgotten, the next one answers,
+    /// and is not kept). Checkpoints are written only by seals, which fold
+    /// the log first: no fold is needed.
+    pub fn sealed_after(&self, turn: i64) -> JournalResult<Option<i64>> {
+        let cached = |j: &Journal| j.seal_times.lock().unwrap_or_else(|p| p.into_inner()).get(&(turn + 1)).copied();
+        if let Some(ms) = cached(self) {
+            return Ok(Some(ms));
+        }
+        let found = self.lock().meta.first_sealed_after(turn)?;
+        let Some((checkpoint, ms)) = found else { return Ok(None) };
+        if checkpoint == turn + 1 {
+            self.seal_times.lock().unwrap_or_else(|p| p.into_inner()).insert(checkpoint, ms);
+        }
+        Ok(Some(ms))
+    }
+}

@@ -291,6 +291,8 @@ pub struct Journal {
     gate: RwLock<()>,
     /// Held while one content is stored (see `store_content`).
     content_lock: Mutex<()>,
+    /// When each checkpoint was sealed (ms), as views ask it (`bypass.rs`).
+    seal_times: Mutex<HashMap<i64, i64>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -431,6 +433,7 @@ impl Journal {
             store,
             gate: RwLock::new(()),
             content_lock: Mutex::new(()),
+            seal_times: Mutex::new(HashMap::new()),
         }
     }
 

@@ -7,7 +7,7 @@
 //! before the bypassing change, never had that state: a row here says
 //! their state of the object is unknown.
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::{Ctx, Meta, MetaResult, ObjectId};
 
@@ -79,5 +79,15 @@ impl Meta {
             .ctx("prepare")?
             .query_row(params![ns], |r| r.get(0))
             .ctx("read checkpoints")
+    }
+
+    /// The first checkpoint after turn `turn` and when it was sealed (ms).
+    pub fn first_sealed_after(&self, turn: i64) -> MetaResult<Option<(i64, i64)>> {
+        self.conn
+            .prepare_cached("SELECT id, created_at FROM checkpoints WHERE id > ?1 ORDER BY id LIMIT 1")
+            .ctx("prepare")?
+            .query_row(params![turn], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .ctx("read checkpoint")
     }
 }

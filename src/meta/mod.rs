@@ -1274,16 +1274,6 @@ impl Meta {
             .ctx("read object pre-image")
     }
 
-    /// When (ms) the first checkpoint after turn `turn` was sealed, if one was.
-    pub fn sealed_after(&self, turn: i64) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT created_at FROM checkpoints WHERE id > ?1 ORDER BY id LIMIT 1")
-            .ctx("prepare")?
-            .query_row(params![turn], |r| r.get(0))
-            .optional()
-            .ctx("read checkpoint")
-    }
-
     pub fn object_turn_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {
         self.conn
             .prepare_cached("SELECT MIN(turn) FROM object_pre WHERE object = ?1 AND turn >= ?2")
