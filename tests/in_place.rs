@@ -96,6 +96,22 @@ fn run_started_from_inside_the_workspace_records_the_command() {
     assert!(!common::is_mounted(&fx.ws), "run left the mount behind");
 }
 
+/// Mounts `fx`'s workspace in place and returns the daemon's descriptor of
+/// the directory under the mount (`/proc/PID/fd/N`): a shell that enters it
+/// bypasses the mount, as a process that was inside before the mount would.
+fn mount_in_place_and_find_under(fx: &mut MountFixture) -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let before = std::fs::metadata(&fx.ws).expect("stat the workspace");
+    fx.mount(true, &["--auto-turn", "0"]);
+    let pid = fx.daemon_pid();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the daemon's descriptors")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.dev() == before.dev() && m.ino() == before.ino()))
+        .expect("the daemon holds the directory under the mount")
+}
+
 /// Issue 12, item 5: a process whose working directory is the directory
 /// under an in-place mount (as an agent's is when it was there before the
 /// mount) writes through it, bypassing the mount. The mount refuses to start
@@ -107,19 +123,10 @@ fn run_started_from_inside_the_workspace_records_the_command() {
 /// them: by then, they were the tree.
 #[test]
 fn a_write_that_bypassed_an_in_place_mount_is_not_shown_as_the_past() {
-    use std::os::unix::fs::MetadataExt;
     let mut fx = MountFixture::unmounted();
     std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
     std::fs::write(fx.ws.join("g.txt"), "kept\n").expect("write");
-    let before = std::fs::metadata(&fx.ws).expect("stat the workspace");
-    fx.mount(true, &["--auto-turn", "0"]);
-    let pid = fx.daemon_pid();
-    let under = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("the daemon's descriptors")
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.dev() == before.dev() && m.ino() == before.ino()))
-        .expect("the daemon holds the directory under the mount");
+    let under = mount_in_place_and_find_under(&mut fx);
     fx.sh("echo two > f.txt");
     let first = fx.turn("t1");
     fx.sh("echo three > f.txt");
@@ -150,4 +157,91 @@ fn a_write_that_bypassed_an_in_place_mount_is_not_shown_as_the_past() {
     let third = fx.turn("t3");
     assert_eq!(read(third, "f.txt").expect("f.txt after the write"), "bypassed\n");
     assert_eq!(read(third, "new.txt").expect("new.txt after the write"), "new\n");
+}
+
+/// Issue 12, item 5: a write that bypassed the mount, followed by a change
+/// of the same file through it. The pre-image recorded by that change is
+/// the bypassed state, which the checkpoints sealed before the bypass never
+/// had: their views must show the file unknown (EIO, "unknown" in `diff`),
+/// not the bypassed bytes, and a rewind to one of them is refused, naming
+/// the file, with nothing changed. A checkpoint sealed after the bypass
+/// shows the bypassed bytes: by then they were the tree. `f.txt` is changed
+/// through the mount in the turn of the bypass, `g.txt` in the next one.
+#[test]
+fn a_bypassing_write_then_a_change_through_the_mount_is_not_recorded_as_the_past() {
+    let mut fx = MountFixture::unmounted();
+    for name in ["f.txt", "g.txt", "h.txt"] {
+        std::fs::write(fx.ws.join(name), "one\n").expect("write");
+    }
+    let under = mount_in_place_and_find_under(&mut fx);
+    fx.sh("echo two > f.txt && echo two > g.txt");
+    let a = fx.turn("a");
+    // Far enough past the seal for the clock the kernel stamps files with.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    common::sh(
+        std::path::Path::new("/"),
+        &format!("cd '{}' && echo bypassed > f.txt && echo bypassed > g.txt", s(&under)),
+    );
+    fx.sh("echo after > f.txt");
+    let b = fx.turn("b");
+    fx.sh("echo after > g.txt");
+    let c = fx.turn("c");
+    let views = fx.path().join(".rewindfs/checkpoints");
+    let read = |k: i64, name: &str| std::fs::read_to_string(views.join(k.to_string()).join(name));
+    for name in ["f.txt", "g.txt"] {
+        let got = read(a, name);
+        assert_eq!(
+            got.as_ref().map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EIO)),
+            "checkpoint {a} shows the bypassed state of {name}, recorded by a later change through the mount, as its past: {got:?}"
+        );
+    }
+    assert_eq!(read(a, "h.txt").expect("h.txt, untouched"), "one\n");
+    assert_eq!(read(b, "f.txt").expect("f.txt at b"), "after\n");
+    assert_eq!(read(b, "g.txt").expect("g.txt at b, sealed after the bypass"), "bypassed\n");
+    assert_eq!(read(c, "g.txt").expect("g.txt at c"), "after\n");
+    let mp = s(fx.path()).to_string();
+    let diff = check(fx.rewindfs(&["diff", "-C", &mp, &a.to_string(), &c.to_string()]), "diff");
+    let text = common::stdout(&diff);
+    for name in ["f.txt", "g.txt"] {
+        assert!(text.contains(&format!("{name}: changed without passing through rewindfs")), "diff: {text}");
+    }
+    let live = common::read_tree(fx.path());
+    let out = fx.rewindfs(&["rewind", "-C", &mp, &a.to_string()]);
+    assert!(!out.status.success(), "a rewind to {a} went ahead over unknown states: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("f.txt") && err.contains("g.txt") && err.contains("unknown"), "rewind refusal: {err}");
+    assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "the refused rewind changed the tree");
+}
+
+/// Issue 12, item 5: a file removed under the mount (bypassing it), with
+/// nothing recorded of it since the checkpoint. A view of that checkpoint
+/// that had already met the file (a name the kernel keeps, a descriptor
+/// held open) must say its state is unknown (EIO), never ESTALE, ENOENT
+/// for a name that `stat` just showed, or other bytes.
+#[test]
+fn a_file_removed_under_the_mount_is_unknown_in_a_view_that_knew_it() {
+    use std::io::Read;
+    let mut fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    std::fs::write(fx.ws.join("g.txt"), "two\n").expect("write");
+    let under = mount_in_place_and_find_under(&mut fx);
+    let k = fx.turn("k");
+    let view = fx.path().join(format!(".rewindfs/checkpoints/{k}"));
+    std::fs::metadata(view.join("f.txt")).expect("f.txt in the view");
+    let mut held = std::fs::File::open(view.join("g.txt")).expect("open g.txt in the view");
+    common::sh(std::path::Path::new("/"), &format!("cd '{}' && rm f.txt g.txt", s(&under)));
+    let f = std::fs::read_to_string(view.join("f.txt"));
+    assert_eq!(
+        f.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "a file removed under the mount, read through a name the view had shown: {f:?}"
+    );
+    let mut g = String::new();
+    let read = held.read_to_string(&mut g);
+    assert_eq!(
+        read.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "a file removed under the mount, read through a descriptor held open in the view: {read:?} {g:?}"
+    );
 }

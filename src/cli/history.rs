@@ -115,7 +115,9 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
                 println!(" {path} | +{a} -{r} ({kind})");
             }
         } else if c.change == ChangeKind::Unknown {
-            println!("{path}: changed outside rewindfs between mounts; its state at one side is unknown");
+            println!(
+                "{path}: changed without passing through rewindfs (between mounts, or under the mount); its state at one side is unknown"
+            );
         } else if c.binary {
             println!("Binary file {path} {kind}");
         } else {

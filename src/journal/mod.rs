@@ -16,6 +16,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use log::info;
 use serde::Serialize;
 
+mod bypass;
 pub mod record_log;
 mod reference;
 pub mod retention;
@@ -184,6 +185,12 @@ struct Inner {
     /// Files created in the current turn (by file handle): no checkpoint
     /// has seen them, so removing one needs no pre-image.
     born: HashSet<Vec<u8>>,
+    /// Objects created in the current turn (any kind, by id): their
+    /// births are in the log, not yet in the database.
+    born_ids: HashSet<ObjectId>,
+    /// When this journal was opened (ns): changes before it are found by
+    /// the scan at mount, not by the bypass check (`bypass.rs`).
+    opened_ns: i64,
     ids: HashMap<Vec<u8>, ObjectId>,
     /// Records written in the current turn.
     changes: u64,
@@ -284,6 +291,8 @@ pub struct Journal {
     gate: RwLock<()>,
     /// Held while one content is stored (see `store_content`).
     content_lock: Mutex<()>,
+    /// When each checkpoint was sealed (ms), as views ask it (`bypass.rs`).
+    seal_times: Mutex<HashMap<i64, i64>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -408,6 +417,8 @@ impl Journal {
                 meta_done: HashSet::new(),
                 content_done: HashSet::new(),
                 born: HashSet::new(),
+                born_ids: HashSet::new(),
+                opened_ns: now_ns(),
                 ids: HashMap::new(),
                 changes: 0,
                 last_change: None,
@@ -422,6 +433,7 @@ impl Journal {
             store,
             gate: RwLock::new(()),
             content_lock: Mutex::new(()),
+            seal_times: Mutex::new(HashMap::new()),
         }
     }
 
@@ -546,6 +558,7 @@ impl Journal {
             inner.ids.insert(handle.to_vec(), id);
             if born {
                 inner.append(LogRecord::Born { id: id.0, turn })?;
+                inner.born_ids.insert(id);
             }
             return Ok(id);
         }
@@ -561,6 +574,9 @@ impl Journal {
             false => LogRecord::Object { id: id.0, handle: handle.clone(), kind },
         })?;
         inner.ids.insert(handle, id);
+        if born {
+            inner.born_ids.insert(id);
+        }
         Ok(id)
     }
 
@@ -836,6 +852,7 @@ impl Journal {
             inner.meta_done.clear();
             inner.content_done.clear();
             inner.born.clear();
+            inner.born_ids.clear();
             inner.changes = 0;
             inner.last_change = None;
             inner.turn_started = Instant::now();

@@ -10,13 +10,16 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::error::{AsErrno, Errno};
 use serde::Serialize;
 
+mod bypass;
 mod refs;
 mod retention;
+mod semantic;
+pub use bypass::Vouched;
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -234,6 +237,10 @@ pub struct Probe {
     /// or mount, once they were durable ([`SEALED_RECORD_BYTES`]).
     pub sealed_record_bytes: Option<i64>,
     pub max_object_id: Option<i64>,
+    /// Values no index holds that cannot be (a kind out of range, a
+    /// negative size, a reference to nothing), named by row; empty when
+    /// sound or when the integrity check failed already.
+    pub impossible: Vec<String>,
 }
 
 /// State key: the bytes of pack records (headers included) the chunk
@@ -548,6 +555,21 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
             return Err(e);
         }
     }
+    if version < 11 {
+        // Changes that bypassed the mount and were recorded afterwards as a
+        // pre-image: the checkpoints before them show the object unknown.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS bypassed(
+                 object INTEGER NOT NULL,
+                 first INTEGER NOT NULL,
+                 last INTEGER NOT NULL,
+                 PRIMARY KEY(object, first)) WITHOUT ROWID;
+             PRAGMA user_version = 11;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 11")?;
+    }
     Ok(())
 }
 
@@ -634,16 +656,14 @@ impl Meta {
         let conn = Connection::open_with_flags(path, flags).ctx("open read-only")?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).ctx("read schema version")?;
+        let full = thorough || std::fs::metadata(path).is_ok_and(|m| m.len() <= FULL_CHECK_MAX_BYTES);
         let mut probe = Probe {
             version,
-            damage: if thorough || std::fs::metadata(path).is_ok_and(|m| m.len() <= FULL_CHECK_MAX_BYTES) {
-                sqlite_check(&conn, "PRAGMA integrity_check")?
-            } else {
-                quick_check(&conn)?
-            },
+            damage: if full { sqlite_check(&conn, "PRAGMA integrity_check")? } else { quick_check(&conn)? },
             store_bytes: None,
             sealed_record_bytes: None,
             max_object_id: None,
+            impossible: Vec::new(),
         };
         if version >= 1 && probe.damage.is_empty() {
             probe.store_bytes = conn
@@ -657,6 +677,13 @@ impl Meta {
                 .optional()
                 .ctx("read state")?
                 .and_then(|v| v.parse().ok());
+            // With the whole integrity check, whose cost it adds to (a
+            // scan of each table, about half as much again).
+            if full {
+                let started = std::time::Instant::now();
+                probe.impossible = semantic::impossible_values(&conn, version)?;
+                log::debug!("checked the values of {} in {:?}", path.display(), started.elapsed());
+            }
         }
         Ok(probe)
     }
@@ -1305,16 +1332,6 @@ impl Meta {
             .ctx("prepare")?
             .query_row(params![object.0], |r| r.get(0))
             .ctx("read object pre-image")
-    }
-
-    /// When (ms) the first checkpoint after turn `turn` was sealed, if one was.
-    pub fn sealed_after(&self, turn: i64) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT created_at FROM checkpoints WHERE id > ?1 ORDER BY id LIMIT 1")
-            .ctx("prepare")?
-            .query_row(params![turn], |r| r.get(0))
-            .optional()
-            .ctx("read checkpoint")
     }
 
     pub fn object_turn_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {

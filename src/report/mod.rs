@@ -751,6 +751,11 @@ impl Way {
                 for t in m.taint_turns(*id)? {
                     turns.extend([t - 1, t]);
                 }
+                // Unknown at checkpoints first..=last (a change that
+                // bypassed the mount): the views differ at both ends.
+                for (first, last) in m.bypassed_ranges(*id)? {
+                    turns.extend([first - 1, last]);
+                }
             }
             Ok(turns)
         })

@@ -18,7 +18,7 @@ use crate::meta::ObjectId;
 use crate::restore::RestoreError;
 use crate::store::{ChunkId, ContentRef};
 use crate::sys::FileHandle;
-use crate::view::{Content, Node, NodeState, TreeView};
+use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::LiveTree;
 
 /// A file whose content at the checkpoint cannot be read back.
@@ -27,8 +27,25 @@ pub struct Unreadable {
     /// Its path at the checkpoint (`object N` when none is found).
     pub path: PathBuf,
     pub checkpoint: i64,
-    /// The first chunk that failed, and how.
+    /// The first chunk that failed, and how; or why its state is unknown.
     pub problem: String,
+    /// Its state at the checkpoint is unknown (changed outside the mount,
+    /// or under it), rather than its content unreadable.
+    pub unknown: bool,
+}
+
+/// The state of `node` at the view's checkpoint, or, when the view says it
+/// is unknown there, what to list: a rewind or restore that went ahead
+/// would fail part-way on it, or put back a state that was never the past.
+fn state_or_unknown(view: &TreeView<'_>, node: &Node) -> Result<Option<NodeState>, String> {
+    match view.state(node) {
+        Ok(state) => Ok(Some(state)),
+        Err(e @ (ViewError::ChangedOutside(..) | ViewError::ChangedUnderMount { .. })) => Err(e.to_string()),
+        // A state the view cannot give otherwise fails the operation
+        // itself, with its own message; only contents are this check's
+        // business.
+        Err(_) => Ok(None),
+    }
 }
 
 /// Chunks already read and verified, and those that failed, so a second
@@ -67,13 +84,15 @@ pub fn unreadable(
         }
         let handle = journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
         let node = Node { id: Some(id), handle };
-        // A state the view cannot give fails the rewind itself, with its
-        // own message; only contents are this check's business.
-        let Ok(state) = view.state(&node) else { continue };
-        if let Some(problem) = problem_of(tree, journal, &state, checked) {
+        let (problem, unknown) = match state_or_unknown(&view, &node) {
+            Ok(None) => continue,
+            Ok(Some(state)) => (problem_of(tree, journal, &state, checked), false),
+            Err(why) => (Some(why), true),
+        };
+        if let Some(problem) = problem {
             let path = crate::fsck::path_in_view(tree, journal, id, checkpoint)
                 .unwrap_or_else(|| format!("object {}", id.0).into());
-            out.push(Unreadable { path, checkpoint, problem });
+            out.push(Unreadable { path, checkpoint, problem, unknown });
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
@@ -101,7 +120,14 @@ pub fn unreadable_under(
     }
     let mut out = Vec::new();
     while let Some((path, node)) = stack.pop() {
-        let Ok(state) = view.state(&node) else { continue };
+        let state = match state_or_unknown(&view, &node) {
+            Ok(Some(state)) => state,
+            Ok(None) => continue,
+            Err(problem) => {
+                out.push(Unreadable { path, checkpoint, problem, unknown: true });
+                continue;
+            }
+        };
         if state.is_dir() {
             // As for states: a listing the view cannot give fails the
             // restore itself.
@@ -109,7 +135,7 @@ pub fn unreadable_under(
                 stack.extend(children.into_iter().map(|(name, child)| (path.join(name), child)));
             }
         } else if let Some(problem) = problem_of(tree, journal, &state, checked) {
-            out.push(Unreadable { path, checkpoint, problem });
+            out.push(Unreadable { path, checkpoint, problem, unknown: false });
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
@@ -164,12 +190,29 @@ fn first_problem(journal: &Journal, content: &ContentRef, checked: &mut Checked)
 /// The refusal of `what` ("rewind to 3"): which files at which
 /// checkpoint, and what to do.
 pub fn refusal(what: &str, checkpoint: i64, files: &[Unreadable]) -> String {
-    let list: Vec<String> =
-        files.iter().map(|u| format!("{} ({})", crate::text::quote_name(&u.path), u.problem)).collect();
-    format!(
-        "{what} refused, nothing was changed: {} of checkpoint {checkpoint} cannot be read back from the store: {}; \
-         `rewindfs fsck` names all the damage",
-        if files.len() == 1 { "1 file".to_string() } else { format!("{} files", files.len()) },
+    let (unknown, unreadable): (Vec<&Unreadable>, Vec<&Unreadable>) = files.iter().partition(|u| u.unknown);
+    let list = |files: &[&Unreadable]| -> String {
+        let list: Vec<String> =
+            files.iter().map(|u| format!("{} ({})", crate::text::quote_name(&u.path), u.problem)).collect();
         list.join(", ")
-    )
+    };
+    let count = |n: usize| if n == 1 { "1 file".to_string() } else { format!("{n} files") };
+    let mut parts = Vec::new();
+    if !unreadable.is_empty() {
+        parts.push(format!(
+            "{} of checkpoint {checkpoint} cannot be read back from the store: {}; `rewindfs fsck` names all the damage",
+            count(unreadable.len()),
+            list(&unreadable)
+        ));
+    }
+    if !unknown.is_empty() {
+        parts.push(format!(
+            "the state of {} at checkpoint {checkpoint} is unknown (changed without passing through the mount, \
+             so what it was then was never recorded): {}; putting back another state in its place would present it \
+             as the past. Rewind to a later checkpoint, or restore the other paths (`rewindfs restore {checkpoint} -- PATHS`)",
+            count(unknown.len()),
+            list(&unknown)
+        ));
+    }
+    format!("{what} refused, nothing was changed: {}", parts.join("; "))
 }

@@ -85,6 +85,17 @@ fn damage_of(dir: &Path, thorough: bool) -> Vec<StoreDamage> {
             true,
         )];
     }
+    if !probe.impossible.is_empty() {
+        let shown: Vec<&str> = probe.impossible.iter().take(3).map(String::as_str).collect();
+        return vec![damage(
+            format!(
+                "{} is damaged: it holds values that cannot be (a byte flipped inside a value, which SQLite does not check): {}",
+                meta.display(),
+                shown.join("; ")
+            ),
+            true,
+        )];
+    }
     if probe.version == 0 && (has_chunks || attic > 0) {
         return vec![damage(format!("{} holds no rewindfs history, but {}", meta.display(), holds()), true)];
     }

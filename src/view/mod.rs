@@ -209,6 +209,19 @@ impl<'a> TreeView<'a> {
         Ok(())
     }
 
+    /// Fails when the record this view would read for `id` holds a state
+    /// reached by a change that bypassed the mount after this checkpoint
+    /// was sealed (noted when the record was taken, `meta/bypass.rs`).
+    fn check_recorded_bypass(&self, id: ObjectId) -> ViewResult<()> {
+        if self.from == i64::MAX {
+            return Ok(());
+        }
+        match self.journal.with_meta(|m| m.bypassed_at(id, self.from))? {
+            Some(last) => Err(ViewError::ChangedUnderMount { id: Some(id), after: last }),
+            None => Ok(()),
+        }
+    }
+
     /// Fails when the live object, which this view shows as its state at
     /// the checkpoint (no record says otherwise), was changed after the
     /// last moment the journal vouches for it: the seal that ended its
@@ -221,9 +234,15 @@ impl<'a> TreeView<'a> {
     /// recorded mtime back after filling a file (while it fills one, the
     /// file is still pending, and skipped). `st` is taken before the
     /// journal is asked, so a change it shows was recorded by then.
+    /// `recorded_since`: the object has a record at or after this
+    /// checkpoint (else its newest record is older, and this checkpoint's
+    /// seal is the bound without asking). Runs for every live file a view
+    /// stats or reads, so the common case asks the database nothing: the
+    /// seal time comes from the journal's cache.
     fn check_bypassed(
         &self,
         id: Option<ObjectId>,
+        recorded_since: bool,
         handle: Option<&FileHandle>,
         st: &rustix::fs::Stat,
     ) -> ViewResult<()> {
@@ -235,21 +254,35 @@ impl<'a> TreeView<'a> {
         }
         let changed = ns(st.st_ctime, st.st_ctime_nsec as i64).min(ns(st.st_mtime, st.st_mtime_nsec as i64));
         let last = match id {
-            Some(id) => self.journal.with_meta(|m| m.last_object_turn(id))?,
-            None => None,
+            Some(id) if recorded_since => self.journal.with_meta(|m| m.last_object_turn(id))?,
+            _ => None,
         };
         let vouched = last.map_or(self.from - 1, |t| t.max(self.from - 1));
         if vouched >= self.journal.current_turn() {
             // Recorded in the open turn: changes through the mount go on.
             return Ok(());
         }
-        let Some(sealed_ms) = self.journal.with_meta(|m| m.sealed_after(vouched))? else { return Ok(()) };
+        let Some(sealed_ms) = self.journal.sealed_after(vouched)? else { return Ok(()) };
         // `created_at` has ms: the end of that ms, so as to never blame a
         // change made through the mount just before the seal.
         if changed > sealed_ms.saturating_add(1).saturating_mul(1_000_000) {
             return Err(ViewError::ChangedUnderMount { id, after: vouched + 1 });
         }
         Ok(())
+    }
+
+    /// Why the live object behind `node`, which no record describes at
+    /// this checkpoint, cannot be shown: in a view of a checkpoint, a node
+    /// with a handle was met in this view (by name, or kept by the kernel)
+    /// and its inode is gone since without its removal being recorded (a
+    /// recorded removal keeps the inode in the attic, or its content in the
+    /// store): removed under the mount, so its state here is unknown,
+    /// rather than ESTALE or ENOENT for a name `stat` just showed.
+    fn gone(&self, node: &Node) -> ViewResult<ViewError> {
+        if self.from == i64::MAX || node.handle.is_none() {
+            return Ok(std::io::Error::from_raw_os_error(libc::ENOENT).into());
+        }
+        Ok(ViewError::ChangedUnderMount { id: self.id_of(node)?, after: self.from })
     }
 
     /// What `name` refers to in directory `dir`.
@@ -335,14 +368,21 @@ impl<'a> TreeView<'a> {
         if let Some(id) = self.id_of(node)? {
             let turn = self.journal.with_meta(|m| m.object_turn_at(id, self.from))?;
             self.check_outside(id, turn)?;
-            if let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))? {
+            // Without a record since this checkpoint (an unchanged file, the
+            // common case), the record queries have nothing to find.
+            if turn.is_some() {
+                self.check_recorded_bypass(id)?;
+            }
+            if turn.is_some()
+                && let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))?
+            {
                 let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
                 let record = content.as_ref().map(|(turn, _, _)| (*turn, id));
                 let (content, hash) = match content {
                     Some((_, hash, chunks)) => (Content::Stored(ContentRef::from_columns(&hash, &chunks)?), Some(hash)),
                     None if rec.kind == kind_code(Kind::File) => match (&node.handle, self.live_fd(node)) {
                         (Some(h), Some(fd)) => {
-                            self.check_bypassed(Some(id), Some(h), &rustix::fs::fstat(&fd)?)?;
+                            self.check_bypassed(Some(id), true, Some(h), &rustix::fs::fstat(&fd)?)?;
                             (Content::Live(h.clone()), None)
                         }
                         _ => return Err(ViewError::Lost(id)),
@@ -369,9 +409,11 @@ impl<'a> TreeView<'a> {
                 });
             }
         }
-        let fd = self.live_fd(node).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+        let Some(fd) = self.live_fd(node) else { return Err(self.gone(node)?) };
         let st = rustix::fs::fstat(&fd)?;
-        self.check_bypassed(self.id_of(node)?, node.handle.as_ref(), &st)?;
+        // No record since this checkpoint (or none at all): the journal
+        // vouches for it up to this checkpoint's seal.
+        self.check_bypassed(self.id_of(node)?, false, node.handle.as_ref(), &st)?;
         let kind = Kind::from_mode(st.st_mode);
         let target =
             if kind == Kind::Symlink { Some(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes()) } else { None };
@@ -399,15 +441,10 @@ impl<'a> TreeView<'a> {
     pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
         match &state.content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
-            Content::Live(h) if self.tree.pending().content(h).is_some() => {
-                let c = self
-                    .tree
-                    .pending()
-                    .content(h)
-                    .ok_or(ViewError::Io(std::io::Error::from_raw_os_error(libc::EIO)))?;
-                Ok(read_content_at(self.journal.store(), &c, offset, buf)?)
-            }
             Content::Live(h) => {
+                if let Some(c) = self.tree.pending().content(h) {
+                    return Ok(read_content_at(self.journal.store(), &c, offset, buf)?);
+                }
                 use std::os::unix::fs::FileExt;
                 let fd = self.tree.backing().open_handle(h, libc::O_RDONLY)?;
                 let file = std::fs::File::from(fd);

@@ -255,6 +255,7 @@ impl<'a> Capture<'a> {
         // Content stored for this record, taken back if the record cannot
         // be written.
         let mut unrecorded = None;
+        let recorded_pending = pending.is_some();
         let content = if let Some(p) = pending {
             Some(p.to_columns())
         } else if content && kind == Kind::File {
@@ -287,6 +288,12 @@ impl<'a> Capture<'a> {
             xattrs: encode_xattrs(read_xattrs(fd)?),
             content,
         };
+        // A file open for writing is changed unseen (passthrough, mmap);
+        // a pending one is recorded with the content it will receive.
+        if kind != Kind::Dir && trust_known && !recorded_pending {
+            let is_pending = || handle_of_fd(fd).ok().is_some_and(|h| self.pending.content(&h).is_some());
+            journal.note_if_bypassed(id, ctime_ns, state.mtime_ns, is_pending).map_err(refused)?;
+        }
         // Like git's "racy clean" rule: a file changed in the last moments
         // before it was read may change again within the same ctime tick,
         // so its (ctime, size) cannot vouch for this content later.
