@@ -60,9 +60,14 @@ TARGETS = {
     "off": "rewindfs (passthrough off)",
     "norec": "rewindfs (passthrough, --no-record)",
     "null": "null FUSE fs (no I/O)",
+    # The same mounts run by a second binary (`--bin-base`): a before/after
+    # comparison in one run, under the same load.
+    "ptbase": "rewindfs before (passthrough)",
+    "norecbase": "rewindfs before (passthrough, --no-record)",
 }
 
 TRANSPORTS = ("uring", "classic")
+BIN_BASE = None
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 
 
@@ -244,6 +249,8 @@ class Target:
     def __init__(self, kind, base, binary, runtime_dir):
         self.name = kind.replace("@", "-")
         kind, _, self.transport = kind.partition("@")
+        if kind.endswith("base"):
+            kind, binary = kind[: -len("base")], BIN_BASE
         self.kind, self.base, self.binary, self.runtime_dir = kind, base, binary, runtime_dir
         self.daemon_pid = None
         self.passthrough_reported = None
@@ -1196,6 +1203,7 @@ def main():
                     help="scratch directory (same filesystem for all targets); default /var/tmp/rewindfs-bench")
     ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "rewindfs"),
                     help="rewindfs binary; default target/release/rewindfs (run cargo build --release first)")
+    ap.add_argument("--bin-base", help="the rewindfs binary of the targets ptbase and norecbase (a build to compare with)")
     ap.add_argument("--out", help="also write the markdown table to this file")
     ap.add_argument("--json", help="also write raw samples as JSON to this file")
     ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
@@ -1236,6 +1244,11 @@ def main():
             raise SystemExit(f"bench: unknown workload {wname}")
     if any(base(t) == "null" for t in targets) and not os.access(NULLFS, os.X_OK):
         raise SystemExit(f"bench: {NULLFS} not found: run `cargo build --release --example nullfs` first")
+    if any(base(t).endswith("base") for t in targets):
+        if not args.bin_base or not os.access(args.bin_base, os.X_OK):
+            raise SystemExit("bench: targets ptbase and norecbase need --bin-base BINARY")
+        global BIN_BASE
+        BIN_BASE = os.path.abspath(args.bin_base)
     if any(t != "native" for t in targets) and not os.access(args.bin, os.X_OK):
         raise SystemExit(f"bench: {args.bin} not found: run `cargo build --release` first")
 
