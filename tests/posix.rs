@@ -179,6 +179,65 @@ mkdir d; setfattr -n user.dir -v yes d; getfattr --only-values -n user.dir d; ec
     assert_eq!((m.uid(), m.gid(), m.len(), m.mode() & 0o7777), (1234, 5678, 3, 0o755));
 }
 
+/// The daemon answers the kernel's `security.capability` question for a
+/// file it just created without asking the backing file (`LiveTree::getxattr`).
+/// The answer must end when the file can have gained one: a `setxattr`
+/// through the mount, or (behind the daemon) anything after a turn ends.
+#[test]
+fn security_capability_of_a_new_file_follows_setxattr_and_turns() {
+    let fx = MountFixture::new();
+    // `cap`: vfs_cap_data revision 2, CAP_NET_BIND_SERVICE permitted.
+    let prelude = r#"
+import errno, os, subprocess
+cap = bytes.fromhex('00000002' '00040000' '00000000' '00000000' '00000000')
+def caps(p):
+    try:
+        return os.getxattr(p, 'security.capability').hex()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+"#;
+    let out = fx.py(&format!(
+        r#"{prelude}
+fd = os.open('new', os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o755)
+os.write(fd, b'x')
+print(caps('new'))
+os.setxattr('new', 'security.capability', cap)
+print(caps('new'))
+# A write drops a file capability (as on ext4): the kernel asks first, and
+# must be told it is there.
+os.write(fd, b'y')
+print(caps('new'))
+os.close(fd)
+"#
+    ));
+    assert_eq!(out.lines().collect::<Vec<_>>(), vec!["ENODATA", "0000000200040000000000000000000000000000", "ENODATA"]);
+    if fx.ws == fx.mountpoint {
+        return; // in place: nothing reaches the files behind the daemon
+    }
+    // Set behind the daemon's back while the creating open is still open
+    // (as a rewind or restore would): once a turn ends (each of those seals
+    // one first), the daemon must ask the backing file again.
+    let home = fx.dir.path().join("home");
+    let out = fx.py(&format!(
+        r#"{prelude}
+fd = os.open('behind', os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o755)
+os.write(fd, b'x')
+print(caps('behind'))
+os.setxattr({behind:?}, 'security.capability', cap)
+env = dict(os.environ, REWINDFS_RUNTIME_DIR={run:?}, REWINDFS_HOME={home:?})
+subprocess.run([{bin:?}, 'turn', '-C', {mnt:?}], env=env, check=True, timeout=60, stdout=subprocess.DEVNULL)
+print(caps('behind'))
+os.close(fd)
+"#,
+        behind = fx.ws.join("behind").to_str().unwrap(),
+        run = fx.run.to_str().unwrap(),
+        home = home.to_str().unwrap(),
+        bin = common::bin(),
+        mnt = fx.mountpoint.to_str().unwrap(),
+    ));
+    assert_eq!(out.lines().collect::<Vec<_>>(), vec!["ENODATA", "0000000200040000000000000000000000000000"]);
+}
+
 #[test]
 fn open_flags_append_excl_trunc() {
     let fx = MountFixture::new();

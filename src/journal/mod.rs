@@ -223,10 +223,21 @@ impl Inner {
         appended
     }
 
+    /// Logs a record that protects no change: written with the next
+    /// `append` (see `RecordLog::append_deferred`).
+    fn append_deferred(&mut self, record: LogRecord) -> JournalResult<()> {
+        self.log_record(record, true)
+    }
+
     fn append_now(&mut self, record: LogRecord) -> JournalResult<()> {
+        self.log_record(record, false)
+    }
+
+    fn log_record(&mut self, record: LogRecord, deferred: bool) -> JournalResult<()> {
         match &mut self.log {
             Some(log) => {
-                log.append(&record).map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
+                let logged = if deferred { log.append_deferred(&record) } else { log.append(&record) };
+                logged.map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
                 self.unfolded.push(record);
                 if self.unfolded.len() >= FOLD_BATCH {
                     self.fold()?;
@@ -557,7 +568,7 @@ impl Journal {
         if let Some(id) = known {
             inner.ids.insert(handle.to_vec(), id);
             if born {
-                inner.append(LogRecord::Born { id: id.0, turn })?;
+                inner.append_deferred(LogRecord::Born { id: id.0, turn })?;
                 inner.born_ids.insert(id);
             }
             return Ok(id);
@@ -569,10 +580,12 @@ impl Journal {
         let id = ObjectId(inner.next_object_id);
         inner.next_object_id += 1;
         let handle = handle.to_vec();
-        inner.append(match born {
-            true => LogRecord::NewObject { id: id.0, handle: handle.clone(), kind, born: turn },
-            false => LogRecord::Object { id: id.0, handle: handle.clone(), kind },
-        })?;
+        match born {
+            true => {
+                inner.append_deferred(LogRecord::NewObject { id: id.0, handle: handle.clone(), kind, born: turn })?
+            }
+            false => inner.append(LogRecord::Object { id: id.0, handle: handle.clone(), kind })?,
+        }
         inner.ids.insert(handle, id);
         if born {
             inner.born_ids.insert(id);

@@ -73,6 +73,9 @@ pub struct RecordLog {
     file: File,
     /// Bytes of whole frames in the file.
     len: u64,
+    /// Frames of records that protect no change (see `append_deferred`),
+    /// written in front of the next `append`.
+    deferred: Vec<u8>,
 }
 
 fn checksum(payload: &[u8]) -> u32 {
@@ -88,7 +91,7 @@ impl RecordLog {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let len = bytes.len() as u64;
-        Ok((RecordLog { file, len }, parse(path, &bytes)))
+        Ok((RecordLog { file, len, deferred: Vec::new() }, parse(path, &bytes)))
     }
 
     /// The records a log holds, read without opening it for writing (for
@@ -126,14 +129,36 @@ fn parse(path: &Path, bytes: &[u8]) -> Vec<LogRecord> {
 }
 
 impl RecordLog {
-    /// Appends one record with a single `write()`.
+    /// Appends one record, and the deferred ones before it, with a single
+    /// `write()`: durable against a crash of the daemon when it returns.
     pub fn append(&mut self, record: &LogRecord) -> std::io::Result<()> {
-        let payload = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-        let mut frame = Vec::with_capacity(payload.len() + 8);
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&checksum(&payload).to_le_bytes());
-        frame.extend_from_slice(&payload);
-        if let Err(e) = self.file.write_all(&frame) {
+        let deferred = self.deferred.len();
+        append_frame(&mut self.deferred, record)?;
+        let written = self.write_deferred();
+        if written.is_err() {
+            // Kept for the next append; this record was refused.
+            self.deferred.truncate(deferred);
+        }
+        written
+    }
+
+    /// Appends a record that protects no change (the note that an object
+    /// was just created: lost in a crash, a rewind visits the object
+    /// instead of skipping it). It is written in front of the next
+    /// `append`, so every record written after it still follows it in the
+    /// log, and a record naming its object id can never be durable without
+    /// it. A creation then costs one `write()` instead of two.
+    pub fn append_deferred(&mut self, record: &LogRecord) -> std::io::Result<()> {
+        append_frame(&mut self.deferred, record)
+    }
+
+    /// Writes the deferred records.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        if self.deferred.is_empty() { Ok(()) } else { self.write_deferred() }
+    }
+
+    fn write_deferred(&mut self) -> std::io::Result<()> {
+        if let Err(e) = self.file.write_all(&self.deferred) {
             // A write cut short (a full disk) must not leave half a frame:
             // the records appended after it would be unreadable after a
             // crash, since reading stops at the first torn frame.
@@ -142,16 +167,36 @@ impl RecordLog {
             }
             return Err(e);
         }
-        self.len += frame.len() as u64;
+        self.len += self.deferred.len() as u64;
+        self.deferred.clear();
         Ok(())
     }
 
-    /// Empties the log once its records are folded into the database.
+    /// Empties the log once its records (the deferred ones too) are folded
+    /// into the database.
     pub fn clear(&mut self) -> std::io::Result<()> {
         self.file.set_len(0)?;
         self.len = 0;
+        self.deferred.clear();
         Ok(())
     }
+}
+
+impl Drop for RecordLog {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            log::warn!("cannot write {} bytes of creation notes to the journal log: {e}", self.deferred.len());
+        }
+    }
+}
+
+/// Adds the frame of `record` to `out`.
+fn append_frame(out: &mut Vec<u8>, record: &LogRecord) -> std::io::Result<()> {
+    let payload = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&checksum(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -175,6 +220,28 @@ mod tests {
         f.write_all(&[200, 0, 0, 0, 1, 2]).unwrap();
         let (_, got) = RecordLog::open(&path).unwrap();
         assert_eq!(got, vec![a, b]);
+    }
+
+    #[test]
+    fn deferred_records_are_written_before_the_next_append_and_at_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let born = LogRecord::NewObject { id: 4, handle: b"n".to_vec(), kind: 1, born: 2 };
+        let entry = LogRecord::Entry { turn: 2, dir: 4, name: b"x".to_vec(), target: None, program: None };
+        let later = LogRecord::Born { id: 5, turn: 2 };
+        let (mut log, _) = RecordLog::open(&path).unwrap();
+        log.append_deferred(&born).unwrap();
+        assert!(RecordLog::read(&path).unwrap().is_empty(), "a deferred record waits for the next append");
+        log.append(&entry).unwrap();
+        assert_eq!(RecordLog::read(&path).unwrap(), vec![born.clone(), entry.clone()], "in order, in one write");
+        log.append_deferred(&later).unwrap();
+        drop(log);
+        assert_eq!(RecordLog::read(&path).unwrap(), vec![born.clone(), entry, later.clone()], "flushed at drop");
+        let (mut log, _) = RecordLog::open(&path).unwrap();
+        log.append_deferred(&later).unwrap();
+        log.clear().unwrap();
+        drop(log);
+        assert!(RecordLog::read(&path).unwrap().is_empty(), "a fold takes the deferred records too");
     }
 
     #[test]

@@ -254,6 +254,16 @@ pub(crate) fn is_last_link(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether `name` exists in `dir` and, if so, whether it is the last name
+/// of a non-directory (see `is_last_link`), in one `stat`.
+pub(crate) fn name_state(dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<bool>> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink <= 1)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Gives a newly created object to the caller, as ext4 would have:
 /// owner = caller, group = caller's unless the parent is setgid.
 pub(crate) fn give_to_caller(dir: BorrowedFd<'_>, name: &OsStr, caller: Caller, mode: Option<u32>) -> Res<()> {
@@ -439,11 +449,6 @@ impl Backing {
     /// The root's handle.
     pub fn root_handle(&self) -> &FileHandle {
         &self.root_handle
-    }
-
-    /// A descriptor of its own on the root.
-    pub(crate) fn root_clone(&self) -> Res<OwnedFd> {
-        self.root.try_clone().map_err(Errno::from)
     }
 
     /// Opens the object a handle names.

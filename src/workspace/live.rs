@@ -8,13 +8,14 @@
 //! recorded before a change (`capture.rs`), rewound files awaiting their
 //! bytes (`pending.rs`) and the files clients hold open (`open_files.rs`).
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 
@@ -29,6 +30,9 @@ use crate::workspace::open_files::{DirEntry, Fh, OpenFile, OpenFiles};
 use crate::workspace::pending::{PendingSet, Settler};
 
 type Res<T> = std::result::Result<T, Errno>;
+
+/// The xattr the kernel asks for before writes (`XATTR_NAME_CAPS`).
+const SECURITY_CAPABILITY: &[u8] = b"security.capability";
 
 /// The result of a lookup-like call: attributes of a named object.
 pub type Entry = Attr;
@@ -46,6 +50,10 @@ pub struct LiveTree {
     /// Files put in place by a rewind whose bytes are still in the store.
     pending: PendingSet,
     open: OpenFiles,
+    /// Files this daemon created whose creating open is still open, with
+    /// the turn they were created in: they have no `security.capability`
+    /// (see `getxattr`).
+    uncapable: Mutex<HashMap<Ino, (Fh, Option<i64>)>>,
 }
 
 fn check_name(name: &OsStr) -> Res<()> {
@@ -105,6 +113,7 @@ impl LiveTree {
             recorder: Recorder::new(journal),
             pending: PendingSet::default(),
             open: OpenFiles::default(),
+            uncapable: Mutex::default(),
         })
     }
 
@@ -196,12 +205,17 @@ impl LiveTree {
         self.capture(journal).object(fd.as_fd(), content, self.recorder.is_open_for_write(ino), caller)
     }
 
-    /// An `O_PATH` descriptor for the object.
-    pub(crate) fn open_path_fd(&self, ino: Ino) -> Res<OwnedFd> {
-        if ino == Ino::ROOT {
-            return self.backing.root_clone();
+    /// An `O_PATH` descriptor for the object. A directory's comes from the
+    /// descriptor cache: the directory `GETATTR` that follows every create,
+    /// rename and unlink (`default_permissions`) then costs no
+    /// `open_by_handle_at`. A cached descriptor names the same inode the
+    /// handle does, wherever it has moved (as `open_by_handle_at` would).
+    pub(crate) fn open_path_fd(&self, ino: Ino) -> Res<Arc<OwnedFd>> {
+        let (handle, kind) = self.objects.get(ino).ok_or(Errno::ESTALE)?;
+        if kind == Kind::Dir {
+            return self.backing.dir(&handle);
         }
-        self.open_path(ino)
+        Ok(Arc::new(self.backing.open_handle(&handle, libc::O_PATH)?))
     }
 
     fn open_path(&self, ino: Ino) -> Res<OwnedFd> {
@@ -464,13 +478,19 @@ impl LiveTree {
         // The replaced file when `take_born` forgot it (given back if the
         // rename fails).
         let mut born_taken = None;
+        // Whether the new name is known to be free (renames to a new name
+        // are the common case: then nothing is replaced and the checks for
+        // a replaced object are skipped).
+        let mut target_free = false;
         if let Some(r) = &_rec {
             // One record per name touched; the moved object (and a whole
             // directory tree under it) keeps its identity.
             r.capture().entry(from.as_fd(), name, caller)?;
             r.capture().entry(to.as_fd(), new_name, caller)?;
             let plain = flags.is_empty();
-            if plain && backing::is_last_link(to.as_fd(), new_name) {
+            let target = backing::name_state(to.as_fd(), new_name)?;
+            target_free = target.is_none();
+            if plain && target == Some(true) {
                 let source = self.peek(from.as_fd(), name)?.1;
                 let victim = self.peek(to.as_fd(), new_name)?.1;
                 // A file created in this turn and replaced in it (a temp
@@ -518,13 +538,14 @@ impl LiveTree {
                     self.note_removed(victim);
                     return Ok(());
                 }
-            } else if !flags.contains(RenameFlags::EXCHANGE) {
+            } else if !flags.contains(RenameFlags::EXCHANGE) && !target_free {
                 // A replaced file with other names loses one: its link
                 // count is part of its state at the checkpoint.
                 r.capture().named(to.as_fd(), new_name, false, caller)?;
             }
         }
-        let replaced = if flags.contains(RenameFlags::EXCHANGE) || flags.contains(RenameFlags::NOREPLACE) {
+        let replaced = if target_free || flags.contains(RenameFlags::EXCHANGE) || flags.contains(RenameFlags::NOREPLACE)
+        {
             None
         } else {
             self.peek(to.as_fd(), new_name).ok().map(|(_, a)| a)
@@ -587,6 +608,8 @@ impl LiveTree {
             self.recorder.add_writer(ino);
         }
         let (fh, open) = self.open.register(ino, File::from(fd), writable);
+        let turn = self.turn();
+        self.uncapable().insert(ino, (fh, turn));
         Ok((Attr::from_stat(ino, &st), fh, open))
     }
 
@@ -648,6 +671,11 @@ impl LiveTree {
 
     pub fn release(&self, fh: Fh) {
         let Some(file) = self.open.remove(fh) else { return };
+        let mut uncapable = self.uncapable();
+        if uncapable.get(&file.ino).is_some_and(|(created_by, _)| *created_by == fh) {
+            uncapable.remove(&file.ino);
+        }
+        drop(uncapable);
         if file.writable {
             self.recorder.remove_writer(file.ino);
         }
@@ -680,14 +708,38 @@ impl LiveTree {
         self.backing.statfs()
     }
 
-    fn xattr_fd(&self, ino: Ino) -> Res<OwnedFd> {
+    fn xattr_fd(&self, ino: Ino) -> Res<Arc<OwnedFd>> {
         self.open_path_fd(ino)
     }
 
     /// With `size == 0`, answers the size of the value; otherwise the value
     /// (ERANGE when it does not fit in `size`).
     pub fn getxattr(&self, ino: Ino, name: &OsStr, size: u32) -> Res<XattrReply> {
+        if name.as_bytes() == SECURITY_CAPABILITY && self.surely_uncapable(ino) {
+            return Err(Errno(libc::ENODATA));
+        }
         backing::getxattr(self.xattr_fd(ino)?.as_fd(), name, size)
+    }
+
+    fn uncapable(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, (Fh, Option<i64>)>> {
+        self.uncapable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn turn(&self) -> Option<i64> {
+        self.journal().map(|j| j.current_turn())
+    }
+
+    /// Whether `ino` certainly has no `security.capability`: the kernel
+    /// asks before the first write through every open (`file_remove_privs`,
+    /// FUSE never marks an inode free of security xattrs), one request and
+    /// two lookups on the backing side per created file. A file this daemon
+    /// created has none (nothing sets one at creation), and only `setxattr`
+    /// can add one: the daemon's own forgets the file here first, and
+    /// writes behind the daemon's back (a rewind, a restore) each seal a
+    /// turn first, which ends the answer too.
+    fn surely_uncapable(&self, ino: Ino) -> bool {
+        let created_in = self.uncapable().get(&ino).map(|(_, turn)| *turn);
+        created_in.is_some_and(|turn| turn == self.turn())
     }
 
     pub fn listxattr(&self, ino: Ino, size: u32) -> Res<XattrReply> {
@@ -703,6 +755,7 @@ impl LiveTree {
     }
 
     pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, caller: Caller) -> Res<()> {
+        self.uncapable().remove(&ino);
         let _rec = self.recording();
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
@@ -712,6 +765,7 @@ impl LiveTree {
     }
 
     pub fn removexattr(&self, ino: Ino, name: &OsStr, caller: Caller) -> Res<()> {
+        self.uncapable().remove(&ino);
         let _rec = self.recording();
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
