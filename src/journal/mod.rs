@@ -331,10 +331,13 @@ fn record_bytes(stats: &crate::store::StoreStats) -> u64 {
     stats.chunks * crate::store::pack::RECORD_HEADER_LEN + stats.stored_bytes
 }
 
-/// State key prefix: a rewound file the settler filled since the newest
-/// seal (followed by its handle in hex). Filling it changed its ctime but
-/// not its state in history (views showed those bytes already), so after a
-/// crash it is not taken for a change made outside the mount.
+/// State key prefix: an object the daemon itself changed since the newest
+/// seal with no record naming it (followed by its handle in hex): a
+/// rewound file the settler filled (its ctime changed, not its state in
+/// history: views showed those bytes already), or an object a rewind
+/// recreated under its old identity (a new inode, whose absence at the
+/// seal is the entry record). After a crash neither is taken for a change
+/// made outside the mount. (The prefix predates the second use.)
 const SETTLED: &str = "settled:";
 
 fn settled_key(handle: &[u8]) -> String {
@@ -598,7 +601,13 @@ impl Journal {
         let handle = handle.to_bytes();
         let mut inner = self.lock();
         inner.fold()?;
-        inner.meta.set_object_handle(id, &handle)?;
+        // The new inode's ctime is after the seal; if the daemon dies before
+        // the next seal, the scan at mount must not take it for an outside
+        // change (see SETTLED).
+        inner.meta.transaction(|m| {
+            m.set_object_handle(id, &handle)?;
+            m.set_state(&settled_key(&handle), "")
+        })?;
         inner.ids.retain(|_, v| *v != id);
         inner.ids.insert(handle, id);
         Ok(())
@@ -905,7 +914,8 @@ impl Journal {
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
                 // Rewound files: the settler fills them (now, or it did
-                // since the newest seal), whatever happened outside.
+                // since the newest seal), whatever happened outside; and
+                // objects a rewind recreated since the newest seal.
                 if m.is_pending(h)? || m.get_state(&settled_key(h))?.is_some() {
                     continue;
                 }
@@ -915,6 +925,7 @@ impl Journal {
                 if unclean && (renamed.contains(&id) || m.object_turn_at(id, turn - 1)?.is_some()) {
                     continue;
                 }
+                log::debug!("object {} (kind {kind}) changed outside the mount", id.0);
                 m.taint(id, turn)?;
                 n += 1;
             }

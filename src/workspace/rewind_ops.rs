@@ -81,6 +81,15 @@ impl<'a> RewindOps<'a> {
     /// `Ok(false)`: the slot is empty.
     pub fn bring_back(&self, obj: ObjectId, dir: BorrowedFd<'_>, name: &OsStr) -> Res<bool> {
         self.entry(dir, name)?;
+        // The move changes the object's ctime, and no entry record names it
+        // (its old name is the attic's): its attributes are recorded, as
+        // `link_back` does, so that after a crash before the rewind ends
+        // the next mount does not take the rewind's own move for a change
+        // made outside rewindfs.
+        if let Some(attic) = self.tree.attic().fd() {
+            let slot = obj.0.to_string();
+            self.tree.capture(self.journal).named(attic, OsStr::new(&slot), false, self.caller)?;
+        }
         self.tree.attic().take_out(obj, dir, name)
     }
 
