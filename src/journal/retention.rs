@@ -243,11 +243,11 @@ pub fn no_cache(_: i64, _: Option<&str>, begin: &mut dyn FnMut()) {
 /// Records a forget merges per transaction. Each batch holds the turn gate
 /// (what every recording FUSE operation waits for) for its transaction
 /// only: a turn that removed a whole tree is merged in many short steps.
-pub const FORGET_BATCH_ROWS: usize = 64;
+pub const FORGET_BATCH_ROWS: usize = 32;
 
 /// Chunks freed per step (their `gc_chunks` listing, then their release
 /// from the chunk store under the content lock).
-pub const FREE_BATCH_CHUNKS: usize = 256;
+pub const FREE_BATCH_CHUNKS: usize = 128;
 
 /// The attic entries a collection's transactions left unreachable: removed
 /// after its last commit (each is in `gc_attic` from its commit on, so the
@@ -436,11 +436,14 @@ impl Journal {
         let at = now_ms();
         for &f in &victims {
             let message = self.with_meta(|m| m.checkpoint_message(f))?;
-            let mut begun = Ok(());
+            let mut begun = None;
             hide(f, message.as_deref(), &mut || {
-                begun = self.exclusive(&mut out.gate_ms, |m| m.forget_begin(f, by, at).map(drop));
+                begun =
+                    Some(self.exclusive("take out of view", &mut out.gate_ms, |m| m.forget_begin(f, by, at).map(drop)));
             });
-            begun?;
+            begun.unwrap_or(Err(JournalError::Meta(crate::meta::MetaError::Malformed {
+                what: "collection (its checkpoint was never taken out of view)",
+            })))?;
             self.merge_forgetting(&mut out, &mut freed, attic, attic_dir)?;
         }
         self.free_chunks(&mut out)?;
@@ -453,15 +456,21 @@ impl Journal {
     /// Runs `f` in one transaction holding the turn gate exclusively (what
     /// every recording FUSE operation waits for) and the content lock,
     /// after folding the record log; `held` keeps the longest such hold.
-    fn exclusive<T>(&self, held: &mut f64, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
+    fn exclusive<T>(&self, what: &str, held: &mut f64, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
         let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let taken = std::time::Instant::now();
         let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
         inner.fold()?;
+        let folded = taken.elapsed();
         let out = inner.meta.transaction(f);
         drop((inner, content, gate));
-        *held = held.max(taken.elapsed().as_secs_f64() * 1000.0);
+        let ms = taken.elapsed().as_secs_f64() * 1000.0;
+        log::debug!(
+            "collection step ({what}): writes held {ms:.2} ms (the fold {:.2} ms)",
+            folded.as_secs_f64() * 1000.0
+        );
+        *held = held.max(ms);
         Ok(out?)
     }
 
@@ -479,7 +488,7 @@ impl Journal {
         let rows = crate::world::test_hooks::gc_batch_rows().unwrap_or(FORGET_BATCH_ROWS);
         loop {
             let mut held = out.gate_ms;
-            let done = self.exclusive(&mut held, |m| {
+            let done = self.exclusive("merge a batch", &mut held, |m| {
                 let Some(g) = m.forgetting()? else { return Ok(true) };
                 let (merged, done) = m.forget_rows(&g, rows)?;
                 out.records_dropped += merged.dropped_records;
@@ -520,6 +529,7 @@ impl Journal {
                 })?
             };
             drop(gate);
+            let gate_ms = taken.elapsed().as_secs_f64() * 1000.0;
             let dead: Vec<ChunkId> = dead.into_iter().collect();
             out.chunks_freed += dead.len() as u64;
             for id in &dead {
@@ -530,7 +540,9 @@ impl Journal {
             self.store.release(&dead)?;
             self.with_meta(|m| m.remove_gc_chunks(&dead))?;
             drop(content);
-            out.gate_ms = out.gate_ms.max(taken.elapsed().as_secs_f64() * 1000.0);
+            let ms = taken.elapsed().as_secs_f64() * 1000.0;
+            log::debug!("collection step (free {} chunks): gate {gate_ms:.2} ms, content lock {ms:.2} ms", dead.len());
+            out.gate_ms = out.gate_ms.max(ms);
             if dead.len() < FREE_BATCH_CHUNKS {
                 return Ok(());
             }
