@@ -516,6 +516,10 @@ fn reset_deletes_all_history_but_never_the_workspace() {
 
     let copy = c.copy();
     let (chunks, packs) = (c.chunks(), c.packs());
+    // Looked up: the kernel caches a view's entry for an hour.
+    for n in &listed {
+        assert!(c.fx.path().join(format!(".rewindfs/checkpoints/{n}")).exists(), "view of {n} before the reset");
+    }
     let v = c.fx.cli_json(&["reset", "--confirm"]);
     let fresh = v["checkpoint"].as_i64().expect("checkpoint");
     let mut old = vec![0];

@@ -506,7 +506,23 @@ fn reset(
     crate::world::test_hooks::kill_point("reset-sealed");
     let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
     let step = |done, total| progress(protocol::Progress { done, total, bytes_freed: 0 });
+    let (checkpoints, messages) = ctx.hidden_views.as_ref().map(|b| b.listing_dirs()).unwrap_or_default();
+    let views = match (checkpoints, messages) {
+        (None, None) => Vec::new(),
+        _ => journal.with_meta(|m| m.checkpoints()).map_err(|e| journal_failure(e.into()))?,
+    };
     let collected = journal.reset(&attic, &ctx.info.store.join("attic"), &step).map_err(journal_failure)?;
+    // The kernel forgets the views of what went. Not frozen (the reset's
+    // one transaction is long): a lookup answered across its commit can
+    // still leave one entry cached.
+    for c in views.iter().filter(|c| c.checkpoint < checkpoint) {
+        if let Some(dir) = checkpoints {
+            ctx.invalidator.entry(dir, std::ffi::OsStr::new(&c.checkpoint.to_string()));
+        }
+        if let (Some(dir), Some(m)) = (messages, &c.message_id) {
+            ctx.invalidator.entry(dir, std::ffi::OsStr::new(m));
+        }
+    }
     let total = collected.forgotten.len() as u64;
     progress(protocol::Progress { done: total, total, bytes_freed: collected.bytes_freed });
     // Every pack mostly released goes, however small: nothing is left to
