@@ -538,7 +538,11 @@ impl Journal {
             // Committed, nothing freed yet: the next open frees them.
             crate::world::test_hooks::kill_point("gc-committed");
             self.store.release(&dead)?;
-            self.with_meta(|m| m.remove_gc_chunks(&dead))?;
+            // Still under the content lock: once it is free, a chunk with
+            // the same id may be stored again, and the next open must not
+            // release it. Not folding the record log: the rows are no
+            // record's business, and waiting writers need not wait for it.
+            self.lock().meta.remove_gc_chunks(&dead)?;
             drop(content);
             let ms = taken.elapsed().as_secs_f64() * 1000.0;
             log::debug!("collection step (free {} chunks): gate {gate_ms:.2} ms, content lock {ms:.2} ms", dead.len());
