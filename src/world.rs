@@ -315,16 +315,21 @@ pub mod test_hooks {
     /// `REWINDFS_TEST_STATS_PAUSE` exists (it writes `<that>.reached` when
     /// it first waits), so a test can run a rewind in that window.
     pub fn view_lookup() {
-        let Some(pause) = std::env::var_os("REWINDFS_TEST_STATS_PAUSE") else { return };
-        if std::thread::current().name() != Some(crate::report::TURN_STATS_THREAD) {
-            return;
+        if std::thread::current().name() == Some(crate::report::TURN_STATS_THREAD) {
+            wait_while("REWINDFS_TEST_STATS_PAUSE", "the turn statistics wait in a view lookup");
         }
+    }
+
+    /// Waits while the file named by `$var` exists, writing `<that>.reached`
+    /// when it first waits.
+    fn wait_while(var: &str, what: &str) {
+        let Some(pause) = std::env::var_os(var) else { return };
         let pause = std::path::PathBuf::from(pause);
         if pause.exists() {
             let mut reached = pause.clone().into_os_string();
             reached.push(".reached");
             let _ = std::fs::write(reached, b"");
-            log::warn!("test hook: the turn statistics wait in a view lookup");
+            log::warn!("test hook: {what}");
         }
         while pause.exists() {
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -335,6 +340,20 @@ pub mod test_hooks {
     /// (Unix milliseconds): "older than D days" without waiting D days.
     pub fn now_ms() -> Option<i64> {
         std::env::var("REWINDFS_TEST_NOW_MS").ok().and_then(|v| v.parse().ok())
+    }
+
+    /// How many records a collection merges per transaction
+    /// (`REWINDFS_TEST_GC_BATCH_ROWS`), so a small turn takes several.
+    pub fn gc_batch_rows() -> Option<usize> {
+        std::env::var("REWINDFS_TEST_GC_BATCH_ROWS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0)
+    }
+
+    /// Holds a collection between two of its batches (the locks free)
+    /// while the file named by `REWINDFS_TEST_GC_PAUSE` exists (it writes
+    /// `<that>.reached` when it first waits), so a test can write and read
+    /// views in that window.
+    pub fn gc_batch_pause() {
+        wait_while("REWINDFS_TEST_GC_PAUSE", "the collection waits between two batches");
     }
 
     /// Whether the background settler waits: while the file named by
@@ -356,6 +375,10 @@ pub mod test_hooks {
     pub fn settler_paused() -> bool {
         false
     }
+    pub fn gc_batch_rows() -> Option<usize> {
+        None
+    }
+    pub fn gc_batch_pause() {}
     pub fn kill_point(_point: &str) {}
     pub fn fail_point(_point: &str) -> bool {
         false

@@ -390,3 +390,17 @@ fn run_detaches_lazily_when_a_background_process_holds_the_mount() {
     wait_until("the lazily detached mount is gone", || !is_mounted(&fx.ws));
     assert_eq!(std::fs::read_to_string(fx.ws.join("held")).unwrap(), "data\n");
 }
+
+#[test]
+fn a_new_store_s_directories_are_private_to_their_owner_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut fx = MountFixture::unmounted();
+    // rewindfs creates the store itself; the daemon runs with umask 0.
+    std::fs::remove_dir(&fx.store).expect("remove the fixture's store dir");
+    fx.mount(false, &[]);
+    fx.sh("echo x > f && rm f");
+    for dir in [fx.store.clone(), fx.store.join("chunks"), fx.store.join("chunks/packs"), fx.store.join("attic")] {
+        let mode = std::fs::metadata(&dir).expect("store directory").permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700, "{} has mode {mode:o}", dir.display());
+    }
+}

@@ -323,11 +323,12 @@ fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
     for id in &attic_left {
         assert!(!c.fx.store.join("attic").join(id.0.to_string()).exists(), "attic entry {id:?} is still there");
     }
-    // Only `log` here: a view looked up now would stay in the kernel's
-    // cache after the next gc forgets its checkpoint (noted in the report).
     let listed = c.listed();
     assert!(!listed.contains(&0) && !listed.contains(&t[0]), "{listed:?}");
     assert!(t[1..].iter().all(|n| listed.contains(n)), "{listed:?}");
+    // Views looked up now must not outlive their checkpoints' collection
+    // in the kernel's cache.
+    c.check_views(&[0, t[0]], "after the interrupted gc");
     c.fsck_clean("after the interrupted gc");
     // The rest goes with the next gc (the remount sealed a checkpoint).
     c.fx.cli_json(&["gc", "--keep-count", "2"]);
@@ -335,6 +336,128 @@ fn a_gc_killed_after_its_commit_is_finished_at_the_next_mount() {
     c.fsck_clean("after the next gc");
     c.fx.cli_json(&["rewind", &t[3].to_string()]);
     assert_same_tree(&c.copies[&t[3]], c.fx.path(), "live tree after rewinding to t4");
+}
+
+/// A history whose checkpoint `made` is followed by a turn that removes a
+/// directory of 12 files (each its own content): forgetting `made` merges
+/// that turn into `t1`'s, dropping its 13 entry records (the names did not
+/// exist at `t1`) and emptying the attic of the 12 files. Returns (t1,
+/// made, the checkpoint after the removal).
+fn history_with_a_large_removal(c: &mut Case) -> (i64, i64, i64) {
+    let t1 = c.step(1);
+    c.fx.sh("mkdir many && for i in $(seq 1 12); do head -c 30000 /dev/urandom > many/f$i; done");
+    let made = c.fx.turn("made");
+    let copy = c.copy();
+    c.copies.insert(made, copy);
+    c.fx.sh("rm -rf many && echo gone > src/gone");
+    let removed = c.fx.turn("removed");
+    let copy = c.copy();
+    c.copies.insert(removed, copy);
+    (t1, made, removed)
+}
+
+#[test]
+fn a_forget_killed_between_two_batches_is_finished_at_the_next_mount_losing_nothing_kept() {
+    // Three records per transaction: the removal's merge takes several,
+    // and the daemon dies after the second.
+    let env = [("REWINDFS_TEST_GC_BATCH_ROWS", "3"), ("REWINDFS_TEST_KILL_AT", "gc-batch:2")];
+    let mut c = Case::new(&env);
+    let (t1, made, removed) = history_with_a_large_removal(&mut c);
+    let attic = c.attic();
+    c.killed_by(&["forget", "made"]);
+    let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
+    let under_way = meta.forgetting().expect("forgetting");
+    assert_eq!(under_way.map(|g| (g.checkpoint, g.into)), Some((made, Some(t1))), "the kill left the forget under way");
+    drop(meta);
+    c.fx.mount_with_env(false, ARGS, &[]);
+    let meta = rewindfs::meta::Meta::open_read_only(&c.fx.store.join("meta.sqlite")).expect("meta");
+    assert_eq!(meta.forgetting().expect("forgetting"), None, "the mount finished the forget");
+    assert!(meta.gc_chunks().expect("gc_chunks").is_empty() && meta.gc_attic().expect("gc_attic").is_empty());
+    drop(meta);
+    assert_eq!(c.attic(), attic - 12, "the removed files no kept checkpoint reaches left the attic");
+    c.check_views(&[made], "after the interrupted forget");
+    c.fsck_clean("after the interrupted forget");
+    let out = c.run(&["diff", "made"]);
+    assert!(stderr(&out).contains("forgotten"), "{}", describe_status(&out));
+    c.fx.cli_json(&["rewind", &t1.to_string()]);
+    assert_same_tree(&c.copies[&t1], c.fx.path(), "live tree after rewinding to t1");
+    c.fx.cli_json(&["rewind", &removed.to_string()]);
+    assert_same_tree(&c.copies[&removed], c.fx.path(), "live tree after rewinding to the removal");
+}
+
+/// Ends a collection's pause however the test ends (the mount's unmount
+/// would wait for it).
+struct Unpause(PathBuf);
+
+impl Drop for Unpause {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn writes_views_and_fsck_go_on_between_the_batches_of_a_forget() {
+    let pause = tempfile::NamedTempFile::new().expect("pause file");
+    let reached = format!("{}.reached", pause.path().display());
+    let env = [("REWINDFS_TEST_GC_BATCH_ROWS", "3"), ("REWINDFS_TEST_GC_PAUSE", pause.path().to_str().expect("path"))];
+    let mut c = Case::new(&env);
+    let (_, made, _) = history_with_a_large_removal(&mut c);
+    c.fsck_clean("before the forget");
+    let attic = c.attic();
+    let mp = c.mp();
+    let _unpause = Unpause(pause.path().to_path_buf());
+    let mut forget = c.fx.command();
+    forget.args(["forget", "-C", &mp, "made", "--json"]);
+    forget.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = forget.spawn().expect("spawn forget");
+    let deadline = std::time::Instant::now() + CHILD_TIMEOUT;
+    while !Path::new(&reached).exists() {
+        assert!(std::time::Instant::now() < deadline, "the forget never paused between two batches");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Between two batches: a write completes, every kept view reads as it
+    // did, the forgotten checkpoint is gone, and fsck finds nothing wrong.
+    c.fx.sh("echo during > src/during");
+    c.check_views(&[made], "between two batches");
+    c.fsck_clean("between two batches");
+    std::fs::remove_file(pause.path()).expect("end the pause");
+    let out = wait_child(&mut child, CHILD_TIMEOUT, "forget");
+    assert!(out.status.success(), "forget: {}", describe_status(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["forgotten"], serde_json::json!([made]), "{v}");
+    assert_eq!(v["attic_files_freed"].as_u64(), Some(12), "{v}");
+    assert_eq!(c.attic(), attic - 12);
+    let after = c.fx.turn("after");
+    let copy = c.copy();
+    c.copies.insert(after, copy);
+    assert_eq!(std::fs::read_to_string(c.fx.path().join("src/during")).expect("written between batches"), "during\n");
+    c.check_views(&[made], "after the forget");
+    c.fsck_clean("after the forget");
+}
+
+#[test]
+fn a_forgotten_or_collected_checkpoint_s_view_is_gone_at_once_though_the_kernel_had_looked_it_up() {
+    let later = (now_ms() + 30 * DAY_MS).to_string();
+    let mut c = Case::new(&[("REWINDFS_TEST_NOW_MS", &later)]);
+    let t: Vec<i64> = (1..=4).map(|i| c.step(i)).collect();
+    let view = |c: &Case, path: &str| c.fx.path().join(".rewindfs").join(path);
+    let gone = |c: &Case, path: &str| match std::fs::symlink_metadata(view(c, path)) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(_) => false,
+    };
+    // Looked up (the kernel caches a view's entry for an hour). A view's
+    // root is one directory inode whatever names it, and the kernel keeps
+    // one name of a directory: one name per checkpoint here.
+    for path in [format!("checkpoints/{}", t[1]), "messages/t1".to_string(), "checkpoints/0".to_string()] {
+        assert!(!gone(&c, &path), "{path} before");
+    }
+    c.fx.cli_json(&["forget", "t2"]);
+    assert!(gone(&c, &format!("checkpoints/{}", t[1])), "checkpoints/{} after forget", t[1]);
+    let v = c.fx.cli_json(&["gc", "--keep-count", "2"]);
+    assert_eq!(v["forgotten"], serde_json::json!([0, t[0]]), "{v}");
+    assert!(gone(&c, "messages/t1"), "messages/t1 after gc");
+    assert!(gone(&c, "checkpoints/0"), "checkpoints/0 after gc");
+    assert!(!gone(&c, &format!("checkpoints/{}", t[3])), "the kept newest stays");
 }
 
 /// Builds a history with a name, a rewind's safety checkpoint and a
@@ -393,6 +516,10 @@ fn reset_deletes_all_history_but_never_the_workspace() {
 
     let copy = c.copy();
     let (chunks, packs) = (c.chunks(), c.packs());
+    // Looked up: the kernel caches a view's entry for an hour.
+    for n in &listed {
+        assert!(c.fx.path().join(format!(".rewindfs/checkpoints/{n}")).exists(), "view of {n} before the reset");
+    }
     let v = c.fx.cli_json(&["reset", "--confirm"]);
     let fresh = v["checkpoint"].as_i64().expect("checkpoint");
     let mut old = vec![0];

@@ -3,12 +3,16 @@
 //!
 //! It never holds anything long. Each slice takes the history lock (so it
 //! never runs inside a rewind, restore or `turn`, and waits for them) and
-//! forgets one checkpoint: only that slice's transaction holds the turn gate
-//! exclusively, which is what a recording FUSE operation waits for (its
-//! length is logged at debug level, the longest kept for `status`). Between slices the
-//! locks are free and the thread pauses. The compaction that follows takes
-//! the chunk store's writer for one copied record at a time (and the final
-//! index swap), so a capture waits at most that long; reads never wait.
+//! forgets one checkpoint in short steps (`journal/retention.rs`): one
+//! transaction takes the checkpoint out of view, each next one merges a
+//! bounded batch of its records, each step freeing chunks lists and
+//! releases a bounded number. Only those steps hold the turn gate
+//! exclusively, which is what a recording FUSE operation waits for (the
+//! slice's longest step is logged at debug level, the longest of a run kept
+//! for `status`). Between slices the locks are free and the thread pauses.
+//! The compaction that follows takes the chunk store's writer for one
+//! copied record at a time (and the final index swap), so a capture waits
+//! at most that long; reads never wait.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,7 +65,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
     let mut out = AutoRun::default();
     let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
     loop {
-        let Some(_history) = ctx.world.try_history() else {
+        let Some(history) = ctx.world.try_history() else {
             std::thread::sleep(PAUSE);
             continue;
         };
@@ -73,9 +77,12 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         }
         let Some(&victim) = journal.plan_retention(&policy)?.first() else { break };
         let started = Instant::now();
-        let c = journal.collect(&[victim], "retention", false, &attic, Some(&ctx.info.store.join("attic")))?;
+        let hide = |n, message: Option<&str>, begin: &mut dyn FnMut()| {
+            super::hide_checkpoint(ctx, &history, n, message, begin)
+        };
+        let c = journal.collect(&[victim], "retention", false, &attic, Some(&ctx.info.store.join("attic")), &hide)?;
         debug!(
-            "background slice: checkpoint {victim} forgotten, turn gate held {:.2} ms, slice {:.2} ms",
+            "background slice: checkpoint {victim} forgotten, turn gate held {:.2} ms at most, slice {:.2} ms",
             c.gate_ms,
             started.elapsed().as_secs_f64() * 1000.0
         );
@@ -85,7 +92,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         out.chunks_freed += c.chunks_freed;
         out.bytes_freed += c.bytes_freed;
         out.attic_files_freed += c.attic_files_freed;
-        drop(_history);
+        drop(history);
         std::thread::sleep(PAUSE);
     }
     if out.chunks_freed > 0 {

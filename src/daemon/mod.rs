@@ -7,6 +7,7 @@ pub mod control;
 pub mod protocol;
 pub mod registry;
 
+use std::ffi::OsString;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use crate::meta::{IntentOp, Reason};
 use crate::sys;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
-use crate::world::World;
+use crate::world::{HistoryOp, World};
 use control::{Op, Request, Response};
 use registry::MountInfo;
 use std::os::unix::ffi::OsStrExt;
@@ -505,7 +506,23 @@ fn reset(
     crate::world::test_hooks::kill_point("reset-sealed");
     let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
     let step = |done, total| progress(protocol::Progress { done, total, bytes_freed: 0 });
+    let (checkpoints, messages) = ctx.hidden_views.as_ref().map(|b| b.listing_dirs()).unwrap_or_default();
+    let views = match (checkpoints, messages) {
+        (None, None) => Vec::new(),
+        _ => journal.with_meta(|m| m.checkpoints()).map_err(|e| journal_failure(e.into()))?,
+    };
     let collected = journal.reset(&attic, &ctx.info.store.join("attic"), &step).map_err(journal_failure)?;
+    // The kernel forgets the views of what went. Not frozen (the reset's
+    // one transaction is long): a lookup answered across its commit can
+    // still leave one entry cached.
+    for c in views.iter().filter(|c| c.checkpoint < checkpoint) {
+        if let Some(dir) = checkpoints {
+            ctx.invalidator.entry(dir, std::ffi::OsStr::new(&c.checkpoint.to_string()));
+        }
+        if let (Some(dir), Some(m)) = (messages, &c.message_id) {
+            ctx.invalidator.entry(dir, std::ffi::OsStr::new(m));
+        }
+    }
     let total = collected.forgotten.len() as u64;
     progress(protocol::Progress { done: total, total, bytes_freed: collected.bytes_freed });
     // Every pack mostly released goes, however small: nothing is left to
@@ -521,12 +538,13 @@ fn reset(
 }
 
 /// Forgets `victims` (oldest first) one per collection, each holding the
-/// turn gate for its own transaction only, so writes go on between them
-/// (as in the background), telling `progress` after each. With no victim,
-/// one collection still frees what fell to zero references since the last.
-/// A dry run is one collection, rolled back.
+/// turn gate for its own short transactions only, so writes go on between
+/// them (as in the background), telling `progress` after each. With no
+/// victim, one collection still frees what fell to zero references since
+/// the last. A dry run is one collection, rolled back.
 fn collect_sliced(
     ctx: &Ctx,
+    history: &HistoryOp<'_>,
     victims: &[i64],
     by: &str,
     dry_run: bool,
@@ -534,8 +552,9 @@ fn collect_sliced(
 ) -> std::result::Result<crate::journal::retention::Collected, Failure> {
     let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
     let dir = ctx.info.store.join("attic");
+    let hide = |n, message: Option<&str>, begin: &mut dyn FnMut()| hide_checkpoint(ctx, history, n, message, begin);
     if dry_run {
-        return ctx.journal.collect(victims, by, true, &attic, Some(&dir)).map_err(journal_failure);
+        return ctx.journal.collect(victims, by, true, &attic, Some(&dir), &hide).map_err(journal_failure);
     }
     let mut victims = victims.to_vec();
     victims.sort_unstable();
@@ -544,13 +563,35 @@ fn collect_sliced(
     let slices: Vec<&[i64]> = if victims.is_empty() { vec![&[]] } else { victims.chunks(1).collect() };
     let mut out = crate::journal::retention::Collected::default();
     for slice in slices {
-        let c = ctx.journal.collect(slice, by, false, &attic, Some(&dir)).map_err(journal_failure)?;
+        let c = ctx.journal.collect(slice, by, false, &attic, Some(&dir), &hide).map_err(journal_failure)?;
         out.absorb(c);
         progress(protocol::Progress { done: out.forgotten.len() as u64, total, bytes_freed: out.bytes_freed });
         // Writers waiting on the gate go first.
         std::thread::yield_now();
     }
     Ok(out)
+}
+
+/// Runs `begin`, the transaction that takes checkpoint `n` out of the
+/// history, so that the kernel keeps no entry of it under `.rewindfs/`
+/// (looked up, one stays an hour, `fs/view.rs`): with the tree frozen (no
+/// lookup in flight can answer after the expiry), its entries
+/// `checkpoints/N` and `messages/ID` are expired before the tree thaws.
+/// Nothing is frozen while the kernel holds neither directory.
+fn hide_checkpoint(ctx: &Ctx, history: &HistoryOp<'_>, n: i64, message: Option<&str>, begin: &mut dyn FnMut()) {
+    let (checkpoints, messages) = ctx.hidden_views.as_ref().map(|b| b.listing_dirs()).unwrap_or_default();
+    if checkpoints.is_none() && messages.is_none() {
+        return begin();
+    }
+    let mut frozen = history.freeze(&ctx.invalidator);
+    begin();
+    let entries = &mut frozen.touched().entries;
+    if let Some(dir) = checkpoints {
+        entries.insert((dir, OsString::from(n.to_string())));
+    }
+    if let (Some(dir), Some(m)) = (messages, message) {
+        entries.insert((dir, OsString::from(m)));
+    }
 }
 
 /// What `reset` without `--confirm` is told (the CLI says it first).
@@ -687,7 +728,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }
-            collect_sliced(ctx, &victims, "forget", dry_run, progress)
+            collect_sliced(ctx, &_history, &victims, "forget", dry_run, progress)
         }),
         Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days, auto }| {
             let _history = ctx.world.history();
@@ -699,7 +740,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
                 journal.set_policy(&policy).map_err(journal_failure)?;
             }
             let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
-            let collected = collect_sliced(ctx, &victims, "retention", dry_run, progress)?;
+            let collected = collect_sliced(ctx, &_history, &victims, "retention", dry_run, progress)?;
             // Packs only become worth rewriting when chunks are released.
             let compacted = if dry_run || collected.chunks_freed == 0 {
                 Default::default()

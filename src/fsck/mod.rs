@@ -473,7 +473,9 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
             gone.push((problem(ProblemKind::ObjectRowMissing, Some(c.object), None), ks));
             continue;
         }
-        let needs_inode = c.newest_cover.is_none_or(|t| c.newest_record > t);
+        // No checkpoint in that range (records of a turn being forgotten,
+        // `journal/retention.rs`): no view reads the inode.
+        let needs_inode = c.newest_cover.is_none_or(|t| c.newest_record > t) && !ks.is_empty();
         if !needs_inode || !inodes.available() {
             continue;
         }

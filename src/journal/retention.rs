@@ -3,17 +3,22 @@
 //! kept checkpoint before it, `meta/retention.rs`) and frees the chunks no
 //! kept checkpoint needs.
 //!
-//! Crash safety: everything a collection changes in the metadata, and the
-//! list of chunks it must then free (`gc_chunks`, its intent), commit in one
-//! SQLite transaction; the chunks are released from the chunk store after
-//! the commit, then the list is cleared. A daemon killed in between leaves
-//! the list, and the next open of the store ([`Journal::finish_collection`])
-//! releases them before anything records again. Nothing can reuse such a
-//! chunk meanwhile: the collection holds the content lock from before its
-//! transaction until the chunks are released, so no content is stored (and
-//! deduplicated against one) in between; no record, pending file or trusted
-//! cached list names one. The turn gate (what recording waits for) is held
-//! exclusively for the transaction only.
+//! Crash safety and short holds: a collection is a series of short
+//! SQLite transactions, each holding the turn gate (what recording waits
+//! for) and the content lock for itself only, so writes go on in between.
+//! The first takes a checkpoint out of `checkpoints` and notes the forget
+//! (`retention.forgetting`); each next one merges a bounded batch of its
+//! turn's records ([`FORGET_BATCH_ROWS`]), every key whole, so every view
+//! of a kept checkpoint reads the same between two batches; the last batch
+//! clears the note. The attic entries its batches leave unreachable are
+//! listed in `gc_attic` with them. Then each step of [`FREE_BATCH_CHUNKS`]
+//! chunks at zero references lists them in `gc_chunks` (its intent) in one
+//! transaction and releases them from the chunk store before letting go of
+//! the content lock: no content is stored (and deduplicated against one)
+//! in between, and no record, pending file or trusted cached list names
+//! one. A daemon killed anywhere leaves a note, a list or both, and the
+//! next open of the store ([`Journal::finish_collection`]) frees what is
+//! listed and merges the rest before anything records again.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -59,10 +64,12 @@ pub struct AutoRun {
     pub attic_files_freed: u64,
     /// Pack bytes compaction gave back on disk.
     pub bytes_reclaimed: u64,
-    /// Collections it ran, one checkpoint each, each holding the turn gate
-    /// (and so every recording FUSE operation) for its transaction.
+    /// Collections it ran, one checkpoint each, each in short steps that
+    /// hold the turn gate (and so every recording FUSE operation) for their
+    /// transaction only.
     pub slices: u64,
-    /// The longest time one of them held the turn gate, in milliseconds.
+    /// The longest time one step held the turn gate or the content lock,
+    /// in milliseconds ([`Collected::gate_ms`]).
     pub longest_slice_ms: f64,
 }
 
@@ -178,14 +185,31 @@ pub struct Collected {
     pub attic_files_freed: u64,
     #[serde(default)]
     pub attic_bytes_freed: u64,
-    /// How long the turn gate (which every recording FUSE operation
-    /// waits for) was held exclusively, in milliseconds: the transaction;
-    /// releasing chunks and removing attic entries come after.
+    /// The longest time one of its steps held the turn gate (which every
+    /// recording FUSE operation waits for) or the content lock (which a
+    /// capture storing content waits for), in milliseconds: each is one
+    /// transaction, plus for a step that frees chunks their release; the
+    /// attic entries are removed after. `reset` and dry runs are one step.
     #[serde(default)]
     pub gate_ms: f64,
 }
 
 impl Collected {
+    /// Logs what a collection `by` that began at `started` did.
+    fn log(&self, by: &str, started: std::time::Instant) {
+        log::info!(
+            "forgot checkpoints {:?} ({by}): {} records dropped, {} chunks ({} bytes) and {} attic files freed; \
+             writes waited at most {:.1} ms, the whole collection took {:.1} ms",
+            self.forgotten,
+            self.records_dropped,
+            self.chunks_freed,
+            self.bytes_freed,
+            self.attic_files_freed,
+            self.gate_ms,
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+    }
+
     /// Adds what another collection (the next slice) did.
     pub fn absorb(&mut self, c: Collected) {
         self.forgotten.extend(c.forgotten);
@@ -203,6 +227,87 @@ impl Collected {
 /// the bytes freed, or None when the entry is not removable
 /// (`Attic::remove_unreachable`).
 pub type AtticRemover<'a> = &'a dyn Fn(ObjectId, &[u8], bool) -> Option<u64>;
+
+/// How a collection takes a checkpoint out of view:
+/// `hide(checkpoint, message_id, begin)` runs `begin` (the transaction that
+/// deletes the checkpoint's row) so that no reader keeps it cached: the
+/// daemon runs it with the tree frozen and expires the kernel's entries of
+/// `.rewindfs/checkpoints/N` (and `messages/ID`) before thawing.
+pub type Hide<'a> = &'a dyn Fn(i64, Option<&str>, &mut dyn FnMut());
+
+/// [`Hide`] where no kernel caches views (the library's tests, `du`).
+pub fn no_cache(_: i64, _: Option<&str>, begin: &mut dyn FnMut()) {
+    begin()
+}
+
+/// Records a forget merges per transaction. Each batch holds the turn gate
+/// (what every recording FUSE operation waits for) for its transaction
+/// only: a turn that removed a whole tree is merged in many short steps.
+pub const FORGET_BATCH_ROWS: usize = 32;
+
+/// Chunks freed per step (their `gc_chunks` listing, then their release
+/// from the chunk store under the content lock).
+pub const FREE_BATCH_CHUNKS: usize = 128;
+
+/// The attic entries a collection's transactions left unreachable: removed
+/// after its last commit (each is in `gc_attic` from its commit on, so the
+/// next open removes it if the daemon dies first).
+#[derive(Default)]
+struct Freed {
+    /// Files: (object, handle, bytes).
+    removals: Vec<(ObjectId, Vec<u8>, u64)>,
+    /// Directories a rewind moved aside whole (and, for `reset`, every
+    /// slot it empties): (object, bytes).
+    swept: Vec<(ObjectId, u64)>,
+}
+
+impl Freed {
+    /// Of the objects dropped records named (`named`), those alone in the
+    /// attic that no record names any more: no view reaches them, nor
+    /// their own records, which go now.
+    fn unreachable(
+        &mut self,
+        m: &Meta,
+        named: &[ObjectId],
+        attic: AtticRemover<'_>,
+        attic_dir: Option<&std::path::Path>,
+    ) -> MetaResult<()> {
+        for (id, handle) in m.unnamed_objects(named)? {
+            if let Some(bytes) = attic(id, &handle, true) {
+                m.drop_unreachable(id)?;
+                self.removals.push((id, handle, bytes));
+            } else if let Some(dir) = attic_dir
+                && let Some((bytes, inner)) = unreachable_attic_dir(m, dir, id, &handle)?
+            {
+                // A directory a rewind moved aside whole, and nothing in it
+                // that a view reaches: it goes with its objects' records.
+                for x in inner.into_iter().chain([id]) {
+                    m.drop_unreachable(x)?;
+                }
+                self.swept.push((id, bytes));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the entries (their transactions committed).
+    fn remove(&self, out: &mut Collected, attic: AtticRemover<'_>, attic_dir: Option<&std::path::Path>) {
+        for (id, handle, _) in &self.removals {
+            if let Some(bytes) = attic(*id, handle, false) {
+                out.attic_files_freed += 1;
+                out.attic_bytes_freed += bytes;
+            }
+        }
+        if let Some(dir) = attic_dir {
+            for (id, _) in &self.swept {
+                if let Some(bytes) = remove_attic_slot(dir, *id) {
+                    out.attic_files_freed += 1;
+                    out.attic_bytes_freed += bytes;
+                }
+            }
+        }
+    }
+}
 
 /// The time a collection goes by: the clock, or in test builds
 /// `REWINDFS_TEST_NOW_MS` (so "older than 14 days" is testable).
@@ -296,10 +401,11 @@ impl Journal {
     }
 
     /// Forgets `victims` (`by`: "forget" or "retention") and frees what no
-    /// kept checkpoint needs; with `dry_run`, says what it would do. The
-    /// caller has checked them against [`Journal::protected`]; the newest
-    /// is refused here too. Holds the turn gate exclusively throughout
-    /// (see the module comment).
+    /// kept checkpoint needs; with `dry_run`, says what it would do (one
+    /// transaction, rolled back). The caller has checked them against
+    /// [`Journal::protected`]; the newest is refused here too. Writes go on
+    /// in between the short transactions it runs (see the module comment);
+    /// `hide` runs the one that removes each checkpoint from view.
     pub fn collect(
         &self,
         victims: &[i64],
@@ -307,8 +413,144 @@ impl Journal {
         dry_run: bool,
         attic: AtticRemover<'_>,
         attic_dir: Option<&std::path::Path>,
+        hide: Hide<'_>,
     ) -> JournalResult<Collected> {
-        self.collect_with(victims, by, dry_run, attic, attic_dir, false, &|_, _| {})
+        let mut victims = victims.to_vec();
+        victims.sort_unstable();
+        victims.dedup();
+        if dry_run {
+            return self.collect_whole(&victims, by, true, attic, attic_dir, false, &|_, _| {});
+        }
+        let newest = self.current_turn();
+        if let Some(&newest) = victims.iter().find(|&&v| v >= newest) {
+            return Err(JournalError::Kept {
+                checkpoint: newest,
+                why: "it is the newest: the current turn records into it".into(),
+            });
+        }
+        let started = std::time::Instant::now();
+        let mut out = Collected { forgotten: victims.clone(), ..Default::default() };
+        let mut freed = Freed::default();
+        // A forget a failed collection left (the next open would end it).
+        self.merge_forgetting(&mut out, &mut freed, attic, attic_dir)?;
+        let at = now_ms();
+        for &f in &victims {
+            let message = self.with_meta(|m| m.checkpoint_message(f))?;
+            let mut begun = None;
+            hide(f, message.as_deref(), &mut || {
+                begun =
+                    Some(self.exclusive("take out of view", &mut out.gate_ms, |m| m.forget_begin(f, by, at).map(drop)));
+            });
+            begun.unwrap_or(Err(JournalError::Meta(crate::meta::MetaError::Malformed {
+                what: "collection (its checkpoint was never taken out of view)",
+            })))?;
+            self.merge_forgetting(&mut out, &mut freed, attic, attic_dir)?;
+        }
+        self.free_chunks(&mut out)?;
+        freed.remove(&mut out, attic, attic_dir);
+        self.with_meta(|m| m.clear_gc_attic())?;
+        out.log(by, started);
+        Ok(out)
+    }
+
+    /// Runs `f` in one transaction holding the turn gate exclusively (what
+    /// every recording FUSE operation waits for) and the content lock,
+    /// after folding the record log; `held` keeps the longest such hold.
+    fn exclusive<T>(&self, what: &str, held: &mut f64, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
+        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let taken = std::time::Instant::now();
+        let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.lock();
+        inner.fold()?;
+        let folded = taken.elapsed();
+        let out = inner.meta.transaction(f);
+        drop((inner, content, gate));
+        let ms = taken.elapsed().as_secs_f64() * 1000.0;
+        log::debug!(
+            "collection step ({what}): writes held {ms:.2} ms (the fold {:.2} ms)",
+            folded.as_secs_f64() * 1000.0
+        );
+        *held = held.max(ms);
+        Ok(out?)
+    }
+
+    /// Merges the forget under way into the kept turn before it, a batch of
+    /// [`FORGET_BATCH_ROWS`] records per transaction, writes going on in
+    /// between; lists the attic entries that its dropped records leave
+    /// unreachable (removed after the collection's commits).
+    fn merge_forgetting(
+        &self,
+        out: &mut Collected,
+        freed: &mut Freed,
+        attic: AtticRemover<'_>,
+        attic_dir: Option<&std::path::Path>,
+    ) -> JournalResult<()> {
+        let rows = crate::world::test_hooks::gc_batch_rows().unwrap_or(FORGET_BATCH_ROWS);
+        loop {
+            let mut held = out.gate_ms;
+            let done = self.exclusive("merge a batch", &mut held, |m| {
+                let Some(g) = m.forgetting()? else { return Ok(true) };
+                let (merged, done) = m.forget_rows(&g, rows)?;
+                out.records_dropped += merged.dropped_records;
+                out.records_moved += merged.moved_records;
+                freed.unreachable(m, &merged.dropped_objects, attic, attic_dir)?;
+                m.forget_stale_known(&merged.dropped_objects)?;
+                Ok(done)
+            })?;
+            out.gate_ms = held;
+            if done {
+                return Ok(());
+            }
+            crate::world::test_hooks::kill_point("gc-batch");
+            crate::world::test_hooks::gc_batch_pause();
+            // Writers waiting on the gate go first.
+            std::thread::yield_now();
+        }
+    }
+
+    /// Frees the chunks whose count fell to zero, [`FREE_BATCH_CHUNKS`] per
+    /// step: each lists them in `gc_chunks` (its intent) and drops their
+    /// counts in one transaction, then releases them from the chunk store
+    /// still holding the content lock, so that no content stored meanwhile
+    /// is deduplicated against one (see the module comment).
+    fn free_chunks(&self, out: &mut Collected) -> JournalResult<()> {
+        loop {
+            let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+            let taken = std::time::Instant::now();
+            let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let dead = {
+                let mut inner = self.lock();
+                inner.fold()?;
+                inner.meta.transaction(|m| {
+                    let dead = m.unreferenced_chunks(FREE_BATCH_CHUNKS)?;
+                    m.add_gc_chunks(&dead)?;
+                    m.drop_chunk_counts(&dead)?;
+                    Ok(dead)
+                })?
+            };
+            drop(gate);
+            let gate_ms = taken.elapsed().as_secs_f64() * 1000.0;
+            let dead: Vec<ChunkId> = dead.into_iter().collect();
+            out.chunks_freed += dead.len() as u64;
+            for id in &dead {
+                out.bytes_freed += self.store.stored_len(id)?.unwrap_or(0);
+            }
+            // Committed, nothing freed yet: the next open frees them.
+            crate::world::test_hooks::kill_point("gc-committed");
+            self.store.release(&dead)?;
+            // Still under the content lock: once it is free, a chunk with
+            // the same id may be stored again, and the next open must not
+            // release it. Not folding the record log: the rows are no
+            // record's business, and waiting writers need not wait for it.
+            self.lock().meta.remove_gc_chunks(&dead)?;
+            drop(content);
+            let ms = taken.elapsed().as_secs_f64() * 1000.0;
+            log::debug!("collection step (free {} chunks): gate {gate_ms:.2} ms, content lock {ms:.2} ms", dead.len());
+            out.gate_ms = out.gate_ms.max(ms);
+            if dead.len() < FREE_BATCH_CHUNKS {
+                return Ok(());
+            }
+        }
     }
 
     /// `reset`: forgets every checkpoint but the newest (the caller has
@@ -327,12 +569,13 @@ impl Journal {
         let newest = self.current_turn();
         let victims: Vec<i64> =
             self.with_meta(|m| m.checkpoints())?.into_iter().map(|c| c.checkpoint).filter(|&c| c < newest).collect();
-        self.collect_with(&victims, RESET, false, attic, Some(attic_dir), true, step)
+        self.collect_whole(&victims, RESET, false, attic, Some(attic_dir), true, step)
     }
 
-    // Private: `collect` and `reset` are the two ways in.
+    /// A collection in one transaction holding the turn gate throughout:
+    /// `reset`, and every dry run (rolled back).
     #[allow(clippy::too_many_arguments)]
-    fn collect_with(
+    fn collect_whole(
         &self,
         victims: &[i64],
         by: &str,
@@ -342,9 +585,6 @@ impl Journal {
         reset: bool,
         step: &dyn Fn(u64, u64),
     ) -> JournalResult<Collected> {
-        let mut victims = victims.to_vec();
-        victims.sort_unstable();
-        victims.dedup();
         let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let gate_taken = std::time::Instant::now();
         let _content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -357,47 +597,34 @@ impl Journal {
             });
         }
         let at = now_ms();
-        let mut out = Collected { dry_run, forgotten: victims.clone(), ..Default::default() };
-        let mut removals = Vec::new();
-        let mut swept = Vec::new();
+        let mut out = Collected { dry_run, forgotten: victims.to_vec(), ..Default::default() };
+        let mut freed = Freed::default();
         let newest = inner.turn;
         let work = |m: &Meta| -> MetaResult<HashSet<ChunkId>> {
-            let mut named = Vec::new();
+            // A forget a failed collection left goes first.
+            if let Some(g) = m.forgetting()? {
+                let (merged, _) = m.forget_rows(&g, usize::MAX)?;
+                freed.unreachable(m, &merged.dropped_objects, attic, attic_dir)?;
+                m.forget_stale_known(&merged.dropped_objects)?;
+            }
             for (i, &f) in victims.iter().enumerate() {
                 step(i as u64, victims.len() as u64);
                 let merged = m.forget_checkpoint(f, by, at)?;
                 out.records_dropped += merged.dropped_records;
                 out.records_moved += merged.moved_records;
-                named.extend(merged.dropped_objects);
-            }
-            // Files alone in the attic that no record names any more: no
-            // view reaches them, nor their own records.
-            for (id, handle) in m.unnamed_objects(&named)? {
-                if let Some(bytes) = attic(id, &handle, true) {
-                    m.drop_unreachable(id)?;
-                    removals.push((id, handle, bytes));
-                } else if let Some(dir) = attic_dir
-                    && let Some((bytes, inner)) = unreachable_attic_dir(m, dir, id, &handle)?
-                {
-                    // A directory a rewind moved aside whole, and nothing in it
-                    // that a view reaches: it goes with its objects' records.
-                    for x in inner.into_iter().chain([id]) {
-                        m.drop_unreachable(x)?;
-                    }
-                    swept.push((id, bytes));
-                }
+                freed.unreachable(m, &merged.dropped_objects, attic, attic_dir)?;
+                m.forget_stale_known(&merged.dropped_objects)?;
             }
             if reset {
                 for id in m.reset_attic(newest)? {
                     m.drop_unreachable(id)?;
-                    swept.push((id, 0));
+                    freed.swept.push((id, 0));
                 }
             }
             // The lists that went lowered their chunks' counts (`meta/refs.rs`):
             // what is at zero now is what no kept record or pending file
             // needs, found without reading the lists of the kept history.
-            m.forget_stale_known(&named)?;
-            let dead = m.unreferenced_chunks()?;
+            let dead = m.unreferenced_chunks(usize::MAX)?;
             if !dry_run {
                 m.add_gc_chunks(&dead)?;
                 m.drop_chunk_counts(&dead)?;
@@ -413,8 +640,8 @@ impl Journal {
         drop(gate);
         out.gate_ms = gate_taken.elapsed().as_secs_f64() * 1000.0;
         if dry_run {
-            out.attic_files_freed = (removals.len() + swept.len()) as u64;
-            out.attic_bytes_freed = removals.iter().map(|r| r.2).chain(swept.iter().map(|s| s.1)).sum();
+            out.attic_files_freed = (freed.removals.len() + freed.swept.len()) as u64;
+            out.attic_bytes_freed = freed.removals.iter().map(|r| r.2).chain(freed.swept.iter().map(|s| s.1)).sum();
         }
         let dead: Vec<ChunkId> = dead.into_iter().collect();
         out.chunks_freed = dead.len() as u64;
@@ -425,33 +652,9 @@ impl Journal {
             // Committed, nothing freed yet: the next open frees them.
             crate::world::test_hooks::kill_point("gc-committed");
             self.store.release(&dead)?;
-            for (id, handle, _) in &removals {
-                if let Some(bytes) = attic(*id, handle, false) {
-                    out.attic_files_freed += 1;
-                    out.attic_bytes_freed += bytes;
-                }
-            }
-            if let Some(dir) = attic_dir {
-                for (id, _) in swept {
-                    if let Some(bytes) = remove_attic_slot(dir, id) {
-                        out.attic_files_freed += 1;
-                        out.attic_bytes_freed += bytes;
-                    }
-                }
-            }
+            freed.remove(&mut out, attic, attic_dir);
             self.with_meta(|m| m.clear_gc_chunks())?;
-            log::info!(
-                "forgot checkpoints {:?} ({}): {} records dropped, {} chunks ({} bytes) and {} attic files freed; \
-                 the turn gate was held {:.1} ms, the whole collection took {:.1} ms",
-                out.forgotten,
-                by,
-                out.records_dropped,
-                out.chunks_freed,
-                out.bytes_freed,
-                out.attic_files_freed,
-                out.gate_ms,
-                gate_taken.elapsed().as_secs_f64() * 1000.0
-            );
+            out.log(by, gate_taken);
         }
         Ok(out)
     }
@@ -478,23 +681,39 @@ impl Journal {
         Ok(self.store.compact(threshold, min_reclaim, &mut lower)?)
     }
 
-    /// Frees the chunks of a collection the previous daemon committed and
-    /// did not finish (run at open, before anything records).
+    /// Finishes a collection the previous daemon was killed in (run at
+    /// open, before anything records): frees the chunks and attic entries
+    /// its commits listed, then merges the rest of a forget under way.
     pub fn finish_collection(&self, attic_dir: &std::path::Path) -> JournalResult<usize> {
-        let inner = self.lock();
-        let left = inner.meta.gc_chunks()?;
-        let attic = inner.meta.gc_attic()?;
-        if left.is_empty() && attic.is_empty() {
-            return Ok(0);
+        let (left, attic, forgetting) =
+            self.with_meta(|m| -> MetaResult<_> { Ok((m.gc_chunks()?, m.gc_attic()?, m.forgetting()?)) })?;
+        if !left.is_empty() || !attic.is_empty() {
+            self.store.release(&left)?;
+            for id in attic {
+                // Checked before the collection committed; nothing ran since.
+                remove_attic_slot(attic_dir, id);
+            }
+            self.with_meta(|m| m.clear_gc_chunks())?;
+            log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
         }
-        self.store.release(&left)?;
-        for id in attic {
-            // Checked before the collection committed; nothing ran since.
-            remove_attic_slot(attic_dir, id);
-        }
-        inner.meta.clear_gc_chunks()?;
-        log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
-        Ok(left.len())
+        let Some(g) = forgetting else { return Ok(left.len()) };
+        let at_open = crate::workspace::attic::Attic::for_collection(attic_dir);
+        let attic = |id, handle: &[u8], dry| at_open.remove_unreachable_stored(id, handle, dry);
+        let mut out = Collected::default();
+        let mut freed = Freed::default();
+        self.merge_forgetting(&mut out, &mut freed, &attic, Some(attic_dir))?;
+        self.free_chunks(&mut out)?;
+        freed.remove(&mut out, &attic, Some(attic_dir));
+        self.with_meta(|m| m.clear_gc_attic())?;
+        log::warn!(
+            "finished forgetting checkpoint {}, which the previous daemon was killed in: {} records dropped, \
+             {} chunks and {} attic files freed",
+            g.checkpoint,
+            out.records_dropped,
+            out.chunks_freed,
+            out.attic_files_freed
+        );
+        Ok(left.len() + out.chunks_freed as usize)
     }
 }
 
@@ -531,13 +750,15 @@ fn unreachable_attic_dir(
 ) -> MetaResult<Option<(u64, Vec<ObjectId>)>> {
     use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
+
+    use crate::workspace::backing::handle_at;
     let name = std::ffi::OsString::from(id.0.to_string());
     let slot = attic_dir.join(&name);
     if !std::fs::symlink_metadata(&slot).is_ok_and(|md| md.is_dir()) {
         return Ok(None);
     }
     let Ok(parent) = std::fs::File::open(attic_dir) else { return Ok(None) };
-    if !crate::sys::name_to_handle_at(parent.as_fd(), &name).is_ok_and(|h| h.to_bytes() == handle) {
+    if !handle_at(parent.as_fd(), &name).is_ok_and(|h| h.to_bytes() == handle) {
         return Ok(None);
     }
     let mut inner = Vec::new();
@@ -550,7 +771,7 @@ fn unreachable_attic_dir(
             if !md.is_dir() && md.nlink() != 1 {
                 return Ok(None);
             }
-            let Ok(h) = crate::sys::name_to_handle_at(fd.as_fd(), &e.file_name()) else { return Ok(None) };
+            let Ok(h) = handle_at(fd.as_fd(), &e.file_name()) else { return Ok(None) };
             let h = h.to_bytes();
             if m.is_pending(&h)? {
                 return Ok(None);
@@ -603,7 +824,7 @@ pub fn du(
     let policy = journal.policy()?;
     let victims = journal.plan_retention(&policy)?;
     let attic = |id, handle: &[u8], _| tree.attic().remove_unreachable_stored(id, handle, true);
-    let gc_would_free = journal.collect(&victims, "retention", true, &attic, Some(&parts.attic()))?;
+    let gc_would_free = journal.collect(&victims, "retention", true, &attic, Some(&parts.attic()), &no_cache)?;
     let (attic_bytes, attic_entries) = tree_bytes(&parts.attic());
     let attic_entries = std::fs::read_dir(parts.attic()).map(|d| d.count() as u64).unwrap_or(attic_entries);
     let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
@@ -727,10 +948,10 @@ mod journal_tests {
         assert!(j.protected().unwrap().contains_key(&0), "named");
         let chunks = store.stats().unwrap().chunks;
         let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
-        let dry = j.collect(&[1], "forget", true, &no_attic, None).unwrap();
+        let dry = j.collect(&[1], "forget", true, &no_attic, None, &no_cache).unwrap();
         assert_eq!((dry.chunks_freed, dry.records_dropped), (1, 1), "{dry:?}");
         assert_eq!(j.resolve("1").unwrap().0, 1, "a dry run changes nothing");
-        let done = j.collect(&[1], "forget", false, &no_attic, None).unwrap();
+        let done = j.collect(&[1], "forget", false, &no_attic, None, &no_cache).unwrap();
         assert_eq!(done.chunks_freed, 1);
         assert_eq!(store.stats().unwrap().chunks, chunks - 1, "v1's chunk went, v0's stays");
         for reference in ["1", "m1"] {
@@ -741,7 +962,7 @@ mod journal_tests {
         }
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
-        assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None), Err(JournalError::Kept { .. })));
+        assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None, &no_cache), Err(JournalError::Kept { .. })));
     }
 
     #[test]
@@ -771,16 +992,16 @@ mod journal_tests {
         j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
         let chunks = store.stats().unwrap().chunks;
         // Forgetting nothing still frees the settled file's chunk.
-        let c = j.collect(&[], "retention", false, &no_attic, None).unwrap();
+        let c = j.collect(&[], "retention", false, &no_attic, None, &no_cache).unwrap();
         assert_eq!(c.chunks_freed, 1, "{c:?}");
         assert!(!store.contains(&rewound.chunks[0].id).unwrap());
         assert_eq!(store.stats().unwrap().chunks, chunks - 1);
         // Forgetting 1 keeps v0 (turn 0's record, which turn 1's shadows);
         // forgetting 0, the oldest, drops it: v0 goes, and the cache that
         // listed it is no longer trusted.
-        assert_eq!(j.collect(&[1], "forget", false, &no_attic, None).unwrap().chunks_freed, 0);
+        assert_eq!(j.collect(&[1], "forget", false, &no_attic, None, &no_cache).unwrap().chunks_freed, 0);
         assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_some());
-        let c = j.collect(&[0], "forget", false, &no_attic, None).unwrap();
+        let c = j.collect(&[0], "forget", false, &no_attic, None, &no_cache).unwrap();
         assert_eq!(c.chunks_freed, 1, "{c:?}");
         assert!(!store.contains(&v0.chunks[0].id).unwrap());
         assert!(j.known_content(o, s.ctime_ns, s.size).unwrap().is_none(), "a capture reads the file again");

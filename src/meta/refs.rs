@@ -19,6 +19,11 @@ use rusqlite::{OptionalExtension, params};
 use super::{Ctx, Meta, MetaError, MetaResult};
 use crate::store::{ChunkId, ContentRef};
 
+/// Adds `?2` to chunk `?1`'s count, making its row if it has none (the
+/// one statement every count goes up by).
+const ADD_REFS: &str =
+    "INSERT INTO chunk_refs(chunk, refs) VALUES (?1, ?2) ON CONFLICT(chunk) DO UPDATE SET refs = refs + excluded.refs";
+
 /// Occurrences of each chunk in a list (an undecodable list names none:
 /// it is counted the same way when added and removed, and `fsck` reports it).
 fn occurrences(list: &[u8]) -> HashMap<ChunkId, i64> {
@@ -58,13 +63,7 @@ impl Meta {
 
     /// A content list was added (`delta` 1) or removed (-1).
     pub(crate) fn count_list(&self, list: &[u8], delta: i64) -> MetaResult<()> {
-        let mut add = self
-            .conn
-            .prepare_cached(
-                "INSERT INTO chunk_refs(chunk, refs) VALUES (?1, ?2) \
-                 ON CONFLICT(chunk) DO UPDATE SET refs = refs + excluded.refs",
-            )
-            .ctx("prepare")?;
+        let mut add = self.conn.prepare_cached(ADD_REFS).ctx("prepare")?;
         for (id, n) in occurrences(list) {
             let n = n * delta;
             if n < 0 {
@@ -107,18 +106,25 @@ impl Meta {
         Ok(lists)
     }
 
-    /// Chunks no list names any more (count zero), for a collection to free.
-    pub fn unreferenced_chunks(&self) -> MetaResult<HashSet<ChunkId>> {
+    /// Up to `limit` chunks no list names any more (count zero), for a
+    /// collection to free.
+    pub fn unreferenced_chunks(&self, limit: usize) -> MetaResult<HashSet<ChunkId>> {
+        let limit = limit.min(i64::MAX as usize) as i64;
         Ok(self
-            .chunk_ids("SELECT chunk FROM chunk_refs WHERE refs = 0", "chunk id in chunk_refs")?
+            .chunk_ids("SELECT chunk FROM chunk_refs WHERE refs = 0 LIMIT ?1", [limit], "chunk id in chunk_refs")?
             .into_iter()
             .collect())
     }
 
     /// The chunk ids a query returns (`what`: the column, for errors).
-    pub(super) fn chunk_ids(&self, sql: &str, what: &'static str) -> MetaResult<Vec<ChunkId>> {
+    pub(super) fn chunk_ids(
+        &self,
+        sql: &str,
+        args: impl rusqlite::Params,
+        what: &'static str,
+    ) -> MetaResult<Vec<ChunkId>> {
         let mut stmt = self.conn.prepare_cached(sql).ctx("prepare")?;
-        let rows = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0)).ctx("list chunks")?;
+        let rows = stmt.query_map(args, |r| r.get::<_, Vec<u8>>(0)).ctx("list chunks")?;
         let mut out = Vec::new();
         for b in rows {
             let b = b.ctx("list chunks")?;
@@ -200,11 +206,8 @@ fn actual_counts(conn: &rusqlite::Connection) -> MetaResult<HashMap<ChunkId, i64
 pub(super) fn recount(conn: &rusqlite::Connection) -> MetaResult<()> {
     let counts = actual_counts(conn)?;
     conn.execute("UPDATE chunk_refs SET refs = 0", []).ctx("recount chunk references")?;
-    let mut stmt = conn
-        .prepare_cached(
-            "INSERT INTO chunk_refs(chunk, refs) VALUES (?1, ?2) ON CONFLICT(chunk) DO UPDATE SET refs = excluded.refs",
-        )
-        .ctx("prepare")?;
+    // Every count is zero now: adding sets it.
+    let mut stmt = conn.prepare_cached(ADD_REFS).ctx("prepare")?;
     for (id, n) in counts {
         stmt.execute(params![id.as_bytes().as_slice(), n]).ctx("recount chunk references")?;
     }
@@ -216,11 +219,9 @@ impl Meta {
     /// Sets a count by hand, as a bug or a stray write would (tests of `fsck`).
     pub fn set_chunk_count_for_test(&self, id: &ChunkId, refs: i64) -> MetaResult<()> {
         self.conn
-            .execute(
-                "INSERT INTO chunk_refs(chunk, refs) VALUES (?1, ?2) ON CONFLICT(chunk) DO UPDATE SET refs = excluded.refs",
-                params![id.as_bytes().as_slice(), refs],
-            )
+            .execute("DELETE FROM chunk_refs WHERE chunk = ?1", [id.as_bytes().as_slice()])
             .ctx("set a chunk count")?;
+        self.conn.execute(ADD_REFS, params![id.as_bytes().as_slice(), refs]).ctx("set a chunk count")?;
         Ok(())
     }
 }

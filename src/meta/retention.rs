@@ -49,6 +49,28 @@ pub struct Merged {
     pub dropped_objects: Vec<ObjectId>,
 }
 
+/// A forget under way ([`Meta::forget_begin`]): checkpoint `checkpoint` is
+/// gone from `checkpoints`, and its turn's records are being merged into
+/// turn `into` (None: dropped) a batch at a time.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Forgetting {
+    pub checkpoint: i64,
+    pub into: Option<i64>,
+}
+
+/// `state` key of the forget under way (its intent: the next open ends it).
+const FORGETTING: &str = "retention.forgetting";
+
+impl Merged {
+    /// Adds what the next batch of the same forget released.
+    pub fn absorb(&mut self, m: Merged) {
+        self.dropped_lists.extend(m.dropped_lists);
+        self.dropped_records += m.dropped_records;
+        self.moved_records += m.moved_records;
+        self.dropped_objects.extend(m.dropped_objects);
+    }
+}
+
 impl Meta {
     /// Names checkpoint `checkpoint` (the caller has checked the name).
     pub fn add_snapshot(&self, name: &str, checkpoint: i64, message: Option<&str>, at: i64) -> MetaResult<()> {
@@ -112,13 +134,36 @@ impl Meta {
         rows.collect::<rusqlite::Result<HashSet<i64>>>().ctx("list marks")
     }
 
-    /// Forgets checkpoint `f`: its turn merges into the previous kept
-    /// checkpoint's (see the module comment), its children hang from its
-    /// parent, and references to it are told it was forgotten `by`. The
-    /// caller runs it inside a transaction and refuses the newest
-    /// checkpoint (the open turn records into it).
+    /// Forgets checkpoint `f` whole: [`Meta::forget_begin`] then every
+    /// batch of [`Meta::forget_rows`], in the caller's transaction (`reset`,
+    /// dry runs; a collection that writes runs the batches apart).
     pub fn forget_checkpoint(&self, f: i64, by: &str, at: i64) -> MetaResult<Merged> {
+        let g = self.forget_begin(f, by, at)?;
+        let mut merged = Merged::default();
+        loop {
+            let (batch, done) = self.forget_rows(&g, usize::MAX)?;
+            merged.absorb(batch);
+            if done {
+                return Ok(merged);
+            }
+        }
+    }
+
+    /// Starts forgetting checkpoint `f` (see the module comment): it leaves
+    /// `checkpoints` for `forgotten` (references are told it was forgotten
+    /// `by`), its children hang from its parent, its program counts and
+    /// objects' birth turns go to the previous kept checkpoint P, and the
+    /// forget is noted (`retention.forgetting`) so that the next open
+    /// finishes it. Its records stay in turn F until [`Meta::forget_rows`]
+    /// merges them: meanwhile every view of a kept checkpoint reads what it
+    /// read before (a view at P reads P's record of a key or else F's, as
+    /// before; later views never read turns P or F). The caller runs it
+    /// inside a transaction and refuses the newest checkpoint.
+    pub fn forget_begin(&self, f: i64, by: &str, at: i64) -> MetaResult<Forgetting> {
         let c = &self.conn;
+        if self.forgetting()?.is_some() {
+            return Err(MetaError::Malformed { what: "checkpoint to forget (another forget is not finished)" });
+        }
         let row: Option<(Option<i64>, Option<String>, Option<String>)> = c
             .query_row("SELECT parent, message_id, label FROM checkpoints WHERE id = ?1", [f], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -135,71 +180,7 @@ impl Meta {
         }
         let p: Option<i64> =
             c.query_row("SELECT MAX(id) FROM checkpoints WHERE id < ?1", [f], |r| r.get(0)).ctx("read checkpoints")?;
-        // -1 is no turn: with no previous checkpoint, every record of F goes.
-        let p_or = p.unwrap_or(-1);
-        let obj_shadowed = "EXISTS (SELECT 1 FROM object_pre pp WHERE pp.turn = ?2 AND pp.object = ff.object)";
-        let entry_shadowed =
-            "EXISTS (SELECT 1 FROM entry_pre pp WHERE pp.turn = ?2 AND pp.dir = ff.dir AND pp.name = ff.name)";
-        let mut merged = Merged::default();
-        // Pending files whose list is a record about to go get a copy.
-        self.count_lists(
-            &format!(
-                "UPDATE pending SET chunks = (SELECT ff.chunks FROM object_pre ff \
-                     WHERE ff.turn = ?1 AND ff.object = pending.source_object), \
-                     source_turn = NULL, source_object = NULL \
-                 WHERE source_turn = ?1 AND chunks IS NULL AND EXISTS (SELECT 1 FROM object_pre ff \
-                     WHERE ff.turn = ?1 AND ff.object = pending.source_object AND (?2 < 0 OR {obj_shadowed})) \
-                 RETURNING chunks"
-            ),
-            params![f, p_or],
-            1,
-        )?;
-        for sql in [
-            format!(
-                "SELECT ff.target FROM entry_pre ff WHERE ff.turn = ?1 AND ff.target IS NOT NULL AND (?2 < 0 OR {entry_shadowed})"
-            ),
-            format!("SELECT ff.object FROM object_pre ff WHERE ff.turn = ?1 AND (?2 < 0 OR {obj_shadowed})"),
-        ] {
-            let mut stmt = c.prepare(&sql).ctx("prepare")?;
-            let rows = stmt.query_map(params![f, p_or], |r| r.get::<_, i64>(0)).ctx("list dropped objects")?;
-            for id in rows {
-                merged.dropped_objects.push(ObjectId(id.ctx("list dropped objects")?));
-            }
-        }
-        // P's records without content borrow F's.
-        self.count_lists(
-            "UPDATE object_pre SET \
-                 content_hash = (SELECT ff.content_hash FROM object_pre ff WHERE ff.turn = ?1 AND ff.object = object_pre.object), \
-                 chunks = (SELECT ff.chunks FROM object_pre ff WHERE ff.turn = ?1 AND ff.object = object_pre.object) \
-             WHERE turn = ?2 AND chunks IS NULL AND EXISTS (SELECT 1 FROM object_pre ff \
-                 WHERE ff.turn = ?1 AND ff.object = object_pre.object AND ff.chunks IS NOT NULL) \
-             RETURNING chunks",
-            params![f, p_or],
-            1,
-        )?;
-        let dropped = self.count_lists(
-            &format!("DELETE FROM object_pre AS ff WHERE ff.turn = ?1 AND (?2 < 0 OR {obj_shadowed}) RETURNING chunks"),
-            params![f, p_or],
-            -1,
-        )?;
-        let dropped_objects = dropped.len();
-        merged.dropped_lists = dropped.into_iter().flatten().collect();
-        let dropped_entries = c
-            .execute(
-                &format!("DELETE FROM entry_pre AS ff WHERE ff.turn = ?1 AND (?2 < 0 OR {entry_shadowed})"),
-                params![f, p_or],
-            )
-            .ctx("drop entry records")?;
-        merged.dropped_records = (dropped_objects + dropped_entries) as u64;
         if let Some(p) = p {
-            let moved = c
-                .execute("UPDATE object_pre SET turn = ?2 WHERE turn = ?1", params![f, p])
-                .ctx("move object records")?
-                + c.execute("UPDATE entry_pre SET turn = ?2 WHERE turn = ?1", params![f, p])
-                    .ctx("move entry records")?;
-            merged.moved_records = moved as u64;
-            c.execute("UPDATE pending SET source_turn = ?2 WHERE source_turn = ?1", params![f, p])
-                .ctx("move pending sources")?;
             c.execute(
                 "INSERT INTO turn_programs(turn, program, records) \
                  SELECT ?2, program, records FROM turn_programs WHERE turn = ?1 AND true \
@@ -213,8 +194,9 @@ impl Meta {
         c.execute("DELETE FROM turn_programs WHERE turn = ?1", [f]).ctx("drop program counts")?;
         // P's statistics now span P to the next kept checkpoint: `log`
         // computes them again, over whole trees (the paths noted at P's
-        // seal do not place F's changes).
-        c.execute("DELETE FROM turn_summaries WHERE turn = ?1 OR turn = ?2", params![f, p_or])
+        // seal do not place F's changes), from views that the merge leaves
+        // as they are.
+        c.execute("DELETE FROM turn_summaries WHERE turn = ?1 OR turn = ?2", params![f, p.unwrap_or(-1)])
             .ctx("drop turn statistics")?;
         c.execute("UPDATE checkpoints SET parent = ?2 WHERE parent = ?1", params![f, parent])
             .ctx("re-parent checkpoints")?;
@@ -226,7 +208,166 @@ impl Meta {
         .ctx("note a forgotten checkpoint")?;
         c.execute("DELETE FROM snapshots WHERE checkpoint = ?1", [f]).ctx("drop snapshot name")?;
         c.execute("DELETE FROM checkpoints WHERE id = ?1", [f]).ctx("drop checkpoint")?;
-        Ok(merged)
+        let g = Forgetting { checkpoint: f, into: p };
+        self.set_state(FORGETTING, &serde_json::to_string(&g).unwrap_or_default())?;
+        Ok(g)
+    }
+
+    /// The forget under way, if one is ([`Meta::forget_begin`]).
+    pub fn forgetting(&self) -> MetaResult<Option<Forgetting>> {
+        match self.get_state(FORGETTING)? {
+            None => Ok(None),
+            Some(v) => {
+                serde_json::from_str(&v).map(Some).map_err(|_| MetaError::Malformed { what: "forget under way" })
+            }
+        }
+    }
+
+    /// Merges up to `rows` records of the forget under way into turn P (all
+    /// of its object records first, then its entry records): for each key,
+    /// in one step, the record of F is dropped when P has one (its content
+    /// lent first to P's record without content) and moved to P otherwise,
+    /// and a pending file whose list it is follows it or gets a copy. Each
+    /// key is merged whole, so a view between two batches reads what it did
+    /// before the forget. Done (true) when no record of F is left; the
+    /// forget's note is then cleared in the same transaction.
+    pub fn forget_rows(&self, g: &Forgetting, rows: usize) -> MetaResult<(Merged, bool)> {
+        let c = &self.conn;
+        let (f, p) = (g.checkpoint, g.into);
+        // -1 is no turn: with no previous checkpoint, every record of F goes.
+        let p_or = p.unwrap_or(-1);
+        let offset = rows.saturating_sub(1).min(i64::MAX as usize) as i64;
+        let mut merged = Merged::default();
+        let nth_object: Option<i64> = c
+            .query_row(
+                "SELECT object FROM object_pre WHERE turn = ?1 ORDER BY object LIMIT 1 OFFSET ?2",
+                params![f, offset],
+                |r| r.get(0),
+            )
+            .optional()
+            .ctx("read object records")?;
+        let any_object = nth_object.is_some()
+            || c.query_row("SELECT EXISTS (SELECT 1 FROM object_pre WHERE turn = ?1)", [f], |r| r.get(0))
+                .ctx("read object records")?;
+        if any_object {
+            // Fewer than `rows` left: all of them.
+            self.merge_objects(f, p_or, nth_object.unwrap_or(i64::MAX), &mut merged)?;
+        } else {
+            let nth_entry: Option<(i64, Vec<u8>)> = c
+                .query_row(
+                    "SELECT dir, name FROM entry_pre WHERE turn = ?1 ORDER BY dir, name LIMIT 1 OFFSET ?2",
+                    params![f, offset],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .ctx("read entry records")?;
+            // No directory has number i64::MAX: every entry record left.
+            let (dir, name) = nth_entry.unwrap_or((i64::MAX, Vec::new()));
+            self.merge_entries(f, p_or, (dir, &name), &mut merged)?;
+        }
+        let left: bool = c
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM object_pre WHERE turn = ?1) OR EXISTS (SELECT 1 FROM entry_pre WHERE turn = ?1)",
+                [f],
+                |r| r.get(0),
+            )
+            .ctx("read records")?;
+        if !left {
+            if let Some(p) = p {
+                c.execute("UPDATE pending SET source_turn = ?2 WHERE source_turn = ?1", params![f, p])
+                    .ctx("move pending sources")?;
+            }
+            c.execute("DELETE FROM state WHERE key = ?1", [FORGETTING]).ctx("end a forget")?;
+        }
+        Ok((merged, !left))
+    }
+
+    /// One batch of [`Meta::forget_rows`]: F's object records up to object
+    /// `bound`.
+    fn merge_objects(&self, f: i64, p_or: i64, bound: i64, merged: &mut Merged) -> MetaResult<()> {
+        let c = &self.conn;
+        let shadowed = "EXISTS (SELECT 1 FROM object_pre pp WHERE pp.turn = ?2 AND pp.object = ff.object)";
+        // Pending files whose list is a record about to go get a copy.
+        self.count_lists(
+            &format!(
+                "UPDATE pending SET chunks = (SELECT ff.chunks FROM object_pre ff \
+                     WHERE ff.turn = ?1 AND ff.object = pending.source_object), \
+                     source_turn = NULL, source_object = NULL \
+                 WHERE source_turn = ?1 AND source_object <= ?3 AND chunks IS NULL AND EXISTS (SELECT 1 FROM object_pre ff \
+                     WHERE ff.turn = ?1 AND ff.object = pending.source_object AND (?2 < 0 OR {shadowed})) \
+                 RETURNING chunks"
+            ),
+            params![f, p_or, bound],
+            1,
+        )?;
+        // P's records without content borrow F's.
+        self.count_lists(
+            "UPDATE object_pre SET \
+                 content_hash = (SELECT ff.content_hash FROM object_pre ff WHERE ff.turn = ?1 AND ff.object = object_pre.object), \
+                 chunks = (SELECT ff.chunks FROM object_pre ff WHERE ff.turn = ?1 AND ff.object = object_pre.object) \
+             WHERE turn = ?2 AND object <= ?3 AND chunks IS NULL AND EXISTS (SELECT 1 FROM object_pre ff \
+                 WHERE ff.turn = ?1 AND ff.object = object_pre.object AND ff.chunks IS NOT NULL) \
+             RETURNING chunks",
+            params![f, p_or, bound],
+            1,
+        )?;
+        let dropped: Vec<(i64, Option<Vec<u8>>)> = {
+            let mut stmt = c
+                .prepare_cached(&format!(
+                    "DELETE FROM object_pre AS ff WHERE ff.turn = ?1 AND ff.object <= ?3 AND (?2 < 0 OR {shadowed}) \
+                     RETURNING object, chunks"
+                ))
+                .ctx("prepare")?;
+            let rows = stmt.query_map(params![f, p_or, bound], |r| Ok((r.get(0)?, r.get(1)?))).ctx("drop records")?;
+            rows.collect::<rusqlite::Result<_>>().ctx("drop records")?
+        };
+        merged.dropped_records += dropped.len() as u64;
+        for (object, list) in dropped {
+            merged.dropped_objects.push(ObjectId(object));
+            if let Some(list) = list {
+                self.count_list(&list, -1)?;
+                merged.dropped_lists.push(list);
+            }
+        }
+        if p_or >= 0 {
+            merged.moved_records += c
+                .prepare_cached("UPDATE object_pre SET turn = ?2 WHERE turn = ?1 AND object <= ?3")
+                .ctx("prepare")?
+                .execute(params![f, p_or, bound])
+                .ctx("move object records")? as u64;
+            c.prepare_cached("UPDATE pending SET source_turn = ?2 WHERE source_turn = ?1 AND source_object <= ?3")
+                .ctx("prepare")?
+                .execute(params![f, p_or, bound])
+                .ctx("move pending sources")?;
+        }
+        Ok(())
+    }
+
+    /// One batch of [`Meta::forget_rows`]: F's entry records up to
+    /// (directory, name) `bound`.
+    fn merge_entries(&self, f: i64, p_or: i64, bound: (i64, &[u8]), merged: &mut Merged) -> MetaResult<()> {
+        let c = &self.conn;
+        let dropped: Vec<Option<i64>> = {
+            let mut stmt = c
+                .prepare_cached(
+                    "DELETE FROM entry_pre AS ff WHERE ff.turn = ?1 AND (ff.dir, ff.name) <= (?3, ?4) AND (?2 < 0 OR \
+                     EXISTS (SELECT 1 FROM entry_pre pp WHERE pp.turn = ?2 AND pp.dir = ff.dir AND pp.name = ff.name)) \
+                     RETURNING target",
+                )
+                .ctx("prepare")?;
+            let rows = stmt.query_map(params![f, p_or, bound.0, bound.1], |r| r.get(0)).ctx("drop entry records")?;
+            rows.collect::<rusqlite::Result<_>>().ctx("drop entry records")?
+        };
+        merged.dropped_records += dropped.len() as u64;
+        merged.dropped_objects.extend(dropped.into_iter().flatten().map(ObjectId));
+        if p_or >= 0 {
+            merged.moved_records += c
+                .prepare_cached("UPDATE entry_pre SET turn = ?2 WHERE turn = ?1 AND (dir, name) <= (?3, ?4)")
+                .ctx("prepare")?
+                .execute(params![f, p_or, bound.0, bound.1])
+                .ctx("move entry records")? as u64;
+        }
+        Ok(())
     }
 
     /// Forgets the cached content of those of `objects` whose newest
@@ -349,14 +490,38 @@ impl Meta {
 
     /// Chunks a committed collection has still to free.
     pub fn gc_chunks(&self) -> MetaResult<Vec<ChunkId>> {
-        self.chunk_ids("SELECT chunk FROM gc_chunks", "chunk id in gc_chunks")
+        self.chunk_ids("SELECT chunk FROM gc_chunks", [], "chunk id in gc_chunks")
+    }
+
+    /// These chunks of `gc_chunks` were freed.
+    pub fn remove_gc_chunks(&self, ids: &[ChunkId]) -> MetaResult<()> {
+        let mut stmt = self.conn.prepare_cached("DELETE FROM gc_chunks WHERE chunk = ?1").ctx("prepare")?;
+        for id in ids {
+            stmt.execute([id.as_bytes().as_slice()]).ctx("clear a chunk to free")?;
+        }
+        Ok(())
+    }
+
+    /// The attic entries of `gc_attic` were removed.
+    pub fn clear_gc_attic(&self) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM gc_attic", []).ctx("clear attic removals")?;
+        Ok(())
+    }
+
+    /// The message id of checkpoint `n` (None: it has none, or there is no such checkpoint).
+    pub fn checkpoint_message(&self, n: i64) -> MetaResult<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT message_id FROM checkpoints WHERE id = ?1", [n], |r| r.get::<_, Option<String>>(0))
+            .optional()
+            .ctx("read checkpoint")?
+            .flatten())
     }
 
     /// The chunks were freed and the attic entries removed.
     pub fn clear_gc_chunks(&self) -> MetaResult<()> {
         self.conn.execute("DELETE FROM gc_chunks", []).ctx("clear chunks to free")?;
-        self.conn.execute("DELETE FROM gc_attic", []).ctx("clear attic removals")?;
-        Ok(())
+        self.clear_gc_attic()
     }
 
     /// Lowers the store size the newest checkpoint recorded to `bytes` if
@@ -486,7 +651,28 @@ mod tests {
         m.add_pending(b"ho", &h2, crate::meta::PendingList::Record(2, o), 0).unwrap();
         m.add_pending(b"hq", &h1, crate::meta::PendingList::Record(2, q), 0).unwrap();
         let before = views(&m);
-        let merged = m.transaction(|m| m.forget_checkpoint(2, "forget", 99)).unwrap();
+        // One record per transaction, as a collection does with writes in
+        // between: after each, the kept views read what they did, every
+        // pending file's list resolves, the counts are right and `fsck`
+        // finds no record of an unknown turn.
+        let g = m.transaction(|m| m.forget_begin(2, "forget", 99)).unwrap();
+        assert_eq!(m.forgetting().unwrap(), Some(g.clone()), "the forget is noted until its last batch");
+        let mut merged = Merged::default();
+        let mut batches = 0;
+        loop {
+            assert_eq!(views(&m), before, "views of kept checkpoints 1 and 3 after {batches} batches");
+            assert!(m.pending_sources().unwrap().iter().all(|p| p.inline.is_some() || p.source_chunks.is_some()));
+            assert_eq!(m.wrong_chunk_counts().unwrap(), vec![], "after {batches} batches");
+            assert_eq!(m.records_of_unknown_turns().unwrap(), vec![], "after {batches} batches");
+            let (batch, done) = m.transaction(|m| m.forget_rows(&g, 1)).unwrap();
+            merged.absorb(batch);
+            batches += 1;
+            if done {
+                break;
+            }
+        }
+        assert_eq!(batches, 4, "o's, q's, x's and y's records, one at a time");
+        assert_eq!(m.forgetting().unwrap(), None);
         assert_eq!(merged.dropped_records, 2, "o's record and x's record of turn 2 are shadowed by turn 1's");
         assert_eq!(merged.moved_records, 2, "q's record and y's entry move to turn 1");
         let after = views(&m);
@@ -503,7 +689,7 @@ mod tests {
         assert_eq!((f.checkpoint, f.merged_into, f.by.as_str()), (2, Some(1), "forget"));
         // Both contents are still referenced (o's by turn 1, q's moved).
         let candidates: HashSet<ChunkId> = [c1, c2].into_iter().collect();
-        assert!(m.unreferenced_chunks().unwrap().is_empty());
+        assert!(m.unreferenced_chunks(usize::MAX).unwrap().is_empty());
         assert_eq!(m.wrong_chunk_counts().unwrap(), vec![], "the counts follow the merge");
         assert_eq!(m.chunk_count(&c2).unwrap(), Some(2), "o's record in turn 1 (borrowed) and the pending copy");
         // Once the rewound files are settled, forgetting 1 and 0 (the
@@ -515,7 +701,7 @@ mod tests {
             lists.extend(m.transaction(|m| m.forget_checkpoint(f, "retention", 100)).unwrap().dropped_lists);
         }
         assert_eq!(lists.len(), 2);
-        assert_eq!(m.unreferenced_chunks().unwrap(), candidates, "both counts fell to zero");
+        assert_eq!(m.unreferenced_chunks(usize::MAX).unwrap(), candidates, "both counts fell to zero");
         assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
         assert!(m.transaction(|m| m.forget_checkpoint(3, "forget", 1)).is_err(), "the newest is never forgotten");
     }
@@ -546,7 +732,7 @@ mod tests {
         assert!(pending.contains(&(b"ho".to_vec(), Some(l1.clone()), None)), "{pending:?}");
         assert!(pending.contains(&(b"hq".to_vec(), Some(l2.clone()), None)), "{pending:?}");
         let candidates: HashSet<ChunkId> = [c1, c2].into_iter().collect();
-        assert!(m.unreferenced_chunks().unwrap().is_empty(), "the pending files still need both chunks");
+        assert!(m.unreferenced_chunks(usize::MAX).unwrap().is_empty(), "the pending files still need both chunks");
         assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
         assert!(candidates.iter().all(|c| m.chunk_count(c).unwrap() == Some(1)), "each pending copy counts once");
     }

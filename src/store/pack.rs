@@ -426,7 +426,7 @@ impl PackStore {
     /// loss before `sync`) are dropped.
     pub fn open_with(dir: &Path, options: PackStoreOptions) -> Result<PackStore, StoreError> {
         let packs_dir = dir.join("packs");
-        std::fs::create_dir_all(&packs_dir)
+        crate::store_dir::create_private_dir(&packs_dir)
             .map_err(|e| StoreError::io(format!("creating chunk store directory {}", packs_dir.display()), e))?;
         let lock = lock_store(dir)?;
         let index_path = dir.join("chunks.sqlite");

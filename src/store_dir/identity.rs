@@ -73,7 +73,7 @@ pub fn open_checked(dir: &Path) -> Result<Meta> {
             // A new store, or one made before stores had ids: give it one.
             let id = db_id.unwrap_or_else(new_id);
             meta.set_state(ID_KEY, &id).map_err(|e| Error::Daemon(e.to_string()))?;
-            std::fs::create_dir_all(parts.chunks())
+            super::create_private_dir(&parts.chunks())
                 .map_err(|e| Error::io(format!("cannot create {}", parts.chunks().display()), e))?;
             let tmp = id_path.with_extension("tmp");
             std::fs::write(&tmp, format!("{id}\n"))

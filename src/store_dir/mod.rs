@@ -30,6 +30,14 @@ pub const ENTRIES: &[&str] = &[
     "lost+found",
 ];
 
+/// Creates directory `path` of a store (and its missing parents) private to
+/// its owner, mode 0700 whatever the umask (the daemon runs with umask 0):
+/// a store holds the past contents of every file of the workspace.
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
 /// The paths of a store's parts, named once.
 #[derive(Clone, Debug)]
 pub struct StoreDir {

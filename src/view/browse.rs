@@ -360,6 +360,15 @@ impl Browser {
         ino.0 >= self.base && self.lock().by_ino.contains_key(&ino.0)
     }
 
+    /// The numbers of `checkpoints/` and `messages/` while the kernel may
+    /// hold entries in them (it looked them up): a forgotten checkpoint's
+    /// must be expired there.
+    pub fn listing_dirs(&self) -> (Option<Ino>, Option<Ino>) {
+        let t = self.lock();
+        let held = |slot: Slot| t.by_slot.get(&slot).filter(|ino| t.by_ino.get(ino).is_some_and(|e| e.lookups > 0));
+        (held(Slot::CheckpointsDir).map(|&i| Ino(i)), held(Slot::MessagesDir).map(|&i| Ino(i)))
+    }
+
     /// The inode of the hidden directory (or the single view's root).
     pub fn top(&self) -> Ino {
         Ino(self.base)

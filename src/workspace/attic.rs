@@ -47,10 +47,17 @@ impl Attic {
         Attic { dir: None, journal }
     }
 
+    /// The attic at `dir` as the store's open finishes a collection with it
+    /// (before the tree exists): only [`Attic::remove_unreachable`] is used.
+    pub(crate) fn for_collection(dir: &Path) -> Attic {
+        let dir = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
+        Attic { dir, journal: None }
+    }
+
     /// Uses `dir` as the attic if it is on the filesystem of `root`
     /// (renames cannot cross filesystems); otherwise there is none.
     pub(crate) fn open(journal: Option<Arc<Journal>>, dir: &Path, root: BorrowedFd<'_>) -> crate::Result<Attic> {
-        std::fs::create_dir_all(dir)
+        crate::store_dir::create_private_dir(dir)
             .map_err(|e| crate::Error::io(format!("cannot create attic {}", dir.display()), e))?;
         let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| crate::Error::io(format!("cannot open attic {}", dir.display()), e.into()))?;
