@@ -386,6 +386,12 @@ fn a_fresh_listing_of_a_checkpoint_does_not_hide_a_file_removed_under_the_mount(
     let text = common::stdout(&diff);
     assert!(text.contains("d: changed without passing through rewindfs"), "diff: {text}");
     assert!(text.contains("e/f2.txt"), "diff: {text}");
+    // A restore through that directory cannot know what to put back.
+    let live = common::read_tree(fx.path());
+    let out = fx.rewindfs(&["restore", "-C", &mp, &k.to_string(), "--", "d/f.txt"]);
+    assert!(!out.status.success(), "a restore of d/f.txt at {k} went ahead over an unknown listing: {}", stderr(&out));
+    assert!(stderr(&out).contains("unknown"), "restore refusal: {}", stderr(&out));
+    assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "the refused restore changed the tree");
     let next = fx.turn("next");
     let mut d: Vec<_> = std::fs::read_dir(fx.path().join(format!(".rewindfs/checkpoints/{next}/d")))
         .expect("d at the next checkpoint")

@@ -309,8 +309,9 @@ impl<'a> TreeView<'a> {
         if ctime <= bound {
             return Ok(());
         }
-        // Both later: content written (a rename or the settler leaves
-        // mtime alone or puts it back).
+        // ctime alone later: attributes, or an mtime set back, unless the
+        // daemon moved ctime. Both later: content written (a rename leaves
+        // mtime alone, the settler puts it back).
         if mtime <= bound
             && let Some(id) = id
             && self.journal.own_ctime_change(id, ctime)?
