@@ -78,7 +78,7 @@ impl Journal {
     /// noted there).
     pub fn note_daemon_turn(&self) -> JournalResult<()> {
         let inner = self.lock();
-        inner.meta.mark_daemon_turn(inner.turn)?;
+        inner.meta.mark_daemon_turn(inner.turn, super::now_ns())?;
         Ok(())
     }
 

@@ -981,7 +981,7 @@ impl Journal {
         let turn = inner.turn;
         Ok(inner.meta.transaction(|m| {
             // What it changes is the daemon's own (see `bypass.rs`).
-            m.mark_daemon_turn(turn)?;
+            m.mark_daemon_turn(turn, now_ns())?;
             m.begin_intent(&intent)
         })?)
     }

@@ -133,34 +133,33 @@ impl Meta {
     }
 }
 
-/// How far the kernel's file timestamps may lag the clock a seal reads:
-/// they come from the coarse clock, updated once a tick (1-10 ms), so a
-/// change made just after a seal can carry a time a few ms before it (seen:
-/// 1.7 ms on this machine).
+/// How far the kernel's file timestamps may lag the clock the daemon
+/// reads: they come from the coarse clock, updated once a tick (1-10 ms),
+/// so a change made just after a seal can carry a time a few ms before it
+/// (seen: 1.7 ms on this machine).
 const COARSE_CLOCK_NS: i64 = 10_000_000;
 
 impl Meta {
-    /// Notes that a rewind or restore changes the tree in `turn`: every
-    /// change made in that turn is the daemon's (the tree is frozen).
-    pub fn mark_daemon_turn(&self, turn: i64) -> MetaResult<()> {
+    /// Notes that a rewind or restore changes the tree in `turn` from
+    /// `started_ns` on: every change made in that turn from then on is the
+    /// daemon's (the tree is frozen). The first start of a turn is kept.
+    pub fn mark_daemon_turn(&self, turn: i64, started_ns: i64) -> MetaResult<()> {
         self.conn
-            .prepare_cached("INSERT OR IGNORE INTO daemon_turns(turn) VALUES (?1)")
+            .prepare_cached("INSERT OR IGNORE INTO daemon_turns(turn, started_ns) VALUES (?1, ?2)")
             .ctx("prepare")?
-            .execute([turn])
+            .execute([turn, started_ns])
             .ctx("note a rewind's turn")?;
         Ok(())
     }
 
     /// Whether `ns` falls in a turn in which a rewind or restore changed
-    /// the tree: after the seal that opened it (from the start of its
-    /// millisecond, less `COARSE_CLOCK_NS`) and before the next seal (to
-    /// the end of its millisecond), or the turn is still open. A turn whose
-    /// opening checkpoint was forgotten is not counted.
+    /// the tree: after it started (less `COARSE_CLOCK_NS`) and before the
+    /// next seal (to the end of its millisecond; a later one if that
+    /// checkpoint was forgotten), or the turn is still open.
     pub fn in_daemon_turn(&self, ns: i64, open_turn: i64) -> MetaResult<bool> {
         self.conn
             .prepare_cached(
-                "SELECT EXISTS(SELECT 1 FROM daemon_turns d WHERE \
-                   (SELECT created_at FROM checkpoints WHERE id = d.turn) * 1000000 - ?3 <= ?1 \
+                "SELECT EXISTS(SELECT 1 FROM daemon_turns d WHERE d.started_ns - ?3 <= ?1 \
                    AND (d.turn = ?2 OR (SELECT (created_at + 1) * 1000000 FROM checkpoints WHERE id > d.turn \
                                         ORDER BY id LIMIT 1) >= ?1))",
             )

@@ -579,7 +579,9 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              CREATE TABLE IF NOT EXISTS own_ctime(
                  object INTEGER PRIMARY KEY,
                  ctime_ns INTEGER NOT NULL);
-             CREATE TABLE IF NOT EXISTS daemon_turns(turn INTEGER PRIMARY KEY) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS daemon_turns(
+                 turn INTEGER PRIMARY KEY,
+                 started_ns INTEGER NOT NULL) WITHOUT ROWID;
              PRAGMA user_version = 12;
              COMMIT;",
         )
