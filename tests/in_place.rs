@@ -214,6 +214,103 @@ fn a_bypassing_write_then_a_change_through_the_mount_is_not_recorded_as_the_past
     assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "the refused rewind changed the tree");
 }
 
+/// Issue 12, item 5: changes that bypassed the mount and left mtime at or
+/// before the checkpoint's seal: attributes alone (chmod, chown, an xattr)
+/// and a write whose mtime was then set back (`touch -d`). Only ctime shows
+/// them, and a user cannot set it back. The views of the checkpoint sealed
+/// before them must say the state is unknown (EIO), not show the new
+/// attributes or bytes as the past. The daemon's own ctime changes must not
+/// be taken for them: a file renamed through the mount, and one rewound
+/// and filled by the settler, stay readable in the views that show them.
+#[test]
+fn an_attribute_change_or_an_mtime_set_back_that_bypassed_the_mount_is_not_shown_as_the_past() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut fx = MountFixture::unmounted();
+    for name in ["f.txt", "g.txt", "h.txt", "k.txt", "o.txt", "r.txt", "m.txt"] {
+        std::fs::write(fx.ws.join(name), "one\n").expect("write");
+    }
+    let under = mount_in_place_and_find_under(&mut fx);
+    let views = fx.path().join(".rewindfs/checkpoints");
+    let read = |k: i64, name: &str| std::fs::read_to_string(views.join(k.to_string()).join(name));
+    let first = fx.turn("first");
+    // A rewound file the settler fills after the rewind's checkpoint.
+    fx.sh("echo two > r.txt");
+    fx.turn("r changed");
+    let mp = s(fx.path()).to_string();
+    check(fx.rewindfs(&["rewind", "-C", &mp, &first.to_string()]), "rewind");
+    let k = fx.turn("k");
+    assert_eq!(std::fs::read_to_string(fx.path().join("r.txt")).expect("r.txt, settled"), "one\n");
+    // Far enough past the seal for the clock the kernel stamps files with.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fx.sh("mv k.txt k2.txt");
+    common::sh(
+        std::path::Path::new("/"),
+        &format!(
+            "cd '{}' && chmod 600 f.txt && echo bypassed > g.txt && touch -d '2001-01-01' g.txt \
+             && setfattr -n user.note -v bypassed h.txt && chown 12345 o.txt",
+            s(&under)
+        ),
+    );
+    for name in ["f.txt", "g.txt", "h.txt", "o.txt"] {
+        let got = read(k, name);
+        assert_eq!(
+            got.as_ref().map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EIO)),
+            "checkpoint {k} shows {name}, changed under the mount with mtime left in the past, as its past: {got:?}"
+        );
+        let st = std::fs::metadata(views.join(k.to_string()).join(name));
+        assert_eq!(st.as_ref().map(|_| ()).map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)), "stat {name} at {k}");
+    }
+    assert_eq!(read(k, "k.txt").expect("k.txt, renamed through the mount"), "one\n");
+    assert_eq!(read(k, "r.txt").expect("r.txt, filled by the settler"), "one\n");
+    assert_eq!(read(k, "m.txt").expect("m.txt, untouched"), "one\n");
+    let diff = check(fx.rewindfs(&["diff", "-C", &mp, &k.to_string()]), "diff");
+    let text = common::stdout(&diff);
+    for name in ["f.txt", "g.txt", "h.txt", "o.txt"] {
+        assert!(text.contains(&format!("{name}: changed without passing through rewindfs")), "diff: {text}");
+    }
+    // The next checkpoint shows them: by then they were the tree.
+    let next = fx.turn("next");
+    let f = views.join(next.to_string()).join("f.txt");
+    assert_eq!(std::fs::metadata(&f).expect("f.txt at the next checkpoint").permissions().mode() & 0o777, 0o600);
+    assert_eq!(read(next, "g.txt").expect("g.txt at the next checkpoint"), "bypassed\n");
+    // The rename and the fill are in a sealed turn now: still the daemon's.
+    assert_eq!(read(k, "k.txt").expect("k.txt at k, once sealed"), "one\n");
+    assert_eq!(read(k, "r.txt").expect("r.txt at k, once sealed"), "one\n");
+}
+
+/// Issue 12, item 5: an attribute change that bypassed the mount, then a
+/// change of the same file through it: the pre-image then recorded holds
+/// the bypassed mode, which the checkpoint sealed before never had.
+#[test]
+fn a_bypassing_chmod_then_a_write_through_the_mount_is_not_recorded_as_the_past() {
+    let mut fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    std::fs::write(fx.ws.join("g.txt"), "one\n").expect("write");
+    let under = mount_in_place_and_find_under(&mut fx);
+    let a = fx.turn("a");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fx.sh("mv g.txt g2.txt");
+    common::sh(std::path::Path::new("/"), &format!("cd '{}' && chmod 600 f.txt", s(&under)));
+    fx.sh("echo after >> f.txt");
+    fx.turn("renamed");
+    fx.sh("echo after >> g2.txt");
+    let b = fx.turn("b");
+    let views = fx.path().join(".rewindfs/checkpoints");
+    let got = std::fs::metadata(views.join(a.to_string()).join("f.txt"));
+    assert_eq!(
+        got.as_ref().map(|m| m.len()).map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "checkpoint {a} shows the mode set under the mount, recorded by a later write through it, as its past"
+    );
+    assert_eq!(
+        std::fs::read_to_string(views.join(a.to_string()).join("g.txt"))
+            .expect("g.txt, renamed through the mount since"),
+        "one\n"
+    );
+    assert_eq!(std::fs::read_to_string(views.join(b.to_string()).join("f.txt")).expect("f.txt at b"), "one\nafter\n");
+}
+
 /// Issue 12, item 5: a file removed under the mount (bypassing it), with
 /// nothing recorded of it since the checkpoint. A view of that checkpoint
 /// that had already met the file (a name the kernel keeps, a descriptor
@@ -244,4 +341,63 @@ fn a_file_removed_under_the_mount_is_unknown_in_a_view_that_knew_it() {
         Err(Some(libc::EIO)),
         "a file removed under the mount, read through a descriptor held open in the view: {read:?} {g:?}"
     );
+}
+
+/// Issue 12, item 5: a file removed under the mount, in a directory that
+/// no view had listed yet. A fresh listing of the checkpoint must not show
+/// the directory without the file as its past: nothing says which name
+/// went, so the listing is unknown (EIO), as for a directory changed
+/// between mounts, and so is a lookup of a name it does not hold now; the
+/// names still there are shown; `diff` lists the directory as unknown. A
+/// directory changed through the mount (a rename) lists as before.
+#[test]
+fn a_fresh_listing_of_a_checkpoint_does_not_hide_a_file_removed_under_the_mount() {
+    let mut fx = MountFixture::unmounted();
+    for dir in ["d", "e"] {
+        std::fs::create_dir(fx.ws.join(dir)).expect("mkdir");
+        for name in ["f.txt", "g.txt"] {
+            std::fs::write(fx.ws.join(dir).join(name), "one\n").expect("write");
+        }
+    }
+    let under = mount_in_place_and_find_under(&mut fx);
+    let k = fx.turn("k");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fx.sh("mv e/f.txt e/f2.txt");
+    common::sh(std::path::Path::new("/"), &format!("cd '{}' && rm d/f.txt", s(&under)));
+    let view = fx.path().join(format!(".rewindfs/checkpoints/{k}"));
+    let listed = std::fs::read_dir(view.join("d"))
+        .and_then(|l| l.map(|e| e.map(|e| e.file_name())).collect::<Result<Vec<_>, _>>());
+    assert_eq!(
+        listed.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "a fresh listing of d at {k} hides the file removed under the mount: {listed:?}"
+    );
+    let f = std::fs::metadata(view.join("d/f.txt"));
+    assert_eq!(f.as_ref().map(|_| ()).map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)), "d/f.txt at {k}");
+    assert_eq!(std::fs::read_to_string(view.join("d/g.txt")).expect("d/g.txt, still there"), "one\n");
+    let mut e: Vec<_> = std::fs::read_dir(view.join("e"))
+        .expect("e, changed through the mount")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    e.sort();
+    assert_eq!(e, ["f.txt", "g.txt"], "e at {k}");
+    let mp = s(fx.path()).to_string();
+    let diff = check(fx.rewindfs(&["diff", "-C", &mp, &k.to_string()]), "diff");
+    let text = common::stdout(&diff);
+    assert!(text.contains("d: changed without passing through rewindfs"), "diff: {text}");
+    assert!(text.contains("e/f2.txt"), "diff: {text}");
+    // A restore through that directory cannot know what to put back.
+    let live = common::read_tree(fx.path());
+    let out = fx.rewindfs(&["restore", "-C", &mp, &k.to_string(), "--", "d/f.txt"]);
+    assert!(!out.status.success(), "a restore of d/f.txt at {k} went ahead over an unknown listing: {}", stderr(&out));
+    assert!(stderr(&out).contains("unknown"), "restore refusal: {}", stderr(&out));
+    assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "the refused restore changed the tree");
+    let next = fx.turn("next");
+    let mut d: Vec<_> = std::fs::read_dir(fx.path().join(format!(".rewindfs/checkpoints/{next}/d")))
+        .expect("d at the next checkpoint")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    d.sort();
+    assert_eq!(d, ["g.txt"]);
+    assert!(std::fs::read_dir(view.join("e")).is_ok(), "e at {k}, once the rename's turn is sealed");
 }

@@ -35,6 +35,10 @@ impl Journal {
     /// rewound file (which puts the recorded mtime back); the caller leaves
     /// out files open for writing (written by passthrough or mmap, unseen)
     /// and files still pending (`is_pending`, asked only when needed).
+    ///
+    /// When only ctime is later (a chmod, chown or xattr change, or a write
+    /// whose mtime was then set back), the change is the daemon's own
+    /// unless `own_ctime_change` says otherwise.
     pub fn note_if_bypassed(
         &self,
         object: ObjectId,
@@ -42,25 +46,36 @@ impl Journal {
         mtime_ns: i64,
         is_pending: impl FnOnce() -> bool,
     ) -> JournalResult<Option<Unknown>> {
-        let Some(changed) = written_at(ctime_ns, mtime_ns) else { return Ok(None) };
         let (turn, opened_ns, skip) = {
             let inner = self.lock();
             let skip = inner.meta_done.contains(&object) || inner.born_ids.contains(&object);
             (inner.turn, inner.opened_ns, skip)
         };
         // Before this daemon: the scan at mount marks it (`tainted`).
-        if skip || changed <= opened_ns || is_pending() {
+        if skip || ctime_ns <= opened_ns || is_pending() {
             return Ok(None);
         }
-        let inner = self.lock();
-        let Some(last) = inner.meta.newest_sealed_before(changed)? else { return Ok(None) };
-        let vouched = inner.meta.vouched(object, turn)?;
-        let first = vouched.last_record_turn.max(vouched.born_turn).map_or(0, |t| t + 1);
-        let last = last.min(turn);
-        if first > last {
-            return Ok(None);
+        let range = |changed: i64| -> JournalResult<Option<Unknown>> {
+            let inner = self.lock();
+            let Some(last) = inner.meta.newest_sealed_before(changed)? else { return Ok(None) };
+            let vouched = inner.meta.vouched(object, turn)?;
+            let first = vouched.last_record_turn.max(vouched.born_turn).map_or(0, |t| t + 1);
+            let last = last.min(turn);
+            Ok((first <= last).then_some((first, last)))
+        };
+        // Both later, the mtime dating a write: content written.
+        let mut found = match written_at(ctime_ns, mtime_ns) {
+            Some(written) if written > opened_ns => range(written)?,
+            _ => None,
+        };
+        if found.is_none() && mtime_ns != ctime_ns {
+            found = range(ctime_ns)?;
+            if found.is_some() && self.own_ctime_change(object, ctime_ns)? {
+                found = None;
+            }
         }
-        inner.meta.mark_bypassed(object, first, last)?;
+        let Some((first, last)) = found else { return Ok(None) };
+        self.lock().meta.mark_bypassed(object, first, last)?;
         log::warn!(
             "object {} was changed under the mount, bypassing it, after checkpoint {last} was sealed; \
              its state at checkpoints {first} to {last} is unknown",
@@ -71,6 +86,46 @@ impl Journal {
 }
 
 impl Journal {
+    /// Notes that the open turn's changes are the daemon's: a rewind or
+    /// restore completed at mount (the one begun by `begin_intent` is
+    /// noted there).
+    pub fn note_daemon_turn(&self) -> JournalResult<()> {
+        let inner = self.lock();
+        inner.meta.mark_daemon_turn(inner.turn, super::now_ns())?;
+        Ok(())
+    }
+
+    /// Whether `ctime_ns`, the ctime of `object` now, may come from a
+    /// change the daemon made itself without a record of the object: an
+    /// entry record names it (a rename, a removal into the attic, a name
+    /// created or removed in a directory) in the open turn, or in a turn
+    /// sealed after that ctime (to the end of the seal's millisecond); or
+    /// it is the ctime the settler left (`own_ctime`); or it falls in a
+    /// turn in which a rewind or restore changed the tree (`daemon_turns`:
+    /// the rewind's own moves, links and fills name the object in no
+    /// record, and the tree is frozen meanwhile). Asked only for an
+    /// object whose ctime alone is later than what the journal vouches
+    /// for, so an unchanged file costs nothing here.
+    pub fn own_ctime_change(&self, object: ObjectId, ctime_ns: i64) -> JournalResult<bool> {
+        let (named, turn) = {
+            let inner = self.lock();
+            if inner.named_done.contains(&object) {
+                return Ok(true);
+            }
+            if inner.meta.own_ctime(object)? == Some(ctime_ns) || inner.meta.in_daemon_turn(ctime_ns, inner.turn)? {
+                return Ok(true);
+            }
+            // Records of sealed turns are all in the database (a seal
+            // folds the log); the open turn's are in `named_done`.
+            (inner.meta.last_entry_turn(object)?, inner.turn)
+        };
+        let Some(named) = named else { return Ok(false) };
+        if named >= turn {
+            return Ok(true);
+        }
+        Ok(self.sealed_after(named)?.is_some_and(|ms| ctime_ns <= end_of_ms(ms)))
+    }
+
     /// When (ms) the first checkpoint after turn `turn` was sealed, if one
     /// was. Asked by views for every live file they show (the bypass
     /// check), so the answer is kept: a checkpoint's seal time never
@@ -91,4 +146,10 @@ impl Journal {
         }
         Ok(Some(ms))
     }
+}
+
+/// The end (ns) of millisecond `ms`: `created_at` has ms, and a change in
+/// the same millisecond as a seal may be before or after it.
+pub fn end_of_ms(ms: i64) -> i64 {
+    ms.saturating_add(1).saturating_mul(1_000_000)
 }

@@ -17,7 +17,7 @@ use log::info;
 use serde::Serialize;
 
 mod bypass;
-pub use bypass::written_at;
+pub use bypass::{end_of_ms, written_at};
 pub mod record_log;
 mod reference;
 pub mod retention;
@@ -181,6 +181,10 @@ struct Inner {
     /// The current turn (= the newest checkpoint's number).
     turn: i64,
     entries_done: HashSet<(ObjectId, Vec<u8>)>,
+    /// Objects named by this turn's entry records (as a directory or a
+    /// target): their ctime moved through the mount without a record of
+    /// their own (`bypass.rs`).
+    named_done: HashSet<ObjectId>,
     meta_done: HashSet<ObjectId>,
     content_done: HashSet<ObjectId>,
     /// Files created in the current turn (by file handle): no checkpoint
@@ -429,6 +433,7 @@ impl Journal {
                 meta,
                 turn,
                 entries_done: HashSet::new(),
+                named_done: HashSet::new(),
                 meta_done: HashSet::new(),
                 content_done: HashSet::new(),
                 born: HashSet::new(),
@@ -719,6 +724,10 @@ impl Journal {
             program: program.map(str::to_string),
         })?;
         inner.entries_done.insert(key);
+        inner.named_done.insert(dir);
+        if let Some(t) = target {
+            inner.named_done.insert(t);
+        }
         inner.changes += 1;
         inner.last_change = Some(Instant::now());
         Ok(())
@@ -872,6 +881,7 @@ impl Journal {
             let durable = inner.meta.sync();
             inner.turn = next;
             inner.entries_done.clear();
+            inner.named_done.clear();
             inner.meta_done.clear();
             inner.content_done.clear();
             inner.born.clear();
@@ -944,12 +954,22 @@ impl Journal {
     }
 
     /// The rewound file `handle` has its bytes: it is no longer pending,
-    /// and its fill is not an outside change (see SETTLED).
-    pub fn settled(&self, handle: &FileHandle) -> JournalResult<()> {
+    /// and its fill is not an outside change (see SETTLED), nor one that
+    /// bypassed the mount: `ctime_ns`, its ctime once filled, is the
+    /// daemon's own (`own_ctime`, see `bypass.rs`).
+    pub fn settled(&self, handle: &FileHandle, ctime_ns: Option<i64>) -> JournalResult<()> {
         let handle = handle.to_bytes();
         let inner = self.lock();
+        let known = inner.ids.get(&handle).copied();
         inner.meta.transaction(|m| {
             m.remove_pending(&handle)?;
+            let id = match known {
+                Some(id) => Some(id),
+                None => m.object_by_handle(&handle)?,
+            };
+            if let (Some(ctime_ns), Some(id)) = (ctime_ns, id) {
+                m.set_own_ctime(id, ctime_ns)?;
+            }
             m.set_state(&settled_key(&handle), "")
         })?;
         Ok(())
@@ -969,7 +989,12 @@ impl Journal {
         // A commit survives the daemon's death, as the records appended
         // after it do (neither is fsynced; a seal makes both survive power
         // loss).
-        Ok(inner.meta.transaction(|m| m.begin_intent(&intent))?)
+        let turn = inner.turn;
+        Ok(inner.meta.transaction(|m| {
+            // What it changes is the daemon's own (see `bypass.rs`).
+            m.mark_daemon_turn(turn, now_ns())?;
+            m.begin_intent(&intent)
+        })?)
     }
 
     /// The rewind or restore `id` is done (or failed and said so).

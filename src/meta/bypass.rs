@@ -91,3 +91,80 @@ impl Meta {
             .ctx("read checkpoint")
     }
 }
+
+impl Meta {
+    /// The newest turn whose entry records name `object`, as the directory
+    /// of a name or as the target one held: a change through the mount that
+    /// moved its ctime without a record of the object itself (a rename, a
+    /// removal into the attic; for a directory, a name created or removed
+    /// in it).
+    pub fn last_entry_turn(&self, object: ObjectId) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached(
+                "SELECT MAX(t) FROM (SELECT MAX(turn) AS t FROM entry_pre WHERE target = ?1 \
+                 UNION ALL SELECT MAX(turn) FROM entry_pre WHERE dir = ?1)",
+            )
+            .ctx("prepare")?
+            .query_row([object.0], |r| r.get(0))
+            .ctx("read entry records")
+    }
+
+    /// The ctime `object` had right after the daemon's own last change of
+    /// it that no record holds (the settler filling a rewound file).
+    pub fn own_ctime(&self, object: ObjectId) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT ctime_ns FROM own_ctime WHERE object = ?1")
+            .ctx("prepare")?
+            .query_row([object.0], |r| r.get(0))
+            .optional()
+            .ctx("read the daemon's own changes")
+    }
+
+    pub fn set_own_ctime(&self, object: ObjectId, ctime_ns: i64) -> MetaResult<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO own_ctime(object, ctime_ns) VALUES (?1, ?2) \
+                 ON CONFLICT(object) DO UPDATE SET ctime_ns = excluded.ctime_ns",
+            )
+            .ctx("prepare")?
+            .execute(params![object.0, ctime_ns])
+            .ctx("note the daemon's own change")?;
+        Ok(())
+    }
+}
+
+/// How far the kernel's file timestamps may lag the clock the daemon
+/// reads: they come from the coarse clock, updated once a tick (1-10 ms),
+/// so a change made just after a seal can carry a time a few ms before it
+/// (seen: 1.7 ms on this machine).
+const COARSE_CLOCK_NS: i64 = 10_000_000;
+
+impl Meta {
+    /// Notes that a rewind or restore changes the tree in `turn` from
+    /// `started_ns` on: every change made in that turn from then on is the
+    /// daemon's (the tree is frozen). The first start of a turn is kept.
+    pub fn mark_daemon_turn(&self, turn: i64, started_ns: i64) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO daemon_turns(turn, started_ns) VALUES (?1, ?2)")
+            .ctx("prepare")?
+            .execute([turn, started_ns])
+            .ctx("note a rewind's turn")?;
+        Ok(())
+    }
+
+    /// Whether `ns` falls in a turn in which a rewind or restore changed
+    /// the tree: after it started (less `COARSE_CLOCK_NS`) and before the
+    /// next seal (to the end of its millisecond; a later one if that
+    /// checkpoint was forgotten), or the turn is still open.
+    pub fn in_daemon_turn(&self, ns: i64, open_turn: i64) -> MetaResult<bool> {
+        self.conn
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM daemon_turns d WHERE d.started_ns - ?3 <= ?1 \
+                   AND (d.turn = ?2 OR (SELECT (created_at + 1) * 1000000 FROM checkpoints WHERE id > d.turn \
+                                        ORDER BY id LIMIT 1) >= ?1))",
+            )
+            .ctx("prepare")?
+            .query_row(params![ns, open_turn, COARSE_CLOCK_NS], |r| r.get(0))
+            .ctx("read the turns of rewinds")
+    }
+}

@@ -19,7 +19,7 @@ pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -569,6 +569,23 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("migrate to schema version 11")?;
+    }
+    if version < 12 {
+        // Changes of the daemon's own that no record of the object holds:
+        // the ctime a rewound file had once the settler filled it, and the
+        // turns in which a rewind or restore changed the tree.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS own_ctime(
+                 object INTEGER PRIMARY KEY,
+                 ctime_ns INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS daemon_turns(
+                 turn INTEGER PRIMARY KEY,
+                 started_ns INTEGER NOT NULL) WITHOUT ROWID;
+             PRAGMA user_version = 12;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 12")?;
     }
     Ok(())
 }

@@ -205,25 +205,7 @@ fn walk(
     let states = (na.as_ref().map(|n| a.state(n)).transpose(), nb.as_ref().map(|n| b.state(n)).transpose());
     let (sa, sb) = match states {
         (Ok(x), Ok(y)) => (x, y),
-        (
-            Err(e @ (crate::view::ViewError::ChangedOutside(..) | crate::view::ViewError::ChangedUnderMount { .. })),
-            _,
-        )
-        | (
-            _,
-            Err(e @ (crate::view::ViewError::ChangedOutside(..) | crate::view::ViewError::ChangedUnderMount { .. })),
-        ) => {
-            log::info!("{}: {e}", path.display());
-            out.push(FileChange {
-                path: path.clone(),
-                change: ChangeKind::Unknown,
-                binary: false,
-                lines_added: 0,
-                lines_removed: 0,
-                patch: String::new(),
-            });
-            return Ok(());
-        }
+        (Err(e), _) | (_, Err(e)) if is_unknown(&e) => return unknown(&path, &e, out),
         (Err(e), _) | (_, Err(e)) => return Err(e),
     };
     let dir_a = sa.as_ref().is_some_and(|s| s.is_dir());
@@ -243,15 +225,26 @@ fn walk(
     }
     // A directory on one side only, or a file replaced by a directory.
     let mut names: BTreeMap<OsString, (Option<Node>, Option<Node>)> = BTreeMap::new();
-    if dir_a {
-        for (name, n) in a.list(na.as_ref().expect("dir_a implies a node"))? {
+    // A listing that is unknown (a name removed under the mount, or
+    // outside it): the directory is listed as unknown, not walked.
+    let listing = |v: &TreeView<'_>, n: &Option<Node>, dir: bool| match n.as_ref().filter(|_| dir) {
+        Some(n) => v.list(n).map(Some),
+        None => Ok(None),
+    };
+    let (la, lb) = match (listing(a, &na, dir_a), listing(b, &nb, dir_b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) if is_unknown(&e) => return unknown(&path, &e, out),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+    if let Some(la) = la {
+        for (name, n) in la {
             names.entry(name).or_default().0 = Some(n);
         }
     } else if sa.is_some() && exact(&path) {
         out.push(change(&path, ChangeKind::Deleted, a, sa.as_ref(), b, None, with_patch)?);
     }
-    if dir_b {
-        for (name, n) in b.list(nb.as_ref().expect("dir_b implies a node"))? {
+    if let Some(lb) = lb {
+        for (name, n) in lb {
             names.entry(name).or_default().1 = Some(n);
         }
     } else if sb.is_some() && exact(&path) {
@@ -260,6 +253,25 @@ fn walk(
     for (name, (ca, cb)) in names {
         walk(a, b, ca, cb, path.join(name), only, with_patch, out)?;
     }
+    Ok(())
+}
+
+/// A state the view cannot give: changed outside the mount or under it.
+fn is_unknown(e: &crate::view::ViewError) -> bool {
+    matches!(e, crate::view::ViewError::ChangedOutside(..) | crate::view::ViewError::ChangedUnderMount { .. })
+}
+
+/// Lists `path` as unknown.
+fn unknown(path: &Path, e: &crate::view::ViewError, out: &mut Vec<FileChange>) -> ViewResult<()> {
+    log::info!("{}: {e}", path.display());
+    out.push(FileChange {
+        path: path.to_path_buf(),
+        change: ChangeKind::Unknown,
+        binary: false,
+        lines_added: 0,
+        lines_removed: 0,
+        patch: String::new(),
+    });
     Ok(())
 }
 

@@ -189,6 +189,7 @@ fn restore_paths(intent: &Intent) -> Vec<PathBuf> {
 /// Runs the interrupted operation again from the tree it left. The caller
 /// (the daemon, before it mounts) seals the result and ends the intent.
 pub fn complete(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<Vec<Planned>, RestoreError> {
+    journal.note_daemon_turn()?;
     let moved = put_away_temporaries(tree, journal)?;
     if moved > 0 {
         log::info!("recovery: {moved} temporary files of the interrupted operation moved to the attic");

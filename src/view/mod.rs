@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use rustix::fs::{Mode, OFlags};
 
 use crate::error::Errno;
-use crate::journal::{Journal, ns};
+use crate::journal::{Journal, end_of_ms, ns};
 use crate::meta::{ObjectId, decode_xattrs};
 use crate::store::{ContentRef, read_content_at};
 use crate::sys::FileHandle;
@@ -187,11 +187,48 @@ impl<'a> TreeView<'a> {
     }
 
     /// The live object behind `node`, if it still exists and is the same
-    /// kind of thing (a directory for listings).
-    fn live_dir(&self, node: &Node) -> Option<std::os::fd::OwnedFd> {
+    /// kind of thing (a directory for listings), with its attributes.
+    fn live_dir(&self, node: &Node) -> Option<(std::os::fd::OwnedFd, rustix::fs::Stat)> {
         let fd = self.live_fd(node)?;
         let st = rustix::fs::fstat(&fd).ok()?;
-        (st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_nlink > 0).then_some(fd)
+        (st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_nlink > 0).then_some((fd, st))
+    }
+
+    /// Fails when the live directory `id`, whose names this view takes as
+    /// those it held at the checkpoint (no record says otherwise), had a
+    /// name created or removed, or its attributes changed, after this
+    /// checkpoint's seal without passing through the mount: a name removed
+    /// under the mount is missing from the live listing, and nothing says
+    /// which it was, so the listing of the checkpoint is unknown (as for a
+    /// directory changed between mounts). Its ctime says so, unless the
+    /// daemon moved it: a record of the directory (after which the bound
+    /// is that record's turn's seal), an entry record of a name in it or
+    /// of its own name, a rewind (`Journal::own_ctime_change`). An
+    /// unchanged directory asks the database nothing (the seal time is
+    /// kept by the journal).
+    fn check_dir_bypassed(&self, id: Option<ObjectId>, st: &rustix::fs::Stat) -> ViewResult<()> {
+        if self.from == i64::MAX {
+            return Ok(());
+        }
+        let ctime = ns(st.st_ctime, st.st_ctime_nsec as i64);
+        let Some(sealed_ms) = self.journal.sealed_after(self.from - 1)? else { return Ok(()) };
+        if ctime <= end_of_ms(sealed_ms) {
+            return Ok(());
+        }
+        let changed = ViewError::ChangedUnderMount { id, after: self.from };
+        let Some(id) = id else { return Err(changed) };
+        if let Some(t) = self.journal.with_meta(|m| m.last_object_turn(id))?.filter(|t| *t >= self.from) {
+            if t >= self.journal.current_turn() {
+                return Ok(());
+            }
+            if self.journal.sealed_after(t)?.is_some_and(|ms| ctime <= end_of_ms(ms)) {
+                return Ok(());
+            }
+        }
+        if self.journal.own_ctime_change(id, ctime)? {
+            return Ok(());
+        }
+        Err(changed)
     }
 
     /// Fails when the live state of `id` cannot stand for its state at
@@ -229,11 +266,13 @@ impl<'a> TreeView<'a> {
     /// through the mount is recorded in its turn before it is made, so a
     /// later one bypassed the mount (a process whose working directory is
     /// the directory under an in-place mount, or a write to the source of
-    /// a mount elsewhere). Both ctime and mtime must be later: a rename
-    /// through the mount changes ctime alone, and the settler puts the
-    /// recorded mtime back after filling a file (while it fills one, the
-    /// file is still pending, and skipped). `st` is taken before the
-    /// journal is asked, so a change it shows was recorded by then.
+    /// a mount elsewhere). A later ctime says so (a user cannot set it
+    /// back, whatever mtime says), unless the daemon moved it itself
+    /// without a record of the object (`Journal::own_ctime_change`: a
+    /// rename, the settler's fill; while it fills a file, the file is
+    /// still pending, and skipped); that is asked only when mtime is not
+    /// later too. `st` is taken before the journal is asked, so a change
+    /// it shows was recorded by then.
     /// `recorded_since`: the object has a record at or after this
     /// checkpoint (else its newest record is older, and this checkpoint's
     /// seal is the bound without asking). Runs for every live file a view
@@ -252,8 +291,8 @@ impl<'a> TreeView<'a> {
         {
             return Ok(());
         }
-        let times = (ns(st.st_ctime, st.st_ctime_nsec as i64), ns(st.st_mtime, st.st_mtime_nsec as i64));
-        let Some(changed) = crate::journal::written_at(times.0, times.1) else { return Ok(()) };
+        let ctime = ns(st.st_ctime, st.st_ctime_nsec as i64);
+        let mtime = ns(st.st_mtime, st.st_mtime_nsec as i64);
         let last = match id {
             Some(id) if recorded_since => self.journal.with_meta(|m| m.last_object_turn(id))?,
             _ => None,
@@ -266,10 +305,23 @@ impl<'a> TreeView<'a> {
         let Some(sealed_ms) = self.journal.sealed_after(vouched)? else { return Ok(()) };
         // `created_at` has ms: the end of that ms, so as to never blame a
         // change made through the mount just before the seal.
-        if changed > sealed_ms.saturating_add(1).saturating_mul(1_000_000) {
-            return Err(ViewError::ChangedUnderMount { id, after: vouched + 1 });
+        let bound = end_of_ms(sealed_ms);
+        if ctime <= bound {
+            return Ok(());
         }
-        Ok(())
+        // ctime alone later: attributes, or an mtime set back, unless the
+        // daemon moved ctime; so too with an mtime after ctime (set into
+        // the future, it dates no write). Both later, the mtime dating a
+        // write: content written (a rename leaves mtime alone, the settler
+        // puts it back).
+        let written_after_seal = crate::journal::written_at(ctime, mtime).is_some_and(|w| w > bound);
+        if !written_after_seal
+            && let Some(id) = id
+            && self.journal.own_ctime_change(id, ctime)?
+        {
+            return Ok(());
+        }
+        Err(ViewError::ChangedUnderMount { id, after: vouched + 1 })
     }
 
     /// Why the live object behind `node`, which no record describes at
@@ -299,10 +351,14 @@ impl<'a> TreeView<'a> {
             }
         }
         crate::world::test_hooks::view_lookup();
-        let Some(fd) = self.live_dir(dir) else { return Ok(None) };
+        let Some((fd, st)) = self.live_dir(dir) else { return Ok(None) };
         match backing::handle_at(fd.as_fd(), name) {
             Ok(h) => Ok(Some(self.node_of_handle(h)?)),
-            Err(Errno::ENOENT) => Ok(None),
+            // Absent now: absent then too, unless removed under the mount.
+            Err(Errno::ENOENT) => {
+                self.check_dir_bypassed(self.id_of(dir)?, &st)?;
+                Ok(None)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -314,7 +370,8 @@ impl<'a> TreeView<'a> {
             self.check_outside(id, None)?;
         }
         let mut entries: std::collections::BTreeMap<Vec<u8>, Node> = std::collections::BTreeMap::new();
-        if let Some(fd) = self.live_dir(dir) {
+        if let Some((fd, st)) = self.live_dir(dir) {
+            self.check_dir_bypassed(dir_id, &st)?;
             let dirfd =
                 rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
             let mut listing = rustix::fs::Dir::new(dirfd)?;

@@ -203,18 +203,17 @@ impl<'a> Settler<'a> {
         let _one = self.set.settle_lock.lock().unwrap_or_else(|p| p.into_inner());
         let Some(p) = self.pending_map().get(handle).cloned() else { return Ok(()) };
         let Some(journal) = self.journal else { return Err(Errno::EIO) };
-        match self.backing.open_handle(handle, libc::O_WRONLY) {
-            Ok(fd) => {
-                if let Err((errno, reason)) = fill(journal.store(), &p, fd) {
-                    return Err(self.cannot_settle(handle, &p, reason, errno, for_reader));
-                }
-            }
+        let ctime_ns = match self.backing.open_handle(handle, libc::O_WRONLY) {
+            Ok(fd) => match fill(journal.store(), &p, fd) {
+                Ok(ctime_ns) => ctime_ns,
+                Err((errno, reason)) => return Err(self.cannot_settle(handle, &p, reason, errno, for_reader)),
+            },
             // Removed since: nothing to fill.
-            Err(e) if e == Errno::ENOENT => {}
+            Err(e) if e == Errno::ENOENT => None,
             Err(e) => return Err(self.cannot_settle(handle, &p, format!("cannot open it: {e}"), e, for_reader)),
-        }
+        };
         crate::world::test_hooks::kill_point("settle-written");
-        journal.settled(handle).map_err(eio("cannot clear pending content"))?;
+        journal.settled(handle, ctime_ns).map_err(eio("cannot clear pending content"))?;
         self.pending_map().remove(handle);
         if let Some(u) = self.unsettled_map().remove(handle) {
             log::info!("settled {} after all", shown_path(u.path.as_deref()));
@@ -305,8 +304,10 @@ pub fn shown_path(path: Option<&std::path::Path>) -> String {
 
 /// Writes a pending file's content into `fd`, which holds the placeholder.
 /// Every chunk is read and verified before the first byte is written, so
-/// content that cannot be read back leaves the file as it was.
-fn fill(store: &dyn crate::store::ChunkStore, p: &PendingContent, fd: OwnedFd) -> Result<(), (Errno, String)> {
+/// content that cannot be read back leaves the file as it was. Returns the
+/// file's ctime once filled (the daemon's own change, see
+/// `Journal::settled`), if it can be read.
+fn fill(store: &dyn crate::store::ChunkStore, p: &PendingContent, fd: OwnedFd) -> Result<Option<i64>, (Errno, String)> {
     let unreadable = |e: crate::store::StoreError| (crate::error::AsErrno::errno(&e), e.to_string());
     let unwritable = |e: std::io::Error| (crate::error::AsErrno::errno(&e), format!("cannot write it: {e}"));
     let mut file = std::fs::File::from(fd);
@@ -322,5 +323,5 @@ fn fill(store: &dyn crate::store::ChunkStore, p: &PendingContent, fd: OwnedFd) -
     let t =
         Timespec { tv_sec: p.mtime_ns.div_euclid(1_000_000_000), tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _ };
     let _ = backing::set_times(file.as_fd(), t, t);
-    Ok(())
+    Ok(rustix::fs::fstat(&file).ok().map(|st| crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64)))
 }
