@@ -126,14 +126,22 @@ impl Journal {
         Ok(self.sealed_after(named)?.is_some_and(|ms| ctime_ns <= end_of_ms(ms)))
     }
 
+    /// Drops the seal time kept for checkpoint `f`, which is being
+    /// forgotten: its turn's records merge into the turn before, for which
+    /// the next kept checkpoint's seal answers from then on.
+    pub(super) fn forget_seal_time(&self, f: i64) {
+        self.seal_times.lock().unwrap_or_else(|p| p.into_inner()).remove(&f);
+    }
+
     /// When (ms) the first checkpoint after turn `turn` was sealed, if one
     /// was. Asked by views for every live file they show (the bypass
     /// check), so the answer is kept: a checkpoint's seal time never
     /// changes and its number is never reused, so a kept answer for the
-    /// checkpoint right after `turn` stays exact whatever is sealed or
-    /// forgotten later (when that one was forgotten, the next one answers,
-    /// and is not kept). Checkpoints are written only by seals, which fold
-    /// the log first: no fold is needed.
+    /// checkpoint right after `turn` stays exact whatever is sealed later;
+    /// a forget drops the answer kept for the checkpoint it forgets
+    /// (`forget_seal_time`), and then the next one answers, not kept.
+    /// Checkpoints are written only by seals, which fold the log first: no
+    /// fold is needed.
     pub fn sealed_after(&self, turn: i64) -> JournalResult<Option<i64>> {
         let cached = |j: &Journal| j.seal_times.lock().unwrap_or_else(|p| p.into_inner()).get(&(turn + 1)).copied();
         if let Some(ms) = cached(self) {

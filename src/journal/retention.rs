@@ -444,6 +444,9 @@ impl Journal {
             begun.unwrap_or(Err(JournalError::Meta(crate::meta::MetaError::Malformed {
                 what: "collection (its checkpoint was never taken out of view)",
             })))?;
+            // The seal time kept for `f` would answer for the turn before
+            // it, whose records now include `f`'s (`sealed_after`).
+            self.forget_seal_time(f);
             self.merge_forgetting(&mut out, &mut freed, attic, attic_dir)?;
         }
         self.free_chunks(&mut out)?;
@@ -609,6 +612,9 @@ impl Journal {
             }
             for (i, &f) in victims.iter().enumerate() {
                 step(i as u64, victims.len() as u64);
+                if !dry_run {
+                    self.forget_seal_time(f);
+                }
                 let merged = m.forget_checkpoint(f, by, at)?;
                 out.records_dropped += merged.dropped_records;
                 out.records_moved += merged.moved_records;
