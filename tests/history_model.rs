@@ -369,6 +369,16 @@ fn a_descriptor_held_on_a_hard_linked_file_keeps_its_bytes() {
     ]);
 }
 
+/// A file whose mtime was set into the future, then removed through the
+/// mount (its move into the attic changes ctime alone): the views' check
+/// for writes that bypassed the mount took the ctime for a write and hid
+/// the file from the checkpoint before the removal (soak seed 660676005,
+/// shrunk; also on main before the bypass work of session 7).
+#[test]
+fn a_file_with_a_future_mtime_stays_in_the_views_after_its_removal() {
+    replay(&["utime a 1843475908", "turn m6", "rmrf a", "turn"]);
+}
+
 /// Issue 12: `kill -9` of the daemon during a rewind (`killrewind K N`: at
 /// its N-th journal record, 0 just after its result was sealed), then a
 /// mount, which completes it or finds it not begun or done; the live tree

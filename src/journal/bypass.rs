@@ -9,6 +9,16 @@ use super::{Journal, JournalResult};
 /// Checkpoints whose state of an object is unknown, as `first..=last`.
 pub type Unknown = (i64, i64);
 
+/// When the newest write to a file's content may have happened, as far
+/// as its times tell: a write sets mtime and ctime to the same moment, and
+/// a later rename, link or attribute change moves ctime alone, so the
+/// write was at mtime when mtime is not after ctime. An mtime after ctime
+/// was set explicitly (`touch -d` into the future): it dates no write, and
+/// the times then say nothing (`None`), as for any attribute-only change.
+pub fn written_at(ctime_ns: i64, mtime_ns: i64) -> Option<i64> {
+    (mtime_ns <= ctime_ns).then_some(mtime_ns)
+}
+
 impl Journal {
     /// Before the first record of `object` in this turn, with its ctime and
     /// mtime now: when both are later than a checkpoint that would read
@@ -32,7 +42,7 @@ impl Journal {
         mtime_ns: i64,
         is_pending: impl FnOnce() -> bool,
     ) -> JournalResult<Option<Unknown>> {
-        let changed = ctime_ns.min(mtime_ns);
+        let Some(changed) = written_at(ctime_ns, mtime_ns) else { return Ok(None) };
         let (turn, opened_ns, skip) = {
             let inner = self.lock();
             let skip = inner.meta_done.contains(&object) || inner.born_ids.contains(&object);

@@ -252,7 +252,8 @@ impl<'a> TreeView<'a> {
         {
             return Ok(());
         }
-        let changed = ns(st.st_ctime, st.st_ctime_nsec as i64).min(ns(st.st_mtime, st.st_mtime_nsec as i64));
+        let times = (ns(st.st_ctime, st.st_ctime_nsec as i64), ns(st.st_mtime, st.st_mtime_nsec as i64));
+        let Some(changed) = crate::journal::written_at(times.0, times.1) else { return Ok(()) };
         let last = match id {
             Some(id) if recorded_since => self.journal.with_meta(|m| m.last_object_turn(id))?,
             _ => None,
