@@ -314,6 +314,50 @@ fn a_rewind_killed_part_way_is_completed_by_the_next_mount() {
     c.check_views("at the end");
 }
 
+/// Killed while a rewind swaps a new inode in for a file whose content
+/// changed: once the new inode has its temporary name, and once it took
+/// the file's name (the old inode under the temporary one). Before, the
+/// next mount took the new inode for an object changed outside rewindfs
+/// (in the clock-timed test below, now and then), whose state at every
+/// earlier checkpoint was then unknown: the rewind back to the safety
+/// checkpoint was refused.
+#[test]
+fn a_rewind_killed_while_swapping_in_a_new_inode_is_completed_by_the_next_mount() {
+    let (mut c, c1, _c2) = many_changes(40);
+    for point in ["rewind-swap-named:1", "rewind-swapped:1", "rewind-swap-named:9", "rewind-swapped:7"] {
+        let o = interrupted_rewind(&mut c, c1, Kill::At(point));
+        assert!(o.completed_at_mount, "kill at {point}: not completed at mount");
+        let safety = o.safety.unwrap_or_else(|| panic!("kill at {point}: no safety checkpoint"));
+        c.rewind(safety);
+    }
+}
+
+/// Killed right after a file was created through the mount, whose birth
+/// note may still wait for the next log write. The next mount finds an
+/// object born in the last turn, not one changed outside rewindfs.
+#[test]
+fn a_file_created_just_before_the_daemon_died_is_not_an_outside_change() {
+    let mut c = Case::new("echo a > a");
+    let c1 = c.turn();
+    c.fx.sh("echo b >> a && echo n > new");
+    let pid = c.fx.status_json()["pid"].as_i64().expect("pid") as i32;
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    c.detach_dead(pid);
+    let said = c.remount();
+    let log = c.fx.cli_json(&["log"]);
+    let labels: Vec<String> =
+        log.as_array().expect("log").iter().filter_map(|v| v["label"].as_str().map(str::to_string)).collect();
+    assert!(
+        !labels.iter().any(|l| l.contains("changed outside")),
+        "a file created through the mount was taken for an outside change: {labels:?}; mount said {said}"
+    );
+    assert_eq!(std::fs::read_to_string(c.fx.path().join("new")).expect("new"), "n\n");
+    c.check_views("after the daemon died");
+    c.rewind(c1);
+    assert!(!c.fx.path().join("new").exists(), "the rewind to {c1} left the file created after it");
+}
+
 /// The same, killed by the clock at several moments of a rewind of ~1,200
 /// changes (its time measured first): whatever moment the kill lands on,
 /// the next mount shows the tree before or the tree asked for, never a mix.

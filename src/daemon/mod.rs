@@ -191,7 +191,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .scan_changed_since(since)
             .map_err(|e| Error::Daemon(format!("cannot scan the workspace for outside changes: {e}")))?
             .into_iter()
-            .map(|(handle, kind)| (handle, kind.code()))
+            .map(|c| (c.handle, c.kind.code(), c.born_ns))
             .collect::<Vec<_>>();
         journal.record_outside_changes(&changed).map_err(|e| Error::Daemon(e.to_string()))?;
     }

@@ -626,6 +626,18 @@ impl Journal {
         self.intern(&handle.to_bytes(), kind, true)
     }
 
+    /// As `note_born`, durable before it returns: for an inode the daemon
+    /// is about to give a name, so that after a crash the scan at mount
+    /// knows it for the daemon's own.
+    pub fn note_born_durably(&self, handle: &FileHandle, kind: u8) -> JournalResult<ObjectId> {
+        let id = self.intern(&handle.to_bytes(), kind, true)?;
+        let mut inner = self.lock();
+        if let Some(log) = &mut inner.log {
+            log.flush().map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
+        }
+        Ok(id)
+    }
+
     /// Records that object `id` is about to move into its attic slot. The
     /// record comes first, like every pre-image: after a crash the table
     /// may name an object whose move never happened, never the reverse.
@@ -908,19 +920,21 @@ impl Journal {
     }
 
     /// Records objects changed outside the mount (found by a scan at
-    /// mount): views of earlier checkpoints must not show their live state.
-    /// Returns how many objects were affected.
-    pub fn record_outside_changes(&self, handles: &[(FileHandle, u8)]) -> JournalResult<usize> {
+    /// mount, each as its handle, kind and birth time if known): views of
+    /// earlier checkpoints must not show their live state. Returns how
+    /// many objects were affected.
+    pub fn record_outside_changes(&self, handles: &[(FileHandle, u8, Option<i64>)]) -> JournalResult<usize> {
         let mut inner = self.lock();
         inner.fold()?;
         let turn = inner.turn;
         let unclean = inner.unclean;
+        let since = inner.outside_since_ns;
         let mut n = 0;
         inner.meta.transaction(|m| {
             // Renamed objects have entry records (their old name) but no
             // object record of their own: they changed through the mount too.
             let renamed = if unclean { m.entry_targets_in_turn(turn - 1)? } else { Default::default() };
-            for (h, kind) in handles {
+            for (h, kind, born_ns) in handles {
                 let h = &h.to_bytes();
                 // Objects never recorded are shown live by every view, so
                 // they need an id to carry the mark too.
@@ -930,10 +944,29 @@ impl Journal {
                 if m.is_pending(h)? || m.get_state(&settled_key(h))?.is_some() {
                     continue;
                 }
+                let known = m.object_by_handle(h)?.is_some();
                 let id = m.intern_object(h, *kind)?;
+                // After a crash, an object no daemon knew and born after
+                // the newest seal is in no checkpoint: it was born in the
+                // last turn. The daemon dies between creating an inode and
+                // noting it (a file created through the mount, whose birth
+                // note waits for the next log write; a rewind's new inode
+                // before it is noted or rebound), and such an object,
+                // marked unknown with no birth turn, would read as one that
+                // every earlier checkpoint held in a state never recorded.
+                if unclean && !known && born_ns.zip(since).is_some_and(|(b, s)| b > s) {
+                    log::debug!("object {} (kind {kind}) was born in turn {} after the newest seal", id.0, turn - 1);
+                    m.set_born(id, turn - 1)?;
+                    continue;
+                }
                 // After a crash, objects recorded in the last turn changed
                 // through the mount; their pre-images are in the journal.
-                if unclean && (renamed.contains(&id) || m.object_turn_at(id, turn - 1)?.is_some()) {
+                // So did objects born in it: no checkpoint holds them.
+                if unclean
+                    && (renamed.contains(&id)
+                        || m.object_turn_at(id, turn - 1)?.is_some()
+                        || m.born_turn(id)?.is_some_and(|b| b >= turn - 1))
+                {
                     continue;
                 }
                 log::debug!("object {} (kind {kind}) changed outside the mount", id.0);
@@ -1136,6 +1169,44 @@ mod tests {
         assert!(!j.in_attic(ObjectId(9)).unwrap(), "derived only once");
         j.note_attic(ObjectId(9)).unwrap();
         assert_eq!(j.with_meta(|m| m.attic_since(ObjectId(9))).unwrap(), Some(Some(0)));
+    }
+
+    /// After a crash, the scan's finds: an object no daemon knew and born
+    /// after the newest seal was born in the last turn (the daemon died
+    /// before noting it); one born before it, or of unknown birth, changed
+    /// outside rewindfs; one noted born in the last turn is the mount's.
+    #[test]
+    fn after_a_crash_an_unknown_object_born_after_the_newest_seal_is_born_in_the_last_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.sqlite");
+        let store: Arc<dyn ChunkStore> = Arc::new(MemoryStore::new());
+        let j = Journal::open(Meta::open(&path).unwrap(), store.clone()).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        let noted = j.note_born(&handle(b"noted"), 1).unwrap();
+        let old = j.object_id(&handle(b"old"), 1).unwrap();
+        drop(j);
+        // No clean unmount: the next open is after a crash.
+        let j = Journal::open(Meta::open(&path).unwrap(), store).unwrap();
+        let since = j.outside_since_ns().expect("a seal time");
+        let found = [
+            (handle(b"new"), 1, Some(since + 1)),
+            (handle(b"older"), 1, Some(since - 1)),
+            (handle(b"no-btime"), 1, None),
+            (handle(b"noted"), 1, Some(since + 1)),
+            (handle(b"old"), 1, Some(since - 5)),
+        ];
+        assert_eq!(j.record_outside_changes(&found).unwrap(), 3, "older, no-btime and old changed outside");
+        let id = |n: &[u8]| j.with_meta(|m| m.object_by_handle(&handle(n).to_bytes())).unwrap().unwrap();
+        let last = j.current_turn() - 1;
+        let new = id(b"new");
+        assert_eq!(j.with_meta(|m| m.born_turn(new)).unwrap(), Some(last));
+        assert_eq!(j.with_meta(|m| m.born_turn(noted)).unwrap(), Some(last));
+        for (o, what) in [(new, "new"), (noted, "noted")] {
+            assert!(!j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_some(), "{what} marked changed outside");
+        }
+        for (o, what) in [(id(b"older"), "older"), (id(b"no-btime"), "no-btime"), (old, "old")] {
+            assert!(j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_some(), "{what} not marked changed outside");
+        }
     }
 
     /// Every created object gets a birth turn, with one record for a new

@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+use rustix::fs::{AtFlags, Mode, OFlags, Stat, StatxFlags, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 
 use crate::error::Errno;
 use crate::sys::{self, FileHandle};
@@ -406,6 +406,14 @@ pub(crate) fn fsync_dir(dir: BorrowedFd<'_>) -> Res<()> {
     Ok(())
 }
 
+/// An object the scan at mount found changed (see `scan_changed_since`).
+pub struct Changed {
+    pub handle: FileHandle,
+    pub kind: Kind,
+    /// Its birth time (ns since the epoch), if the filesystem keeps one.
+    pub born_ns: Option<i64>,
+}
+
 /// Filesystem statistics (as `statfs`).
 #[derive(Clone, Copy, Debug)]
 pub struct FsStats {
@@ -511,14 +519,15 @@ impl Backing {
         Ok(())
     }
 
-    /// Handles of every object whose ctime is after `since_ns` (a changed
-    /// directory means names were added or removed in it). Walks the whole
-    /// tree without following symlinks; used once at mount.
-    pub fn scan_changed_since(&self, since_ns: i64) -> Res<Vec<(FileHandle, Kind)>> {
+    /// Every object whose ctime is after `since_ns` (a changed directory
+    /// means names were added or removed in it), with its birth time where
+    /// the filesystem keeps one. Walks the whole tree without following
+    /// symlinks; used once at mount.
+    pub fn scan_changed_since(&self, since_ns: i64) -> Res<Vec<Changed>> {
         let mut out = Vec::new();
         let root = rustix::fs::fstat(&self.root)?;
         if crate::journal::ns(root.st_ctime, root.st_ctime_nsec as i64) > since_ns {
-            out.push((self.root_handle.clone(), Kind::Dir));
+            out.push(Changed { handle: self.root_handle.clone(), kind: Kind::Dir, born_ns: None });
         }
         // Directories to visit, by handle: holding a descriptor for each
         // pending directory could exhaust the descriptor limit.
@@ -534,13 +543,17 @@ impl Backing {
                 if name == "." || name == ".." {
                     continue;
                 }
-                let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
-                if crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64) > since_ns
+                let wanted = StatxFlags::TYPE | StatxFlags::CTIME | StatxFlags::BTIME;
+                let Ok(st) = rustix::fs::statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, wanted) else { continue };
+                let mode = u32::from(st.stx_mode);
+                if crate::journal::ns(st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)) > since_ns
                     && let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name)
                 {
-                    out.push((h, Kind::from_mode(st.st_mode)));
+                    let born_ns = (StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME))
+                        .then(|| crate::journal::ns(st.stx_btime.tv_sec, i64::from(st.stx_btime.tv_nsec)));
+                    out.push(Changed { handle: h, kind: Kind::from_mode(mode), born_ns });
                 }
-                if st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                if mode & libc::S_IFMT == libc::S_IFDIR
                     && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name)
                 {
                     stack.push(sub);

@@ -186,31 +186,34 @@ impl<'a> RewindOps<'a> {
         // moves it away).
         let temp = OsString::from(format!(".rewindfs-rewind-{}", id.0));
         self.entry(dir0.as_fd(), &temp)?;
+        // Made unnamed, and noted (durably: born in this turn) before it
+        // gets a name: a crash can leave it in the tree only as an object
+        // the journal knows for the daemon's own, never as one changed
+        // outside rewindfs (which would make its state at every earlier
+        // checkpoint unknown).
         let fd = rustix::fs::openat(
             dir0.as_fd(),
-            &temp,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            ".",
+            OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
             Mode::from_raw_mode(new.perm),
         )?;
-        let prepared = (|| -> Res<FileHandle> {
-            rustix::fs::ftruncate(&fd, new.size)?;
-            for (n, v) in new.xattrs {
-                backing::set_xattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)?;
-            }
-            backing::handle_of_fd(fd.as_fd())
-        })();
-        let handle = match prepared {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
-                return Err(e);
-            }
-        };
+        rustix::fs::ftruncate(&fd, new.size)?;
+        for (n, v) in new.xattrs {
+            backing::set_xattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)?;
+        }
+        let handle = backing::handle_of_fd(fd.as_fd())?;
+        // Born in this rewind's turn: a later rewind to a checkpoint before
+        // it must not take it for a file of that checkpoint (and refill it,
+        // under the descriptors that may hold it by then).
+        self.journal.note_born_durably(&handle, kind_code(Kind::File)).map_err(|e| e.errno())?;
+        rustix::fs::linkat(&fd, "", dir0.as_fd(), &temp, AtFlags::EMPTY_PATH)?;
+        crate::world::test_hooks::kill_point("rewind-swap-named");
         if let Err(e) = rustix::fs::renameat_with(dir0.as_fd(), &temp, dir0.as_fd(), name0, RenameFlags::EXCHANGE) {
             let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
             return Err(e.into());
         }
         // From here the old inode is under `temp` in `dir0`.
+        crate::world::test_hooks::kill_point("rewind-swapped");
         let mut swapped = 0usize;
         let mut failed = None;
         for (i, (dir, name)) in others.iter().enumerate() {
@@ -239,10 +242,6 @@ impl<'a> RewindOps<'a> {
             self.undo_swap(id, dir0.as_fd(), name0, &temp, &others[..swapped]);
             return Err(e);
         }
-        // Born in this rewind's turn: a later rewind to a checkpoint before
-        // it must not take it for a file of that checkpoint (and refill it,
-        // under the descriptors that may hold it by then).
-        self.journal.note_born(&handle, kind_code(Kind::File)).map_err(|e| e.errno())?;
         if !self.tree.attic().move_in(dir0.as_fd(), &temp, id)? {
             rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty())?;
         }

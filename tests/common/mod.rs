@@ -423,6 +423,19 @@ impl MountFixture {
 
 impl Drop for MountFixture {
     fn drop(&mut self) {
+        // REWINDFS_TEST_KEEP_LOGS=DIR keeps the daemon log of a failed test
+        // (its daemons inherit RUST_LOG) before the temp dir goes.
+        if std::thread::panicking()
+            && let Some(dir) = std::env::var_os("REWINDFS_TEST_KEEP_LOGS")
+        {
+            let name = std::thread::current().name().unwrap_or("test").replace("::", "-");
+            let to = Path::new(&dir).join(format!("{name}-{}.log", std::process::id()));
+            let _ = std::fs::create_dir_all(&dir);
+            match std::fs::copy(self.store.join("daemon.log"), &to) {
+                Ok(_) => eprintln!("daemon log kept: {}", to.display()),
+                Err(e) => eprintln!("daemon log not kept: {e}"),
+            }
+        }
         if !self.mounted {
             return;
         }
