@@ -253,6 +253,17 @@ impl Inner {
         }
     }
 
+    /// An object id never handed out before.
+    fn new_object_id(&mut self) -> JournalResult<ObjectId> {
+        if self.next_object_id == 0 {
+            self.fold()?;
+            self.next_object_id = self.meta.max_object_id()? + 1;
+        }
+        let id = ObjectId(self.next_object_id);
+        self.next_object_id += 1;
+        Ok(id)
+    }
+
     /// Folds logged records into SQLite and empties the log.
     fn fold(&mut self) -> JournalResult<()> {
         if self.unfolded.is_empty() {
@@ -562,47 +573,23 @@ impl Journal {
 
     /// The persistent id of an object by its handle, recording it if new.
     pub fn object_id(&self, handle: &FileHandle, kind: u8) -> JournalResult<ObjectId> {
-        self.intern(&handle.to_bytes(), kind, false)
-    }
-
-    /// The id of `handle` (recorded if new), and with `born` a note that
-    /// the object was created in the current turn: one record either way.
-    fn intern(&self, handle: &[u8], kind: u8, born: bool) -> JournalResult<ObjectId> {
+        let handle = handle.to_bytes();
         let mut inner = self.lock();
-        let turn = inner.turn;
-        let known = match inner.ids.get(handle) {
+        let known = match inner.ids.get(&handle) {
             Some(id) => Some(*id),
-            None => inner.meta.object_by_handle(handle)?,
+            None => inner.meta.object_by_handle(&handle)?,
         };
         if let Some(id) = known {
-            inner.ids.insert(handle.to_vec(), id);
-            if born {
-                inner.append_deferred(LogRecord::Born { id: id.0, turn })?;
-                inner.born_ids.insert(id);
-            }
+            inner.ids.insert(handle, id);
             return Ok(id);
         }
-        if inner.next_object_id == 0 {
-            inner.fold()?;
-            inner.next_object_id = inner.meta.max_object_id()? + 1;
-        }
-        let id = ObjectId(inner.next_object_id);
-        inner.next_object_id += 1;
-        let handle = handle.to_vec();
-        match born {
-            true => {
-                inner.append_deferred(LogRecord::NewObject { id: id.0, handle: handle.clone(), kind, born: turn })?
-            }
-            false => inner.append(LogRecord::Object { id: id.0, handle: handle.clone(), kind })?,
-        }
+        let id = inner.new_object_id()?;
+        inner.append(LogRecord::Object { id: id.0, handle: handle.clone(), kind })?;
         inner.ids.insert(handle, id);
-        if born {
-            inner.born_ids.insert(id);
-        }
         Ok(id)
     }
 
-    /// Points `id` at a new backing inode.
+    /// Points `id` at a new backing inode.    /// Points `id` at a new backing inode.
     pub fn rebind_object(&self, id: ObjectId, handle: &FileHandle) -> JournalResult<()> {
         let handle = handle.to_bytes();
         let mut inner = self.lock();
@@ -621,9 +608,21 @@ impl Journal {
 
     /// Records that an object was just created (in the current turn): a
     /// rewind to an earlier checkpoint leaves it out (it moves aside whole
-    /// with its name). A new handle costs one record.
+    /// with its name). One record, and no lookup: the handle of an inode
+    /// just created names no other living object, so it is a new object
+    /// even when the handle was recorded before. Such a row names a dead
+    /// inode whose number and generation the filesystem reused; it gives
+    /// the handle up when the new row is folded in (`Meta::insert_new_object`).
+    /// Taking its id instead would give the new file the dead one's history.
     pub fn note_born(&self, handle: &FileHandle, kind: u8) -> JournalResult<ObjectId> {
-        self.intern(&handle.to_bytes(), kind, true)
+        let handle = handle.to_bytes();
+        let mut inner = self.lock();
+        let turn = inner.turn;
+        let id = inner.new_object_id()?;
+        inner.append_deferred(LogRecord::NewObject { id: id.0, handle: handle.clone(), kind, born: turn })?;
+        inner.ids.insert(handle, id);
+        inner.born_ids.insert(id);
+        Ok(id)
     }
 
     /// As `note_born`, durable before it returns: for an inode the daemon
@@ -1144,6 +1143,7 @@ pub fn ns(sec: i64, nsec: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::MetaResult;
     use crate::store::MemoryStore;
 
     /// A handle for the tests: `name` after a zero handle type.
@@ -1218,9 +1218,49 @@ mod tests {
         let id = j.note_born(&handle(b"new"), 1).unwrap();
         assert_eq!(j.object_id(&handle(b"new"), 1).unwrap(), id);
         assert_eq!(j.with_meta(|m| m.born_turn(id)).unwrap(), Some(1));
-        let old = j.object_id(&handle(b"old"), 1).unwrap();
-        assert_eq!(j.note_born(&handle(b"old"), 1).unwrap(), old);
-        assert_eq!(j.with_meta(|m| m.born_turn(old)).unwrap(), Some(1));
+    }
+
+    /// A created inode whose handle is already recorded (the filesystem
+    /// reused a dead inode's number and generation) is a new object: the
+    /// dead one keeps its history and birth, and gives up the handle.
+    #[test]
+    fn a_created_object_with_a_dead_objects_handle_is_a_new_object() {
+        let j = journal();
+        let dead = j.note_born(&handle(b"h"), 1).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        let new = j.note_born(&handle(b"h"), 1).unwrap();
+        assert_ne!(new, dead);
+        assert_eq!(j.object_id(&handle(b"h"), 1).unwrap(), new, "the handle names the new object");
+        assert_eq!(j.known_object_id(&handle(b"h")).unwrap(), Some(new));
+        j.with_meta(|m| -> MetaResult<()> {
+            assert_eq!(m.object_by_handle(&handle(b"h").to_bytes())?, Some(new));
+            assert_eq!(m.object_handle(dead)?, None, "the dead object gave its handle up");
+            assert_eq!(m.born_turn(dead)?, Some(0));
+            assert_eq!(m.born_turn(new)?, Some(1));
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// The same through the log, folded in one batch: the new row is
+    /// written, not ignored under the unique handle index.
+    #[test]
+    fn a_dead_objects_handle_is_given_up_when_the_log_is_folded() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Meta::open(&dir.path().join("meta.db")).unwrap();
+        let j = Journal::open_with_log(meta, Arc::new(MemoryStore::new()), Some(&dir.path().join("log"))).unwrap();
+        let dead = j.object_id(&handle(b"h"), 1).unwrap();
+        assert_eq!(j.with_meta(|m| m.object_by_handle(&handle(b"h").to_bytes())).unwrap(), Some(dead));
+        let new = j.note_born(&handle(b"h"), 1).unwrap();
+        let other = j.note_born(&handle(b"k"), 1).unwrap();
+        j.with_meta(|m| -> MetaResult<()> {
+            assert_eq!(m.object_by_handle(&handle(b"h").to_bytes())?, Some(new));
+            assert_eq!(m.object_by_handle(&handle(b"k").to_bytes())?, Some(other));
+            assert_eq!(m.object_handle(dead)?, None);
+            Ok(())
+        })
+        .unwrap();
+        assert!(other.0 > new.0 && new.0 > dead.0);
     }
 
     #[test]

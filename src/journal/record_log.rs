@@ -30,7 +30,8 @@ pub enum LogRecord {
     ObjectPre { turn: i64, object: i64, state: ObjectState, program: Option<String> },
     /// Content known for an object at a ctime and size.
     Known { object: i64, ctime_ns: i64, size: u64, hash: Vec<u8>, chunks: Vec<u8> },
-    /// An object was created in `turn`.
+    /// An object was created in `turn` (written by older versions, which
+    /// gave a created object the id its handle already had).
     Born { id: i64, turn: i64 },
     /// A new object id for a handle created in `turn`: `Object` and `Born`
     /// in one record (one `write()` per created file).
@@ -58,7 +59,7 @@ pub fn fold(meta: &Meta, records: &[LogRecord]) -> MetaResult<()> {
             }
             LogRecord::Born { id, turn } => meta.set_born(ObjectId(*id), *turn)?,
             LogRecord::NewObject { id, handle, kind, born } => {
-                meta.insert_object(ObjectId(*id), handle, *kind)?;
+                meta.insert_new_object(ObjectId(*id), handle, *kind)?;
                 meta.set_born(ObjectId(*id), *born)?;
             }
             LogRecord::Attic { id, turn } => meta.attic_put(ObjectId(*id), *turn)?,
@@ -242,6 +243,22 @@ mod tests {
         log.clear().unwrap();
         drop(log);
         assert!(RecordLog::read(&path).unwrap().is_empty(), "a fold takes the deferred records too");
+    }
+
+    /// A new object takes its handle from a dead object's row; folding the
+    /// same record again after a rewind moved the handle on changes nothing.
+    #[test]
+    fn a_new_object_takes_a_dead_objects_handle_once() {
+        let meta = Meta::open_in_memory().unwrap();
+        let born = [LogRecord::NewObject { id: 9, handle: b"h".to_vec(), kind: 1, born: 2 }];
+        fold(&meta, &[LogRecord::Object { id: 4, handle: b"h".to_vec(), kind: 1 }]).unwrap();
+        fold(&meta, &born).unwrap();
+        assert_eq!(meta.object_by_handle(b"h").unwrap(), Some(ObjectId(9)));
+        assert_eq!(meta.object_handle(ObjectId(4)).unwrap(), None);
+        meta.set_object_handle(ObjectId(4), b"h").unwrap();
+        fold(&meta, &born).unwrap();
+        assert_eq!(meta.object_by_handle(b"h").unwrap(), Some(ObjectId(4)), "a replay steals nothing back");
+        assert_eq!(meta.born_turn(ObjectId(9)).unwrap(), Some(2));
     }
 
     #[test]

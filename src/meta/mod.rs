@@ -862,6 +862,24 @@ impl Meta {
         Ok(())
     }
 
+    /// Records an object just created, under a given id. Its handle names
+    /// no other living inode, so a row holding it names a dead one (the
+    /// filesystem reused its number and generation): that row gives the
+    /// handle up, or the insert would be ignored under the unique index and
+    /// the new id would have no row. Repeating it changes nothing: once the
+    /// id has its row, the handle may have moved on (a rewind rebinds).
+    pub fn insert_new_object(&self, id: ObjectId, handle: &[u8], kind: u8) -> MetaResult<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2 \
+                 AND NOT EXISTS (SELECT 1 FROM objects WHERE id = ?2)",
+            )
+            .ctx("prepare")?
+            .execute(params![handle, id.0])
+            .ctx("release a dead object's handle")?;
+        self.insert_object(id, handle, kind)
+    }
+
     /// The largest object id in use.
     pub fn max_object_id(&self) -> MetaResult<i64> {
         self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")

@@ -19,6 +19,7 @@ use crate::meta::{ObjectId, ObjectState, encode_xattrs};
 use crate::sys::FileHandle;
 use crate::workspace::attr::{Caller, Ino, Kind};
 use crate::workspace::backing::{self, handle_of_fd, open_named, read_xattrs};
+use crate::workspace::live::Dir;
 use crate::workspace::pending::PendingSet;
 
 type Res<T> = std::result::Result<T, Errno>;
@@ -123,14 +124,15 @@ impl<'a> Recording<'a> {
 
     /// Before creating `name`: records that it did not exist (and the
     /// directory's attributes).
-    pub(crate) fn new_name(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
-        self.capture().entry(dir, name, caller)
+    pub(crate) fn new_name(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<()> {
+        self.capture().entry_in(dir, name, caller)
     }
 
     /// Before removing `name`: records what it was, and the object itself.
-    pub(crate) fn removal(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
+    pub(crate) fn removal(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<()> {
         let capture = self.capture();
-        capture.entry(dir, name, caller)?;
+        capture.entry_in(dir, name, caller)?;
+        let dir = dir.as_fd();
         capture.named(dir, name, backing::is_last_link(dir, name), caller)?;
         Ok(())
     }
@@ -171,8 +173,18 @@ impl<'a> Capture<'a> {
     /// does not exist), plus the directory's own attributes, before the
     /// first change to that name in this turn.
     pub(crate) fn entry(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
+        self.entry_with(dir, &handle_of_fd(dir)?, name, caller)
+    }
+
+    /// As `entry`, for a directory of the live tree, whose handle is known
+    /// from the lookup that numbered it: one `name_to_handle_at` fewer.
+    pub(crate) fn entry_in(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<()> {
+        self.entry_with(dir.as_fd(), &dir.handle, name, caller)
+    }
+
+    fn entry_with(&self, dir: BorrowedFd<'_>, dir_handle: &FileHandle, name: &OsStr, caller: Caller) -> Res<()> {
         let journal = self.journal;
-        let dir_id = self.object_id_of_fd(dir, Kind::Dir)?;
+        let dir_id = journal.object_id(dir_handle, kind_code(Kind::Dir)).map_err(refused)?;
         let program = journal.program(caller.pid);
         if journal.needs_entry(dir_id, name.as_bytes()) {
             let target = self.object_id_named(dir, name)?;

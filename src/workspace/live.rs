@@ -21,6 +21,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 
 use crate::error::Errno;
 use crate::journal::Journal;
+use crate::sys::FileHandle;
 use crate::workspace::attic::Attic;
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr};
 use crate::workspace::backing::{self, Backing, FsStats, XattrReply, backing_open_flags, give_to_caller};
@@ -39,6 +40,20 @@ pub type Entry = Attr;
 
 /// What a create gives: the new file's attributes and its open file.
 pub type Created = (Entry, Fh, Arc<OpenFile>);
+
+/// A directory of the tree, reached by its inode number: its cached
+/// `O_PATH` descriptor and the handle the inode table knows it by (so
+/// recording a change in it needs no `name_to_handle_at`).
+pub(crate) struct Dir {
+    fd: Arc<OwnedFd>,
+    pub(crate) handle: FileHandle,
+}
+
+impl AsFd for Dir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
 
 /// The live workspace tree.
 #[derive(Debug)]
@@ -224,12 +239,12 @@ impl LiveTree {
     }
 
     /// A (cached) `O_PATH` descriptor for a directory.
-    fn dir(&self, ino: Ino) -> Res<Arc<OwnedFd>> {
+    fn dir(&self, ino: Ino) -> Res<Dir> {
         let (handle, kind) = self.objects.get(ino).ok_or(Errno::ESTALE)?;
         if kind != Kind::Dir {
             return Err(Errno::ENOTDIR);
         }
-        self.backing.dir(&handle)
+        Ok(Dir { fd: self.backing.dir(&handle)?, handle })
     }
 
     /// Stats `name` in `dir` and registers it. Counts a kernel lookup.
@@ -332,7 +347,7 @@ impl LiveTree {
     pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, rdev: u32, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
+        let _rec = self.record_new_name(&dir, name, caller)?;
         let kind = rustix::fs::FileType::from_raw_mode(mode);
         rustix::fs::mknodat(dir.as_fd(), name, kind, Mode::from_raw_mode(mode & 0o7777), rdev as u64)?;
         undo_creation_on_failure(dir.as_fd(), name, false, || {
@@ -347,7 +362,7 @@ impl LiveTree {
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let rec = self.record_new_name(dir.as_fd(), name, caller)?;
+        let rec = self.record_new_name(&dir, name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
         undo_creation_on_failure(dir.as_fd(), name, true, || {
             give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
@@ -363,7 +378,7 @@ impl LiveTree {
     pub fn symlink(&self, parent: Ino, name: &OsStr, target: &OsStr, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
+        let _rec = self.record_new_name(&dir, name, caller)?;
         rustix::fs::symlinkat(target, dir.as_fd(), name)?;
         undo_creation_on_failure(dir.as_fd(), name, false, || {
             give_to_caller(dir.as_fd(), name, caller, None)?;
@@ -378,7 +393,7 @@ impl LiveTree {
         check_new_name(new_parent, new_name)?;
         let src = self.open_path(ino)?;
         let dir = self.dir(new_parent)?;
-        let _rec = self.record_new_name(dir.as_fd(), new_name, caller)?;
+        let _rec = self.record_new_name(&dir, new_name, caller)?;
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
         }
@@ -419,7 +434,7 @@ impl LiveTree {
         }
         let rec = self.recording();
         if let Some(r) = &rec {
-            r.capture().entry(dir.as_fd(), name, caller)?;
+            r.capture().entry_in(&dir, name, caller)?;
             let last = backing::is_last_link(dir.as_fd(), name);
             if last && self.take_born(r, victim.ino) {
                 // Created in this turn and now gone: no checkpoint ever had
@@ -454,7 +469,7 @@ impl LiveTree {
 
     pub fn rmdir(&self, parent: Ino, name: &OsStr, caller: Caller) -> Res<()> {
         let dir = self.dir(parent)?;
-        let _rec = self.record_removal(dir.as_fd(), name, caller)?;
+        let _rec = self.record_removal(&dir, name, caller)?;
         let (_, victim) = self.peek(dir.as_fd(), name)?;
         rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::REMOVEDIR)?;
         self.note_removed(victim);
@@ -485,8 +500,8 @@ impl LiveTree {
         if let Some(r) = &_rec {
             // One record per name touched; the moved object (and a whole
             // directory tree under it) keeps its identity.
-            r.capture().entry(from.as_fd(), name, caller)?;
-            r.capture().entry(to.as_fd(), new_name, caller)?;
+            r.capture().entry_in(&from, name, caller)?;
+            r.capture().entry_in(&to, new_name, caller)?;
             let plain = flags.is_empty();
             let target = backing::name_state(to.as_fd(), new_name)?;
             target_free = target.is_none();
@@ -591,7 +606,7 @@ impl LiveTree {
     pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<Created> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(dir.as_fd(), name, caller)?;
+        let _rec = self.record_new_name(&dir, name, caller)?;
         let oflags = backing_open_flags(flags) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let fd = rustix::fs::openat(dir.as_fd(), name, oflags, Mode::from_raw_mode(mode & 0o7777))?;
         let (st, handle) = undo_creation_on_failure(dir.as_fd(), name, false, || {
@@ -615,7 +630,7 @@ impl LiveTree {
 
     /// Before creating `name`: records that it did not exist (and the
     /// directory's attributes). Returns the gate to hold while creating.
-    fn record_new_name(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
+    fn record_new_name(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
         let rec = self.recording();
         if let Some(r) = &rec {
             r.new_name(dir, name, caller)?;
@@ -624,7 +639,7 @@ impl LiveTree {
     }
 
     /// Before removing `name`: records what it was, and the object itself.
-    fn record_removal(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
+    fn record_removal(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
         let rec = self.recording();
         if let Some(r) = &rec {
             r.removal(dir, name, caller)?;

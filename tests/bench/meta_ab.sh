@@ -1,0 +1,114 @@
+#!/bin/bash
+# Small-file metadata: daemon system calls per file, and a direct A/B of
+# rewindfs builds against native ext4 (docs/benchmarks.md, issue 16).
+#
+#   tests/bench/meta_ab.sh syscalls BIN [N] [same|sealed]
+#       strace -c -f of the daemon per phase of N files (default 2000);
+#       `--auto-turn 0`, and with `sealed` a `rewindfs turn` before each
+#       phase (the files were made in an earlier turn), else one turn
+#   tests/bench/meta_ab.sh ab ROUNDS N BIN...     alternating rounds: native, then each BIN
+#
+# Each round (and each syscall count) uses a fresh workspace, store and
+# mount (`--transport uring`; `ab` keeps the default `--auto-turn 5`, as
+# tests/bench/run.sh), phases create/stat/rename of
+# tests/bench/smallfiles.c over N files, caches dropped before each phase.
+# `ab` prints one line per run: label, the three phase times (s), each
+# followed for a mount by the daemon's CPU time in it (ms, all threads),
+# and the 1-minute load when it ended; the order of the binaries rotates by one
+# place per round. Needs root. Scratch: $WORK (default
+# /var/tmp/rewindfs-meta-ab), removed run by run.
+set -euo pipefail
+WORK=${WORK:-/var/tmp/rewindfs-meta-ab}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$WORK"
+S=$WORK/smallfiles
+[ -x "$S" ] || cc -O2 -o "$S" "$HERE/smallfiles.c"
+
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+# mount BIN DIR [ARGS]: mounts DIR/mnt, prints the daemon's pid.
+mount_ws() {
+    local bin=$1 r=$2
+    shift 2
+    mkdir -p "$r/ws" "$r/mnt" "$r/rt"
+    REWINDFS_RUNTIME_DIR=$r/rt "$bin" mount "$r/ws" "$r/mnt" --store "$r/store" --transport uring "$@" |
+        sed -n 's/.*daemon pid \([0-9]*\).*/\1/p'
+}
+
+unmount_ws() {
+    REWINDFS_RUNTIME_DIR=$2/rt "$1" unmount "$2/mnt" >/dev/null
+    rm -rf "$2"
+}
+
+# CPU time (ms) the threads of process $1 have run, from their schedstat.
+cpu_ms() {
+    [ -n "${1:-}" ] || { echo 0; return; }
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s / 1e6 }'
+}
+
+# phases DIR N [PID]: times the phases; with PID, also that process's CPU
+# time in each phase (the daemon's work, which the load of other jobs
+# changes much less than the wall time).
+phases() {
+    local dir=$1 n=$2 pid=${3:-} out="" c0
+    for ph in create stat rename; do
+        drop
+        c0=$(cpu_ms "$pid")
+        out="$out $ph=$("$S" "$ph" "$dir" "$n" 100)"
+        [ -z "$pid" ] || out="$out cpu_ms=$(($(cpu_ms "$pid") - c0))"
+    done
+    echo "$out"
+}
+
+case ${1:-} in
+syscalls)
+    bin=$2 n=${3:-2000} turns=${4:-same} r=$WORK/sc
+    rm -rf "$r"
+    pid=$(mount_ws "$bin" "$r" --auto-turn 0)
+    sleep 1
+    for ph in create stat rename delete; do
+        if [ "$turns" = sealed ]; then
+            REWINDFS_RUNTIME_DIR=$r/rt "$bin" turn -C "$r/mnt" >/dev/null
+        fi
+        drop
+        strace -c -f -p "$pid" -o "$r/$ph.sc" 2>/dev/null &
+        sp=$!
+        sleep 1
+        "$S" "$ph" "$r/mnt" "$n" 100 >/dev/null
+        sleep 0.5
+        kill -INT "$sp"
+        wait "$sp" 2>/dev/null || true
+        # calls column of the summary, per file
+        awk -v n="$n" -v ph="$ph" -v turns="$turns" '
+            $1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { calls[$NF] = $4; sum += $4 }
+            END { printf "%s (%s): %.1f calls/file:", ph, turns, sum / n;
+                  for (k in calls) if (calls[k] / n >= 0.05) printf " %s %.2f", k, calls[k] / n; print "" }' "$r/$ph.sc"
+    done
+    unmount_ws "$bin" "$r"
+    ;;
+ab)
+    rounds=$2 n=$3
+    shift 3
+    bins=("$@")
+    for ((i = 0; i < rounds; i++)); do
+        r=$WORK/native
+        rm -rf "$r"
+        mkdir -p "$r"
+        echo "native$(phases "$r" "$n") load $(load)"
+        rm -rf "$r"
+        for ((j = 0; j < ${#bins[@]}; j++)); do
+            b=${bins[$(((i + j) % ${#bins[@]}))]}
+            r=$WORK/ab
+            rm -rf "$r"
+            pid=$(mount_ws "$b" "$r")
+            echo "$b$(phases "$r/mnt" "$n" "$pid") load $(load)"
+            unmount_ws "$b" "$r"
+        done
+    done
+    ;;
+*)
+    sed -n '2,14p' "$0"
+    exit 2
+    ;;
+esac
