@@ -629,7 +629,7 @@ impl Journal {
     /// is about to give a name, so that after a crash the scan at mount
     /// knows it for the daemon's own.
     pub fn note_born_durably(&self, handle: &FileHandle, kind: u8) -> JournalResult<ObjectId> {
-        let id = self.intern(&handle.to_bytes(), kind, true)?;
+        let id = self.note_born(handle, kind)?;
         let mut inner = self.lock();
         if let Some(log) = &mut inner.log {
             log.flush().map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
