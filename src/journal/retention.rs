@@ -142,7 +142,7 @@ pub fn protected(all: &[Checkpoint], tainted: &HashSet<i64>, policy: &Policy) ->
 
 /// The checkpoints the policy lets go at `now_ms`, oldest first: on the
 /// current branch (the newest and its ancestors) those older than
-/// `keep_days` and not among the `keep_count` newest; on abandoned branches
+/// `keep_days` and not among the `keep_count` newest of the branch; on abandoned branches
 /// those older than `keep_days`; never a protected one.
 pub fn plan(all: &[Checkpoint], protected: &BTreeMap<i64, String>, policy: &Policy, now_ms: i64) -> Vec<i64> {
     let by_id: BTreeMap<i64, &Checkpoint> = all.iter().map(|c| (c.checkpoint, c)).collect();
@@ -157,13 +157,30 @@ pub fn plan(all: &[Checkpoint], protected: &BTreeMap<i64, String>, policy: &Poli
     let mut recent_on_branch: Vec<i64> = current.iter().copied().collect();
     recent_on_branch.sort_unstable_by(|a, b| b.cmp(a));
     let counted: HashSet<i64> = recent_on_branch.into_iter().take(policy.keep_count as usize).collect();
-    let horizon = now_ms.saturating_sub((policy.keep_days as i64).saturating_mul(DAY_MS));
-    all.iter()
+    victims(all.iter(), &counted, protected, horizon(policy, now_ms))
+}
+
+/// Checkpoints created before this time go, unless kept otherwise.
+fn horizon(policy: &Policy, now_ms: i64) -> i64 {
+    now_ms.saturating_sub((policy.keep_days as i64).saturating_mul(DAY_MS))
+}
+
+/// Of `candidates`, those older than `horizon`, not `counted` (the newest
+/// of the current branch) and not protected, oldest first.
+fn victims<'a>(
+    candidates: impl Iterator<Item = &'a Checkpoint>,
+    counted: &HashSet<i64>,
+    protected: &BTreeMap<i64, String>,
+    horizon: i64,
+) -> Vec<i64> {
+    let mut out: Vec<i64> = candidates
         .filter(|c| c.created_at < horizon)
         .filter(|c| !counted.contains(&c.checkpoint))
         .filter(|c| !protected.contains_key(&c.checkpoint))
         .map(|c| c.checkpoint)
-        .collect()
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// What a collection did (or, dry, would do).
@@ -387,17 +404,33 @@ impl Journal {
         Ok(self.with_meta(|m| m.transaction(|m| m.add_snapshot(name, checkpoint, message, at)))?)
     }
 
-    /// Why each checkpoint that cannot be forgotten is kept.
-    pub fn protected(&self) -> JournalResult<BTreeMap<i64, String>> {
+    /// Why each of `checkpoints` that cannot be forgotten is kept (reads
+    /// them, the newest and the rewinds: not the history).
+    pub fn protected_among(&self, checkpoints: &[i64]) -> JournalResult<BTreeMap<i64, String>> {
         let policy = self.policy()?;
-        let (all, tainted) = self.with_meta(|m| -> MetaResult<_> { Ok((m.checkpoints()?, m.tainted_turns()?)) })?;
-        Ok(protected(&all, &tainted, &policy))
+        let rows = self.with_meta(|m| m.plan_rows(0, 0, policy.keep_rewinds, Some(checkpoints)))?;
+        let mut kept = protected(&rows.rows, &rows.tainted, &policy);
+        kept.retain(|c, _| checkpoints.contains(c));
+        Ok(kept)
     }
 
     /// What the stored policy lets go now.
     pub fn plan_retention(&self, policy: &Policy) -> JournalResult<Vec<i64>> {
-        let (all, tainted) = self.with_meta(|m| -> MetaResult<_> { Ok((m.checkpoints()?, m.tainted_turns()?)) })?;
-        Ok(plan(&all, &protected(&all, &tainted, policy), policy, now_ms()))
+        Ok(self.plan_retention_cost(policy)?.0)
+    }
+
+    /// [`Journal::plan_retention`], and the SQLite steps its reads took:
+    /// they grow with what the policy lets go and with its counts, not
+    /// with the history (`Meta::plan_rows`).
+    pub fn plan_retention_cost(&self, policy: &Policy) -> JournalResult<(Vec<i64>, u64)> {
+        let horizon = horizon(policy, now_ms());
+        let rows = self.with_meta(|m| m.plan_rows(horizon, policy.keep_count, policy.keep_rewinds, None))?;
+        let keep = protected(&rows.rows, &rows.tainted, policy);
+        let candidates: HashSet<i64> = rows.candidates.iter().copied().collect();
+        let candidates = rows.rows.iter().filter(|c| candidates.contains(&c.checkpoint));
+        let out = victims(candidates, &rows.counted, &keep, horizon);
+        log::debug!("retention plan: {} to forget, {} SQLite steps", out.len(), rows.steps);
+        Ok((out, rows.steps))
     }
 
     /// Forgets `victims` (`by`: "forget" or "retention") and frees what no
@@ -951,7 +984,7 @@ mod journal_tests {
         assert!(matches!(j.name_checkpoint("other", 0, None), Err(JournalError::AlreadyNamed { .. })));
         assert!(matches!(j.name_checkpoint("12", 1, None), Err(JournalError::BadSnapshotName { .. })));
         assert!(matches!(j.name_checkpoint("m2", 1, None), Err(JournalError::DuplicateSnapshotName { .. })));
-        assert!(j.protected().unwrap().contains_key(&0), "named");
+        assert!(j.protected_among(&[0]).unwrap().contains_key(&0), "named");
         let chunks = store.stats().unwrap().chunks;
         let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
         let dry = j.collect(&[1], "forget", true, &no_attic, None, &no_cache).unwrap();
@@ -969,6 +1002,85 @@ mod journal_tests {
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
         assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None, &no_cache), Err(JournalError::Kept { .. })));
+    }
+
+    /// A history of `n` checkpoints a minute apart up to now, every 50th a
+    /// rewind (after a safety checkpoint) to the one 10 before, every
+    /// 97th named, every 89th marking outside changes.
+    fn long_history(n: i64) -> (Journal, Vec<Checkpoint>, HashSet<i64>) {
+        let m = Meta::open_in_memory().unwrap();
+        let now = super::now_ms();
+        let mut tainted = HashSet::new();
+        for i in 0..n {
+            let rewind = i % 50 == 49;
+            let c = Checkpoint {
+                checkpoint: i,
+                parent: (i > 0).then(|| if rewind { i - 10 } else { i - 1 }),
+                message_id: None,
+                session: None,
+                label: (i % 50 == 48).then(|| format!("{SAFETY_LABEL} to {}", i - 9)),
+                reason: if rewind { Reason::Rewind } else { Reason::Turn },
+                created_at: now - (n - i) * 60_000,
+                store_bytes_at_start: 0,
+                name: None,
+                snapshot_message: None,
+            };
+            m.insert_checkpoint(&c).unwrap();
+            if i % 97 == 96 {
+                m.add_snapshot(&format!("s{i}"), i, None, now).unwrap();
+            }
+            if i % 89 == 88 {
+                m.taint(ObjectId(1), i).unwrap();
+                tainted.insert(i);
+            }
+        }
+        let j = Journal::open(m, Arc::new(MemoryStore::new())).unwrap();
+        let all = j.with_meta(|m| m.checkpoints()).unwrap();
+        (j, all, tainted)
+    }
+
+    #[test]
+    fn planning_reads_the_candidates_and_agrees_with_the_whole_history() {
+        let (j, all, tainted) = long_history(3_000);
+        for keep_count in [0, 5, 200, 5_000] {
+            for keep_days in [0, 1, 14] {
+                for keep_rewinds in [0, 2, 100] {
+                    let p = Policy { keep_count, keep_days, keep_rewinds, auto: true };
+                    let whole = plan(&all, &protected(&all, &tainted, &p), &p, now_ms());
+                    let mine = j.plan_retention(&p).unwrap();
+                    let only_mine: Vec<&i64> = mine.iter().filter(|c| !whole.contains(c)).collect();
+                    let only_whole: Vec<&i64> = whole.iter().filter(|c| !mine.contains(c)).collect();
+                    assert!(only_mine.is_empty() && only_whole.is_empty(), "{p:?}: {only_mine:?} {only_whole:?}");
+                    j.set_policy(&p).unwrap();
+                    let victims: Vec<i64> = (0..3_000).step_by(7).collect();
+                    let mut kept = protected(&all, &tainted, &p);
+                    kept.retain(|c, _| victims.contains(c));
+                    assert_eq!(j.protected_among(&victims).unwrap(), kept, "{p:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn planning_with_nothing_to_forget_costs_the_same_on_a_long_history() {
+        // Issue 15: GC's cost is what it frees, not the history. Default
+        // policy (200 / 14 days), everything young: nothing goes.
+        let cost = |n| {
+            let (j, _, _) = long_history(n);
+            let (victims, steps) = j.plan_retention_cost(&Policy::default()).unwrap();
+            assert_eq!(victims, Vec::<i64>::new());
+            steps
+        };
+        let (short, long) = (cost(200), cost(2_000));
+        assert!(long <= short, "planning read more of a 2,000-checkpoint history ({long} steps) than of 200 ({short})");
+        // Two days kept, 30 to go: the steps grow with them, and stay far
+        // below what reading the 2,000 checkpoints takes.
+        let (j, _, _) = long_history(2_000);
+        let p = Policy { keep_count: 20, keep_days: 1, ..Policy::default() };
+        let (victims, steps) = j.plan_retention_cost(&p).unwrap();
+        assert!(!victims.is_empty());
+        let whole = j.with_meta(|m| m.plan_rows(i64::MAX, 0, 0, None)).unwrap().steps;
+        assert!(steps < whole / 2, "{} victims cost {steps} steps, the whole table {whole}", victims.len());
     }
 
     #[test]

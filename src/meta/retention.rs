@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Ctx, Meta, MetaError, MetaResult, ObjectId};
+use super::{Checkpoint, Ctx, Meta, MetaError, MetaResult, ObjectId};
 use crate::store::ChunkId;
 
 /// A checkpoint that was forgotten: what references to it are told.
@@ -60,6 +60,24 @@ pub struct Forgetting {
 
 /// `state` key of the forget under way (its intent: the next open ends it).
 const FORGETTING: &str = "retention.forgetting";
+
+/// What [`Meta::plan_rows`] read.
+#[derive(Clone, Debug, Default)]
+pub struct PlanRows {
+    /// Every checkpoint read, by number: the candidates, the newest, the
+    /// rewinds and the checkpoints before each.
+    pub rows: Vec<Checkpoint>,
+    /// The candidates (older than the horizon, or the ones asked about),
+    /// the newest left out.
+    pub candidates: Vec<i64>,
+    /// Of `rows`, those that mark outside changes.
+    pub tainted: HashSet<i64>,
+    /// The newest checkpoints of the current branch, as far down as the
+    /// oldest candidate (at most the policy's count).
+    pub counted: HashSet<i64>,
+    /// SQLite virtual machine steps the reads took (what they cost).
+    pub steps: u64,
+}
 
 impl Merged {
     /// Adds what the next batch of the same forget released.
@@ -132,6 +150,96 @@ impl Meta {
         let mut stmt = self.conn.prepare("SELECT DISTINCT turn FROM tainted").ctx("prepare")?;
         let rows = stmt.query_map([], |r| r.get(0)).ctx("list marks")?;
         rows.collect::<rusqlite::Result<HashSet<i64>>>().ctx("list marks")
+    }
+
+    /// What retention planning reads (`Journal::plan_retention`): the
+    /// checkpoints older than `horizon` (or, with `only`, those), the
+    /// newest, the `keep_rewinds` newest rewinds (at least one: the last
+    /// rewound-to) with the three checkpoints before each, and the
+    /// `keep_count` newest of the current branch, walked down from the
+    /// newest only as far as the oldest candidate. Each read is indexed:
+    /// the cost is the candidates, the policy's counts and the rewinds,
+    /// not the history (with nothing older than the horizon, a few
+    /// lookups).
+    pub fn plan_rows(
+        &self,
+        horizon: i64,
+        keep_count: u64,
+        keep_rewinds: u64,
+        only: Option<&[i64]>,
+    ) -> MetaResult<PlanRows> {
+        let mut out = PlanRows::default();
+        let newest = self.plan_query("c.id = (SELECT MAX(id) FROM checkpoints)", [], &mut out)?;
+        let Some(newest) = newest.first().map(|c| c.checkpoint) else { return Ok(out) };
+        let candidates = match only {
+            Some(ids) => {
+                let mut found = Vec::new();
+                for &id in ids {
+                    found.extend(self.plan_query("c.id = ?1", [id], &mut out)?);
+                }
+                found
+            }
+            None => self.plan_query(
+                "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_by_time WHERE created_at < ?1)",
+                [horizon],
+                &mut out,
+            )?,
+        };
+        let Some(lowest) = candidates.iter().map(|c| c.checkpoint).min() else { return Ok(out) };
+        out.candidates = candidates.iter().map(|c| c.checkpoint).filter(|&c| c != newest).collect();
+        let rewinds = self.plan_query(
+            "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_rewinds WHERE reason = 'rewind' \
+             ORDER BY id DESC LIMIT ?1)",
+            [keep_rewinds.max(1).min(i64::MAX as u64) as i64],
+            &mut out,
+        )?;
+        for r in &rewinds {
+            self.plan_query(
+                "c.id IN (SELECT id FROM checkpoints WHERE id < ?1 ORDER BY id DESC LIMIT 3)",
+                [r.checkpoint],
+                &mut out,
+            )?;
+        }
+        // The branch's newest, down to the oldest candidate at most: the
+        // ones below it protect nothing.
+        let mut at = Some(newest);
+        let mut stmt = self.conn.prepare_cached("SELECT parent FROM checkpoints WHERE id = ?1").ctx("prepare")?;
+        stmt.reset_status(rusqlite::StatementStatus::VmStep);
+        while let Some(n) = at.filter(|&n| n >= lowest && (out.counted.len() as u64) < keep_count) {
+            out.counted.insert(n);
+            at = stmt.query_row([n], |r| r.get(0)).optional().ctx("read checkpoint")?.flatten();
+        }
+        out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
+        out.rows.sort_unstable_by_key(|c| c.checkpoint);
+        out.rows.dedup_by_key(|c| c.checkpoint);
+        Ok(out)
+    }
+
+    /// The checkpoints `condition` selects (with whether each marks
+    /// outside changes), added to `out`, and the SQLite steps it took.
+    fn plan_query(&self, condition: &str, p: impl rusqlite::Params, out: &mut PlanRows) -> MetaResult<Vec<Checkpoint>> {
+        let sql = format!(
+            "SELECT {}, EXISTS (SELECT 1 FROM tainted t WHERE t.turn = c.id) {} WHERE {condition}",
+            super::CHECKPOINT_COLUMNS,
+            super::CHECKPOINT_FROM
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).ctx("prepare")?;
+        stmt.reset_status(rusqlite::StatementStatus::VmStep);
+        let rows: Vec<(Checkpoint, bool)> = stmt
+            .query_map(p, |r| Ok((super::checkpoint_from_row(r)?, r.get(10)?)))
+            .ctx("read checkpoints")?
+            .collect::<rusqlite::Result<_>>()
+            .ctx("read checkpoints")?;
+        out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
+        let mut found = Vec::with_capacity(rows.len());
+        for (c, tainted) in rows {
+            if tainted {
+                out.tainted.insert(c.checkpoint);
+            }
+            found.push(c.clone());
+            out.rows.push(c);
+        }
+        Ok(found)
     }
 
     /// Forgets checkpoint `f` whole: [`Meta::forget_begin`] then every
