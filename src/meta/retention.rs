@@ -316,9 +316,39 @@ impl Meta {
         .ctx("note a forgotten checkpoint")?;
         c.execute("DELETE FROM snapshots WHERE checkpoint = ?1", [f]).ctx("drop snapshot name")?;
         c.execute("DELETE FROM checkpoints WHERE id = ?1", [f]).ctx("drop checkpoint")?;
+        self.prune_own_changes()?;
         let g = Forgetting { checkpoint: f, into: p };
         self.set_state(FORGETTING, &serde_json::to_string(&g).unwrap_or_default())?;
         Ok(g)
+    }
+
+    /// Drops the notes of the daemon's own changes (`meta/bypass.rs`) that
+    /// no kept checkpoint can ask about any more. Every question is about a
+    /// ctime later than the seal of a kept checkpoint (a view's bound, or a
+    /// bypass's range, which needs a seal before the ctime), so after the
+    /// earliest seal, E (the end of its millisecond):
+    /// - a settler's ctime (`own_ctime`) at or before E is never asked;
+    /// - a rewind's turn T before the oldest checkpoint O answers up to the
+    ///   seal of the first checkpoint after T, which is O: when O's seal is
+    ///   E, it answers nothing asked. (With a clock set back, the oldest
+    ///   may not be sealed first: then its rows stay.)
+    /// Forgetting the safety checkpoint of a rewind (T itself, with kept
+    /// checkpoints before it) keeps its row: views of those ask about it.
+    /// Each read and delete is indexed.
+    fn prune_own_changes(&self) -> MetaResult<()> {
+        let c = &self.conn;
+        let earliest: Option<i64> = c
+            .query_row("SELECT (MIN(created_at) + 1) * 1000000 FROM checkpoints", [], |r| r.get(0))
+            .ctx("read checkpoints")?;
+        let Some(earliest) = earliest else { return Ok(()) };
+        c.execute("DELETE FROM own_ctime WHERE ctime_ns <= ?1", [earliest]).ctx("drop the daemon's own ctimes")?;
+        c.execute(
+            "DELETE FROM daemon_turns WHERE turn < (SELECT MIN(id) FROM checkpoints) \
+             AND (SELECT (created_at + 1) * 1000000 FROM checkpoints ORDER BY id LIMIT 1) <= ?1",
+            [earliest],
+        )
+        .ctx("drop the turns of old rewinds")?;
+        Ok(())
     }
 
     /// The forget under way, if one is ([`Meta::forget_begin`]).
@@ -544,6 +574,8 @@ impl Meta {
             .flatten()
             .collect();
         self.forget_known_content(id)?;
+        // Gone from the tree for good: no view asks about its ctime.
+        self.conn.execute("DELETE FROM own_ctime WHERE object = ?1", [id.0]).ctx("drop the daemon's own ctime")?;
         self.conn.execute("INSERT OR IGNORE INTO gc_attic(object) VALUES (?1)", [id.0]).ctx("note attic removal")?;
         // Its slot goes after the commit; a rewind must no longer count on it.
         self.attic_take(id)?;
@@ -717,6 +749,60 @@ mod tests {
             chunks: vec![crate::store::ChunkSpan { id, len: data.len() as u32 }],
         };
         (id.as_bytes().to_vec(), r.encode_chunks(), id)
+    }
+
+    /// Schema 12's notes of the daemon's own changes: forgetting the
+    /// oldest checkpoints drops those no kept checkpoint can ask about
+    /// (every question is about a ctime after a kept seal), and answers
+    /// every question that can still be asked as before; forgetting a
+    /// rewind's safety checkpoint keeps its turn's start (commit ce7613c).
+    #[test]
+    fn forgetting_the_oldest_drops_the_daemons_notes_no_kept_checkpoint_asks_about() {
+        let m = Meta::open_in_memory().unwrap();
+        let ms = |x: i64| x * 1_000_000;
+        // Checkpoints 0..=6 sealed at 10, 20, ... 70 ms; rewinds changed the
+        // tree in turns 1 (from 12 ms) and 4 (from 43 ms); the settler left
+        // ctimes 15, 35 and 55 ms on objects 1, 2, 3.
+        for n in 0..7 {
+            checkpoint(&m, n);
+            m.conn.execute("UPDATE checkpoints SET created_at = ?2 WHERE id = ?1", [n, 10 * (n + 1)]).unwrap();
+        }
+        m.mark_daemon_turn(1, ms(12)).unwrap();
+        m.mark_daemon_turn(4, ms(43)).unwrap();
+        for (o, at) in [(1, 15), (2, 35), (3, 55)] {
+            m.set_own_ctime(ObjectId(o), ms(at)).unwrap();
+        }
+        let grid: Vec<i64> = (0..160).map(|i| i * 500_000).collect();
+        let answers = |m: &Meta| -> Vec<bool> { grid.iter().map(|&ns| m.in_daemon_turn(ns, 6).unwrap()).collect() };
+        let before = answers(&m);
+        let rows = |m: &Meta, table: &str| -> i64 {
+            m.conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).unwrap()
+        };
+        // The safety checkpoint of the second rewind (4) goes, 3 is kept
+        // before it: its views still ask, its row stays.
+        m.forget_checkpoint(4, "forget", 0).unwrap();
+        assert_eq!((rows(&m, "daemon_turns"), rows(&m, "own_ctime")), (2, 3));
+        assert_eq!(answers(&m), before, "forgetting a safety checkpoint changes no answer");
+        // 0 and 1 go: 2, sealed at 30 ms, is the oldest. Turn 1's row and
+        // the ctime of 15 ms are older than every question.
+        m.forget_checkpoint(0, "forget", 0).unwrap();
+        m.forget_checkpoint(1, "forget", 0).unwrap();
+        let turns: Vec<i64> = {
+            let mut stmt = m.conn.prepare("SELECT turn FROM daemon_turns").unwrap();
+            stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+        };
+        assert_eq!(turns, vec![4]);
+        assert_eq!(m.own_ctime(ObjectId(1)).unwrap(), None);
+        assert_eq!(
+            (m.own_ctime(ObjectId(2)).unwrap(), m.own_ctime(ObjectId(3)).unwrap()),
+            (Some(ms(35)), Some(ms(55)))
+        );
+        let after = answers(&m);
+        for ((ns, was), now) in grid.iter().zip(&before).zip(&after) {
+            if *ns > crate::journal::end_of_ms(30) {
+                assert_eq!(now, was, "a question a kept checkpoint asks, at {ns} ns");
+            }
+        }
     }
 
     #[test]
