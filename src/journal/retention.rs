@@ -435,7 +435,7 @@ impl Journal {
 
     /// Forgets `victims` (`by`: "forget" or "retention") and frees what no
     /// kept checkpoint needs; with `dry_run`, says what it would do (one
-    /// transaction, rolled back). The caller has checked them against
+    /// transaction on a copy of the database, rolled back). The caller has checked them against
     /// [`Journal::protected`]; the newest is refused here too. Writes go on
     /// in between the short transactions it runs (see the module comment);
     /// `hide` runs the one that removes each checkpoint from view.
@@ -608,8 +608,11 @@ impl Journal {
         self.collect_whole(&victims, RESET, false, attic, Some(attic_dir), true, step)
     }
 
-    /// A collection in one transaction holding the turn gate throughout:
-    /// `reset`, and every dry run (rolled back).
+    /// A collection in one transaction: `reset`, holding the turn gate
+    /// throughout, and every dry run (rolled back), which holds it only to
+    /// fold the record log when the database is in a file: it works on a
+    /// copy of the database (`Meta::copy_of`), so that `du` and
+    /// `gc --dry-run` keep no write waiting however much they would free.
     #[allow(clippy::too_many_arguments)]
     fn collect_whole(
         &self,
@@ -623,7 +626,7 @@ impl Journal {
     ) -> JournalResult<Collected> {
         let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let gate_taken = std::time::Instant::now();
-        let _content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
         inner.fold()?;
         if let Some(&newest) = victims.iter().find(|&&v| v >= inner.turn) {
@@ -670,14 +673,31 @@ impl Journal {
             }
             Ok(dead)
         };
-        let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
+        let held = || gate_taken.elapsed().as_secs_f64() * 1000.0;
         // Committed: recording may go on. Nothing can use a chunk about to
         // be released (no list names it, and no content is stored until the
         // content lock is free: see the module comment), and no name leads
         // to the attic entries about to go.
-        drop(inner);
-        drop(gate);
-        out.gate_ms = gate_taken.elapsed().as_secs_f64() * 1000.0;
+        let (dead, gate_ms) = match (dry_run, inner.meta.path()) {
+            // A dry run of a database in a file works on a copy of it as
+            // folded (`Meta::copy_of`), holding nothing: writes go on.
+            (true, Some(path)) => {
+                drop((inner, content, gate));
+                let gate_ms = held();
+                (Meta::copy_of(&path)?.rolled_back(work)?, gate_ms)
+            }
+            (true, None) => {
+                let dead = inner.meta.rolled_back(work)?;
+                drop((inner, gate));
+                (dead, held())
+            }
+            (false, _) => {
+                let dead = inner.meta.transaction(work)?;
+                drop((inner, gate));
+                (dead, held())
+            }
+        };
+        out.gate_ms = gate_ms;
         if dry_run {
             out.attic_files_freed = (freed.removals.len() + freed.swept.len()) as u64;
             out.attic_bytes_freed = freed.removals.iter().map(|r| r.2).chain(freed.swept.iter().map(|s| s.1)).sum();
@@ -1081,6 +1101,48 @@ mod journal_tests {
         assert!(!victims.is_empty());
         let whole = j.with_meta(|m| m.plan_rows(i64::MAX, 0, 0, None)).unwrap().steps;
         assert!(steps < whole / 2, "{} victims cost {steps} steps, the whole table {whole}", victims.len());
+    }
+
+    /// Item 4 of session 9: a dry run (`du`, `gc --dry-run`) held the turn
+    /// gate, and so every recording FUSE operation, for its whole rolled
+    /// back transaction. On a database in a file it works on a copy: while
+    /// it checks the attic entries it would free, writes can go on; and it
+    /// says what the collection then does.
+    #[test]
+    fn a_dry_run_keeps_no_write_waiting_and_says_what_the_collection_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let j = Journal::open(Meta::open(&dir.path().join("meta.sqlite")).unwrap(), store.clone()).unwrap();
+        let o = j.object_id(&crate::journal::tests::handle(b"f"), 1).unwrap();
+        let c = crate::store::store_content(&*store, &b"only in turn 0"[..]).unwrap();
+        let mut s = crate::meta::test_file_state(14);
+        s.content = Some((c.hash.as_bytes().to_vec(), c.encode_chunks()));
+        j.record_object(o, &s, None, true).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        let asked = std::sync::atomic::AtomicU64::new(0);
+        let dry_run = std::sync::atomic::AtomicBool::new(true);
+        // Asked `dry` by every collection while its transaction runs.
+        let attic = |_: ObjectId, _: &[u8], dry: bool| {
+            asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if dry && dry_run.load(std::sync::atomic::Ordering::Relaxed) {
+                assert!(j.gate.try_write().is_ok(), "a dry run holds the turn gate");
+                j.with_meta(|m| m.set_state("written during the dry run", "yes")).unwrap();
+            }
+            Some(4096)
+        };
+        let dry = j.collect(&[0], "forget", true, &attic, None, &no_cache).unwrap();
+        assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 1, "the attic entry was checked");
+        assert_eq!(j.with_meta(|m| m.get_state("written during the dry run")).unwrap().as_deref(), Some("yes"));
+        assert_eq!(j.resolve("0").unwrap().0, 0, "a dry run changes nothing");
+        dry_run.store(false, std::sync::atomic::Ordering::Relaxed);
+        let done = j.collect(&[0], "forget", false, &attic, None, &no_cache).unwrap();
+        assert_eq!(
+            (dry.records_dropped, dry.chunks_freed, dry.bytes_freed, dry.attic_files_freed),
+            (done.records_dropped, done.chunks_freed, done.bytes_freed, done.attic_files_freed),
+            "{dry:?} {done:?}"
+        );
+        assert_eq!(done.chunks_freed, 1);
     }
 
     #[test]

@@ -202,14 +202,22 @@ impl Meta {
         }
         // The branch's newest, down to the oldest candidate at most: the
         // ones below it protect nothing.
-        let mut at = Some(newest);
-        let mut stmt = self.conn.prepare_cached("SELECT parent FROM checkpoints WHERE id = ?1").ctx("prepare")?;
-        stmt.reset_status(rusqlite::StatementStatus::VmStep);
-        while let Some(n) = at.filter(|&n| n >= lowest && (out.counted.len() as u64) < keep_count) {
-            out.counted.insert(n);
-            at = stmt.query_row([n], |r| r.get(0)).optional().ctx("read checkpoint")?.flatten();
+        if keep_count > 0 {
+            let mut stmt = self
+                .conn
+                .prepare_cached(
+                    "WITH RECURSIVE branch(id, n) AS (SELECT ?1, 1 UNION ALL \
+                       SELECT c.parent, b.n + 1 FROM branch b JOIN checkpoints c ON c.id = b.id \
+                       WHERE c.parent >= ?3 AND b.n < ?2) \
+                     SELECT id FROM branch",
+                )
+                .ctx("prepare")?;
+            stmt.reset_status(rusqlite::StatementStatus::VmStep);
+            let count = keep_count.min(i64::MAX as u64) as i64;
+            let rows = stmt.query_map(params![newest, count, lowest], |r| r.get(0)).ctx("read the branch")?;
+            out.counted = rows.collect::<rusqlite::Result<_>>().ctx("read the branch")?;
+            out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
         }
-        out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
         out.rows.sort_unstable_by_key(|c| c.checkpoint);
         out.rows.dedup_by_key(|c| c.checkpoint);
         Ok(out)
@@ -711,6 +719,40 @@ impl Meta {
 
     /// Runs `f` in a transaction that is always rolled back: what a
     /// collection would do, for `--dry-run`.
+    /// The file this database is in (None in memory).
+    pub fn path(&self) -> Option<std::path::PathBuf> {
+        self.conn.path().filter(|p| !p.is_empty()).map(std::path::PathBuf::from)
+    }
+
+    /// A copy in memory of the database in `path` as last committed, read
+    /// through a connection of its own in one read transaction: in WAL
+    /// mode it waits for no writer and no writer waits for it (a dry run
+    /// works on it, holding nothing). Its size in memory is the file's.
+    pub fn copy_of(path: &std::path::Path) -> MetaResult<Meta> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let src = rusqlite::Connection::open_with_flags(path, flags).ctx("open a copy's source")?;
+        src.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
+        let mut conn = rusqlite::Connection::open_in_memory().ctx("open a copy")?;
+        {
+            let backup = rusqlite::backup::Backup::new(&src, &mut conn).ctx("start a copy")?;
+            // Every page in one step: one read transaction, one snapshot.
+            // Busy only while another connection recovers the WAL.
+            let mut tries = 0;
+            loop {
+                match backup.step(-1).ctx("copy the database")? {
+                    rusqlite::backup::StepResult::Done => break,
+                    _ if tries < 100 => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    _ => return Err(MetaError::Malformed { what: "copy of the database (its file stayed busy)" }),
+                }
+            }
+        }
+        Ok(Meta { conn })
+    }
+
     pub fn rolled_back<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
         self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
         let out = f(self);
