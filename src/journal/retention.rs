@@ -428,7 +428,7 @@ impl Journal {
         let keep = protected(&rows.rows, &rows.tainted, policy);
         let candidates: HashSet<i64> = rows.candidates.iter().copied().collect();
         let candidates = rows.rows.iter().filter(|c| candidates.contains(&c.checkpoint));
-        let out = victims(candidates, &rows.counted, &keep, horizon);
+        let out = victims(candidates, &HashSet::new(), &keep, horizon);
         log::debug!("retention plan: {} to forget, {} SQLite steps", out.len(), rows.steps);
         Ok((out, rows.steps))
     }

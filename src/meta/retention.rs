@@ -67,14 +67,11 @@ pub struct PlanRows {
     /// Every checkpoint read, by number: the candidates, the newest, the
     /// rewinds and the checkpoints before each.
     pub rows: Vec<Checkpoint>,
-    /// The candidates (older than the horizon, or the ones asked about),
-    /// the newest left out.
+    /// The candidates (older than the horizon and not among the newest of
+    /// the current branch, or the ones asked about), the newest left out.
     pub candidates: Vec<i64>,
     /// Of `rows`, those that mark outside changes.
     pub tainted: HashSet<i64>,
-    /// The newest checkpoints of the current branch, as far down as the
-    /// oldest candidate (at most the policy's count).
-    pub counted: HashSet<i64>,
     /// SQLite virtual machine steps the reads took (what they cost).
     pub steps: u64,
 }
@@ -153,14 +150,14 @@ impl Meta {
     }
 
     /// What retention planning reads (`Journal::plan_retention`): the
-    /// checkpoints older than `horizon` (or, with `only`, those), the
-    /// newest, the `keep_rewinds` newest rewinds (at least one: the last
-    /// rewound-to) with the three checkpoints before each, and the
-    /// `keep_count` newest of the current branch, walked down from the
-    /// newest only as far as the oldest candidate. Each read is indexed:
-    /// the cost is the candidates, the policy's counts and the rewinds,
-    /// not the history (with nothing older than the horizon, a few
-    /// lookups).
+    /// checkpoints older than `horizon` that are not among the
+    /// `keep_count` newest of the current branch (or, with `only`, those
+    /// asked about), the newest, and the `keep_rewinds` newest rewinds (at
+    /// least one: the last rewound-to) with the three checkpoints before
+    /// each. Each read is indexed: the cost is what can go, the policy's
+    /// count (the branch's newest, walked in one recursive query) and the
+    /// rewinds, not the history; with nothing older than `horizon`, a few
+    /// lookups.
     pub fn plan_rows(
         &self,
         horizon: i64,
@@ -169,84 +166,94 @@ impl Meta {
         only: Option<&[i64]>,
     ) -> MetaResult<PlanRows> {
         let mut out = PlanRows::default();
-        let newest = self.plan_query("c.id = (SELECT MAX(id) FROM checkpoints)", [], &mut out)?;
-        let Some(newest) = newest.first().map(|c| c.checkpoint) else { return Ok(out) };
-        let candidates = match only {
+        let newest = self.plan_query("", "c.id = (SELECT MAX(id) FROM checkpoints)", [], &mut out)?;
+        let Some(&newest) = newest.first() else { return Ok(out) };
+        out.candidates = match only {
             Some(ids) => {
                 let mut found = Vec::new();
                 for &id in ids {
-                    found.extend(self.plan_query("c.id = ?1", [id], &mut out)?);
+                    found.extend(self.plan_query("", "c.id = ?1", [id], &mut out)?);
                 }
                 found
             }
-            None => self.plan_query(
-                "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_by_time WHERE created_at < ?1)",
-                [horizon],
-                &mut out,
-            )?,
+            None => {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM checkpoints INDEXED BY checkpoints_by_time \
+                         WHERE created_at < ?1 AND id < ?2)",
+                    )
+                    .ctx("prepare")?;
+                stmt.reset_status(rusqlite::StatementStatus::VmStep);
+                let any: bool = stmt.query_row([horizon, newest], |r| r.get(0)).ctx("read checkpoints")?;
+                out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
+                if !any {
+                    return Ok(out);
+                }
+                let count = keep_count.min(i64::MAX as u64) as i64;
+                self.plan_query(
+                    "WITH RECURSIVE branch(id, n) AS (SELECT ?2, 1 WHERE ?3 > 0 UNION ALL \
+                       SELECT c.parent, b.n + 1 FROM branch b JOIN checkpoints c ON c.id = b.id \
+                       WHERE c.parent IS NOT NULL AND b.n < ?3) ",
+                    "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_by_time \
+                       WHERE created_at < ?1 AND id < ?2 AND id NOT IN (SELECT id FROM branch))",
+                    params![horizon, newest, count],
+                    &mut out,
+                )?
+            }
         };
-        let Some(lowest) = candidates.iter().map(|c| c.checkpoint).min() else { return Ok(out) };
-        out.candidates = candidates.iter().map(|c| c.checkpoint).filter(|&c| c != newest).collect();
+        out.candidates.retain(|&c| c != newest);
+        if out.candidates.is_empty() {
+            return Ok(out);
+        }
         let rewinds = self.plan_query(
+            "",
             "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_rewinds WHERE reason = 'rewind' \
              ORDER BY id DESC LIMIT ?1)",
-            [keep_rewinds.max(1).min(i64::MAX as u64) as i64],
+            [keep_rewinds.clamp(1, i64::MAX as u64) as i64],
             &mut out,
         )?;
-        for r in &rewinds {
+        for r in rewinds {
             self.plan_query(
+                "",
                 "c.id IN (SELECT id FROM checkpoints WHERE id < ?1 ORDER BY id DESC LIMIT 3)",
-                [r.checkpoint],
+                [r],
                 &mut out,
             )?;
-        }
-        // The branch's newest, down to the oldest candidate at most: the
-        // ones below it protect nothing.
-        if keep_count > 0 {
-            let mut stmt = self
-                .conn
-                .prepare_cached(
-                    "WITH RECURSIVE branch(id, n) AS (SELECT ?1, 1 UNION ALL \
-                       SELECT c.parent, b.n + 1 FROM branch b JOIN checkpoints c ON c.id = b.id \
-                       WHERE c.parent >= ?3 AND b.n < ?2) \
-                     SELECT id FROM branch",
-                )
-                .ctx("prepare")?;
-            stmt.reset_status(rusqlite::StatementStatus::VmStep);
-            let count = keep_count.min(i64::MAX as u64) as i64;
-            let rows = stmt.query_map(params![newest, count, lowest], |r| r.get(0)).ctx("read the branch")?;
-            out.counted = rows.collect::<rusqlite::Result<_>>().ctx("read the branch")?;
-            out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
         }
         out.rows.sort_unstable_by_key(|c| c.checkpoint);
         out.rows.dedup_by_key(|c| c.checkpoint);
         Ok(out)
     }
 
-    /// The checkpoints `condition` selects (with whether each marks
-    /// outside changes), added to `out`, and the SQLite steps it took.
-    fn plan_query(&self, condition: &str, p: impl rusqlite::Params, out: &mut PlanRows) -> MetaResult<Vec<Checkpoint>> {
+    /// The numbers of the checkpoints `condition` selects (after `with`, a
+    /// `WITH` clause or nothing); each is added to `out` with whether it
+    /// marks outside changes, and the SQLite steps it took.
+    fn plan_query(
+        &self,
+        with: &str,
+        condition: &str,
+        p: impl rusqlite::Params,
+        out: &mut PlanRows,
+    ) -> MetaResult<Vec<i64>> {
         let sql = format!(
-            "SELECT {}, EXISTS (SELECT 1 FROM tainted t WHERE t.turn = c.id) {} WHERE {condition}",
+            "{with}SELECT {}, EXISTS (SELECT 1 FROM tainted t WHERE t.turn = c.id) {} WHERE {condition}",
             super::CHECKPOINT_COLUMNS,
             super::CHECKPOINT_FROM
         );
         let mut stmt = self.conn.prepare_cached(&sql).ctx("prepare")?;
         stmt.reset_status(rusqlite::StatementStatus::VmStep);
-        let rows: Vec<(Checkpoint, bool)> = stmt
-            .query_map(p, |r| Ok((super::checkpoint_from_row(r)?, r.get(10)?)))
-            .ctx("read checkpoints")?
-            .collect::<rusqlite::Result<_>>()
-            .ctx("read checkpoints")?;
-        out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
-        let mut found = Vec::with_capacity(rows.len());
-        for (c, tainted) in rows {
+        let rows = stmt.query_map(p, |r| Ok((super::checkpoint_from_row(r)?, r.get(10)?))).ctx("read checkpoints")?;
+        let mut found = Vec::new();
+        for row in rows {
+            let (c, tainted): (Checkpoint, bool) = row.ctx("read checkpoints")?;
             if tainted {
                 out.tainted.insert(c.checkpoint);
             }
-            found.push(c.clone());
+            found.push(c.checkpoint);
             out.rows.push(c);
         }
+        out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
         Ok(found)
     }
 
