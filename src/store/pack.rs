@@ -306,9 +306,9 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         // them: it measures those, not every pack. Every pack holding a
         // chunk or released to some end is measured once more.
         tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS released_packs (pack INTEGER PRIMARY KEY);
-             INSERT OR IGNORE INTO released_packs SELECT DISTINCT pack FROM chunks;
-             INSERT OR IGNORE INTO released_packs SELECT pack FROM released_ends;",
+            "CREATE TABLE IF NOT EXISTS released_packs (pack INTEGER PRIMARY KEY, releases INTEGER NOT NULL);
+             INSERT OR IGNORE INTO released_packs SELECT DISTINCT pack, 1 FROM chunks;
+             INSERT OR IGNORE INTO released_packs SELECT pack, 1 FROM released_ends;",
         )
         .map_err(sql_err)?;
     }
@@ -553,7 +553,11 @@ impl PackStore {
             for (id, loc) in &found {
                 tx.execute("DELETE FROM chunks WHERE id = ?1", params![id.as_bytes().as_slice()])?;
                 // Its pack holds dead bytes now (unless cut back): compaction measures it.
-                tx.execute("INSERT OR IGNORE INTO released_packs(pack) VALUES (?1)", [loc.pack])?;
+                tx.execute(
+                    "INSERT INTO released_packs(pack, releases) VALUES (?1, 1) \
+                     ON CONFLICT(pack) DO UPDATE SET releases = releases + 1",
+                    [loc.pack],
+                )?;
                 if !cut {
                     tx.execute(
                         "INSERT INTO released_ends(pack, end) VALUES (?1, ?2) \

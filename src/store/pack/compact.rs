@@ -95,26 +95,37 @@ impl PackStore {
 
     /// The packs compaction may rewrite: those that had chunks released
     /// since they were last measured (`released_packs`) and those still
-    /// below `threshold`, measured. A pack found at or above it leaves the
-    /// set (only a release can lower its live fraction, and that marks it
-    /// again); one below it stays until it is rewritten (however little
-    /// it would give back: `reset` takes those too). Under the writer, so
-    /// that no release marks a pack between its measure and its unmarking.
+    /// below `threshold`, measured (on a reader: puts go on). A pack found
+    /// at or above it leaves the set (only a release can lower its live
+    /// fraction, and that marks it again); one below it stays until it is
+    /// rewritten (however little it would give back: `reset` takes those
+    /// too). A pack is unmarked only if no release counted in it since it
+    /// was measured (`releases` unchanged).
     fn measure_released(&self, threshold: f64) -> Result<Vec<PackUse>, StoreError> {
         let sql_err = |e| StoreError::sqlite("measuring released packs", e);
-        let writer = self.writer()?;
-        let marked: Vec<u32> = {
-            let mut stmt = writer.conn.prepare_cached("SELECT pack FROM released_packs").map_err(sql_err)?;
-            let rows = stmt.query_map([], |r| r.get(0)).map_err(sql_err)?;
-            rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?
+        let (marked, measured) = {
+            let conn = self.reader();
+            let marked: Vec<(u32, i64)> = {
+                let mut stmt = conn.prepare_cached("SELECT pack, releases FROM released_packs").map_err(sql_err)?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(sql_err)?;
+                rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?
+            };
+            let existing: std::collections::HashSet<u32> = list_packs(&self.packs.dir)?.into_iter().collect();
+            let present: Vec<u32> = marked.iter().map(|m| m.0).filter(|n| existing.contains(n)).collect();
+            let measured = measure(&conn, &self.packs.dir, &present)?;
+            (marked, measured)
         };
-        let existing: std::collections::HashSet<u32> = list_packs(&self.packs.dir)?.into_iter().collect();
-        let (present, gone): (Vec<u32>, Vec<u32>) = marked.into_iter().partition(|n| existing.contains(n));
-        let measured = measure(&writer.conn, &self.packs.dir, &present)?;
-        let done = measured.iter().filter(|u| u.live_bytes as f64 >= threshold * u.file_bytes as f64).map(|u| u.pack);
+        let settled: std::collections::HashSet<u32> = measured
+            .iter()
+            .filter(|u| u.live_bytes as f64 >= threshold * u.file_bytes as f64)
+            .map(|u| u.pack)
+            .collect();
+        let present: std::collections::HashSet<u32> = measured.iter().map(|u| u.pack).collect();
+        let writer = self.writer()?;
         let tx = writer.conn.unchecked_transaction().map_err(sql_err)?;
-        for n in gone.into_iter().chain(done) {
-            tx.execute("DELETE FROM released_packs WHERE pack = ?1", [n]).map_err(sql_err)?;
+        for (n, releases) in marked.into_iter().filter(|(n, _)| settled.contains(n) || !present.contains(n)) {
+            tx.execute("DELETE FROM released_packs WHERE pack = ?1 AND releases = ?2", params![n, releases])
+                .map_err(sql_err)?;
         }
         tx.commit().map_err(sql_err)?;
         Ok(measured)

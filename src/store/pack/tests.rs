@@ -545,3 +545,27 @@ fn compaction_measures_only_the_packs_that_had_chunks_released() {
     let kept: Vec<(ChunkId, Vec<u8>)> = chunks.into_iter().skip(1).filter(|c| !second.contains(&c.0)).collect();
     assert_all_readable(&store, &kept);
 }
+
+/// An index of version 2 (before `released_packs`) is migrated with every
+/// pack marked: the first compaction measures them all once, as every
+/// compaction did before, and finds what earlier collections released.
+#[test]
+fn an_index_without_released_packs_has_every_pack_measured_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chunks = {
+        let store = PackStore::open_with(dir.path(), small_packs()).expect("open");
+        let chunks = put_chunks(&store, 12, 30);
+        store.release(&chunks[..5].iter().map(|c| c.0).collect::<Vec<_>>()).expect("release");
+        chunks
+    };
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("chunks.sqlite")).expect("open the index");
+        conn.execute_batch("DROP TABLE released_packs; PRAGMA user_version = 2;").expect("make it version 2");
+    }
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("reopen");
+    let packs = store.pack_paths().expect("packs").len() as u64;
+    let done = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+    assert_eq!((done.packs_measured, done.packs), (packs, 1), "{done:?}");
+    assert_eq!(store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact").packs_measured, 0);
+    assert_all_readable(&store, &chunks[5..]);
+}
