@@ -724,7 +724,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             let _history = ctx.world.history();
             let victims =
                 checkpoints.iter().map(|c| resolve(journal, c)).collect::<std::result::Result<Vec<_>, _>>()?;
-            let kept = journal.protected().map_err(journal_failure)?;
+            let kept = journal.protected_among(&victims).map_err(journal_failure)?;
             if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }

@@ -48,7 +48,7 @@ fn yes() -> bool {
 }
 
 /// The background collection runs once the policy lets this many
-/// checkpoints go: each run reads the checkpoints and compacts the packs,
+/// checkpoints go: each run compacts the packs (and plans once a slice),
 /// so it is batched; the store holds at most this many fewer than one more
 /// than the policy keeps between runs.
 pub const AUTO_BATCH: usize = 8;
@@ -142,7 +142,7 @@ pub fn protected(all: &[Checkpoint], tainted: &HashSet<i64>, policy: &Policy) ->
 
 /// The checkpoints the policy lets go at `now_ms`, oldest first: on the
 /// current branch (the newest and its ancestors) those older than
-/// `keep_days` and not among the `keep_count` newest; on abandoned branches
+/// `keep_days` and not among the `keep_count` newest of the branch; on abandoned branches
 /// those older than `keep_days`; never a protected one.
 pub fn plan(all: &[Checkpoint], protected: &BTreeMap<i64, String>, policy: &Policy, now_ms: i64) -> Vec<i64> {
     let by_id: BTreeMap<i64, &Checkpoint> = all.iter().map(|c| (c.checkpoint, c)).collect();
@@ -157,13 +157,30 @@ pub fn plan(all: &[Checkpoint], protected: &BTreeMap<i64, String>, policy: &Poli
     let mut recent_on_branch: Vec<i64> = current.iter().copied().collect();
     recent_on_branch.sort_unstable_by(|a, b| b.cmp(a));
     let counted: HashSet<i64> = recent_on_branch.into_iter().take(policy.keep_count as usize).collect();
-    let horizon = now_ms.saturating_sub((policy.keep_days as i64).saturating_mul(DAY_MS));
-    all.iter()
+    victims(all.iter(), &counted, protected, horizon(policy, now_ms))
+}
+
+/// Checkpoints created before this time go, unless kept otherwise.
+fn horizon(policy: &Policy, now_ms: i64) -> i64 {
+    now_ms.saturating_sub((policy.keep_days as i64).saturating_mul(DAY_MS))
+}
+
+/// Of `candidates`, those older than `horizon`, not `counted` (the newest
+/// of the current branch) and not protected, oldest first.
+fn victims<'a>(
+    candidates: impl Iterator<Item = &'a Checkpoint>,
+    counted: &HashSet<i64>,
+    protected: &BTreeMap<i64, String>,
+    horizon: i64,
+) -> Vec<i64> {
+    let mut out: Vec<i64> = candidates
         .filter(|c| c.created_at < horizon)
         .filter(|c| !counted.contains(&c.checkpoint))
         .filter(|c| !protected.contains_key(&c.checkpoint))
         .map(|c| c.checkpoint)
-        .collect()
+        .collect();
+    out.sort_unstable();
+    out
 }
 
 /// What a collection did (or, dry, would do).
@@ -387,22 +404,38 @@ impl Journal {
         Ok(self.with_meta(|m| m.transaction(|m| m.add_snapshot(name, checkpoint, message, at)))?)
     }
 
-    /// Why each checkpoint that cannot be forgotten is kept.
-    pub fn protected(&self) -> JournalResult<BTreeMap<i64, String>> {
+    /// Why each of `checkpoints` that cannot be forgotten is kept (reads
+    /// them, the newest and the rewinds: not the history).
+    pub fn protected_among(&self, checkpoints: &[i64]) -> JournalResult<BTreeMap<i64, String>> {
         let policy = self.policy()?;
-        let (all, tainted) = self.with_meta(|m| -> MetaResult<_> { Ok((m.checkpoints()?, m.tainted_turns()?)) })?;
-        Ok(protected(&all, &tainted, &policy))
+        let rows = self.with_meta(|m| m.plan_rows(0, 0, policy.keep_rewinds, Some(checkpoints)))?;
+        let mut kept = protected(&rows.rows, &rows.tainted, &policy);
+        kept.retain(|c, _| checkpoints.contains(c));
+        Ok(kept)
     }
 
     /// What the stored policy lets go now.
     pub fn plan_retention(&self, policy: &Policy) -> JournalResult<Vec<i64>> {
-        let (all, tainted) = self.with_meta(|m| -> MetaResult<_> { Ok((m.checkpoints()?, m.tainted_turns()?)) })?;
-        Ok(plan(&all, &protected(&all, &tainted, policy), policy, now_ms()))
+        Ok(self.plan_retention_cost(policy)?.0)
+    }
+
+    /// [`Journal::plan_retention`], and the SQLite steps its reads took:
+    /// they grow with what the policy lets go and with its counts, not
+    /// with the history (`Meta::plan_rows`).
+    pub fn plan_retention_cost(&self, policy: &Policy) -> JournalResult<(Vec<i64>, u64)> {
+        let horizon = horizon(policy, now_ms());
+        let rows = self.with_meta(|m| m.plan_rows(horizon, policy.keep_count, policy.keep_rewinds, None))?;
+        let keep = protected(&rows.rows, &rows.tainted, policy);
+        let candidates: HashSet<i64> = rows.candidates.iter().copied().collect();
+        let candidates = rows.rows.iter().filter(|c| candidates.contains(&c.checkpoint));
+        let out = victims(candidates, &HashSet::new(), &keep, horizon);
+        log::debug!("retention plan: {} to forget, {} SQLite steps", out.len(), rows.steps);
+        Ok((out, rows.steps))
     }
 
     /// Forgets `victims` (`by`: "forget" or "retention") and frees what no
     /// kept checkpoint needs; with `dry_run`, says what it would do (one
-    /// transaction, rolled back). The caller has checked them against
+    /// transaction on a copy of the database, rolled back). The caller has checked them against
     /// [`Journal::protected`]; the newest is refused here too. Writes go on
     /// in between the short transactions it runs (see the module comment);
     /// `hide` runs the one that removes each checkpoint from view.
@@ -540,15 +573,26 @@ impl Journal {
             }
             // Committed, nothing freed yet: the next open frees them.
             crate::world::test_hooks::kill_point("gc-committed");
+            let since = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1000.0;
+            let releasing = std::time::Instant::now();
             self.store.release(&dead)?;
+            let release_ms = since(releasing);
             // Still under the content lock: once it is free, a chunk with
             // the same id may be stored again, and the next open must not
             // release it. Not folding the record log: the rows are no
             // record's business, and waiting writers need not wait for it.
+            let clearing = std::time::Instant::now();
             self.lock().meta.remove_gc_chunks(&dead)?;
+            let clear_ms = since(clearing);
             drop(content);
-            let ms = taken.elapsed().as_secs_f64() * 1000.0;
-            log::debug!("collection step (free {} chunks): gate {gate_ms:.2} ms, content lock {ms:.2} ms", dead.len());
+            let ms = since(taken);
+            // Where the content lock's time goes: a step's rows are bounded,
+            // a commit that runs SQLite's WAL checkpoint is not.
+            log::debug!(
+                "collection step (free {} chunks): gate {gate_ms:.2} ms, content lock {ms:.2} ms \
+                 (chunk index release {release_ms:.2} ms, list cleared {clear_ms:.2} ms)",
+                dead.len()
+            );
             out.gate_ms = out.gate_ms.max(ms);
             if dead.len() < FREE_BATCH_CHUNKS {
                 return Ok(());
@@ -575,8 +619,11 @@ impl Journal {
         self.collect_whole(&victims, RESET, false, attic, Some(attic_dir), true, step)
     }
 
-    /// A collection in one transaction holding the turn gate throughout:
-    /// `reset`, and every dry run (rolled back).
+    /// A collection in one transaction: `reset`, holding the turn gate
+    /// throughout, and every dry run (rolled back), which holds it only to
+    /// fold the record log when the database is in a file: it works on a
+    /// copy of the database (`Meta::copy_of`), so that `du` and
+    /// `gc --dry-run` keep no write waiting however much they would free.
     #[allow(clippy::too_many_arguments)]
     fn collect_whole(
         &self,
@@ -590,7 +637,7 @@ impl Journal {
     ) -> JournalResult<Collected> {
         let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let gate_taken = std::time::Instant::now();
-        let _content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
         inner.fold()?;
         if let Some(&newest) = victims.iter().find(|&&v| v >= inner.turn) {
@@ -637,14 +684,31 @@ impl Journal {
             }
             Ok(dead)
         };
-        let dead = if dry_run { inner.meta.rolled_back(work)? } else { inner.meta.transaction(work)? };
+        let held = || gate_taken.elapsed().as_secs_f64() * 1000.0;
         // Committed: recording may go on. Nothing can use a chunk about to
         // be released (no list names it, and no content is stored until the
         // content lock is free: see the module comment), and no name leads
         // to the attic entries about to go.
-        drop(inner);
-        drop(gate);
-        out.gate_ms = gate_taken.elapsed().as_secs_f64() * 1000.0;
+        let (dead, gate_ms) = match (dry_run, inner.meta.path()) {
+            // A dry run of a database in a file works on a copy of it as
+            // folded (`Meta::copy_of`), holding nothing: writes go on.
+            (true, Some(path)) => {
+                drop((inner, content, gate));
+                let gate_ms = held();
+                (Meta::copy_of(&path)?.rolled_back(work)?, gate_ms)
+            }
+            (true, None) => {
+                let dead = inner.meta.rolled_back(work)?;
+                drop((inner, gate));
+                (dead, held())
+            }
+            (false, _) => {
+                let dead = inner.meta.transaction(work)?;
+                drop((inner, gate));
+                (dead, held())
+            }
+        };
+        out.gate_ms = gate_ms;
         if dry_run {
             out.attic_files_freed = (freed.removals.len() + freed.swept.len()) as u64;
             out.attic_bytes_freed = freed.removals.iter().map(|r| r.2).chain(freed.swept.iter().map(|s| s.1)).sum();
@@ -951,7 +1015,7 @@ mod journal_tests {
         assert!(matches!(j.name_checkpoint("other", 0, None), Err(JournalError::AlreadyNamed { .. })));
         assert!(matches!(j.name_checkpoint("12", 1, None), Err(JournalError::BadSnapshotName { .. })));
         assert!(matches!(j.name_checkpoint("m2", 1, None), Err(JournalError::DuplicateSnapshotName { .. })));
-        assert!(j.protected().unwrap().contains_key(&0), "named");
+        assert!(j.protected_among(&[0]).unwrap().contains_key(&0), "named");
         let chunks = store.stats().unwrap().chunks;
         let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
         let dry = j.collect(&[1], "forget", true, &no_attic, None, &no_cache).unwrap();
@@ -969,6 +1033,127 @@ mod journal_tests {
         let view0 = j.with_meta(|m| m.content_at(o, 0)).unwrap().unwrap();
         assert_eq!(view0.1, s0.content.unwrap().0, "checkpoint 0 still reads v0");
         assert!(matches!(j.collect(&[2], "forget", false, &no_attic, None, &no_cache), Err(JournalError::Kept { .. })));
+    }
+
+    /// A history of `n` checkpoints a minute apart up to now, every 50th a
+    /// rewind (after a safety checkpoint) to the one 10 before, every
+    /// 97th named, every 89th marking outside changes.
+    fn long_history(n: i64) -> (Journal, Vec<Checkpoint>, HashSet<i64>) {
+        let m = Meta::open_in_memory().unwrap();
+        let now = super::now_ms();
+        let mut tainted = HashSet::new();
+        for i in 0..n {
+            let rewind = i % 50 == 49;
+            let c = Checkpoint {
+                checkpoint: i,
+                parent: (i > 0).then(|| if rewind { i - 10 } else { i - 1 }),
+                message_id: None,
+                session: None,
+                label: (i % 50 == 48).then(|| format!("{SAFETY_LABEL} to {}", i - 9)),
+                reason: if rewind { Reason::Rewind } else { Reason::Turn },
+                created_at: now - (n - i) * 60_000,
+                store_bytes_at_start: 0,
+                name: None,
+                snapshot_message: None,
+            };
+            m.insert_checkpoint(&c).unwrap();
+            if i % 97 == 96 {
+                m.add_snapshot(&format!("s{i}"), i, None, now).unwrap();
+            }
+            if i % 89 == 88 {
+                m.taint(ObjectId(1), i).unwrap();
+                tainted.insert(i);
+            }
+        }
+        let j = Journal::open(m, Arc::new(MemoryStore::new())).unwrap();
+        let all = j.with_meta(|m| m.checkpoints()).unwrap();
+        (j, all, tainted)
+    }
+
+    #[test]
+    fn planning_reads_the_candidates_and_agrees_with_the_whole_history() {
+        let (j, all, tainted) = long_history(3_000);
+        for keep_count in [0, 5, 200, 5_000] {
+            for keep_days in [0, 1, 14] {
+                for keep_rewinds in [0, 2, 100] {
+                    let p = Policy { keep_count, keep_days, keep_rewinds, auto: true };
+                    let whole = plan(&all, &protected(&all, &tainted, &p), &p, now_ms());
+                    let mine = j.plan_retention(&p).unwrap();
+                    let only_mine: Vec<&i64> = mine.iter().filter(|c| !whole.contains(c)).collect();
+                    let only_whole: Vec<&i64> = whole.iter().filter(|c| !mine.contains(c)).collect();
+                    assert!(only_mine.is_empty() && only_whole.is_empty(), "{p:?}: {only_mine:?} {only_whole:?}");
+                    j.set_policy(&p).unwrap();
+                    let victims: Vec<i64> = (0..3_000).step_by(7).collect();
+                    let mut kept = protected(&all, &tainted, &p);
+                    kept.retain(|c, _| victims.contains(c));
+                    assert_eq!(j.protected_among(&victims).unwrap(), kept, "{p:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn planning_with_nothing_to_forget_costs_the_same_on_a_long_history() {
+        // Issue 15: GC's cost is what it frees, not the history. Default
+        // policy (200 / 14 days), everything young: nothing goes.
+        let cost = |n| {
+            let (j, _, _) = long_history(n);
+            let (victims, steps) = j.plan_retention_cost(&Policy::default()).unwrap();
+            assert_eq!(victims, Vec::<i64>::new());
+            steps
+        };
+        let (short, long) = (cost(200), cost(2_000));
+        assert!(long <= short, "planning read more of a 2,000-checkpoint history ({long} steps) than of 200 ({short})");
+        // Two days kept, 30 to go: the steps grow with them, and stay far
+        // below what reading the 2,000 checkpoints takes.
+        let (j, _, _) = long_history(2_000);
+        let p = Policy { keep_count: 20, keep_days: 1, ..Policy::default() };
+        let (victims, steps) = j.plan_retention_cost(&p).unwrap();
+        assert!(!victims.is_empty());
+        let whole = j.with_meta(|m| m.plan_rows(i64::MAX, 0, 0, None)).unwrap().steps;
+        assert!(steps < whole / 2, "{} victims cost {steps} steps, the whole table {whole}", victims.len());
+    }
+
+    /// Item 4 of session 9: a dry run (`du`, `gc --dry-run`) held the turn
+    /// gate, and so every recording FUSE operation, for its whole rolled
+    /// back transaction. On a database in a file it works on a copy: while
+    /// it checks the attic entries it would free, writes can go on; and it
+    /// says what the collection then does.
+    #[test]
+    fn a_dry_run_keeps_no_write_waiting_and_says_what_the_collection_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let j = Journal::open(Meta::open(&dir.path().join("meta.sqlite")).unwrap(), store.clone()).unwrap();
+        let o = j.object_id(&crate::journal::tests::handle(b"f"), 1).unwrap();
+        let c = crate::store::store_content(&*store, &b"only in turn 0"[..]).unwrap();
+        let mut s = crate::meta::test_file_state(14);
+        s.content = Some((c.hash.as_bytes().to_vec(), c.encode_chunks()));
+        j.record_object(o, &s, None, true).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
+        let asked = std::sync::atomic::AtomicU64::new(0);
+        let dry_run = std::sync::atomic::AtomicBool::new(true);
+        // Asked `dry` by every collection while its transaction runs.
+        let attic = |_: ObjectId, _: &[u8], dry: bool| {
+            asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if dry && dry_run.load(std::sync::atomic::Ordering::Relaxed) {
+                assert!(j.gate.try_write().is_ok(), "a dry run holds the turn gate");
+                j.with_meta(|m| m.set_state("written during the dry run", "yes")).unwrap();
+            }
+            Some(4096)
+        };
+        let dry = j.collect(&[0], "forget", true, &attic, None, &no_cache).unwrap();
+        assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 1, "the attic entry was checked");
+        assert_eq!(j.with_meta(|m| m.get_state("written during the dry run")).unwrap().as_deref(), Some("yes"));
+        assert_eq!(j.resolve("0").unwrap().0, 0, "a dry run changes nothing");
+        dry_run.store(false, std::sync::atomic::Ordering::Relaxed);
+        let done = j.collect(&[0], "forget", false, &attic, None, &no_cache).unwrap();
+        assert_eq!(
+            (dry.records_dropped, dry.chunks_freed, dry.bytes_freed, dry.attic_files_freed),
+            (done.records_dropped, done.chunks_freed, done.bytes_freed, done.attic_files_freed),
+            "{dry:?} {done:?}"
+        );
+        assert_eq!(done.chunks_freed, 1);
     }
 
     #[test]

@@ -16,10 +16,10 @@ mod retention;
 mod semantic;
 pub use bypass::Vouched;
 pub use refs::WrongCount;
-pub use retention::{Forgotten, Merged};
+pub use retention::{Forgotten, Merged, PlanRows};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -587,6 +587,21 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 12")?;
     }
+    if version < 13 {
+        // What retention reads without reading the history: the checkpoints
+        // older than the policy's days, the newest rewinds, the marks of a
+        // checkpoint, and the daemon's own ctimes older than every view.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE INDEX IF NOT EXISTS checkpoints_by_time ON checkpoints(created_at);
+             CREATE INDEX IF NOT EXISTS checkpoints_rewinds ON checkpoints(id) WHERE reason = 'rewind';
+             CREATE INDEX IF NOT EXISTS tainted_by_turn ON tainted(turn);
+             CREATE INDEX IF NOT EXISTS own_ctime_by_ctime ON own_ctime(ctime_ns);
+             PRAGMA user_version = 13;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 13")?;
+    }
     Ok(())
 }
 
@@ -603,6 +618,27 @@ fn sqlite_check(conn: &Connection, pragma: &str) -> MetaResult<Vec<String>> {
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
         .ctx("check the database")?;
     Ok(lines.into_iter().filter(|line| line != "ok").collect())
+}
+
+/// The columns [`checkpoint_from_row`] reads, from [`CHECKPOINT_FROM`].
+const CHECKPOINT_COLUMNS: &str = "c.id, c.parent, c.message_id, c.session, c.label, c.reason, c.created_at, \
+     c.store_bytes_at_start, s.name, s.message";
+/// A checkpoint with its name.
+const CHECKPOINT_FROM: &str = "FROM checkpoints c LEFT JOIN snapshots s ON s.checkpoint = c.id";
+
+fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
+    Ok(Checkpoint {
+        checkpoint: r.get(0)?,
+        parent: r.get(1)?,
+        message_id: r.get(2)?,
+        session: r.get(3)?,
+        label: r.get(4)?,
+        reason: Reason::parse(&r.get::<_, String>(5)?),
+        created_at: r.get(6)?,
+        store_bytes_at_start: r.get(7)?,
+        name: r.get(8)?,
+        snapshot_message: r.get(9)?,
+    })
 }
 
 fn object_state_from_row(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ObjectState> {
@@ -922,28 +958,9 @@ impl Meta {
     pub fn checkpoints(&self) -> MetaResult<Vec<Checkpoint>> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT c.id, c.parent, c.message_id, c.session, c.label, c.reason, c.created_at, \
-                 c.store_bytes_at_start, s.name, s.message \
-                 FROM checkpoints c LEFT JOIN snapshots s ON s.checkpoint = c.id ORDER BY c.id",
-            )
+            .prepare(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id"))
             .ctx("prepare")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(Checkpoint {
-                    checkpoint: r.get(0)?,
-                    parent: r.get(1)?,
-                    message_id: r.get(2)?,
-                    session: r.get(3)?,
-                    label: r.get(4)?,
-                    reason: Reason::parse(&r.get::<_, String>(5)?),
-                    created_at: r.get(6)?,
-                    store_bytes_at_start: r.get(7)?,
-                    name: r.get(8)?,
-                    snapshot_message: r.get(9)?,
-                })
-            })
-            .ctx("list checkpoints")?;
+        let rows = stmt.query_map([], checkpoint_from_row).ctx("list checkpoints")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list checkpoints")
     }
 

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Ctx, Meta, MetaError, MetaResult, ObjectId};
+use super::{Checkpoint, Ctx, Meta, MetaError, MetaResult, ObjectId};
 use crate::store::ChunkId;
 
 /// A checkpoint that was forgotten: what references to it are told.
@@ -60,6 +60,21 @@ pub struct Forgetting {
 
 /// `state` key of the forget under way (its intent: the next open ends it).
 const FORGETTING: &str = "retention.forgetting";
+
+/// What [`Meta::plan_rows`] read.
+#[derive(Clone, Debug, Default)]
+pub struct PlanRows {
+    /// Every checkpoint read, by number: the candidates, the newest, the
+    /// rewinds and the checkpoints before each.
+    pub rows: Vec<Checkpoint>,
+    /// The candidates (older than the horizon and not among the newest of
+    /// the current branch, or the ones asked about), the newest left out.
+    pub candidates: Vec<i64>,
+    /// Of `rows`, those that mark outside changes.
+    pub tainted: HashSet<i64>,
+    /// SQLite virtual machine steps the reads took (what they cost).
+    pub steps: u64,
+}
 
 impl Merged {
     /// Adds what the next batch of the same forget released.
@@ -132,6 +147,114 @@ impl Meta {
         let mut stmt = self.conn.prepare("SELECT DISTINCT turn FROM tainted").ctx("prepare")?;
         let rows = stmt.query_map([], |r| r.get(0)).ctx("list marks")?;
         rows.collect::<rusqlite::Result<HashSet<i64>>>().ctx("list marks")
+    }
+
+    /// What retention planning reads (`Journal::plan_retention`): the
+    /// checkpoints older than `horizon` that are not among the
+    /// `keep_count` newest of the current branch (or, with `only`, those
+    /// asked about), the newest, and the `keep_rewinds` newest rewinds (at
+    /// least one: the last rewound-to) with the three checkpoints before
+    /// each. Each read is indexed: the cost is what can go, the policy's
+    /// count (the branch's newest, walked in one recursive query) and the
+    /// rewinds, not the history; with nothing older than `horizon`, a few
+    /// lookups.
+    pub fn plan_rows(
+        &self,
+        horizon: i64,
+        keep_count: u64,
+        keep_rewinds: u64,
+        only: Option<&[i64]>,
+    ) -> MetaResult<PlanRows> {
+        let mut out = PlanRows::default();
+        let newest = self.plan_query("", "c.id = (SELECT MAX(id) FROM checkpoints)", [], &mut out)?;
+        let Some(&newest) = newest.first() else { return Ok(out) };
+        out.candidates = match only {
+            Some(ids) => {
+                let mut found = Vec::new();
+                for &id in ids {
+                    found.extend(self.plan_query("", "c.id = ?1", [id], &mut out)?);
+                }
+                found
+            }
+            None => {
+                let mut stmt = self
+                    .conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM checkpoints INDEXED BY checkpoints_by_time \
+                         WHERE created_at < ?1 AND id < ?2)",
+                    )
+                    .ctx("prepare")?;
+                stmt.reset_status(rusqlite::StatementStatus::VmStep);
+                let any: bool = stmt.query_row([horizon, newest], |r| r.get(0)).ctx("read checkpoints")?;
+                out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
+                if !any {
+                    return Ok(out);
+                }
+                let count = keep_count.min(i64::MAX as u64) as i64;
+                self.plan_query(
+                    "WITH RECURSIVE branch(id, n) AS (SELECT ?2, 1 WHERE ?3 > 0 UNION ALL \
+                       SELECT c.parent, b.n + 1 FROM branch b JOIN checkpoints c ON c.id = b.id \
+                       WHERE c.parent IS NOT NULL AND b.n < ?3) ",
+                    "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_by_time \
+                       WHERE created_at < ?1 AND id < ?2 AND id NOT IN (SELECT id FROM branch))",
+                    params![horizon, newest, count],
+                    &mut out,
+                )?
+            }
+        };
+        out.candidates.retain(|&c| c != newest);
+        if out.candidates.is_empty() {
+            return Ok(out);
+        }
+        let rewinds = self.plan_query(
+            "",
+            "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_rewinds WHERE reason = 'rewind' \
+             ORDER BY id DESC LIMIT ?1)",
+            [keep_rewinds.clamp(1, i64::MAX as u64) as i64],
+            &mut out,
+        )?;
+        for r in rewinds {
+            self.plan_query(
+                "",
+                "c.id IN (SELECT id FROM checkpoints WHERE id < ?1 ORDER BY id DESC LIMIT 3)",
+                [r],
+                &mut out,
+            )?;
+        }
+        out.rows.sort_unstable_by_key(|c| c.checkpoint);
+        out.rows.dedup_by_key(|c| c.checkpoint);
+        Ok(out)
+    }
+
+    /// The numbers of the checkpoints `condition` selects (after `with`, a
+    /// `WITH` clause or nothing); each is added to `out` with whether it
+    /// marks outside changes, and the SQLite steps it took.
+    fn plan_query(
+        &self,
+        with: &str,
+        condition: &str,
+        p: impl rusqlite::Params,
+        out: &mut PlanRows,
+    ) -> MetaResult<Vec<i64>> {
+        let sql = format!(
+            "{with}SELECT {}, EXISTS (SELECT 1 FROM tainted t WHERE t.turn = c.id) {} WHERE {condition}",
+            super::CHECKPOINT_COLUMNS,
+            super::CHECKPOINT_FROM
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).ctx("prepare")?;
+        stmt.reset_status(rusqlite::StatementStatus::VmStep);
+        let rows = stmt.query_map(p, |r| Ok((super::checkpoint_from_row(r)?, r.get(10)?))).ctx("read checkpoints")?;
+        let mut found = Vec::new();
+        for row in rows {
+            let (c, tainted): (Checkpoint, bool) = row.ctx("read checkpoints")?;
+            if tainted {
+                out.tainted.insert(c.checkpoint);
+            }
+            found.push(c.checkpoint);
+            out.rows.push(c);
+        }
+        out.steps += stmt.get_status(rusqlite::StatementStatus::VmStep) as u64;
+        Ok(found)
     }
 
     /// Forgets checkpoint `f` whole: [`Meta::forget_begin`] then every
@@ -208,9 +331,39 @@ impl Meta {
         .ctx("note a forgotten checkpoint")?;
         c.execute("DELETE FROM snapshots WHERE checkpoint = ?1", [f]).ctx("drop snapshot name")?;
         c.execute("DELETE FROM checkpoints WHERE id = ?1", [f]).ctx("drop checkpoint")?;
+        self.prune_own_changes()?;
         let g = Forgetting { checkpoint: f, into: p };
         self.set_state(FORGETTING, &serde_json::to_string(&g).unwrap_or_default())?;
         Ok(g)
+    }
+
+    /// Drops the notes of the daemon's own changes (`meta/bypass.rs`) that
+    /// no kept checkpoint can ask about any more. Every question is about a
+    /// ctime later than the seal of a kept checkpoint (a view's bound, or a
+    /// bypass's range, which needs a seal before the ctime), so after the
+    /// earliest seal, E (the end of its millisecond):
+    /// - a settler's ctime (`own_ctime`) at or before E is never asked;
+    /// - a rewind's turn T before the oldest checkpoint O answers up to the
+    ///   seal of the first checkpoint after T, which is O: when O's seal is
+    ///   E, it answers nothing asked. (With a clock set back, the oldest
+    ///   may not be sealed first: then its rows stay.)
+    /// Forgetting the safety checkpoint of a rewind (T itself, with kept
+    /// checkpoints before it) keeps its row: views of those ask about it.
+    /// Each read and delete is indexed.
+    fn prune_own_changes(&self) -> MetaResult<()> {
+        let c = &self.conn;
+        let earliest: Option<i64> = c
+            .query_row("SELECT (MIN(created_at) + 1) * 1000000 FROM checkpoints", [], |r| r.get(0))
+            .ctx("read checkpoints")?;
+        let Some(earliest) = earliest else { return Ok(()) };
+        c.execute("DELETE FROM own_ctime WHERE ctime_ns <= ?1", [earliest]).ctx("drop the daemon's own ctimes")?;
+        c.execute(
+            "DELETE FROM daemon_turns WHERE turn < (SELECT MIN(id) FROM checkpoints) \
+             AND (SELECT (created_at + 1) * 1000000 FROM checkpoints ORDER BY id LIMIT 1) <= ?1",
+            [earliest],
+        )
+        .ctx("drop the turns of old rewinds")?;
+        Ok(())
     }
 
     /// The forget under way, if one is ([`Meta::forget_begin`]).
@@ -436,6 +589,8 @@ impl Meta {
             .flatten()
             .collect();
         self.forget_known_content(id)?;
+        // Gone from the tree for good: no view asks about its ctime.
+        self.conn.execute("DELETE FROM own_ctime WHERE object = ?1", [id.0]).ctx("drop the daemon's own ctime")?;
         self.conn.execute("INSERT OR IGNORE INTO gc_attic(object) VALUES (?1)", [id.0]).ctx("note attic removal")?;
         // Its slot goes after the commit; a rewind must no longer count on it.
         self.attic_take(id)?;
@@ -571,6 +726,40 @@ impl Meta {
 
     /// Runs `f` in a transaction that is always rolled back: what a
     /// collection would do, for `--dry-run`.
+    /// The file this database is in (None in memory).
+    pub fn path(&self) -> Option<std::path::PathBuf> {
+        self.conn.path().filter(|p| !p.is_empty()).map(std::path::PathBuf::from)
+    }
+
+    /// A copy in memory of the database in `path` as last committed, read
+    /// through a connection of its own in one read transaction: in WAL
+    /// mode it waits for no writer and no writer waits for it (a dry run
+    /// works on it, holding nothing). Its size in memory is the file's.
+    pub fn copy_of(path: &std::path::Path) -> MetaResult<Meta> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let src = rusqlite::Connection::open_with_flags(path, flags).ctx("open a copy's source")?;
+        src.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
+        let mut conn = rusqlite::Connection::open_in_memory().ctx("open a copy")?;
+        {
+            let backup = rusqlite::backup::Backup::new(&src, &mut conn).ctx("start a copy")?;
+            // Every page in one step: one read transaction, one snapshot.
+            // Busy only while another connection recovers the WAL.
+            let mut tries = 0;
+            loop {
+                match backup.step(-1).ctx("copy the database")? {
+                    rusqlite::backup::StepResult::Done => break,
+                    _ if tries < 100 => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    _ => return Err(MetaError::Malformed { what: "copy of the database (its file stayed busy)" }),
+                }
+            }
+        }
+        Ok(Meta { conn })
+    }
+
     pub fn rolled_back<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
         self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
         let out = f(self);
@@ -609,6 +798,60 @@ mod tests {
             chunks: vec![crate::store::ChunkSpan { id, len: data.len() as u32 }],
         };
         (id.as_bytes().to_vec(), r.encode_chunks(), id)
+    }
+
+    /// Schema 12's notes of the daemon's own changes: forgetting the
+    /// oldest checkpoints drops those no kept checkpoint can ask about
+    /// (every question is about a ctime after a kept seal), and answers
+    /// every question that can still be asked as before; forgetting a
+    /// rewind's safety checkpoint keeps its turn's start (commit ce7613c).
+    #[test]
+    fn forgetting_the_oldest_drops_the_daemons_notes_no_kept_checkpoint_asks_about() {
+        let m = Meta::open_in_memory().unwrap();
+        let ms = |x: i64| x * 1_000_000;
+        // Checkpoints 0..=6 sealed at 10, 20, ... 70 ms; rewinds changed the
+        // tree in turns 1 (from 12 ms) and 4 (from 43 ms); the settler left
+        // ctimes 15, 35 and 55 ms on objects 1, 2, 3.
+        for n in 0..7 {
+            checkpoint(&m, n);
+            m.conn.execute("UPDATE checkpoints SET created_at = ?2 WHERE id = ?1", [n, 10 * (n + 1)]).unwrap();
+        }
+        m.mark_daemon_turn(1, ms(12)).unwrap();
+        m.mark_daemon_turn(4, ms(43)).unwrap();
+        for (o, at) in [(1, 15), (2, 35), (3, 55)] {
+            m.set_own_ctime(ObjectId(o), ms(at)).unwrap();
+        }
+        let grid: Vec<i64> = (0..160).map(|i| i * 500_000).collect();
+        let answers = |m: &Meta| -> Vec<bool> { grid.iter().map(|&ns| m.in_daemon_turn(ns, 6).unwrap()).collect() };
+        let before = answers(&m);
+        let rows = |m: &Meta, table: &str| -> i64 {
+            m.conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).unwrap()
+        };
+        // The safety checkpoint of the second rewind (4) goes, 3 is kept
+        // before it: its views still ask, its row stays.
+        m.forget_checkpoint(4, "forget", 0).unwrap();
+        assert_eq!((rows(&m, "daemon_turns"), rows(&m, "own_ctime")), (2, 3));
+        assert_eq!(answers(&m), before, "forgetting a safety checkpoint changes no answer");
+        // 0 and 1 go: 2, sealed at 30 ms, is the oldest. Turn 1's row and
+        // the ctime of 15 ms are older than every question.
+        m.forget_checkpoint(0, "forget", 0).unwrap();
+        m.forget_checkpoint(1, "forget", 0).unwrap();
+        let turns: Vec<i64> = {
+            let mut stmt = m.conn.prepare("SELECT turn FROM daemon_turns").unwrap();
+            stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+        };
+        assert_eq!(turns, vec![4]);
+        assert_eq!(m.own_ctime(ObjectId(1)).unwrap(), None);
+        assert_eq!(
+            (m.own_ctime(ObjectId(2)).unwrap(), m.own_ctime(ObjectId(3)).unwrap()),
+            (Some(ms(35)), Some(ms(55)))
+        );
+        let after = answers(&m);
+        for ((ns, was), now) in grid.iter().zip(&before).zip(&after) {
+            if *ns > crate::journal::end_of_ms(30) {
+                assert_eq!(now, was, "a question a kept checkpoint asks, at {ns} ns");
+            }
+        }
     }
 
     #[test]

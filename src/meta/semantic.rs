@@ -133,6 +133,26 @@ const RULES: &[Rules] = &[
             ("first < 0 OR last < first OR last > lim.newest", "its checkpoints do not exist"),
         ],
     },
+    Rules {
+        table: "own_ctime",
+        since: 12,
+        row: "'own change of object ' || object",
+        bad: &[
+            ("object NOT BETWEEN 1 AND lim.max_object", "it names an object that does not exist"),
+            // The settler's fill is stamped by the clock of its time.
+            ("ctime_ns < 0", "its time is negative"),
+        ],
+    },
+    Rules {
+        table: "daemon_turns",
+        since: 12,
+        row: "'turn ' || turn || ' of a rewind'",
+        bad: &[
+            // A rewind or restore changes the tree in the open turn.
+            ("turn NOT BETWEEN 0 AND lim.newest", "its turn does not exist"),
+            ("started_ns < 0", "its start is negative"),
+        ],
+    },
 ];
 
 /// The bounds the rules compare with, joined to each table.
@@ -175,4 +195,49 @@ pub(super) fn impossible_values(conn: &Connection, version: i64) -> MetaResult<V
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Meta;
+
+    /// Schema 12's notes of the daemon's own changes have their rules, as
+    /// every other table: a flipped byte there would hide a bypass.
+    #[test]
+    fn the_daemons_own_changes_have_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&path).unwrap();
+            m.conn
+                .execute_batch(
+                    "INSERT INTO checkpoints(id, reason, created_at) VALUES (0, 'mount', 5), (1, 'turn', 6);
+                     INSERT INTO objects(id, handle, kind) VALUES (1, x'01', 1);
+                     INSERT INTO own_ctime(object, ctime_ns) VALUES (1, 7);
+                     INSERT INTO daemon_turns(turn, started_ns) VALUES (1, 8);",
+                )
+                .unwrap();
+        }
+        assert_eq!(Meta::probe(&path, true).unwrap().impossible, Vec::<String>::new(), "sound values");
+        let cases = [
+            (
+                "UPDATE own_ctime SET object = 9",
+                "own_ctime (own change of object 9): it names an object that does not exist",
+            ),
+            ("UPDATE own_ctime SET ctime_ns = -1", "own_ctime (own change of object 1): its time is negative"),
+            ("UPDATE daemon_turns SET turn = 2", "daemon_turns (turn 2 of a rewind): its turn does not exist"),
+            ("UPDATE daemon_turns SET started_ns = -8", "daemon_turns (turn 1 of a rewind): its start is negative"),
+        ];
+        for (damage, said) in cases {
+            let m = Meta::open(&path).unwrap();
+            m.conn.execute_batch(&format!("SAVEPOINT s; {damage};")).unwrap();
+            let found = impossible(&m);
+            m.conn.execute_batch("ROLLBACK TO s; RELEASE s;").unwrap();
+            assert_eq!(found, vec![said.to_string()], "{damage}");
+        }
+    }
+
+    fn impossible(m: &Meta) -> Vec<String> {
+        super::impossible_values(&m.conn, super::super::SCHEMA_VERSION).unwrap()
+    }
 }

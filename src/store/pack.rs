@@ -42,7 +42,7 @@ pub const MAX_CHUNK_LEN: u64 = 1 << 30;
 const ZSTD_LEVEL: i32 = 3;
 
 /// Version of the SQLite index schema, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// How the stored bytes of a record encode the chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,7 +244,7 @@ fn open_index_read_only(path: &Path) -> Result<Connection, StoreError> {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .map_err(|e| StoreError::sqlite(context(), e))?;
-    // Version 1 differs only by a table the read-only paths never read.
+    // Earlier versions differ only by tables the read-only paths never read.
     if !(1..=SCHEMA_VERSION).contains(&version) {
         return Err(StoreError::Decode {
             what: "chunk index",
@@ -300,6 +300,17 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         // back released chunks that happened to be the last ones.
         tx.execute_batch("CREATE TABLE IF NOT EXISTS released_ends (pack INTEGER PRIMARY KEY, end INTEGER NOT NULL);")
             .map_err(sql_err)?;
+    }
+    if version < 3 {
+        // The packs that had chunks released since compaction last measured
+        // them: it measures those, not every pack. Every pack holding a
+        // chunk or released to some end is measured once more.
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS released_packs (pack INTEGER PRIMARY KEY, releases INTEGER NOT NULL);
+             INSERT OR IGNORE INTO released_packs SELECT DISTINCT pack, 1 FROM chunks;
+             INSERT OR IGNORE INTO released_packs SELECT pack, 1 FROM released_ends;",
+        )
+        .map_err(sql_err)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(sql_err)?;
     tx.commit().map_err(sql_err)
@@ -541,6 +552,12 @@ impl PackStore {
             let tx = conn.unchecked_transaction()?;
             for (id, loc) in &found {
                 tx.execute("DELETE FROM chunks WHERE id = ?1", params![id.as_bytes().as_slice()])?;
+                // Its pack holds dead bytes now (unless cut back): compaction measures it.
+                tx.execute(
+                    "INSERT INTO released_packs(pack, releases) VALUES (?1, 1) \
+                     ON CONFLICT(pack) DO UPDATE SET releases = releases + 1",
+                    [loc.pack],
+                )?;
                 if !cut {
                     tx.execute(
                         "INSERT INTO released_ends(pack, end) VALUES (?1, ?2) \

@@ -11,7 +11,8 @@
 #   turn,store_bytes_without,store_bytes_with,live_tree_bytes,checkpoints_with
 # then the time of `gc` with nothing to free and of `forget` of one
 # checkpoint on the uncollected history (TURNS checkpoints).
-# Usage: tests/bench/store_size.sh [TURNS] [KEEP] (root; defaults 300 20).
+# Usage: tests/bench/store_size.sh [TURNS] [KEEP] (root; defaults 300 20);
+# KEEP_LOG=PATH copies the collected mount's daemon.log there at the end.
 set -eu
 TURNS=${1:-300}
 KEEP=${2:-20}
@@ -21,6 +22,8 @@ WORK=$(mktemp -d /var/tmp/rewindfs-store-size.XXXXXX)
 export REWINDFS_RUNTIME_DIR=$WORK/run REWINDFS_HOME=$WORK/home
 mkdir -p "$WORK/run"
 cleanup() {
+    # KEEP_LOG=PATH keeps the collected mount's daemon log (its debug lines).
+    if [ -n "${KEEP_LOG:-}" ]; then cp "$WORK/with/store/daemon.log" "$KEEP_LOG" || true; fi
     for v in without with; do "$BIN" unmount "$WORK/$v/mnt" >/dev/null 2>&1 || umount -l "$WORK/$v/mnt" 2>/dev/null || true; done
     rm -rf "$WORK"
 }

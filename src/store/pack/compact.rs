@@ -46,6 +46,10 @@ pub struct Compacted {
     /// once, in milliseconds: one record's copy, or the final index swap.
     #[serde(default)]
     pub longest_writer_hold_ms: f64,
+    /// Packs whose live bytes it summed: those that had chunks released
+    /// since they were last measured, not every pack.
+    #[serde(default)]
+    pub packs_measured: u64,
 }
 
 /// A pack's live bytes and size.
@@ -56,27 +60,75 @@ pub struct PackUse {
     pub file_bytes: u64,
 }
 
+/// Each of packs `numbers`' live bytes (records the index points at) and size.
+fn measure(conn: &rusqlite::Connection, dir: &std::path::Path, numbers: &[u32]) -> Result<Vec<PackUse>, StoreError> {
+    let sql_err = |e| StoreError::sqlite("measuring packs", e);
+    let mut stmt =
+        conn.prepare_cached("SELECT COALESCE(SUM(stored_len + ?2), 0) FROM chunks WHERE pack = ?1").map_err(sql_err)?;
+    let mut out = Vec::new();
+    for &number in numbers {
+        let live: i64 = stmt.query_row(params![number, i64_of(RECORD_HEADER_LEN)], |r| r.get(0)).map_err(sql_err)?;
+        out.push(PackUse {
+            pack: number,
+            live_bytes: u64_of(live, "live bytes")?,
+            file_bytes: file_bytes(dir, number)?,
+        });
+    }
+    Ok(out)
+}
+
+fn file_bytes(dir: &std::path::Path, number: u32) -> Result<u64, StoreError> {
+    let path = dir.join(pack_file_name(number));
+    Ok(std::fs::metadata(&path).map_err(|e| StoreError::io(format!("measuring pack {}", path.display()), e))?.len())
+}
+
 impl PackStore {
     /// Every pack's live bytes (records the index points at) and size.
     pub fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
-        let conn = self.reader();
-        let sql_err = |e| StoreError::sqlite("measuring packs", e);
-        let mut out = Vec::new();
-        for number in list_packs(&self.packs.dir)? {
-            let live: i64 = conn
-                .query_row(
-                    "SELECT COALESCE(SUM(stored_len + ?2), 0) FROM chunks WHERE pack = ?1",
-                    params![number, i64_of(RECORD_HEADER_LEN)],
-                    |r| r.get(0),
-                )
+        measure(&self.reader(), &self.packs.dir, &list_packs(&self.packs.dir)?)
+    }
+
+    /// The bytes of every pack file (their sizes, no index row read).
+    fn packs_bytes(&self) -> Result<u64, StoreError> {
+        list_packs(&self.packs.dir)?.into_iter().map(|n| file_bytes(&self.packs.dir, n)).sum()
+    }
+
+    /// The packs compaction may rewrite: those that had chunks released
+    /// since they were last measured (`released_packs`) and those still
+    /// below `threshold`, measured (on a reader: puts go on). A pack found
+    /// at or above it leaves the set (only a release can lower its live
+    /// fraction, and that marks it again); one below it stays until it is
+    /// rewritten (however little it would give back: `reset` takes those
+    /// too). A pack is unmarked only if no release counted in it since it
+    /// was measured (`releases` unchanged).
+    fn measure_released(&self, threshold: f64) -> Result<Vec<PackUse>, StoreError> {
+        let sql_err = |e| StoreError::sqlite("measuring released packs", e);
+        let (marked, measured) = {
+            let conn = self.reader();
+            let marked: Vec<(u32, i64)> = {
+                let mut stmt = conn.prepare_cached("SELECT pack, releases FROM released_packs").map_err(sql_err)?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(sql_err)?;
+                rows.collect::<rusqlite::Result<_>>().map_err(sql_err)?
+            };
+            let existing: std::collections::HashSet<u32> = list_packs(&self.packs.dir)?.into_iter().collect();
+            let present: Vec<u32> = marked.iter().map(|m| m.0).filter(|n| existing.contains(n)).collect();
+            let measured = measure(&conn, &self.packs.dir, &present)?;
+            (marked, measured)
+        };
+        let settled: std::collections::HashSet<u32> = measured
+            .iter()
+            .filter(|u| u.live_bytes as f64 >= threshold * u.file_bytes as f64)
+            .map(|u| u.pack)
+            .collect();
+        let present: std::collections::HashSet<u32> = measured.iter().map(|u| u.pack).collect();
+        let writer = self.writer()?;
+        let tx = writer.conn.unchecked_transaction().map_err(sql_err)?;
+        for (n, releases) in marked.into_iter().filter(|(n, _)| settled.contains(n) || !present.contains(n)) {
+            tx.execute("DELETE FROM released_packs WHERE pack = ?1 AND releases = ?2", params![n, releases])
                 .map_err(sql_err)?;
-            let path = self.packs.dir.join(pack_file_name(number));
-            let file_bytes = std::fs::metadata(&path)
-                .map_err(|e| StoreError::io(format!("measuring pack {}", path.display()), e))?
-                .len();
-            out.push(PackUse { pack: number, live_bytes: u64_of(live, "live bytes")?, file_bytes });
         }
-        Ok(out)
+        tx.commit().map_err(sql_err)?;
+        Ok(measured)
     }
 
     /// Rewrites every pack whose live bytes are under `threshold` of its
@@ -93,17 +145,18 @@ impl PackStore {
         if self.read_only {
             return Err(StoreError::ReadOnly { dir: self.dir.display().to_string() });
         }
-        let packs = self.pack_use()?;
-        let disk_before: u64 = packs.iter().map(|u| u.file_bytes).sum();
+        let packs = self.measure_released(threshold)?;
+        let measured = packs.len() as u64;
         let victims: Vec<PackUse> = packs
             .into_iter()
             .filter(|u| (u.live_bytes as f64) < threshold * u.file_bytes as f64)
             .filter(|u| u.file_bytes.saturating_sub(u.live_bytes) >= min_reclaim)
             .collect();
-        let mut out = Compacted::default();
+        let mut out = Compacted { packs_measured: measured, ..Default::default() };
         if victims.is_empty() {
             return Ok(out);
         }
+        let disk_before = self.packs_bytes()?;
         // The writer is taken for one record at a time, so puts go on
         // between them: only the pack being appended to is written, and a
         // victim is never it (it is retired first).
@@ -244,13 +297,16 @@ impl PackStore {
             // A reader holding the old pack open keeps reading it; one that
             // looks it up again finds the copy.
             std::fs::remove_file(&path).map_err(|e| StoreError::io(format!("deleting pack {}", path.display()), e))?;
+            // Gone: nothing left to measure (killed before this, the next
+            // compaction finds the file gone and drops the mark).
+            self.writer()?.conn.execute("DELETE FROM released_packs WHERE pack = ?1", [v.pack]).map_err(sql_err)?;
             out.packs += 1;
             log::info!("Compacted pack {}: {} of {} bytes were live.", path.display(), v.live_bytes, v.file_bytes);
         }
         out.records = moves.len() as u64;
         log::debug!("Compaction held the pack writer {:.2} ms at most at a time.", held.as_secs_f64() * 1000.0);
         out.longest_writer_hold_ms = held.as_secs_f64() * 1000.0;
-        let disk_after: u64 = self.pack_use()?.iter().map(|u| u.file_bytes).sum();
+        let disk_after = self.packs_bytes()?;
         out.bytes_reclaimed = disk_before.saturating_sub(disk_after);
         std::fs::File::open(&self.packs.dir)
             .and_then(|f| f.sync_all())

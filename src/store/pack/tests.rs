@@ -515,3 +515,57 @@ fn compaction_lets_puts_in_between_its_copies_and_loses_none() {
     assert_all_readable(&store, &added);
     assert_eq!(store.stats().expect("stats").chunks, (kept.len() + added.len()) as u64);
 }
+
+/// Issue 15: compaction's cost is what was released, not the store. It
+/// measures the packs that had chunks released since they were last
+/// measured, not every pack; the ones it finds still mostly live are left
+/// alone until another release in them.
+#[test]
+fn compaction_measures_only_the_packs_that_had_chunks_released() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("open");
+    // 120 chunks of 10 KB: 20 packs of six.
+    let chunks = put_chunks(&store, 11, 120);
+    assert!(store.pack_paths().expect("packs").len() >= 20);
+    // A fresh store: every pack written is new, none released.
+    let none = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+    assert_eq!((none.packs_measured, none.packs), (0, 0), "{none:?}");
+    // One chunk of the first pack: measured, still mostly live, left.
+    store.release(&[chunks[0].0]).expect("release");
+    let one = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+    assert_eq!((one.packs_measured, one.packs), (1, 0), "{one:?}");
+    let again = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+    assert_eq!(again.packs_measured, 0, "measured and found mostly live: not again {again:?}");
+    // Most of the second pack: measured and rewritten, then gone.
+    let second: Vec<ChunkId> = chunks[6..11].iter().map(|c| c.0).collect();
+    store.release(&second).expect("release");
+    let done = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+    assert_eq!((done.packs_measured, done.packs, done.records), (1, 1, 1), "{done:?}");
+    assert_eq!(store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact").packs_measured, 0);
+    let kept: Vec<(ChunkId, Vec<u8>)> = chunks.into_iter().skip(1).filter(|c| !second.contains(&c.0)).collect();
+    assert_all_readable(&store, &kept);
+}
+
+/// An index of version 2 (before `released_packs`) is migrated with every
+/// pack marked: the first compaction measures them all once, as every
+/// compaction did before, and finds what earlier collections released.
+#[test]
+fn an_index_without_released_packs_has_every_pack_measured_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chunks = {
+        let store = PackStore::open_with(dir.path(), small_packs()).expect("open");
+        let chunks = put_chunks(&store, 12, 30);
+        store.release(&chunks[..5].iter().map(|c| c.0).collect::<Vec<_>>()).expect("release");
+        chunks
+    };
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("chunks.sqlite")).expect("open the index");
+        conn.execute_batch("DROP TABLE released_packs; PRAGMA user_version = 2;").expect("make it version 2");
+    }
+    let store = PackStore::open_with(dir.path(), small_packs()).expect("reopen");
+    let packs = store.pack_paths().expect("packs").len() as u64;
+    let done = store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact");
+    assert_eq!((done.packs_measured, done.packs), (packs, 1), "{done:?}");
+    assert_eq!(store.compact_packs(0.5, 0, &mut |_| Ok(())).expect("compact").packs_measured, 0);
+    assert_all_readable(&store, &chunks[5..]);
+}
