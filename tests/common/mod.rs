@@ -423,8 +423,15 @@ impl MountFixture {
 
 impl Drop for MountFixture {
     fn drop(&mut self) {
-        // REWINDFS_TEST_KEEP_LOGS=DIR keeps the daemon log of a failed test
-        // (its daemons inherit RUST_LOG) before the temp dir goes.
+        // A failed test shows the end of its daemon log (a flaky failure in
+        // CI leaves nothing else), and REWINDFS_TEST_KEEP_LOGS=DIR keeps the
+        // whole log (its daemons inherit RUST_LOG) before the temp dir goes.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.store.join("daemon.log")).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
+            eprintln!("the daemon log ends:\n    {}", tail.join("\n    "));
+        }
         if std::thread::panicking()
             && let Some(dir) = std::env::var_os("REWINDFS_TEST_KEEP_LOGS")
         {
