@@ -353,11 +353,11 @@ fn record_bytes(stats: &crate::store::StoreStats) -> u64 {
 /// history: views showed those bytes already), or an object a rewind
 /// recreated under its old identity (a new inode, whose absence at the
 /// seal is the entry record). After a crash neither is taken for a change
-/// made outside the mount. (The prefix predates the second use.)
-const SETTLED: &str = "settled:";
+/// made outside the mount. The stored prefix is that of its first use.
+const OWN_CHANGE: &str = "settled:";
 
-fn settled_key(handle: &[u8]) -> String {
-    let mut key = String::from(SETTLED);
+fn own_change_key(handle: &[u8]) -> String {
+    let mut key = String::from(OWN_CHANGE);
     for b in handle {
         key.push_str(&format!("{b:02x}"));
     }
@@ -596,10 +596,10 @@ impl Journal {
         inner.fold()?;
         // The new inode's ctime is after the seal; if the daemon dies before
         // the next seal, the scan at mount must not take it for an outside
-        // change (see SETTLED).
+        // change (see OWN_CHANGE).
         inner.meta.transaction(|m| {
             m.set_object_handle(id, &handle)?;
-            m.set_state(&settled_key(&handle), "")
+            m.set_state(&own_change_key(&handle), "")
         })?;
         inner.ids.retain(|_, v| *v != id);
         inner.ids.insert(handle, id);
@@ -882,7 +882,7 @@ impl Journal {
                 // was applied before this time.
                 m.set_state(SEALED_NS, &now_ns().to_string())?;
                 m.set_state(crate::meta::SEALED_RECORD_BYTES, &record_bytes(&stats).to_string())?;
-                m.remove_states_with_prefix(SETTLED)?;
+                m.remove_states_with_prefix(OWN_CHANGE)?;
                 m.set_state("current_turn", &next.to_string())
             })?;
             // The checkpoint exists from the commit on, whether or not the
@@ -940,7 +940,7 @@ impl Journal {
                 // Rewound files: the settler fills them (now, or it did
                 // since the newest seal), whatever happened outside; and
                 // objects a rewind recreated since the newest seal.
-                if m.is_pending(h)? || m.get_state(&settled_key(h))?.is_some() {
+                if m.is_pending(h)? || m.get_state(&own_change_key(h))?.is_some() {
                     continue;
                 }
                 let known = m.object_by_handle(h)?.is_some();
@@ -986,7 +986,7 @@ impl Journal {
     }
 
     /// The rewound file `handle` has its bytes: it is no longer pending,
-    /// and its fill is not an outside change (see SETTLED), nor one that
+    /// and its fill is not an outside change (see OWN_CHANGE), nor one that
     /// bypassed the mount: `ctime_ns`, its ctime once filled, is the
     /// daemon's own (`own_ctime`, see `bypass.rs`).
     pub fn settled(&self, handle: &FileHandle, ctime_ns: Option<i64>) -> JournalResult<()> {
@@ -1002,7 +1002,7 @@ impl Journal {
             if let (Some(ctime_ns), Some(id)) = (ctime_ns, id) {
                 m.set_own_ctime(id, ctime_ns)?;
             }
-            m.set_state(&settled_key(&handle), "")
+            m.set_state(&own_change_key(&handle), "")
         })?;
         Ok(())
     }
@@ -1048,7 +1048,7 @@ impl Journal {
         let mut inner = self.lock();
         inner.fold()?;
         inner.meta.transaction(|m| {
-            m.remove_states_with_prefix(SETTLED)?;
+            m.remove_states_with_prefix(OWN_CHANGE)?;
             m.set_state("clean_unmount_ns", &now.to_string())
         })?;
         Ok(())
