@@ -1707,14 +1707,23 @@ impl Meta {
 
     /// Runs `f` in one transaction.
     pub fn transaction<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
-        self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
+        self.enclosed(["BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"], f)
+    }
+
+    /// Runs `f` between `begin` and `commit`, or `rollback` if it fails.
+    pub(crate) fn enclosed<T>(
+        &self,
+        [begin, commit, rollback]: [&str; 3],
+        f: impl FnOnce(&Meta) -> MetaResult<T>,
+    ) -> MetaResult<T> {
+        self.conn.execute_batch(begin).ctx("begin")?;
         match f(self) {
             Ok(v) => {
-                self.conn.execute_batch("COMMIT").ctx("commit")?;
+                self.conn.execute_batch(commit).ctx("commit")?;
                 Ok(v)
             }
             Err(e) => {
-                let _ = self.conn.execute_batch("ROLLBACK");
+                let _ = self.conn.execute_batch(rollback);
                 Err(e)
             }
         }

@@ -48,17 +48,7 @@ impl Meta {
     /// Runs `f` atomically, inside the caller's transaction or alone (a
     /// savepoint): a list and its counts change together.
     pub(crate) fn atomic<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
-        self.conn.execute_batch("SAVEPOINT counted").ctx("begin")?;
-        match f(self) {
-            Ok(v) => {
-                self.conn.execute_batch("RELEASE counted").ctx("commit")?;
-                Ok(v)
-            }
-            Err(e) => {
-                let _ = self.conn.execute_batch("ROLLBACK TO counted; RELEASE counted");
-                Err(e)
-            }
-        }
+        self.enclosed(["SAVEPOINT counted", "RELEASE counted", "ROLLBACK TO counted; RELEASE counted"], f)
     }
 
     /// A content list was added (`delta` 1) or removed (-1).
