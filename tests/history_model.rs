@@ -132,7 +132,7 @@ fn run_seed(seed: u64, n: usize) -> (usize, Option<Failed>) {
         r.check_end()
     });
     let result = result.map_err(|mut f| {
-        if let Some(saved) = runner.as_ref().and_then(|r| keep_daemon_log(r, seed)) {
+        if let Some(saved) = runner.as_ref().and_then(|r| keep_daemon_log(r, &format!("seed-{seed}"))) {
             f.msg.push_str(&format!("\n  daemon log: {saved}"));
         }
         f
@@ -146,9 +146,9 @@ fn run_seed(seed: u64, n: usize) -> (usize, Option<Failed>) {
 /// daemon log (every daemon of the sequence appends to it; run with
 /// RUST_LOG=rewindfs=info,rewindfs::view::browse=trace for the view
 /// numbering) before the fixture's temp dir goes; where it was put.
-fn keep_daemon_log(r: &Runner, seed: u64) -> Option<String> {
+fn keep_daemon_log(r: &Runner, what: &str) -> Option<String> {
     let dir = std::path::PathBuf::from(std::env::var_os("HISTORY_MODEL_DAEMON_LOGS")?);
-    let to = dir.join(format!("daemon-seed-{seed}-{}.log", std::process::id()));
+    let to = dir.join(format!("daemon-{what}-{}.log", std::process::id()));
     let copied = std::fs::create_dir_all(&dir).and_then(|_| std::fs::copy(r.fx.store.join("daemon.log"), &to));
     Some(match copied {
         Ok(_) => to.display().to_string(),
@@ -158,6 +158,13 @@ fn keep_daemon_log(r: &Runner, seed: u64) -> Option<String> {
 
 /// Runs a given list of steps on a fresh mount (steps that do not apply are left out).
 fn run_steps(steps: &[Step]) -> Result<(), Failure> {
+    run_steps_keeping(steps, None)
+}
+
+/// `run_steps`; on a failure, the daemon log is kept as `keep_as` (see
+/// `keep_daemon_log`) if given: a replay keeps it, the shrinker's many
+/// candidates do not.
+fn run_steps_keeping(steps: &[Step], keep_as: Option<&str>) -> Result<(), Failure> {
     let mut runner = None;
     let r = guarded(|| {
         let r = runner.insert(Runner::new(opts())?);
@@ -166,6 +173,12 @@ fn run_steps(steps: &[Step]) -> Result<(), Failure> {
             r.exec(step)?;
         }
         r.check_end()
+    });
+    let r = r.map_err(|mut f| {
+        if let Some(saved) = keep_as.zip(runner.as_ref()).and_then(|(what, r)| keep_daemon_log(r, what)) {
+            f.msg.push_str(&format!("\n  daemon log: {saved}"));
+        }
+        f
     });
     drop(runner);
     r
@@ -238,7 +251,7 @@ fn report(seed: Option<u64>, f: &Failed, shrink_budget: Duration) -> String {
 fn replay(lines: &[&str]) {
     setup();
     let steps: Vec<Step> = lines.iter().map(|l| Step::parse(l).unwrap_or_else(|e| panic!("{e}"))).collect();
-    if let Err(f) = run_steps(&steps) {
+    if let Err(f) = run_steps_keeping(&steps, Some("replay")) {
         panic!("({}) {}\nsequence:\n{}", f.kind, f.msg, listing(&steps));
     }
 }
@@ -377,6 +390,31 @@ fn a_descriptor_held_on_a_hard_linked_file_keeps_its_bytes() {
 #[test]
 fn a_file_with_a_future_mtime_stays_in_the_views_after_its_removal() {
     replay(&["utime a 1843475908", "turn m6", "rmrf a", "turn"]);
+}
+
+/// A rewind killed after it moved aside a directory holding a hard link of
+/// a file that stays in the tree (`c` of `link a c/c`, born since the
+/// checkpoint): the mount checkpoint sealed that half-rewound tree with
+/// `a` at two links, one of them in the attic, and the completion at mount
+/// did not remove the stray link (it searched only the directories it had
+/// moved aside itself), so the result and the live tree kept two links
+/// too (model seed 78553442, shrunk). The second sequence is the same
+/// half state without a stray link: the kill lands between moving `e`
+/// (renamed from `d`) aside and bringing it back as `d`.
+#[test]
+fn a_killed_rewind_leaves_no_link_counted_outside_the_tree() {
+    replay(&[
+        "mkdir c",
+        "link a c/c",
+        "rewind 10",
+        "undo",
+        "rewind 16",
+        "undo",
+        "turn m3",
+        "restore 3 a/c",
+        "killrewind 0 5",
+    ]);
+    replay(&["mkdir d", "link a d/c", "turn m1", "mv d e", "killrewind 1 6"]);
 }
 
 /// Issue 12: `kill -9` of the daemon during a rewind (`killrewind K N`: at

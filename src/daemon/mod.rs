@@ -906,7 +906,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     let sealed_safety = started.elapsed();
     crate::world::test_hooks::phase(Some("rewind"));
     let result = if crate::rewind::instant_available(tree) {
-        crate::rewind::rewind(tree, journal, k, frozen.touched())
+        crate::rewind::rewind(tree, journal, k, safety, frozen.touched())
     } else {
         crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
     };

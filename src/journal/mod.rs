@@ -817,6 +817,44 @@ impl Journal {
         Ok(())
     }
 
+    /// Records the state of a file of which `outside` names are outside the
+    /// tree (in directories an interrupted rewind had moved to the attic),
+    /// before this turn's first change to it: the mount checkpoint that
+    /// sealed that half-rewound tree shows the file with the links it has
+    /// in that tree, as every other checkpoint does. The turn before, the
+    /// interrupted one, gets the state as it was, links included, unless
+    /// it recorded the file already: the checkpoints before it had every
+    /// one of those names in their tree.
+    pub fn record_object_names_outside(
+        &self,
+        object: ObjectId,
+        state: &ObjectState,
+        outside: u32,
+        program: Option<&str>,
+    ) -> JournalResult<()> {
+        let mut inner = self.lock();
+        let turn = inner.turn;
+        // A second record of a turn is ignored when folded: the earlier
+        // turn keeps the pre-image it has.
+        inner.append(LogRecord::ObjectPre {
+            turn: turn - 1,
+            object: object.0,
+            state: state.clone(),
+            program: program.map(str::to_string),
+        })?;
+        let in_tree = ObjectState { nlink: state.nlink.saturating_sub(outside), ..state.clone() };
+        inner.append(LogRecord::ObjectPre {
+            turn,
+            object: object.0,
+            state: in_tree,
+            program: program.map(str::to_string),
+        })?;
+        inner.meta_done.insert(object);
+        inner.changes += 1;
+        inner.last_change = Some(Instant::now());
+        Ok(())
+    }
+
     /// Notes a change that needs no new record (it still counts as
     /// activity for `--auto-turn`).
     pub fn touch(&self) {

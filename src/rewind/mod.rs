@@ -51,6 +51,9 @@ struct Rewinder<'a> {
     tree: &'a LiveTree,
     journal: &'a Journal,
     view: TreeView<'a>,
+    /// The turn this rewind began in (its safety checkpoint): earlier than
+    /// the current one when it completes an interrupted attempt.
+    began: i64,
     caller: Caller,
     /// The only way this rewind changes the backing tree.
     ops: RewindOps<'a>,
@@ -72,12 +75,15 @@ pub fn instant_available(tree: &LiveTree) -> bool {
 }
 
 /// Makes the live tree the tree at `checkpoint`. The caller has sealed a
-/// safety checkpoint and froze the tree; what the kernel must forget goes
-/// into `touched`, also when the rewind fails part-way.
+/// safety checkpoint, `began` (the current turn, or an earlier one when
+/// this completes an interrupted rewind that began there), and froze the
+/// tree; what the kernel must forget goes into `touched`, also when the
+/// rewind fails part-way.
 pub fn rewind(
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
+    began: i64,
     touched: &mut Touched,
 ) -> Result<Vec<Planned>, RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
@@ -85,6 +91,7 @@ pub fn rewind(
         tree,
         journal,
         view: TreeView::at(tree, journal, checkpoint),
+        began,
         caller,
         ops: RewindOps::new(tree, journal, caller),
         names_then: std::collections::HashMap::new(),
@@ -574,6 +581,9 @@ impl Rewinder<'_> {
     /// in the tree rewound to: that name is not in the tree, but it counts
     /// in the file's link count. Such names are removed (recorded, like any
     /// change) until each file has the link count it had at the checkpoint.
+    /// The directories searched are those this rewind moved aside and, when
+    /// it completes an attempt that was interrupted, those the earlier
+    /// attempts moved aside (a name they left there is as stray).
     fn drop_stray_links(&mut self, linked: &[ObjectId]) -> Result<(), RestoreError> {
         let mut excess: std::collections::HashMap<(u64, u64), (ObjectId, u64)> = std::collections::HashMap::new();
         for id in linked {
@@ -589,59 +599,30 @@ impl Rewinder<'_> {
             return Ok(());
         }
         let Some(attic) = self.tree.attic().fd() else { return Ok(()) };
-        let moved: Vec<ObjectId> = self.in_attic.iter().copied().collect();
-        let mut stack: Vec<OwnedFd> = Vec::new();
-        for id in moved {
-            if let Ok(d) = rustix::fs::openat(
-                attic,
-                id.0.to_string(),
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) {
-                stack.push(d);
-            }
-        }
-        while let Some(dir) = stack.pop() {
-            if excess.is_empty() {
-                break;
-            }
-            let mut names = Vec::new();
-            let listing = rustix::fs::Dir::read_from(&dir).map_err(from_rustix("list the attic"))?;
-            for entry in listing {
-                let entry = entry.map_err(from_rustix("list the attic"))?;
-                let name = entry.file_name().to_bytes();
-                if name != b"." && name != b".." {
-                    names.push(OsString::from(OsStr::from_bytes(name)));
-                }
-            }
-            for name in names {
-                let st = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
-                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-                    let sub = rustix::fs::openat(
-                        &dir,
-                        &name,
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .map_err(from_rustix("open"))?;
-                    stack.push(sub);
-                    continue;
-                }
-                let key = (st.st_dev, st.st_ino);
-                let Some((id, left)) = excess.get_mut(&key) else { continue };
-                log::info!("rewind: removing a stray hard link of object {} from a directory moved aside", id.0);
-                if let Ok(h) = backing::handle_at(dir.as_fd(), &name)
-                    && let Some(ino) = self.tree.objects().ino_of(&h)
-                {
-                    self.touched.inodes.insert(ino);
-                }
-                self.ops.unlink_link(dir.as_fd(), &name).map_err(|e| err(self.display(name.as_bytes()), e))?;
-                *left -= 1;
-                if *left == 0 {
-                    excess.remove(&key);
+        let mut moved: Vec<ObjectId> = self.in_attic.iter().copied().collect();
+        if self.began < self.journal.current_turn() {
+            for id in left_since(self.journal, self.began)? {
+                if !self.in_attic.contains(&id) {
+                    moved.push(id);
                 }
             }
         }
+        each_file_in_attic_dirs(attic, &moved, |dir, name, st| {
+            let key = (st.st_dev, st.st_ino);
+            let Some((id, left)) = excess.get_mut(&key) else { return Ok(true) };
+            log::info!("rewind: removing a stray hard link of object {} from a directory moved aside", id.0);
+            if let Ok(h) = backing::handle_at(dir, name)
+                && let Some(ino) = self.tree.objects().ino_of(&h)
+            {
+                self.touched.inodes.insert(ino);
+            }
+            self.ops.unlink_link(dir, name).map_err(|e| err(self.display(name.as_bytes()), e))?;
+            *left -= 1;
+            if *left == 0 {
+                excess.remove(&key);
+            }
+            Ok(!excess.is_empty())
+        })?;
         for (id, left) in excess.values() {
             log::warn!("rewind: object {} keeps {left} more links than it had at the checkpoint", id.0);
         }
@@ -777,4 +758,59 @@ impl Rewinder<'_> {
         }
         Ok(())
     }
+}
+
+/// The objects that left a name in turn `began` or later (the turns of
+/// a rewind and of the attempts to complete it): among them, every
+/// directory it moved aside whole. Its attic slot tells where it is now,
+/// not the attic table, whose row a kill may have updated before the
+/// rename it describes.
+pub(crate) fn left_since(journal: &Journal, began: i64) -> Result<Vec<ObjectId>, RestoreError> {
+    let mut left = BTreeSet::new();
+    for turn in began..=journal.current_turn() {
+        left.extend(journal.with_meta(|m| m.entry_targets_in_turn(turn))?);
+    }
+    Ok(left.into_iter().collect())
+}
+
+/// Opens directory `name` in `at` for listing (not a symlink to one).
+pub(crate) fn open_dir(at: BorrowedFd<'_>, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(at, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+}
+
+/// Calls `visit` (directory, name, stat) for every name that is not a
+/// directory inside the directories `dirs` of the attic (their attic slots;
+/// any that is not a directory is passed over) and below them, until it
+/// returns `Ok(false)`. Opens one descriptor per directory still to list.
+pub(crate) fn each_file_in_attic_dirs(
+    attic: BorrowedFd<'_>,
+    dirs: &[ObjectId],
+    mut visit: impl FnMut(BorrowedFd<'_>, &OsStr, &rustix::fs::Stat) -> Result<bool, RestoreError>,
+) -> Result<(), RestoreError> {
+    let mut stack: Vec<OwnedFd> = Vec::new();
+    for id in dirs {
+        if let Ok(d) = open_dir(attic, OsStr::new(&id.0.to_string())) {
+            stack.push(d);
+        }
+    }
+    while let Some(dir) = stack.pop() {
+        let mut names = Vec::new();
+        let listing = rustix::fs::Dir::read_from(&dir).map_err(from_rustix("list the attic"))?;
+        for entry in listing {
+            let entry = entry.map_err(from_rustix("list the attic"))?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                names.push(OsString::from(OsStr::from_bytes(name)));
+            }
+        }
+        for name in names {
+            let st = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW).map_err(from_rustix("stat"))?;
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                stack.push(open_dir(dir.as_fd(), &name).map_err(from_rustix("open"))?);
+            } else if !visit(dir.as_fd(), &name, &st)? {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }

@@ -190,6 +190,8 @@ fn restore_paths(intent: &Intent) -> Vec<PathBuf> {
 /// (the daemon, before it mounts) seals the result and ends the intent.
 pub fn complete(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<Vec<Planned>, RestoreError> {
     journal.note_daemon_turn()?;
+    // First, before anything records these files in this turn.
+    record_names_outside(tree, journal, intent.undo_checkpoint)?;
     let moved = put_away_temporaries(tree, journal)?;
     if moved > 0 {
         log::info!("recovery: {moved} temporary files of the interrupted operation moved to the attic");
@@ -198,13 +200,53 @@ pub fn complete(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<V
     let mut touched = Touched::default();
     match intent.op {
         IntentOp::Rewind if crate::rewind::instant_available(tree) => {
-            crate::rewind::rewind(tree, journal, intent.checkpoint, &mut touched)
+            crate::rewind::rewind(tree, journal, intent.checkpoint, intent.undo_checkpoint, &mut touched)
         }
         IntentOp::Rewind => crate::restore::restore(tree, journal, intent.checkpoint, &[], false, &mut touched),
         IntentOp::Restore => {
             crate::restore::restore(tree, journal, intent.checkpoint, &restore_paths(intent), false, &mut touched)
         }
     }
+}
+
+/// A directory the interrupted attempt moved aside whole (in turn `began`
+/// or later: `began` is its safety checkpoint) may hold names of a file
+/// that is in the tree under other names (its way back, or a stray link
+/// it had not removed yet). The mount checkpoint sealed that tree with
+/// those names outside it, yet counted in the file's links; each such file
+/// is recorded now, in the turn after it, with the links it has in that
+/// tree (see `Journal::record_object_names_outside`).
+fn record_names_outside(tree: &LiveTree, journal: &Journal, began: i64) -> Result<(), RestoreError> {
+    let Some(attic) = tree.attic().fd() else { return Ok(()) };
+    let dirs = crate::rewind::left_since(journal, began)?;
+    let mut found: std::collections::HashMap<(u64, u64), (OwnedFd, u32)> = std::collections::HashMap::new();
+    crate::rewind::each_file_in_attic_dirs(attic, &dirs, |dir, name, st| {
+        if st.st_nlink > 1 {
+            match found.entry((st.st_dev, st.st_ino)) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().1 += 1,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let fd =
+                        rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                            .map_err(live("open"))?;
+                    e.insert((fd, 1));
+                }
+            }
+        }
+        Ok(true)
+    })?;
+    for (fd, outside) in found.into_values() {
+        let st = rustix::fs::fstat(&fd).map_err(live("stat"))?;
+        // All its names are in the attic: not in the tree at all.
+        if st.st_nlink <= u64::from(outside) {
+            continue;
+        }
+        let fail = |e: Errno| RestoreError::Live { path: "a file in the attic".into(), errno: e };
+        let capture = tree.capture(journal);
+        let id = capture.object_id_of_fd(fd.as_fd(), Kind::from_mode(st.st_mode)).map_err(fail)?;
+        log::info!("recovery: object {} has {outside} of its {} names in the attic", id.0, st.st_nlink);
+        capture.fd_names_outside(fd.as_fd(), id, outside).map_err(fail)?;
+    }
+    Ok(())
 }
 
 fn live(what: &str) -> impl FnOnce(rustix::io::Errno) -> RestoreError + '_ {
@@ -248,15 +290,8 @@ fn each_temporary(
     tree: &LiveTree,
     mut visit: impl FnMut(BorrowedFd<'_>, &OsStr, &str, &rustix::fs::Stat) -> Result<(), RestoreError>,
 ) -> Result<Vec<String>, RestoreError> {
-    let open_dir = |at: BorrowedFd<'_>, name: &OsStr| {
-        rustix::fs::openat(
-            at,
-            name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(live("open a directory"))
-    };
+    let open_dir =
+        |at: BorrowedFd<'_>, name: &OsStr| crate::rewind::open_dir(at, name).map_err(live("open a directory"));
     // Depth first, each directory opened from its parent when its turn
     // comes: descriptors open are those along one path, not one per
     // directory of the tree.

@@ -227,17 +227,25 @@ impl<'a> Capture<'a> {
         // mmap, which leaves ctime alone until the page is written back:
         // (ctime, size) says nothing about its content, so read it.
         let trust_known = !open_for_write;
-        self.fd_with(fd, id, content, self.journal.program(caller.pid).as_deref(), trust_known)
+        self.fd_with(fd, id, content, self.journal.program(caller.pid).as_deref(), trust_known, 0)
     }
 
     /// Records an object's attributes, xattrs, symlink target and (for
     /// regular files, when asked) content.
     pub(crate) fn fd(&self, fd: BorrowedFd<'_>, id: ObjectId, content: bool, program: Option<&str>) -> Res<()> {
-        self.fd_with(fd, id, content, program, true)
+        self.fd_with(fd, id, content, program, true, 0)
+    }
+
+    /// As `fd` (no content), for a file of which `outside` names are in
+    /// directories an interrupted rewind moved to the attic (see
+    /// `Journal::record_object_names_outside`).
+    pub(crate) fn fd_names_outside(&self, fd: BorrowedFd<'_>, id: ObjectId, outside: u32) -> Res<()> {
+        self.fd_with(fd, id, false, None, true, outside)
     }
 
     /// As `fd`; `trust_known` allows reusing content known for the
-    /// same (ctime, size) instead of reading the file.
+    /// same (ctime, size) instead of reading the file; `outside`: names
+    /// of it not in the tree.
     fn fd_with(
         &self,
         fd: BorrowedFd<'_>,
@@ -245,6 +253,7 @@ impl<'a> Capture<'a> {
         content: bool,
         program: Option<&str>,
         trust_known: bool,
+        outside: u32,
     ) -> Res<()> {
         let journal = self.journal;
         if !journal.needs_object(id, content) {
@@ -310,7 +319,11 @@ impl<'a> Capture<'a> {
         // before it was read may change again within the same ctime tick,
         // so its (ctime, size) cannot vouch for this content later.
         let cacheable = trust_known && ctime_ns < started - RACY_NS;
-        journal.record_object(id, &state, program, cacheable).map_err(refused)?;
+        if outside > 0 {
+            journal.record_object_names_outside(id, &state, outside, program).map_err(refused)?;
+        } else {
+            journal.record_object(id, &state, program, cacheable).map_err(refused)?;
+        }
         if let Some(stored) = unrecorded {
             stored.keep();
         }
