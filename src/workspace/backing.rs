@@ -495,8 +495,22 @@ impl Backing {
     pub fn path_of_handle(&self, handle: &FileHandle) -> Option<std::path::PathBuf> {
         let fd = self.open_handle(handle, libc::O_PATH).ok()?;
         let link = |fd: BorrowedFd<'_>| std::fs::read_link(OsStr::from_bytes(sys::proc_fd_path(fd).as_bytes())).ok();
-        let (root, path) = (link(self.root_fd())?, link(fd.as_fd())?);
-        Some(path.strip_prefix(&root).ok()?.to_path_buf())
+        let root = link(self.root_fd())?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        let path = link(fd.as_fd())?;
+        let names_it = rustix::fs::lstat(&path).is_ok_and(|at| (at.st_dev, at.st_ino) == (st.st_dev, st.st_ino));
+        if names_it {
+            return Some(path.strip_prefix(&root).ok()?.to_path_buf());
+        }
+        // The kernel's path of a file met again by handle after its dentry
+        // left the cache is not a path ("/", a disconnected dentry), and
+        // says nothing of where it is. Only a walk can tell whether it has
+        // a name in the tree, and which: the unmount took a file it cannot
+        // settle for one outside the tree and left its placeholder behind.
+        if st.st_nlink == 0 || st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            return None;
+        }
+        self.find_name_of(st.st_ino)
     }
 
     pub fn statfs(&self) -> Res<FsStats> {
@@ -529,10 +543,48 @@ impl Backing {
         if crate::journal::ns(root.st_ctime, root.st_ctime_nsec as i64) > since_ns {
             out.push(Changed { handle: self.root_handle.clone(), kind: Kind::Dir, born_ns: None });
         }
+        let wanted = StatxFlags::TYPE | StatxFlags::CTIME | StatxFlags::BTIME;
+        self.walk(wanted, |dir, _, name, st| {
+            if crate::journal::ns(st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)) > since_ns
+                && let Ok(h) = sys::name_to_handle_at(dir, name)
+            {
+                let born_ns = (StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME))
+                    .then(|| crate::journal::ns(st.stx_btime.tv_sec, i64::from(st.stx_btime.tv_nsec)));
+                out.push(Changed { handle: h, kind: Kind::from_mode(u32::from(st.stx_mode)), born_ns });
+            }
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// A name of the non-directory `ino` in the tree, relative to the root,
+    /// found by walking the tree (None: it has none).
+    fn find_name_of(&self, ino: u64) -> Option<std::path::PathBuf> {
+        let mut found = None;
+        let walked = self.walk(StatxFlags::TYPE | StatxFlags::INO, |_, path, name, st| {
+            if st.stx_ino == ino && u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
+                found = Some(path.join(name));
+            }
+            found.is_none()
+        });
+        if let Err(e) = walked {
+            log::warn!("cannot walk the workspace for the name of inode {ino}: {e}");
+        }
+        found
+    }
+
+    /// Visits every name below the root (the directory holding it, the
+    /// directory's path relative to the root, the name, its `statx` with
+    /// `wanted`), without following symlinks, until `visit` says stop.
+    fn walk(
+        &self,
+        wanted: StatxFlags,
+        mut visit: impl FnMut(BorrowedFd<'_>, &std::path::Path, &OsStr, &rustix::fs::Statx) -> bool,
+    ) -> Res<()> {
         // Directories to visit, by handle: holding a descriptor for each
         // pending directory could exhaust the descriptor limit.
-        let mut stack = vec![self.root_handle.clone()];
-        while let Some(handle) = stack.pop() {
+        let mut stack = vec![(self.root_handle.clone(), std::path::PathBuf::new())];
+        while let Some((handle, path)) = stack.pop() {
             let Ok(dir) = self.open_handle(&handle, libc::O_PATH | libc::O_DIRECTORY) else { continue };
             let listing_fd =
                 rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
@@ -543,23 +595,19 @@ impl Backing {
                 if name == "." || name == ".." {
                     continue;
                 }
-                let wanted = StatxFlags::TYPE | StatxFlags::CTIME | StatxFlags::BTIME;
-                let Ok(st) = rustix::fs::statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, wanted) else { continue };
-                let mode = u32::from(st.stx_mode);
-                if crate::journal::ns(st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)) > since_ns
-                    && let Ok(h) = sys::name_to_handle_at(dir.as_fd(), name)
-                {
-                    let born_ns = (StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME))
-                        .then(|| crate::journal::ns(st.stx_btime.tv_sec, i64::from(st.stx_btime.tv_nsec)));
-                    out.push(Changed { handle: h, kind: Kind::from_mode(mode), born_ns });
+                let Ok(st) = rustix::fs::statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, wanted | StatxFlags::TYPE) else {
+                    continue;
+                };
+                if !visit(dir.as_fd(), &path, name, &st) {
+                    return Ok(());
                 }
-                if mode & libc::S_IFMT == libc::S_IFDIR
+                if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
                     && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name)
                 {
-                    stack.push(sub);
+                    stack.push((sub, path.join(name)));
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
