@@ -311,8 +311,12 @@ fn run_sequence(fx: &mut MountFixture, seed: u64, workers: u64) {
     });
     let errors = errors / workers as usize;
     eprintln!("{OPS} ops per worker, {errors} failed identically on both sides (mean)");
+    // A degenerate sequence (every name a file, so deeper paths all fail
+    // with ENOTDIR) tests little; some seeds spend long stretches there:
+    // seed 1796352925446745052 fails 2,114 of 3,000 operations (identically
+    // on both sides) and still makes 886 changes.
     assert!(
-        errors < OPS * 7 / 10,
+        errors < OPS * 8 / 10,
         "seed {seed}: too few operations succeeded ({errors} of {OPS} failed) to test anything"
     );
     let entries = snapshot(&plain).0.len();
