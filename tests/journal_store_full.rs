@@ -192,3 +192,77 @@ fn unmount_that_cannot_make_history_durable_fails_and_keeps_the_mount() {
     assert_eq!(view(1), b"one\n", "checkpoint m1 holds the file as it was");
     assert_eq!(view(second), b"one\ntwo\nthree\n", "checkpoint m2 holds the changes made around the failed unmount");
 }
+
+/// The kernel's FUSE-over-io_uring switch, set for one test and put back
+/// when it ends.
+struct UringSwitch(Option<String>);
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+impl UringSwitch {
+    fn set(on: bool) -> UringSwitch {
+        let before = std::fs::read_to_string(ENABLE_URING).ok().map(|s| s.trim().to_string());
+        assert!(before.is_some(), "{ENABLE_URING} is missing: this kernel has no FUSE over io_uring");
+        std::fs::write(ENABLE_URING, if on { "Y" } else { "N" }).expect("switching enable_uring (root needed)");
+        UringSwitch(before)
+    }
+}
+
+impl Drop for UringSwitch {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = std::fs::write(ENABLE_URING, before);
+        }
+    }
+}
+
+/// The daemon's stderr is `daemon.log` in the store. With the store's disk
+/// full, a note it printed there (`--transport auto` with the kernel's
+/// io_uring switch off) failed and the daemon panicked before it served:
+/// `mount` said only "the daemon failed to start" (found by
+/// faults_store_full on a fresh machine, where the switch is off). A mount
+/// on a full store either works or says the store is full; once space is
+/// back it works, with the history there.
+#[test]
+fn a_mount_with_its_daemon_log_on_a_full_disk_works_or_says_the_store_is_full() {
+    let mut f = Fixture::new();
+    let _loop = store_on_small_fs(&f);
+    std::fs::write(f.ws.join("a.txt"), "a\n").unwrap();
+    f.mount();
+    std::fs::write(f.mnt.join("a.txt"), "a, edited\n").unwrap();
+    assert_eq!(f.turn("edit"), 1);
+    f.unmount();
+    // Every block taken by the daemon log itself (the store refuses a file
+    // it did not make): the log cannot grow by a byte.
+    let log_path = f.store.join("daemon.log");
+    let log_len = std::fs::metadata(&log_path).unwrap().len();
+    {
+        use std::io::Write;
+        let mut log = std::fs::OpenOptions::new().append(true).open(&log_path).unwrap();
+        for size in [1 << 20, 4096, 1] {
+            let block = vec![b'\n'; size];
+            while log.write_all(&block).is_ok() {}
+        }
+    }
+    let _switch = UringSwitch::set(false);
+    let (ws, mnt, store) = (f.ws.display().to_string(), f.mnt.display().to_string(), f.store.display().to_string());
+    let o = f.cli_raw(&["mount", &ws, &mnt, "--store", &store, "--auto-turn", "0", "--transport", "auto"]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    if o.status.success() {
+        f.mounted = true;
+        assert_eq!(std::fs::read_to_string(f.mnt.join("a.txt")).unwrap(), "a, edited\n");
+        f.unmount();
+    } else {
+        assert_eq!(o.status.code(), Some(1), "mount on a full store: {err}");
+        assert!(
+            ["No space left on device", "disk is full", "full"].iter().any(|w| err.contains(w)),
+            "mount on a full store failed without saying the store is full: {err}"
+        );
+    }
+    std::fs::OpenOptions::new().write(true).open(&log_path).unwrap().set_len(log_len).unwrap();
+    f.mount();
+    assert_eq!(std::fs::read_to_string(f.mnt.join("a.txt")).unwrap(), "a, edited\n");
+    let log = f.cli(&["log", "-C", &mnt]);
+    assert!(log.contains("edit"), "the history is not all there after space came back: {log}");
+    f.unmount();
+}

@@ -10,7 +10,8 @@ use crate::error::Result;
 pub fn run(args: MountArgs) -> Result<()> {
     let mut spec = common::prepare(&args.workspace, args.mountpoint.as_deref(), &args.opts)?;
     spec.abandon_interrupted = args.abandon_interrupted;
-    note_uring_switch(&spec);
+    let as_daemon = std::env::var_os(DAEMON_ENV).is_some();
+    note_uring_switch(&spec, as_daemon);
     if !args.foreground {
         common::refuse_occupied(&spec, &std::collections::HashSet::from([std::process::id()]))?;
         let info = common::spawn_daemon(&spec)?;
@@ -24,7 +25,6 @@ pub fn run(args: MountArgs) -> Result<()> {
         common::print_recovered(&info);
         return Ok(());
     }
-    let as_daemon = std::env::var_os(DAEMON_ENV).is_some();
     if as_daemon {
         crate::sys::setsid();
     }
@@ -59,11 +59,18 @@ pub fn run(args: MountArgs) -> Result<()> {
 
 /// With `--transport auto` io_uring is used only when the kernel's switch is
 /// on; root could switch it on, so say how (the switch is system-wide: it is
-/// flipped only when asked, with `--transport uring`).
-fn note_uring_switch(spec: &crate::daemon::MountSpec) {
+/// flipped only when asked, with `--transport uring`). The user reads it
+/// from `mount`; the daemon it starts only logs it: its stderr is the
+/// daemon log in the store, which may be on a full disk, and a failed
+/// write there must not stop the daemon (`eprintln!` panics on one).
+fn note_uring_switch(spec: &crate::daemon::MountSpec, as_daemon: bool) {
     use crate::fs::transport::{self, Transport, UringSwitch};
     if spec.transport == Transport::Auto && crate::sys::geteuid() == 0 && transport::uring_switch() == UringSwitch::Off
     {
-        eprintln!("rewindfs: note: {}", transport::SWITCH_HINT);
+        if as_daemon {
+            log::info!("{}", transport::SWITCH_HINT);
+        } else {
+            let _ = writeln!(std::io::stderr(), "rewindfs: note: {}", transport::SWITCH_HINT);
+        }
     }
 }
