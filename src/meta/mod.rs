@@ -19,7 +19,7 @@ pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -601,6 +601,20 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
              COMMIT;",
         )
         .ctx("migrate to schema version 13")?;
+    }
+    if version < 14 {
+        // The bypassed ranges a forget leaves without a kept checkpoint
+        // (found by where they start, `Meta::forget_begin`); those earlier
+        // collections left go now.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE INDEX IF NOT EXISTS bypassed_by_first ON bypassed(first, last);
+             DELETE FROM bypassed WHERE NOT EXISTS
+                 (SELECT 1 FROM checkpoints c WHERE c.id BETWEEN bypassed.first AND bypassed.last);
+             PRAGMA user_version = 14;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 14")?;
     }
     Ok(())
 }
@@ -1949,6 +1963,33 @@ mod tests {
         m.remove_pending(b"h").unwrap();
         assert_eq!(m.chunk_count(&b).unwrap(), Some(1));
         assert!(m.unreferenced_chunks(usize::MAX).unwrap().is_empty());
+    }
+
+    /// Schema 14: the bypassed ranges that collections before it left
+    /// with no kept checkpoint in them go at the migration; the others stay.
+    #[test]
+    fn version_thirteen_database_drops_bypassed_ranges_no_checkpoint_lies_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            m.conn
+                .execute_batch(
+                    "INSERT INTO checkpoints(id, reason, created_at) VALUES (0, 'mount', 1), (4, 'turn', 2), (9, 'turn', 3);
+                     INSERT INTO bypassed(object, first, last) VALUES (1, 1, 3), (2, 2, 4), (3, 5, 8), (4, 0, 0), (5, 3, 9);
+                     DROP INDEX bypassed_by_first; PRAGMA user_version = 13",
+                )
+                .unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let objects: Vec<i64> = {
+            let mut stmt =
+                m.conn.prepare("SELECT object FROM bypassed INDEXED BY bypassed_by_first ORDER BY object").unwrap();
+            stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+        };
+        assert_eq!(objects, vec![2, 4, 5]);
     }
 
     #[test]
