@@ -978,6 +978,67 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list checkpoints")
     }
 
+    /// Checkpoint `n`, if it exists.
+    pub fn checkpoint(&self, n: i64) -> MetaResult<Option<Checkpoint>> {
+        self.conn
+            .prepare_cached(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} WHERE c.id = ?1"))
+            .ctx("prepare")?
+            .query_row([n], checkpoint_from_row)
+            .optional()
+            .ctx("read checkpoint")
+    }
+
+    /// The checkpoint `back` before the newest (0: the newest), if there
+    /// are that many: `~N` without reading the others' rows.
+    pub fn checkpoint_back(&self, back: u64) -> MetaResult<Option<Checkpoint>> {
+        let Ok(back) = i64::try_from(back) else { return Ok(None) };
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id DESC LIMIT 1 OFFSET ?1"
+            ))
+            .ctx("prepare")?
+            .query_row([back], checkpoint_from_row)
+            .optional()
+            .ctx("read checkpoint")
+    }
+
+    /// The checkpoints whose message id or snapshot name is `word`, oldest
+    /// first (indexed: `checkpoints_by_message`, the snapshots' names).
+    pub fn checkpoints_named(&self, word: &str) -> MetaResult<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM checkpoints WHERE message_id = ?1 \
+                 UNION SELECT c.id FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint WHERE s.name = ?1 \
+                 ORDER BY 1",
+            )
+            .ctx("prepare")?;
+        let rows = stmt.query_map([word], |r| r.get(0)).ctx("read checkpoints")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read checkpoints")
+    }
+
+    /// The oldest checkpoint other than `except` whose message id is `id`.
+    pub fn checkpoint_with_message(&self, id: &str, except: Option<i64>) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT id FROM checkpoints WHERE message_id = ?1 AND id IS NOT ?2 ORDER BY id LIMIT 1")
+            .ctx("prepare")?
+            .query_row(params![id, except], |r| r.get(0))
+            .optional()
+            .ctx("read checkpoints")
+    }
+
+    /// The named snapshots, as (name, checkpoint), oldest checkpoint first.
+    pub fn snapshot_names(&self) -> MetaResult<Vec<(String, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT s.name, s.checkpoint FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint ORDER BY s.checkpoint",
+            )
+            .ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).ctx("read snapshots")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read snapshots")
+    }
+
     /// Records that `name` in `dir` referred to `target` at the start of
     /// `turn`, unless already recorded for that turn. Returns whether a row
     /// was written.

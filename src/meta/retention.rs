@@ -101,7 +101,11 @@ impl Meta {
     /// The checkpoint a snapshot name names.
     pub fn snapshot(&self, name: &str) -> MetaResult<Option<i64>> {
         self.conn
-            .query_row("SELECT checkpoint FROM snapshots WHERE name = ?1", [name], |r| r.get(0))
+            .prepare_cached(
+                "SELECT s.checkpoint FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint WHERE s.name = ?1",
+            )
+            .ctx("prepare")?
+            .query_row([name], |r| r.get(0))
             .optional()
             .ctx("read snapshot")
     }
