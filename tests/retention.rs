@@ -659,6 +659,55 @@ fn gc_removes_a_directory_a_rewind_moved_aside_once_no_kept_checkpoint_reaches_i
     assert_same_tree(&c.copies[&t1], c.fx.path(), "rewound to t1");
 }
 
+/// The ranges of checkpoints whose state of an object is unknown
+/// (`bypassed`), read beside the daemon.
+fn bypassed(c: &Case) -> Vec<(i64, i64)> {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let db = rusqlite::Connection::open_with_flags(c.fx.store.join("meta.sqlite"), flags).expect("meta.sqlite");
+    let mut stmt = db.prepare("SELECT first, last FROM bypassed ORDER BY first").expect("prepare");
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("read bypassed");
+    rows.collect::<rusqlite::Result<_>>().expect("read bypassed")
+}
+
+/// Issue 15, a bounded store: a change that bypassed the mount (a write to
+/// the mount's source) and then a change through it leave checkpoints
+/// 0..=b unknown for that file (`bypassed`). Forgetting some of them keeps
+/// the range while a kept checkpoint lies in it, and that checkpoint's view
+/// still fails the file (EIO); forgetting the last of them drops the range,
+/// and `fsck` stays clean throughout.
+#[test]
+fn forget_drops_a_bypassed_change_s_unknown_states_once_no_kept_checkpoint_has_them() {
+    let mut c = Case::new(&[]);
+    let a = c.step(1);
+    let b = c.step(2);
+    // Far enough past the seal for the clock the kernel stamps files with.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(c.fx.ws.join("k"), "bypassed\n").expect("write the mount's source");
+    c.fx.sh("echo after >> k");
+    let d = c.step(3);
+    assert_eq!(bypassed(&c), vec![(0, b)], "checkpoints 0 to {b} do not know k");
+    let read_k = |c: &Case, n: i64| std::fs::read(c.fx.path().join(format!(".rewindfs/checkpoints/{n}/k")));
+    let unknown = |c: &Case, n: i64, when: &str| {
+        let got = read_k(c, n);
+        assert_eq!(got.as_ref().map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)), "{when}: k at {n}: {got:?}");
+    };
+    for n in [0, a, b] {
+        unknown(&c, n, "before forget");
+    }
+    c.fx.cli_json(&["forget", &a.to_string(), &b.to_string()]);
+    assert_eq!(bypassed(&c), vec![(0, b)], "checkpoint 0 is kept and its state of k is still unknown");
+    unknown(&c, 0, &format!("after forgetting {a} and {b}"));
+    c.fsck_clean("after forgetting the range's end");
+    c.fx.cli_json(&["forget", "0"]);
+    assert_eq!(bypassed(&c), vec![], "no kept checkpoint lies in 0..={b} any more");
+    // k is known at every kept checkpoint (d read the bypassed bytes as
+    // the tree), as every other file.
+    c.copies.retain(|n, _| *n == d);
+    c.check_views(&[0, a, b], "after forgetting the range");
+    assert_eq!(read_k(&c, d).expect("k at d"), b"bypassed\nafter\n");
+    c.fsck_clean("after forgetting the range");
+}
+
 #[test]
 fn forget_and_gc_report_progress_one_checkpoint_at_a_time_to_a_client_that_asks() {
     let mut c = Case::new(&[]);

@@ -771,11 +771,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
             let turn = journal.current_turn();
             let (changes, idle) = journal.activity();
-            let message = journal
-                .with_meta(|m| m.checkpoints())
-                .ok()
-                .and_then(|cs| cs.into_iter().find(|c| c.checkpoint == turn))
-                .and_then(|c| c.message_id);
+            let message = journal.with_meta(|m| m.checkpoint(turn)).ok().flatten().and_then(|c| c.message_id);
             Ok(protocol::StatusReply {
                 mount: info.clone(),
                 uptime_secs: now.saturating_sub(info.started_at),
@@ -798,11 +794,9 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
                 retention: journal.policy().ok(),
                 auto_gc: journal.last_auto().ok().flatten(),
                 snapshots: journal
-                    .with_meta(|m| m.checkpoints())
-                    .map(|cs| {
-                        cs.into_iter()
-                            .filter_map(|c| c.name.map(|name| protocol::SnapshotRow { name, checkpoint: c.checkpoint }))
-                            .collect()
+                    .with_meta(|m| m.snapshot_names())
+                    .map(|names| {
+                        names.into_iter().map(|(name, checkpoint)| protocol::SnapshotRow { name, checkpoint }).collect()
                     })
                     .unwrap_or_default(),
                 transport: ctx.transport.report(),

@@ -385,7 +385,8 @@ impl Journal {
             }
             None => None,
         };
-        let last = meta.checkpoints()?.last().map(|c| c.checkpoint);
+        let newest = meta.checkpoint_back(0)?;
+        let last = newest.as_ref().map(|c| c.checkpoint);
         let stats = store.stats()?;
         let store_bytes = stats.stored_bytes as i64;
         let turn = match last {
@@ -397,8 +398,7 @@ impl Journal {
         // A store from before `sealed_ns` was kept: the newest checkpoint's
         // time, a millisecond late so as not to take its own changes for
         // outside ones (see SEALED_NS).
-        let last_created_ns =
-            meta.checkpoints()?.last().map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
+        let last_created_ns = newest.map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
         let outside_since_ns = clean.or(sealed_ns).or(last_created_ns);
         let unclean = last.is_some() && clean.is_none();
         if unclean {
@@ -472,7 +472,7 @@ impl Journal {
     /// it records no checkpoint and folds no log, so views can be read
     /// without changing anything. Any recording through it fails.
     pub fn read_only(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
-        let turn = meta.checkpoints()?.last().map_or(0, |c| c.checkpoint);
+        let turn = meta.checkpoint_back(0)?.map_or(0, |c| c.checkpoint);
         Ok(Journal::assemble(meta, store, turn, None, false, None))
     }
 
@@ -884,15 +884,14 @@ impl Journal {
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         if let Some(id) = &info.message_id {
             let inner = self.lock();
-            let named = inner.meta.checkpoints()?.into_iter().find(|c| c.message_id.as_deref() == Some(id.as_str()));
-            if let Some(c) = named {
+            if let Some(n) = inner.meta.checkpoint_with_message(id, None)? {
                 // A hook that fires twice for one prompt, with nothing
                 // changed in between, gets the same checkpoint again.
-                if c.checkpoint == inner.turn && inner.changes == 0 && parent.is_none() {
-                    info!("message {id:?} repeated with nothing changed: checkpoint {} again", c.checkpoint);
-                    return Ok(CheckpointId(c.checkpoint));
+                if n == inner.turn && inner.changes == 0 && parent.is_none() {
+                    info!("message {id:?} repeated with nothing changed: checkpoint {n} again");
+                    return Ok(CheckpointId(n));
                 }
-                return Err(JournalError::DuplicateMessageId { id: format!("{id:?}"), checkpoint: c.checkpoint });
+                return Err(JournalError::DuplicateMessageId { id: format!("{id:?}"), checkpoint: n });
             }
         }
         let stats = self.store.stats()?;
@@ -1112,42 +1111,23 @@ impl Journal {
     /// number or message id is refused saying so; failing those, a unique prefix of a
     /// message id or words of a label (`reference.rs`).
     pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
-        let all = self.with_meta(|m| m.checkpoints())?;
-        let known = || {
-            let nums: Vec<String> = all.iter().map(|c| c.checkpoint.to_string()).collect();
-            let msgs: Vec<String> = all.iter().filter_map(|c| c.message_id.clone()).collect();
-            format!(
-                "checkpoints are {} and message ids {}",
-                if nums.is_empty() { "none".into() } else { nums.join(", ") },
-                if msgs.is_empty() { "none".into() } else { msgs.join(", ") }
-            )
-        };
-        // A name (or anything) from before a reset is told the reset took it.
-        let reset = self.with_meta(|m| m.last_forgotten_by(retention::RESET))?;
-        let unknown = || JournalError::UnknownCheckpoint {
-            reference: reference.to_string(),
-            known: match reset {
-                Some((n, at)) => format!(
-                    "{}; checkpoints up to {n} and their names were deleted at {} by `rewindfs reset` \
-                     (a reset cannot be undone)",
-                    known(),
-                    crate::report::rfc3339(at)
-                ),
-                None => known(),
-            },
-        };
+        // The exact forms are indexed lookups; every checkpoint is read
+        // only for a loose match, or to list them when nothing matches.
         if let Some(back) = reference.strip_prefix('~') {
-            let n: usize = back.parse().map_err(|_| unknown())?;
-            let idx = all.len().checked_sub(1 + n).ok_or_else(unknown)?;
-            return Ok(CheckpointId(all[idx].checkpoint));
+            let found = match back.parse::<usize>() {
+                Ok(n) => self.with_meta(|m| m.checkpoint_back(n as u64))?,
+                Err(_) => None,
+            };
+            return match found {
+                Some(c) => Ok(CheckpointId(c.checkpoint)),
+                None => Err(self.unknown_checkpoint(reference, &self.with_meta(|m| m.checkpoints())?)?),
+            };
         }
-        let by_msg: Vec<i64> = all
-            .iter()
-            .filter(|c| c.message_id.as_deref() == Some(reference) || c.name.as_deref() == Some(reference))
-            .map(|c| c.checkpoint)
-            .collect();
-        let by_num: Vec<i64> =
-            reference.parse::<i64>().ok().into_iter().filter(|n| all.iter().any(|c| c.checkpoint == *n)).collect();
+        let by_msg = self.with_meta(|m| m.checkpoints_named(reference))?;
+        let by_num: Vec<i64> = match reference.parse::<i64>() {
+            Ok(n) if self.with_meta(|m| m.checkpoint(n))?.is_some() => vec![n],
+            _ => Vec::new(),
+        };
         let mut matches: Vec<i64> = by_num.into_iter().chain(by_msg).collect();
         matches.dedup();
         if matches.is_empty()
@@ -1157,19 +1137,47 @@ impl Journal {
         }
         match matches.as_slice() {
             [one] => Ok(CheckpointId(*one)),
-            [] => match reference::loose_matches(&all, reference).as_slice() {
-                [one] => Ok(CheckpointId(*one)),
-                [] => Err(unknown()),
-                many => Err(JournalError::Ambiguous {
-                    reference: reference.to_string(),
-                    matches: reference::describe(&all, many),
-                }),
-            },
+            [] => {
+                let all = self.with_meta(|m| m.checkpoints())?;
+                match reference::loose_matches(&all, reference).as_slice() {
+                    [one] => Ok(CheckpointId(*one)),
+                    [] => Err(self.unknown_checkpoint(reference, &all)?),
+                    many => Err(JournalError::Ambiguous {
+                        reference: reference.to_string(),
+                        matches: reference::describe(&all, many),
+                    }),
+                }
+            }
             many => Err(JournalError::Ambiguous {
                 reference: reference.to_string(),
                 matches: many.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
             }),
         }
+    }
+
+    /// What a reference that names no checkpoint is told: the checkpoints
+    /// there are (`all`), and that a reset deleted the older ones if one did.
+    fn unknown_checkpoint(&self, reference: &str, all: &[Checkpoint]) -> JournalResult<JournalError> {
+        let nums: Vec<String> = all.iter().map(|c| c.checkpoint.to_string()).collect();
+        let msgs: Vec<String> = all.iter().filter_map(|c| c.message_id.clone()).collect();
+        let known = format!(
+            "checkpoints are {} and message ids {}",
+            if nums.is_empty() { "none".into() } else { nums.join(", ") },
+            if msgs.is_empty() { "none".into() } else { msgs.join(", ") }
+        );
+        // A name (or anything) from before a reset is told the reset took it.
+        let reset = self.with_meta(|m| m.last_forgotten_by(retention::RESET))?;
+        Ok(JournalError::UnknownCheckpoint {
+            reference: reference.to_string(),
+            known: match reset {
+                Some((n, at)) => format!(
+                    "{known}; checkpoints up to {n} and their names were deleted at {} by `rewindfs reset` \
+                     (a reset cannot be undone)",
+                    crate::report::rfc3339(at)
+                ),
+                None => known,
+            },
+        })
     }
 }
 
@@ -1240,7 +1248,7 @@ mod tests {
         assert_eq!(j.with_meta(|m| m.born_turn(new)).unwrap(), Some(last));
         assert_eq!(j.with_meta(|m| m.born_turn(noted)).unwrap(), Some(last));
         for (o, what) in [(new, "new"), (noted, "noted")] {
-            assert!(!j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_some(), "{what} marked changed outside");
+            assert!(j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_none(), "{what} marked changed outside");
         }
         for (o, what) in [(id(b"older"), "older"), (id(b"no-btime"), "no-btime"), (old, "old")] {
             assert!(j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_some(), "{what} not marked changed outside");
@@ -1312,6 +1320,45 @@ mod tests {
         assert_eq!(j.resolve("~1").unwrap(), CheckpointId(0));
         let e = j.resolve("nope").unwrap_err().to_string();
         assert!(e.contains("m1") && e.contains("0, 1"), "{e}");
+    }
+
+    /// Exact references (a number, `~N`, a message id, a snapshot name)
+    /// and snapshot names are checked by indexed lookups, not by reading
+    /// every checkpoint: they answer as the whole history says, with
+    /// checkpoints forgotten in between, and past the oldest `~N` is unknown.
+    #[test]
+    fn exact_references_and_names_agree_with_the_whole_history() {
+        let j = journal();
+        for i in 1..=40 {
+            let info = TurnInfo { message_id: (i % 3 != 0).then(|| format!("m{i}")), ..Default::default() };
+            j.seal(&info, Reason::Turn, || {}).unwrap();
+            if i % 7 == 0 {
+                j.name_checkpoint(&format!("n{i}"), i, None).unwrap();
+            }
+        }
+        let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
+        j.collect(&[2, 10, 11, 33], "forget", false, &no_attic, None, &retention::no_cache).unwrap();
+        let all = j.with_meta(|m| m.checkpoints()).unwrap();
+        assert_eq!(all.len(), 37);
+        for (back, c) in all.iter().rev().enumerate() {
+            let n = c.checkpoint;
+            assert_eq!(j.resolve(&format!("~{back}")).unwrap().0, n);
+            assert_eq!(j.resolve(&n.to_string()).unwrap().0, n);
+            for word in c.message_id.iter().chain(&c.name) {
+                assert_eq!(j.resolve(word).unwrap().0, n, "{word}");
+            }
+            // A checkpoint may take its own message id as its name.
+            let taken = c.name.is_some();
+            assert_eq!(j.check_snapshot_name(&format!("m{n}"), Some(n)).is_ok(), !taken, "m{n} for {n}");
+        }
+        let e = j.resolve(&format!("~{}", all.len())).unwrap_err().to_string();
+        assert!(e.contains("checkpoints are 0, 1, 3,") && e.contains("message ids m1, m4,"), "{e}");
+        assert!(matches!(j.resolve("m10"), Err(JournalError::Forgotten { .. })));
+        assert!(matches!(j.resolve("~x"), Err(JournalError::UnknownCheckpoint { .. })));
+        for (name, checkpoint) in [("n14", None), ("m5", Some(4)), ("n21", Some(22)), ("other", Some(14))] {
+            assert!(j.check_snapshot_name(name, checkpoint).is_err(), "{name} at {checkpoint:?}");
+        }
+        assert!(j.check_snapshot_name("m10", None).is_ok(), "a forgotten checkpoint's message id is free");
     }
 
     #[test]

@@ -378,21 +378,21 @@ impl Journal {
         if let Some(why) = refusal(name) {
             return Err(JournalError::BadSnapshotName { name: format!("{:?}", truncate_for_message(name)), why });
         }
-        let all = self.with_meta(|m| m.checkpoints())?;
-        if let Some(c) = all.iter().find(|c| c.name.as_deref() == Some(name)) {
-            return Err(JournalError::DuplicateSnapshotName { name: format!("{name:?}"), checkpoint: c.checkpoint });
+        // Indexed lookups (the name, the message id, the checkpoint), not
+        // the history: a snapshot is named in constant time.
+        if let Some(n) = self.with_meta(|m| m.snapshot(name))? {
+            return Err(JournalError::DuplicateSnapshotName { name: format!("{name:?}"), checkpoint: n });
         }
-        if let Some(c) = all.iter().find(|c| c.message_id.as_deref() == Some(name) && Some(c.checkpoint) != checkpoint)
-        {
+        if let Some(n) = self.with_meta(|m| m.checkpoint_with_message(name, checkpoint))? {
             return Err(JournalError::DuplicateSnapshotName {
                 name: format!("{name:?} (as its message id)"),
-                checkpoint: c.checkpoint,
+                checkpoint: n,
             });
         }
-        if let Some(c) = checkpoint.and_then(|n| all.iter().find(|c| c.checkpoint == n))
-            && let Some(old) = &c.name
+        if let Some(n) = checkpoint
+            && let Some(old) = self.with_meta(|m| m.checkpoint(n))?.and_then(|c| c.name)
         {
-            return Err(JournalError::AlreadyNamed { checkpoint: c.checkpoint, name: format!("{old:?}") });
+            return Err(JournalError::AlreadyNamed { checkpoint: n, name: format!("{old:?}") });
         }
         Ok(())
     }

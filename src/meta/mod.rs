@@ -19,7 +19,7 @@ pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -602,6 +602,20 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 13")?;
     }
+    if version < 14 {
+        // The bypassed ranges a forget leaves without a kept checkpoint
+        // (found by where they start, `Meta::forget_begin`); those earlier
+        // collections left go now.
+        conn.execute_batch(
+            "BEGIN;
+             CREATE INDEX IF NOT EXISTS bypassed_by_first ON bypassed(first, last);
+             DELETE FROM bypassed WHERE NOT EXISTS
+                 (SELECT 1 FROM checkpoints c WHERE c.id BETWEEN bypassed.first AND bypassed.last);
+             PRAGMA user_version = 14;
+             COMMIT;",
+        )
+        .ctx("migrate to schema version 14")?;
+    }
     Ok(())
 }
 
@@ -962,6 +976,67 @@ impl Meta {
             .ctx("prepare")?;
         let rows = stmt.query_map([], checkpoint_from_row).ctx("list checkpoints")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list checkpoints")
+    }
+
+    /// Checkpoint `n`, if it exists.
+    pub fn checkpoint(&self, n: i64) -> MetaResult<Option<Checkpoint>> {
+        self.conn
+            .prepare_cached(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} WHERE c.id = ?1"))
+            .ctx("prepare")?
+            .query_row([n], checkpoint_from_row)
+            .optional()
+            .ctx("read checkpoint")
+    }
+
+    /// The checkpoint `back` before the newest (0: the newest), if there
+    /// are that many: `~N` without reading the others' rows.
+    pub fn checkpoint_back(&self, back: u64) -> MetaResult<Option<Checkpoint>> {
+        let Ok(back) = i64::try_from(back) else { return Ok(None) };
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id DESC LIMIT 1 OFFSET ?1"
+            ))
+            .ctx("prepare")?
+            .query_row([back], checkpoint_from_row)
+            .optional()
+            .ctx("read checkpoint")
+    }
+
+    /// The checkpoints whose message id or snapshot name is `word`, oldest
+    /// first (indexed: `checkpoints_by_message`, the snapshots' names).
+    pub fn checkpoints_named(&self, word: &str) -> MetaResult<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM checkpoints WHERE message_id = ?1 \
+                 UNION SELECT c.id FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint WHERE s.name = ?1 \
+                 ORDER BY 1",
+            )
+            .ctx("prepare")?;
+        let rows = stmt.query_map([word], |r| r.get(0)).ctx("read checkpoints")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read checkpoints")
+    }
+
+    /// The oldest checkpoint other than `except` whose message id is `id`.
+    pub fn checkpoint_with_message(&self, id: &str, except: Option<i64>) -> MetaResult<Option<i64>> {
+        self.conn
+            .prepare_cached("SELECT id FROM checkpoints WHERE message_id = ?1 AND id IS NOT ?2 ORDER BY id LIMIT 1")
+            .ctx("prepare")?
+            .query_row(params![id, except], |r| r.get(0))
+            .optional()
+            .ctx("read checkpoints")
+    }
+
+    /// The named snapshots, as (name, checkpoint), oldest checkpoint first.
+    pub fn snapshot_names(&self) -> MetaResult<Vec<(String, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT s.name, s.checkpoint FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint ORDER BY s.checkpoint",
+            )
+            .ctx("prepare")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).ctx("read snapshots")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read snapshots")
     }
 
     /// Records that `name` in `dir` referred to `target` at the start of
@@ -1949,6 +2024,33 @@ mod tests {
         m.remove_pending(b"h").unwrap();
         assert_eq!(m.chunk_count(&b).unwrap(), Some(1));
         assert!(m.unreferenced_chunks(usize::MAX).unwrap().is_empty());
+    }
+
+    /// Schema 14: the bypassed ranges that collections before it left
+    /// with no kept checkpoint in them go at the migration; the others stay.
+    #[test]
+    fn version_thirteen_database_drops_bypassed_ranges_no_checkpoint_lies_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sqlite");
+        {
+            let m = Meta::open(&p).unwrap();
+            m.conn
+                .execute_batch(
+                    "INSERT INTO checkpoints(id, reason, created_at) VALUES (0, 'mount', 1), (4, 'turn', 2), (9, 'turn', 3);
+                     INSERT INTO bypassed(object, first, last) VALUES (1, 1, 3), (2, 2, 4), (3, 5, 8), (4, 0, 0), (5, 3, 9);
+                     DROP INDEX bypassed_by_first; PRAGMA user_version = 13",
+                )
+                .unwrap();
+        }
+        let m = Meta::open(&p).unwrap();
+        let v: i64 = m.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let objects: Vec<i64> = {
+            let mut stmt =
+                m.conn.prepare("SELECT object FROM bypassed INDEXED BY bypassed_by_first ORDER BY object").unwrap();
+            stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+        };
+        assert_eq!(objects, vec![2, 4, 5]);
     }
 
     #[test]

@@ -101,7 +101,11 @@ impl Meta {
     /// The checkpoint a snapshot name names.
     pub fn snapshot(&self, name: &str) -> MetaResult<Option<i64>> {
         self.conn
-            .query_row("SELECT checkpoint FROM snapshots WHERE name = ?1", [name], |r| r.get(0))
+            .prepare_cached(
+                "SELECT s.checkpoint FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint WHERE s.name = ?1",
+            )
+            .ctx("prepare")?
+            .query_row([name], |r| r.get(0))
             .optional()
             .ctx("read snapshot")
     }
@@ -298,9 +302,9 @@ impl Meta {
         };
         let newer: Option<i64> =
             c.query_row("SELECT MIN(id) FROM checkpoints WHERE id > ?1", [f], |r| r.get(0)).ctx("read checkpoints")?;
-        if newer.is_none() {
+        let Some(newer) = newer else {
             return Err(MetaError::Malformed { what: "checkpoint to forget (it is the newest)" });
-        }
+        };
         let p: Option<i64> =
             c.query_row("SELECT MAX(id) FROM checkpoints WHERE id < ?1", [f], |r| r.get(0)).ctx("read checkpoints")?;
         if let Some(p) = p {
@@ -332,6 +336,7 @@ impl Meta {
         c.execute("DELETE FROM snapshots WHERE checkpoint = ?1", [f]).ctx("drop snapshot name")?;
         c.execute("DELETE FROM checkpoints WHERE id = ?1", [f]).ctx("drop checkpoint")?;
         self.prune_own_changes()?;
+        self.prune_bypassed(p, newer)?;
         let g = Forgetting { checkpoint: f, into: p };
         self.set_state(FORGETTING, &serde_json::to_string(&g).unwrap_or_default())?;
         Ok(g)
@@ -347,6 +352,7 @@ impl Meta {
     ///   seal of the first checkpoint after T, which is O: when O's seal is
     ///   E, it answers nothing asked. (With a clock set back, the oldest
     ///   may not be sealed first: then its rows stay.)
+    ///
     /// Forgetting the safety checkpoint of a rewind (T itself, with kept
     /// checkpoints before it) keeps its row: views of those ask about it.
     /// Each read and delete is indexed.
@@ -363,6 +369,24 @@ impl Meta {
             [earliest],
         )
         .ctx("drop the turns of old rewinds")?;
+        Ok(())
+    }
+
+    /// Drops the ranges of unknown states (`bypassed`) that no kept
+    /// checkpoint lies in any more, once a forget left `p` and `newer` as
+    /// the kept checkpoints around the gap it made (`p` None: none before).
+    /// Views ask only about kept checkpoints, so such a range answers
+    /// nothing; one that still holds a kept checkpoint stays whole (it
+    /// must go on saying "unknown" there). A range with none is one that
+    /// lies in the gap: it starts after `p` and ends before `newer`.
+    /// Indexed by where ranges start (`bypassed_by_first`): the rows read
+    /// are those that start in the gap.
+    fn prune_bypassed(&self, p: Option<i64>, newer: i64) -> MetaResult<()> {
+        self.conn
+            .prepare_cached("DELETE FROM bypassed WHERE first > ?1 AND first < ?2 AND last < ?2")
+            .ctx("prepare")?
+            .execute(params![p.unwrap_or(-1), newer])
+            .ctx("drop ranges of unknown states no kept checkpoint reads")?;
         Ok(())
     }
 
@@ -591,6 +615,7 @@ impl Meta {
         self.forget_known_content(id)?;
         // Gone from the tree for good: no view asks about its ctime.
         self.conn.execute("DELETE FROM own_ctime WHERE object = ?1", [id.0]).ctx("drop the daemon's own ctime")?;
+        self.conn.execute("DELETE FROM bypassed WHERE object = ?1", [id.0]).ctx("drop its unknown states")?;
         self.conn.execute("INSERT OR IGNORE INTO gc_attic(object) VALUES (?1)", [id.0]).ctx("note attic removal")?;
         // Its slot goes after the commit; a rewind must no longer count on it.
         self.attic_take(id)?;
@@ -852,6 +877,59 @@ mod tests {
                 assert_eq!(now, was, "a question a kept checkpoint asks, at {ns} ns");
             }
         }
+    }
+
+    /// Issue 15: the ranges of unknown states (`bypassed`) that no kept
+    /// checkpoint lies in go with the forget that leaves them so, and those
+    /// of an object dropped as unreachable go with it; a range that still
+    /// holds a kept checkpoint stays whole, and every kept checkpoint's
+    /// answer stays what it was. Each forget deletes through the index of
+    /// where ranges start, not by reading the table.
+    #[test]
+    fn forgetting_drops_the_bypassed_ranges_no_kept_checkpoint_lies_in() {
+        let m = Meta::open_in_memory().unwrap();
+        for n in 0..10 {
+            checkpoint(&m, n);
+        }
+        let ranges = [(1, 2, 4), (2, 3, 3), (3, 0, 7), (4, 5, 6), (5, 8, 8), (6, 1, 1), (6, 6, 8)];
+        for (o, first, last) in ranges {
+            m.mark_bypassed(ObjectId(o), first, last).unwrap();
+        }
+        let answers = |m: &Meta, kept: &[i64]| -> Vec<Option<i64>> {
+            (1..=6)
+                .flat_map(|o| kept.iter().map(move |&k| (o, k)))
+                .map(|(o, k)| m.bypassed_at(ObjectId(o), k).unwrap())
+                .collect()
+        };
+        let table = |m: &Meta| -> Vec<(i64, i64, i64)> {
+            let mut stmt = m.conn.prepare("SELECT object, first, last FROM bypassed ORDER BY object, first").unwrap();
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+        };
+        let mut kept: Vec<i64> = (0..10).collect();
+        for f in [3, 2, 4, 5, 6, 0, 8] {
+            kept.retain(|&k| k != f);
+            let before = answers(&m, &kept);
+            m.transaction(|m| m.forget_checkpoint(f, "retention", 0)).unwrap();
+            assert_eq!(answers(&m, &kept), before, "after forgetting {f}: a kept checkpoint's answer changed");
+            let expected: Vec<(i64, i64, i64)> = ranges
+                .iter()
+                .copied()
+                .filter(|&(_, first, last)| kept.iter().any(|k| (first..=last).contains(k)))
+                .collect();
+            assert_eq!(table(&m), expected, "after forgetting {f} (kept {kept:?})");
+        }
+        // Kept: 1, 7, 9. Object 6's range 6..=8 holds 7 alone.
+        assert_eq!(table(&m), vec![(3, 0, 7), (6, 1, 1), (6, 6, 8)]);
+        m.transaction(|m| m.drop_unreachable(ObjectId(6)).map(drop)).unwrap();
+        assert_eq!(table(&m), vec![(3, 0, 7)], "an unreachable object's ranges go with it");
+        let plan: Vec<String> = {
+            let mut stmt = m
+                .conn
+                .prepare("EXPLAIN QUERY PLAN DELETE FROM bypassed WHERE first > ?1 AND first < ?2 AND last < ?2")
+                .unwrap();
+            stmt.query_map(params![1, 7], |r| r.get::<_, String>(3)).unwrap().map(Result::unwrap).collect()
+        };
+        assert!(plan.iter().any(|l| l.contains("bypassed_by_first")), "not indexed: {plan:?}");
     }
 
     #[test]

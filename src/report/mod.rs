@@ -362,8 +362,7 @@ pub fn summarize_sealed_turn(tree: &LiveTree, journal: &Journal, turn: i64) -> V
     let paths = journal.with_meta(|m| m.turn_paths(turn))?.map(|p| decode_paths(&p));
     // The next kept checkpoint: forgotten ones merged their turns into
     // the one before them (`journal/retention.rs`).
-    let next =
-        journal.with_meta(|m| m.checkpoints())?.iter().map(|c| c.checkpoint).find(|&c| c > turn).unwrap_or(turn + 1);
+    let next = journal.with_meta(|m| m.first_sealed_after(turn))?.map_or(turn + 1, |(c, _)| c);
     let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(tree, journal, next))?;
     if let Err(e) = journal.with_meta(|m| m.set_turn_stats(turn, &stats)) {
         log::warn!("cannot store the statistics of turn {turn}: {e}");

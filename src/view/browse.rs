@@ -430,11 +430,17 @@ impl Browser {
 
     fn checkpoint_named(&self, name: &OsStr, by_message: bool) -> ViewResult<i64> {
         let name = name.to_str().ok_or_else(enoent)?;
-        let all = self.journal.with_meta(|m| m.checkpoints())?;
-        all.iter()
-            .find(|c| if by_message { c.message_id.as_deref() == Some(name) } else { c.checkpoint.to_string() == name })
-            .map(|c| c.checkpoint)
-            .ok_or_else(enoent)
+        // Indexed lookups: a view's first lookup does not read the history.
+        let found = if by_message {
+            self.journal.with_meta(|m| m.checkpoint_with_message(name, None))?
+        } else {
+            match name.parse::<i64>() {
+                // Only the number as listed (`07` names nothing).
+                Ok(n) if n.to_string() == name => self.journal.with_meta(|m| m.checkpoint(n))?.map(|c| c.checkpoint),
+                _ => None,
+            }
+        };
+        found.ok_or_else(enoent)
     }
 
     /// Looks `name` up in directory `dir`. The answer holds one kernel
@@ -724,6 +730,30 @@ mod tests {
             let _ = k.lookup(b, root, name.to_str().expect("utf-8"));
         }
         files
+    }
+
+    /// `checkpoints/N` and `messages/ID` are found by indexed lookups:
+    /// only the number as listed names a checkpoint (not `00` or `+1`),
+    /// and a message id names the checkpoint sealed with it.
+    #[test]
+    fn checkpoints_are_looked_up_by_their_number_and_message_as_listed() {
+        let (_dir, b) = browser_over(&["a".to_string()]);
+        let info = crate::journal::TurnInfo { message_id: Some("m1".into()), ..Default::default() };
+        b.journal.seal(&info, crate::meta::Reason::Turn, || {}).expect("seal");
+        let mut k = Kernel::default();
+        let (cps, msgs) = (k.lookup(&b, b.top(), "checkpoints"), k.lookup(&b, b.top(), "messages"));
+        let (zero, one) = (k.lookup(&b, cps, "0"), k.lookup(&b, cps, "1"));
+        assert_ne!(zero, one);
+        assert_eq!(k.lookup(&b, msgs, "m1"), one, "messages/m1 is checkpoint 1");
+        for (dir, name) in [(cps, "00"), (cps, "+1"), (cps, "2"), (cps, "m1"), (msgs, "m2"), (msgs, "1")] {
+            let got = b.lookup(dir, OsStr::new(name));
+            assert!(
+                got.as_ref().is_err_and(|e| crate::error::AsErrno::errno(e).0 == libc::ENOENT),
+                "{name}: {:?}",
+                got.map(|a| a.ino)
+            );
+        }
+        k.forget_all(&b);
     }
 
     #[test]
