@@ -408,6 +408,23 @@ fn a_rewind_leaves_files_moved_aside_in_their_directory_alone_after_the_dentries
     h.check_views("after the undo");
 }
 
+/// Files with two names in directories no turn touched, changed in place:
+/// the rewind finds one name of each where the kernel points and walks
+/// the whole tree for the other. It walked it once per file (O(tree) for
+/// each); now one walk finds the names of every file the rewind restores.
+#[test]
+fn a_rewind_walks_the_tree_once_for_the_names_of_many_hard_linked_files() {
+    let mut h = History::logged("mkdir p q && for i in $(seq 1 20); do echo $i > p/f$i && ln p/f$i q/f$i; done");
+    let k = h.turn();
+    h.sh("for i in $(seq 1 20); do echo more >> p/f$i; done");
+    h.turn();
+    let safety = h.rewind(k);
+    assert_eq!(h.whole_tree_walks().len(), 1, "walks of the whole tree: {:#?}", h.whole_tree_walks());
+    h.check_views("after the rewind");
+    h.rewind(safety);
+    h.check_views("after the undo");
+}
+
 // Multi-step changes undo their earlier steps when a later one fails
 // (issue 11). The failure is injected through the test hooks
 // (`REWINDFS_TEST_FAIL_AT=POINT:N`, `cargo test` builds only).

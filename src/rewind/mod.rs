@@ -72,6 +72,10 @@ struct Rewinder<'a> {
     /// the tree's places and the attic's, each listed when first needed.
     tree_places: RefCell<Option<places::Index>>,
     attic_places: RefCell<Option<places::Index>>,
+    /// The files step 3 restores, by inode, and the names a walk of the
+    /// whole tree found for them (one walk per rewind, for all of them).
+    to_restore: HashSet<places::Key>,
+    walked: RefCell<Option<places::Index>>,
     /// Directories changed by replacing a file's inode, whose own times
     /// must be put back at the end.
     dirs_touched: BTreeSet<ObjectId>,
@@ -110,6 +114,8 @@ pub fn rewind(
         changed_dirs: BTreeSet::new(),
         tree_places: RefCell::new(None),
         attic_places: RefCell::new(None),
+        to_restore: HashSet::new(),
+        walked: RefCell::new(None),
         dirs_touched: BTreeSet::new(),
         out: Vec::new(),
         touched,
@@ -201,6 +207,7 @@ pub fn rewind(
             linked.push(*id);
         }
         files.push(*id);
+        r.to_restore.insert((st.st_dev, st.st_ino));
     }
     // Before the contents: a file left with one name can swap in a new
     // inode instead of being rewritten in place.
@@ -481,9 +488,10 @@ impl Rewinder<'_> {
     /// `want`, its link count at the checkpoint), as (directory, name). It
     /// looks where the names are likely first (the kernel's name for the
     /// inode, the names this rewind gave it back, and their directories),
-    /// then, if names are still missing, walks the whole tree: that is
-    /// rare (a file with several names in different directories, or whose
-    /// kernel name is one it lost), and a name missed would be left
+    /// then, if names are still missing, walks the whole tree, once per
+    /// rewind for all the files step 3 restores: that is rare (a file
+    /// with several names in different directories, or at none of the
+    /// places `locate_under` looks), and a name missed would be left
     /// pointing at the inode the rewind moves away.
     fn names_in_tree(
         &self,
@@ -507,32 +515,34 @@ impl Rewinder<'_> {
         }
         let mut scanned: HashSet<u64> = HashSet::new();
         for dir in dirs {
-            if self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found, None)? && found.len() as u64 >= want {
+            if self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found)? && found.len() as u64 >= want {
                 return Ok(found);
             }
         }
         if (found.len() as u64) < want {
-            log::info!("rewind: looking for the names of object {} in the whole tree", id.0);
-            let root = rustix::fs::openat(
-                self.tree.root_fd(),
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(from_rustix("open the root"))?;
-            let mut stack = vec![root];
-            let attic = self.tree.attic().fd().and_then(|a| rustix::fs::fstat(a).ok()).map(|a| (a.st_dev, a.st_ino));
-            while let Some(dir) = stack.pop() {
-                let mut subdirs = Vec::new();
-                self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found, Some(&mut subdirs))?;
-                if found.len() as u64 >= want {
-                    break;
-                }
-                for sub in subdirs {
-                    let s = rustix::fs::fstat(&sub).map_err(from_rustix("stat"))?;
-                    if Some((s.st_dev, s.st_ino)) != attic {
-                        stack.push(sub);
-                    }
+            // One walk for every file step 3 restores: a rewind over many
+            // files whose names are where the journal does not point
+            // walks the tree once, not once per file.
+            if self.walked.borrow().is_none() {
+                log::info!("rewind: looking for the names of object {} in the whole tree", id.0);
+                let attic =
+                    self.tree.attic().fd().and_then(|a| rustix::fs::fstat(a).ok()).map(|a| (a.st_dev, a.st_ino));
+                let mut wanted = self.to_restore.clone();
+                wanted.insert(key);
+                let mut walked = places::Index::default();
+                walked.add_tree(self.tree.root_fd(), attic, &wanted).map_err(from_rustix("walk the tree"))?;
+                *self.walked.borrow_mut() = Some(walked);
+            }
+            let walked = self.walked.borrow();
+            for (h, name) in walked.iter().flat_map(|w| w.names_of(key)) {
+                let Ok(dir) = self.tree.backing().open_handle(h, libc::O_PATH | libc::O_DIRECTORY) else { continue };
+                let (Ok(d), Ok(s)) =
+                    (rustix::fs::fstat(&dir), rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW))
+                else {
+                    continue;
+                };
+                if (s.st_dev, s.st_ino) == key && seen.insert((d.st_ino, name.clone())) {
+                    found.push((dir, name.clone()));
                 }
             }
         }
@@ -540,8 +550,7 @@ impl Rewinder<'_> {
     }
 
     /// Adds the names in `dir` of the inode `key` to `found` (`false` if
-    /// it was scanned already); with `subdirs`, also collects its
-    /// subdirectories, opened.
+    /// it was scanned already).
     fn scan_dir_for(
         &self,
         dir: OwnedFd,
@@ -549,11 +558,9 @@ impl Rewinder<'_> {
         scanned: &mut HashSet<u64>,
         seen: &mut HashSet<(u64, OsString)>,
         found: &mut Vec<(OwnedFd, OsString)>,
-        mut subdirs: Option<&mut Vec<OwnedFd>>,
     ) -> Result<bool, RestoreError> {
         let dst = rustix::fs::fstat(&dir).map_err(from_rustix("stat"))?;
-        // A walk still needs the subdirectories of one scanned before.
-        if !scanned.insert(dst.st_ino) && subdirs.is_none() {
+        if !scanned.insert(dst.st_ino) {
             return Ok(false);
         }
         let listing =
@@ -572,16 +579,6 @@ impl Rewinder<'_> {
             let Ok(st) = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
             if (st.st_dev, st.st_ino) == key && seen.insert((dst.st_ino, name.clone())) {
                 mine.push(name);
-            } else if st.st_mode & libc::S_IFMT == libc::S_IFDIR
-                && let Some(subs) = subdirs.as_deref_mut()
-                && let Ok(sub) = rustix::fs::openat(
-                    &dir,
-                    &name,
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            {
-                subs.push(sub);
             }
         }
         for name in mine {

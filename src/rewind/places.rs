@@ -76,6 +76,42 @@ impl Index {
         }
     }
 
+    /// Records the names of the non-directories in `wanted` everywhere
+    /// below `root` but in the directory `skip` (the attic, when it is in
+    /// the tree): one walk of the whole tree for all of them. Opens one
+    /// descriptor per directory still to list.
+    pub fn add_tree(
+        &mut self,
+        root: BorrowedFd<'_>,
+        skip: Option<Key>,
+        wanted: &HashSet<Key>,
+    ) -> rustix::io::Result<()> {
+        let mut stack = vec![crate::rewind::open_dir(root, OsStr::new("."))?];
+        while let Some(dir) = stack.pop() {
+            let mut names = Vec::new();
+            for entry in rustix::fs::Dir::read_from(&dir)? {
+                let name = entry?.file_name().to_bytes().to_vec();
+                if name != b"." && name != b".." {
+                    names.push(OsString::from(OsStr::from_bytes(&name)));
+                }
+            }
+            for name in names {
+                let Ok(st) = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+                let key = (st.st_dev, st.st_ino);
+                if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                    if wanted.contains(&key) {
+                        self.add(dir.as_fd(), &name, &st);
+                    }
+                } else if Some(key) != skip
+                    && let Ok(sub) = crate::rewind::open_dir(dir.as_fd(), &name)
+                {
+                    stack.push(sub);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Records what is at `path` (relative to `root`, no symlink
     /// followed): a non-directory itself, a directory's non-directories.
     /// A path that no longer leads anywhere is passed over.
@@ -142,6 +178,17 @@ mod tests {
         assert!(names(&index, &root.join("b/y")).is_empty());
         assert!(names(&index, &root.join("top")).is_empty());
         assert!(names(&index, &root.join("a/sub")).is_empty(), "directories are not indexed");
+
+        let mut walked = Index::default();
+        let wanted = HashSet::from([key_of(&root.join("a/f")), key_of(&root.join("a/sub/deep"))]);
+        walked.add_tree(root_fd.as_fd(), Some(key_of(&root.join("b"))), &wanted).unwrap();
+        assert_eq!(names(&walked, &root.join("a/f")), ["f", "g"]);
+        assert_eq!(names(&walked, &root.join("a/sub/deep")), ["deep"]);
+        assert!(names(&walked, &root.join("top")).is_empty(), "only the files wanted");
+        walked
+            .add_tree(root_fd.as_fd(), Some(key_of(&root.join("b"))), &HashSet::from([key_of(&root.join("b/x"))]))
+            .unwrap();
+        assert!(names(&walked, &root.join("b/x")).is_empty(), "a skipped directory is not walked");
 
         index.add_path(root_fd.as_fd(), Path::new(""));
         assert_eq!(names(&index, &root.join("top")), ["top"]);
