@@ -39,6 +39,14 @@ impl History {
         History(common::copied::CopiedHistory::new(setup, &args))
     }
 
+    /// As `new`, with a daemon that logs at least its `info` lines (what a
+    /// test reads from `daemon.log`).
+    fn logged(setup: &str) -> History {
+        let level = std::env::var("RUST_LOG").unwrap_or_default();
+        let level = if level.contains("debug") || level.contains("trace") { level } else { "rewindfs=info".into() };
+        History(common::copied::CopiedHistory::with_env(setup, &["--auto-turn", "0"], &[("RUST_LOG", &level)]))
+    }
+
     fn sh(&self, script: &str) {
         self.fx.sh(script);
     }
@@ -48,6 +56,34 @@ impl History {
         let (safety, _) = self.rewind_recorded(to);
         assert_same_tree(&self.copies[&to], self.fx.path(), &format!("live tree after rewind to {to}"));
         safety
+    }
+
+    /// As `rewind`, with the kernel's dentries dropped just before, as
+    /// memory pressure (or another job's `drop_caches`) does: a file met
+    /// again by handle then has a disconnected dentry, and the kernel's path
+    /// of it is "/".
+    fn rewind_cold(&mut self, to: i64) -> i64 {
+        let (safety, _) = self.rewind_recorded_after(to, || {
+            std::fs::write("/proc/sys/vm/drop_caches", "2").expect("drop the dentry cache (root)");
+        });
+        assert_same_tree(&self.copies[&to], self.fx.path(), &format!("live tree after rewind to {to}"));
+        safety
+    }
+
+    /// The daemon log's lines about a rewind walking the whole tree.
+    fn whole_tree_walks(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.fx.store.join("daemon.log")).expect("daemon log");
+        log.lines().filter(|l| l.contains("in the whole tree")).map(str::to_string).collect()
+    }
+
+    /// Makes directory D with `make_d`, then a rewind moves it aside and
+    /// its undo brings it back. Returns the tree rewound to in between, in
+    /// which D is not (in the attic), as the undo's safety checkpoint.
+    fn d_moved_aside_and_back(&mut self, make_d: &str) -> i64 {
+        self.sh(make_d);
+        self.turn();
+        let s1 = self.rewind(0);
+        self.rewind(s1)
     }
 
     /// Every checkpoint's view equals its copy.
@@ -180,11 +216,7 @@ fn rewind_leaves_no_stray_hard_link_in_a_directory_it_moves_aside() {
 #[test]
 fn rewind_does_not_wait_for_a_directory_that_was_not_in_the_tree() {
     let mut h = History::new("echo a > a");
-    h.sh("mkdir D && echo x > D/x");
-    h.turn();
-    let s1 = h.rewind(0);
-    // The tree without D (D in the attic, with x).
-    let without_d = h.rewind(s1);
+    let without_d = h.d_moved_aside_and_back("mkdir D && echo x > D/x");
     h.sh("rm D/x");
     h.turn();
     let s2 = h.rewind(without_d);
@@ -199,10 +231,7 @@ fn rewind_does_not_wait_for_a_directory_that_was_not_in_the_tree() {
 #[test]
 fn rewind_does_not_wait_for_a_removed_directory_that_was_not_in_the_tree() {
     let mut h = History::new("echo a > a");
-    h.sh("mkdir D && echo x > D/x");
-    h.turn();
-    let s1 = h.rewind(0);
-    let without_d = h.rewind(s1);
+    let without_d = h.d_moved_aside_and_back("mkdir D && echo x > D/x");
     h.sh("rm -rf D");
     h.turn();
     let s2 = h.rewind(without_d);
@@ -334,6 +363,66 @@ fn a_descriptor_held_on_a_hard_linked_file_in_a_new_directory_keeps_its_bytes() 
     held.read_to_string(&mut got).unwrap();
     assert_eq!(got, "first bytes\nsecond bytes, longer\n", "the held descriptor's file");
     h.check_views("after the rewind");
+}
+
+/// Files changed in place, rewound once their dentries had left the
+/// kernel's cache: the rewind found where each file is from the kernel's
+/// path of its descriptor, which is "/" for a disconnected dentry, and
+/// walked the whole tree for the names of every such file (O(tree) per
+/// file). It now finds them where the journal says they changed.
+#[test]
+fn a_rewind_finds_files_whose_dentries_left_the_cache_without_walking_the_tree() {
+    let mut h = History::logged(
+        "mkdir -p src/a src/b && for i in $(seq 1 40); do echo $i > src/a/f$i; echo $i > src/b/g$i; done && echo r > top",
+    );
+    let k = h.turn();
+    h.sh("for i in $(seq 1 40); do echo more >> src/a/f$i; chmod 600 src/b/g$i; done; echo r2 >> top; mv src/b/g1 src/a/g1");
+    h.turn();
+    let safety = h.rewind_cold(k);
+    assert_eq!(h.whole_tree_walks(), Vec::<String>::new(), "the rewind walked the whole tree");
+    h.check_views("after the rewind");
+    h.rewind_cold(safety);
+    assert_eq!(h.whole_tree_walks(), Vec::<String>::new(), "the undo walked the whole tree");
+    h.check_views("after the undo");
+}
+
+/// Files inside a directory that the rewind moves aside whole (one an
+/// earlier rewind had moved aside, so not in the tree rewound to) are in
+/// the attic and left alone. Once their dentries had left the kernel's
+/// cache, the rewind took them for files of the tree: it set their modes
+/// back in the attic and walked the whole tree for the names of each one
+/// whose bytes changed.
+#[test]
+fn a_rewind_leaves_files_moved_aside_in_their_directory_alone_after_the_dentries_left_the_cache() {
+    let mut h = History::logged("echo a > a");
+    let without_d = h.d_moved_aside_and_back("mkdir D && for i in $(seq 1 30); do echo $i > D/x$i; done");
+    h.sh("chmod 600 D/x* && for i in $(seq 1 10); do echo more >> D/x$i; done");
+    h.turn();
+    let s2 = h.rewind_cold(without_d);
+    let modes = sh(&h.fx.store, "find attic -type f -name 'x*' -printf '%m\\n' | sort | uniq -c");
+    assert_eq!(modes.split_whitespace().collect::<Vec<_>>(), ["30", "600"], "modes of D's files in the attic");
+    assert_eq!(h.whole_tree_walks(), Vec::<String>::new(), "the rewind walked the whole tree");
+    h.check_views("after the rewind");
+    h.rewind_cold(s2);
+    assert_eq!(h.whole_tree_walks(), Vec::<String>::new(), "the undo walked the whole tree");
+    h.check_views("after the undo");
+}
+
+/// Files with two names in directories no turn touched, changed in place:
+/// the rewind finds one name of each where the kernel points and walks
+/// the whole tree for the other. It walked it once per file (O(tree) for
+/// each); now one walk finds the names of every file the rewind restores.
+#[test]
+fn a_rewind_walks_the_tree_once_for_the_names_of_many_hard_linked_files() {
+    let mut h = History::logged("mkdir p q && for i in $(seq 1 20); do echo $i > p/f$i && ln p/f$i q/f$i; done");
+    let k = h.turn();
+    h.sh("for i in $(seq 1 20); do echo more >> p/f$i; done");
+    h.turn();
+    let safety = h.rewind(k);
+    assert_eq!(h.whole_tree_walks().len(), 1, "walks of the whole tree: {:#?}", h.whole_tree_walks());
+    h.check_views("after the rewind");
+    h.rewind(safety);
+    h.check_views("after the undo");
 }
 
 // Multi-step changes undo their earlier steps when a later one fails

@@ -615,7 +615,7 @@ pub fn encode_paths(paths: &[PathBuf]) -> Vec<u8> {
     out
 }
 
-fn decode_paths(raw: &[u8]) -> Vec<PathBuf> {
+pub(crate) fn decode_paths(raw: &[u8]) -> Vec<PathBuf> {
     let body = raw.strip_suffix(&[0]).unwrap_or(raw);
     if body.is_empty() && raw.is_empty() {
         return Vec::new();

@@ -16,8 +16,10 @@
 //! Each step goes through the same recording as any writer, so the rewind
 //! is itself a turn and is undone by rewinding to the safety checkpoint.
 
+mod places;
 pub mod preflight;
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -62,6 +64,18 @@ struct Rewinder<'a> {
     names_then: std::collections::HashMap<ObjectId, Vec<(ObjectId, Vec<u8>)>>,
     /// Objects this rewind moved into the attic (and not yet back).
     in_attic: HashSet<ObjectId>,
+    /// The checkpoint rewound to.
+    checkpoint: i64,
+    /// Directories whose names changed since the checkpoint.
+    changed_dirs: BTreeSet<ObjectId>,
+    /// Where to look for a file the kernel cannot name (see `places`):
+    /// the tree's places and the attic's, each listed when first needed.
+    tree_places: RefCell<Option<places::Index>>,
+    attic_places: RefCell<Option<places::Index>>,
+    /// The files step 3 restores, by inode, and the names a walk of the
+    /// whole tree found for them (one walk per rewind, for all of them).
+    to_restore: HashSet<places::Key>,
+    walked: RefCell<Option<places::Index>>,
     /// Directories changed by replacing a file's inode, whose own times
     /// must be put back at the end.
     dirs_touched: BTreeSet<ObjectId>,
@@ -96,6 +110,12 @@ pub fn rewind(
         ops: RewindOps::new(tree, journal, caller),
         names_then: std::collections::HashMap::new(),
         in_attic: HashSet::new(),
+        checkpoint,
+        changed_dirs: BTreeSet::new(),
+        tree_places: RefCell::new(None),
+        attic_places: RefCell::new(None),
+        to_restore: HashSet::new(),
+        walked: RefCell::new(None),
         dirs_touched: BTreeSet::new(),
         out: Vec::new(),
         touched,
@@ -111,6 +131,7 @@ pub fn rewind(
         objects.len(),
         started.elapsed()
     );
+    r.changed_dirs = keys.iter().map(|(d, _)| *d).collect();
 
     // 1. Move aside whatever is not where it was.
     let mut placements: Vec<(ObjectId, Vec<u8>, ObjectId)> = Vec::new();
@@ -156,7 +177,7 @@ pub fn rewind(
     log::debug!("rewind to {checkpoint}: step 2 (put back) done at {:?}", started.elapsed());
     // 3. Attributes and in-place content changes; directories last, since
     // putting names back changes their times.
-    let mut dirs: BTreeSet<ObjectId> = keys.iter().map(|(d, _)| *d).collect();
+    let mut dirs: BTreeSet<ObjectId> = r.changed_dirs.clone();
     let (mut linked, mut files): (Vec<ObjectId>, Vec<ObjectId>) = (Vec::new(), Vec::new());
     // Each object once: an object both changed and put back is in both
     // lists, and a second visit would find the inode that the first one
@@ -186,6 +207,7 @@ pub fn rewind(
             linked.push(*id);
         }
         files.push(*id);
+        r.to_restore.insert((st.st_dev, st.st_ino));
     }
     // Before the contents: a file left with one name can swap in a new
     // inode instead of being rewritten in place.
@@ -204,7 +226,7 @@ pub fn rewind(
             continue;
         }
         if let Some(fd) = r.object_fd(id)
-            && r.locate_in_attic(fd.as_fd())?.is_none()
+            && r.locate_in_attic(id, fd.as_fd())?.is_none()
         {
             r.restore_attrs(id, fd.as_fd())?;
         }
@@ -345,7 +367,7 @@ impl Rewinder<'_> {
         if from_slot {
             self.in_attic.remove(&target);
         } else if let Some(fd) = self.object_fd(target) {
-            match self.locate_in_attic(fd.as_fd())? {
+            match self.locate_in_attic(target, fd.as_fd())? {
                 // In its own slot with no row in the attic table (a crash
                 // between the two): the attic itself is no object of history.
                 Some((from, from_name)) if self.is_attic_root(from.as_fd()) && from_name == *target.0.to_string() => {
@@ -466,9 +488,10 @@ impl Rewinder<'_> {
     /// `want`, its link count at the checkpoint), as (directory, name). It
     /// looks where the names are likely first (the kernel's name for the
     /// inode, the names this rewind gave it back, and their directories),
-    /// then, if names are still missing, walks the whole tree: that is
-    /// rare (a file with several names in different directories, or whose
-    /// kernel name is one it lost), and a name missed would be left
+    /// then, if names are still missing, walks the whole tree, once per
+    /// rewind for all the files step 3 restores: that is rare (a file
+    /// with several names in different directories, or at none of the
+    /// places `locate_under` looks), and a name missed would be left
     /// pointing at the inode the rewind moves away.
     fn names_in_tree(
         &self,
@@ -482,7 +505,7 @@ impl Rewinder<'_> {
         let mut found: Vec<(OwnedFd, OsString)> = Vec::new();
         let mut seen: HashSet<(u64, OsString)> = HashSet::new();
         let mut dirs: Vec<OwnedFd> = Vec::new();
-        if let Some((dir, _)) = self.location(fd)? {
+        if let Some((dir, _)) = self.location(id, fd)? {
             dirs.push(dir);
         }
         for (dir, _) in self.names_then.get(&id).into_iter().flatten() {
@@ -492,32 +515,34 @@ impl Rewinder<'_> {
         }
         let mut scanned: HashSet<u64> = HashSet::new();
         for dir in dirs {
-            if self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found, None)? && found.len() as u64 >= want {
+            if self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found)? && found.len() as u64 >= want {
                 return Ok(found);
             }
         }
         if (found.len() as u64) < want {
-            log::info!("rewind: looking for the names of object {} in the whole tree", id.0);
-            let root = rustix::fs::openat(
-                self.tree.root_fd(),
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(from_rustix("open the root"))?;
-            let mut stack = vec![root];
-            let attic = self.tree.attic().fd().and_then(|a| rustix::fs::fstat(a).ok()).map(|a| (a.st_dev, a.st_ino));
-            while let Some(dir) = stack.pop() {
-                let mut subdirs = Vec::new();
-                self.scan_dir_for(dir, key, &mut scanned, &mut seen, &mut found, Some(&mut subdirs))?;
-                if found.len() as u64 >= want {
-                    break;
-                }
-                for sub in subdirs {
-                    let s = rustix::fs::fstat(&sub).map_err(from_rustix("stat"))?;
-                    if Some((s.st_dev, s.st_ino)) != attic {
-                        stack.push(sub);
-                    }
+            // One walk for every file step 3 restores: a rewind over many
+            // files whose names are where the journal does not point
+            // walks the tree once, not once per file.
+            if self.walked.borrow().is_none() {
+                log::info!("rewind: looking for the names of object {} in the whole tree", id.0);
+                let attic =
+                    self.tree.attic().fd().and_then(|a| rustix::fs::fstat(a).ok()).map(|a| (a.st_dev, a.st_ino));
+                let mut wanted = self.to_restore.clone();
+                wanted.insert(key);
+                let mut walked = places::Index::default();
+                walked.add_tree(self.tree.root_fd(), attic, &wanted).map_err(from_rustix("walk the tree"))?;
+                *self.walked.borrow_mut() = Some(walked);
+            }
+            let walked = self.walked.borrow();
+            for (h, name) in walked.iter().flat_map(|w| w.names_of(key)) {
+                let Ok(dir) = self.tree.backing().open_handle(h, libc::O_PATH | libc::O_DIRECTORY) else { continue };
+                let (Ok(d), Ok(s)) =
+                    (rustix::fs::fstat(&dir), rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW))
+                else {
+                    continue;
+                };
+                if (s.st_dev, s.st_ino) == key && seen.insert((d.st_ino, name.clone())) {
+                    found.push((dir, name.clone()));
                 }
             }
         }
@@ -525,8 +550,7 @@ impl Rewinder<'_> {
     }
 
     /// Adds the names in `dir` of the inode `key` to `found` (`false` if
-    /// it was scanned already); with `subdirs`, also collects its
-    /// subdirectories, opened.
+    /// it was scanned already).
     fn scan_dir_for(
         &self,
         dir: OwnedFd,
@@ -534,11 +558,9 @@ impl Rewinder<'_> {
         scanned: &mut HashSet<u64>,
         seen: &mut HashSet<(u64, OsString)>,
         found: &mut Vec<(OwnedFd, OsString)>,
-        mut subdirs: Option<&mut Vec<OwnedFd>>,
     ) -> Result<bool, RestoreError> {
         let dst = rustix::fs::fstat(&dir).map_err(from_rustix("stat"))?;
-        // A walk still needs the subdirectories of one scanned before.
-        if !scanned.insert(dst.st_ino) && subdirs.is_none() {
+        if !scanned.insert(dst.st_ino) {
             return Ok(false);
         }
         let listing =
@@ -557,16 +579,6 @@ impl Rewinder<'_> {
             let Ok(st) = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
             if (st.st_dev, st.st_ino) == key && seen.insert((dst.st_ino, name.clone())) {
                 mine.push(name);
-            } else if st.st_mode & libc::S_IFMT == libc::S_IFDIR
-                && let Some(subs) = subdirs.as_deref_mut()
-                && let Ok(sub) = rustix::fs::openat(
-                    &dir,
-                    &name,
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            {
-                subs.push(sub);
             }
         }
         for name in mine {
@@ -638,7 +650,7 @@ impl Rewinder<'_> {
         if self.in_attic.contains(&id) || self.journal.in_attic(id)? {
             return Ok(true);
         }
-        Ok(self.locate_in_attic(fd)?.is_some())
+        Ok(self.locate_in_attic(id, fd)?.is_some())
     }
 
     /// Whether `dir` is the attic directory itself.
@@ -648,51 +660,175 @@ impl Rewinder<'_> {
     }
 
     /// Where a live object is inside the attic, if it is there.
-    fn locate_in_attic(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+    fn locate_in_attic(&self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
         match self.tree.attic().fd() {
-            Some(attic) => self.locate_under(fd, attic),
+            Some(attic) => self.locate_under(id, fd, attic),
             None => Ok(None),
         }
     }
 
     /// Where a live file is in the tree, as (directory, name).
-    fn location(&self, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
-        self.locate_under(fd, self.tree.root_fd())
+    fn location(&self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
+        self.locate_under(id, fd, self.tree.root_fd())
     }
 
-    /// Where the object behind `fd` is below directory `base`, found from
-    /// the kernel's path of the descriptor and checked against its handle.
+    /// Where object `id`, behind `fd`, is below directory `base`: from the
+    /// kernel's path of the descriptor when that path names the object,
+    /// else (a file whose dentry left the kernel's cache) from the places
+    /// the journal points at, nearest first: the names it had at the
+    /// checkpoint, the tree's places, the attic's (see `places`).
     fn locate_under(
         &self,
+        id: ObjectId,
         fd: BorrowedFd<'_>,
         base: BorrowedFd<'_>,
     ) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
-        let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))) else {
-            return Ok(None);
-        };
+        let want = backing::handle_of_fd(fd).map_err(|e| err("handle".into(), e))?;
         let root = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&base)))
             .map_err(|e| err("base path".into(), e.into()))?;
-        let Ok(rel) = path.strip_prefix(&root) else { return Ok(None) };
-        let comps: Vec<&OsStr> = rel.iter().collect();
-        let Some((last, parents)) = comps.split_last() else { return Ok(None) };
-        let mut dir = rustix::fs::openat(base, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(from_rustix("open root"))?;
-        for c in parents {
-            match rustix::fs::openat(
-                &dir,
-                *c,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) {
-                Ok(d) => dir = d,
-                Err(_) => return Ok(None),
+        let st = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?;
+        if let Some(found) = self.kernel_place(fd, &st, &want, base, &root) {
+            return Ok(found);
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR || st.st_nlink == 0 {
+            return Ok(None);
+        }
+        let then = self.names_then.get(&id).into_iter().flatten();
+        let then = then.filter_map(|(d, n)| Some((self.dir_fd(*d)?, OsString::from(OsStr::from_bytes(n)))));
+        match self.first_place(then.collect(), &want, &root, st.st_nlink) {
+            Place::Below(p) => return Ok(Some(p)),
+            Place::Elsewhere => return Ok(None),
+            Place::Unseen => {}
+        }
+        type Build<'r, 'a> = fn(&'r Rewinder<'a>) -> Result<places::Index, RestoreError>;
+        let tiers: [(&RefCell<Option<places::Index>>, Build<'_, '_>); 2] =
+            [(&self.tree_places, Self::tree_index), (&self.attic_places, Self::attic_index)];
+        for (index, build) in tiers {
+            if index.borrow().is_none() {
+                *index.borrow_mut() = Some(build(self)?);
+            }
+            let candidates: Vec<(OwnedFd, OsString)> = index
+                .borrow()
+                .iter()
+                .flat_map(|i| i.names_of((st.st_dev, st.st_ino)))
+                .filter_map(|(h, n)| {
+                    let dir = self.tree.backing().open_handle(h, libc::O_PATH | libc::O_DIRECTORY).ok()?;
+                    Some((dir, n.clone()))
+                })
+                .collect();
+            match self.first_place(candidates, &want, &root, st.st_nlink) {
+                Place::Below(p) => return Ok(Some(p)),
+                Place::Elsewhere => return Ok(None),
+                Place::Unseen => {}
             }
         }
-        let want = backing::handle_of_fd(fd).map_err(|e| err("handle".into(), e))?;
-        match backing::handle_at(dir.as_fd(), last) {
-            Ok(h) if h == want => Ok(Some((dir, last.to_os_string()))),
-            _ => Ok(None),
+        log::debug!("rewind: object {} is in none of the places the journal points at", id.0);
+        Ok(None)
+    }
+
+    /// The first of `candidates` (directory, name) that still names the
+    /// object with handle `want` and `nlink` links, judged against the
+    /// base directory whose kernel path is `root`.
+    fn first_place(
+        &self,
+        candidates: Vec<(OwnedFd, OsString)>,
+        want: &FileHandle,
+        root: &std::path::Path,
+        nlink: u64,
+    ) -> Place {
+        for (dir, name) in candidates {
+            if backing::handle_at(dir.as_fd(), &name).ok().as_ref() != Some(want) {
+                continue;
+            }
+            // A directory's kernel path is right: the kernel reconnects
+            // the directories it opens by handle.
+            let below = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir)))
+                .is_ok_and(|p| p.starts_with(root));
+            if below {
+                return Place::Below((dir, name));
+            }
+            // The only name of a file, elsewhere; one of several says
+            // nothing of the others.
+            if nlink == 1 {
+                return Place::Elsewhere;
+            }
         }
+        Place::Unseen
+    }
+
+    /// What the kernel's path of `fd` (`st`: its stat) says when it names
+    /// the object: where it is below `base` (whose kernel path is `root`),
+    /// or `Some(None)` when it is elsewhere. `None` (nothing said) when the
+    /// path names another inode or none, as for a disconnected dentry.
+    #[allow(clippy::option_option)]
+    fn kernel_place(
+        &self,
+        fd: BorrowedFd<'_>,
+        st: &rustix::fs::Stat,
+        want: &FileHandle,
+        base: BorrowedFd<'_>,
+        root: &std::path::Path,
+    ) -> Option<Option<(OwnedFd, OsString)>> {
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))).ok()?;
+        let at = rustix::fs::lstat(&path).ok()?;
+        if (at.st_dev, at.st_ino) != (st.st_dev, st.st_ino) {
+            return None;
+        }
+        let Ok(rel) = path.strip_prefix(root) else { return Some(None) };
+        let comps: Vec<&OsStr> = rel.iter().collect();
+        let Some((last, parents)) = comps.split_last() else { return Some(None) };
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let Ok(mut dir) = rustix::fs::openat(base, ".", flags, Mode::empty()) else { return Some(None) };
+        for c in parents {
+            match rustix::fs::openat(&dir, *c, flags, Mode::empty()) {
+                Ok(d) => dir = d,
+                Err(_) => return Some(None),
+            }
+        }
+        match backing::handle_at(dir.as_fd(), last) {
+            Ok(h) if h == *want => Some(Some((dir, last.to_os_string()))),
+            _ => Some(None),
+        }
+    }
+
+    /// The tree's places (see `places`): the directories whose names
+    /// changed since the checkpoint, and the paths the sealed turns since
+    /// then changed.
+    fn tree_index(&self) -> Result<places::Index, RestoreError> {
+        let started = std::time::Instant::now();
+        let mut index = places::Index::default();
+        for id in &self.changed_dirs {
+            if let Some(dir) = self.dir_fd(*id) {
+                index.add_dir(dir.as_fd());
+            }
+        }
+        for turn in self.checkpoint..self.journal.current_turn() {
+            if let Some(paths) = self.journal.with_meta(|m| m.turn_paths(turn))? {
+                for path in crate::report::decode_paths(&paths) {
+                    index.add_path(self.tree.root_fd(), &path);
+                }
+            }
+        }
+        log::debug!("rewind: listed the tree's places of changes in {:?}", started.elapsed());
+        Ok(index)
+    }
+
+    /// The attic's places (see `places`): the directories moved aside
+    /// whole since the checkpoint (by this rewind, the attempts it
+    /// completes, and earlier rewinds since the checkpoint).
+    fn attic_index(&self) -> Result<places::Index, RestoreError> {
+        let mut index = places::Index::default();
+        let Some(attic) = self.tree.attic().fd() else { return Ok(index) };
+        let started = std::time::Instant::now();
+        let mut dirs: BTreeSet<ObjectId> = self.in_attic.iter().copied().collect();
+        dirs.extend(left_since(self.journal, self.checkpoint)?);
+        let dirs: Vec<ObjectId> = dirs.into_iter().collect();
+        each_file_in_attic_dirs(attic, &dirs, |dir, name, st| {
+            index.add(dir, name, st);
+            Ok(true)
+        })?;
+        log::debug!("rewind: listed the directories moved aside since the checkpoint in {:?}", started.elapsed());
+        Ok(index)
     }
 
     /// A file whose bytes changed in place: a new inode with the old
@@ -758,6 +894,16 @@ impl Rewinder<'_> {
         }
         Ok(())
     }
+}
+
+/// Where `Rewinder::first_place` found an object.
+enum Place {
+    /// Below the base directory, as (directory, name).
+    Below((OwnedFd, OsString)),
+    /// Its only name is elsewhere.
+    Elsewhere,
+    /// At none of the candidates.
+    Unseen,
 }
 
 /// The objects that left a name in turn `began` or later (the turns of

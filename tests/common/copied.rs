@@ -22,9 +22,14 @@ impl CopiedHistory {
     /// `setup` runs in the plain workspace, which is then mounted with
     /// `args`; checkpoint 0 is that tree.
     pub fn new(setup: &str, args: &[&str]) -> CopiedHistory {
+        Self::with_env(setup, args, &[])
+    }
+
+    /// As `new`, with more environment for the daemon.
+    pub fn with_env(setup: &str, args: &[&str], env: &[(&str, &str)]) -> CopiedHistory {
         let mut fx = MountFixture::unmounted();
         sh(&fx.ws, setup);
-        fx.mount(false, args);
+        fx.mount_with_env(false, args, env);
         let mut h = CopiedHistory { fx, copies: BTreeMap::new(), n: 0 };
         let c0 = h.copy();
         h.copies.insert(0, c0);
@@ -50,7 +55,14 @@ impl CopiedHistory {
     /// the answer of `rewind --json`. The caller checks the live tree
     /// against `copies[to]`.
     pub fn rewind_recorded(&mut self, to: i64) -> (i64, serde_json::Value) {
+        self.rewind_recorded_after(to, || {})
+    }
+
+    /// As `rewind_recorded`, calling `just_before` between the copy of the
+    /// tree and the rewind.
+    pub fn rewind_recorded_after(&mut self, to: i64, just_before: impl FnOnce()) -> (i64, serde_json::Value) {
         let before = self.copy();
+        just_before();
         let v = self.fx.cli_json(&["rewind", &to.to_string()]);
         let safety = v["safety_checkpoint"].as_i64().unwrap_or_else(|| panic!("no safety_checkpoint in {v}"));
         let result = v["result_checkpoint"].as_i64().unwrap_or_else(|| panic!("no result_checkpoint in {v}"));
