@@ -404,3 +404,25 @@ fn a_new_store_s_directories_are_private_to_their_owner_whatever_the_umask() {
         assert_eq!(mode, 0o700, "{} has mode {mode:o}", dir.display());
     }
 }
+
+/// A reader that stops reading (`rewindfs log | head -1`) ends the command
+/// quietly, with the status of a program killed by SIGPIPE; it was a Rust
+/// panic ("failed printing to stdout: Broken pipe") and status 101.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly_with_status_141() {
+    let fx = MountFixture::new();
+    std::fs::write(fx.mnt.join("f"), "one\n").unwrap();
+    fx.cli(&["turn"]);
+    for args in [&["log", "-C", s(&fx.mnt)][..], &["status", "-C", s(&fx.mnt)], &["--help"]] {
+        // The read end is closed before the command writes a byte.
+        let (read, write) = std::io::pipe().expect("pipe");
+        drop(read);
+        let mut child = fx.command().args(args).stdout(write).stderr(Stdio::piped()).spawn().expect("spawn rewindfs");
+        let out = wait_child(&mut child, CHILD_TIMEOUT, "rewindfs on a closed pipe");
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "rewindfs {args:?} panicked on a closed pipe: {err}");
+        if args[0] != "--help" {
+            assert_eq!(out.status.code(), Some(141), "rewindfs {args:?}: {}: {err}", describe_status(&out));
+        }
+    }
+}

@@ -543,6 +543,6 @@ pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     let text = serde_json::to_value(v)
         .and_then(|v| serde_json::to_string_pretty(&v))
         .map_err(|e| Error::Failure(crate::error::Failure::internal(format!("cannot encode JSON: {e}"))))?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }

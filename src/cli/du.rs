@@ -12,16 +12,16 @@ pub fn run(args: DuArgs) -> Result<()> {
     if args.target.json {
         return common::print_json(&d);
     }
-    println!("on disk:     {} in {}", bytes(d.disk_bytes), info.store.display());
-    println!(
+    outln!("on disk:     {} in {}", bytes(d.disk_bytes), info.store.display());
+    outln!(
         "  packs:     {} ({} live; the rest is released, for compaction)",
         bytes(d.packs_bytes),
         bytes(d.packs_live_bytes)
     );
-    println!("  index:     {}", bytes(d.index_bytes));
-    println!("  metadata:  {}", bytes(d.metadata_bytes));
-    println!("  attic:     {} in {} removed files and directories", bytes(d.attic_bytes), d.attic_entries);
-    println!(
+    outln!("  index:     {}", bytes(d.index_bytes));
+    outln!("  metadata:  {}", bytes(d.metadata_bytes));
+    outln!("  attic:     {} in {} removed files and directories", bytes(d.attic_bytes), d.attic_entries);
+    outln!(
         "content:     {} recorded, {} unique in {} chunks ({:.2}x dedup), {} stored ({:.2}x compression)",
         bytes(d.logical_bytes),
         bytes(d.unique_bytes),
@@ -31,7 +31,7 @@ pub fn run(args: DuArgs) -> Result<()> {
         d.compression_ratio
     );
     let g = &d.gc_would_free;
-    println!(
+    outln!(
         "gc would forget {} checkpoints and free {} in {} chunks and {} in {} attic files",
         g.forgotten.len(),
         bytes(g.bytes_freed),
@@ -40,9 +40,9 @@ pub fn run(args: DuArgs) -> Result<()> {
         g.attic_files_freed
     );
     if args.turns {
-        println!("{:>6}  {:>8}  content", "turn", "records");
+        outln!("{:>6}  {:>8}  content", "turn", "records");
         for t in &d.turns {
-            println!("{:>6}  {:>8}  {}", t.checkpoint, t.records, bytes(t.content_bytes));
+            outln!("{:>6}  {:>8}  {}", t.checkpoint, t.records, bytes(t.content_bytes));
         }
     }
     Ok(())

@@ -104,7 +104,7 @@ pub fn run(args: FsckArgs) -> Result<i32> {
         v["exit_status"] = code.into();
         common::print_json(&v)?;
     } else {
-        print!("{}", render(&store, &report));
+        out!("{}", render(&store, &report));
     }
     Ok(code)
 }

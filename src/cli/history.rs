@@ -37,9 +37,17 @@ pub fn log(args: LogArgs) -> Result<i32> {
         graph(&turns);
         return Ok(status);
     }
-    println!(
+    outln!(
         "{:>4}  {:<20}  {:<16}  {:>5} {:>5} {:>5}  {:>7} {:>7}  {:>7}  programs",
-        "#", "created", "message", "+file", "~file", "-file", "+lines", "-lines", "stored"
+        "#",
+        "created",
+        "message",
+        "+file",
+        "~file",
+        "-file",
+        "+lines",
+        "-lines",
+        "stored"
     );
     let ids: Vec<&str> = turns.iter().filter_map(|t| t.message_id.as_deref()).collect();
     for t in &turns {
@@ -61,7 +69,7 @@ pub fn log(args: LogArgs) -> Result<i32> {
         // Unknown, not zero: `?` where the statistics could not be computed.
         let [fa, fm, fd, la, lr] =
             counts.map(|n| if t.stats_unavailable.is_some() { "?".to_string() } else { n.to_string() });
-        println!(
+        outln!(
             "{marker}{:>3}  {:<20}  {:<16}  {fa:>5} {fm:>5} {fd:>5}  {la:>7} {lr:>7}  {:>7}  {}",
             t.checkpoint,
             t.created_at,
@@ -110,22 +118,22 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
         let kind = change_name(&c.change);
         if args.stat {
             if c.binary {
-                println!(" {path} | binary ({kind})");
+                outln!(" {path} | binary ({kind})");
             } else {
-                println!(" {path} | +{a} -{r} ({kind})");
+                outln!(" {path} | +{a} -{r} ({kind})");
             }
         } else if c.change == ChangeKind::Unknown {
-            println!(
+            outln!(
                 "{path}: changed without passing through rewindfs (between mounts, or under the mount); its state at one side is unknown"
             );
         } else if c.binary {
-            println!("Binary file {path} {kind}");
+            outln!("Binary file {path} {kind}");
         } else {
-            print!("{}", c.patch);
+            out!("{}", c.patch);
         }
     }
     if args.stat {
-        println!(" {} files changed, {added} insertions(+), {removed} deletions(-)", changes.len());
+        outln!(" {} files changed, {added} insertions(+), {removed} deletions(-)", changes.len());
     }
     Ok(0)
 }
@@ -138,11 +146,11 @@ pub fn history(args: HistoryArgs) -> Result<()> {
         return common::print_json(&events);
     }
     if events.is_empty() {
-        println!("no recorded turn changed {}", quote_name(&path));
+        outln!("no recorded turn changed {}", quote_name(&path));
     }
     for e in events {
         let msg = e.message_id.map(|m| format!(" (message {})", quote(&m))).unwrap_or_default();
-        println!("turn {}{msg}: {}", e.checkpoint, change_name(&e.change));
+        outln!("turn {}{msg}: {}", e.checkpoint, change_name(&e.change));
     }
     Ok(())
 }
@@ -155,15 +163,15 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
         return common::print_json(&reply);
     }
     for c in &reply.changes {
-        println!("{:<10} {}", action_name(&c.action), quote_name(&c.path));
+        outln!("{:<10} {}", action_name(&c.action), quote_name(&c.path));
     }
     match reply.undo_checkpoint {
-        Some(undo) if !reply.dry_run => println!(
+        Some(undo) if !reply.dry_run => outln!(
             "{} changes made from checkpoint {}; undo with `rewindfs restore {undo} -- <paths>`",
             reply.changes.len(),
             reply.checkpoint,
         ),
-        _ => println!("{} changes would be made (dry run; nothing changed)", reply.changes.len()),
+        _ => outln!("{} changes would be made (dry run; nothing changed)", reply.changes.len()),
     }
     Ok(())
 }
@@ -195,15 +203,15 @@ pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
                 plus += a;
                 minus += r;
                 let lines = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
-                println!("{what:<9} {}  ({lines})", quote_name(&c.path));
+                outln!("{what:<9} {}  ({lines})", quote_name(&c.path));
             }
-            println!(
+            outln!(
                 "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",
                 p.checkpoint,
                 p.changes.len()
             );
         }
-        RewindReply::Done(d) => println!(
+        RewindReply::Done(d) => outln!(
             "rewound to checkpoint {}: {} changes in {:.1} ms; undo with `rewindfs rewind {}`",
             d.checkpoint,
             d.changes.len(),
@@ -268,7 +276,7 @@ pub fn graph(turns: &[TurnSummary]) {
             Some(p) if p != n - 1 => format!("  <- branches from {p}"),
             _ => String::new(),
         };
-        println!("{mark} {n:>4}  {text}{branch}");
+        outln!("{mark} {n:>4}  {text}{branch}");
     }
 }
 

@@ -62,18 +62,18 @@ fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()>
     let (name, what) = (agent.name(), if add { "installed" } else { "removed" });
     if doc == before {
         let state = if add { "already installed" } else { "not installed" };
-        println!("rewindfs's {name} hook is {state} in {}; nothing to change", path.display());
+        outln!("rewindfs's {name} hook is {state} in {}; nothing to change", path.display());
     } else {
         let new_text = to_text(&doc)?;
         if let Some(backup) = replace(&path, old_text.as_deref(), &new_text, dry_run)? {
             let kept = backup.map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
-            println!("{what} rewindfs's {name} hook in {}{kept}", path.display());
+            outln!("{what} rewindfs's {name} hook in {}{kept}", path.display());
         }
     }
     if agent == Agent::Codex {
         codex_trust(&path, &before, &doc, dry_run)?;
         if add && scope.project.is_some() {
-            println!(
+            outln!(
                 "note: Codex reads a project's .codex directory only once you trust the project \
                  (`codex` asks when it starts there)"
             );
@@ -90,8 +90,8 @@ fn replace(path: &Path, old_text: Option<&str>, new_text: &str, dry_run: bool) -
     if dry_run {
         let diff = similar::TextDiff::from_lines(old_text.unwrap_or_default(), new_text);
         let shown = path.display().to_string();
-        print!("{}", diff.unified_diff().header(&shown, &shown));
-        println!("(dry run; {} unchanged)", path.display());
+        out!("{}", diff.unified_diff().header(&shown, &shown));
+        outln!("(dry run; {} unchanged)", path.display());
         return Ok(None);
     }
     let backup = match old_text {
@@ -142,7 +142,7 @@ fn codex_trust(hooks_file: &Path, before: &Json, after: &Json, dry_run: bool) ->
     let what = if wanted.is_empty() { "removed Codex's trust in" } else { "trusted" };
     if let Some(backup) = replace(&path, old_text.as_deref(), &doc.to_string(), dry_run)? {
         let kept = backup.map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
-        println!("{what} rewindfs's codex hook in {}{kept}", path.display());
+        outln!("{what} rewindfs's codex hook in {}{kept}", path.display());
     }
     Ok(())
 }
@@ -208,7 +208,7 @@ fn status(project: Option<&Path>) -> Result<()> {
                 },
                 Err(e) => format!("unreadable: {e}"),
             };
-            println!("{:<7} {:<8} {}: {state}", agent.name(), scope, path.display());
+            outln!("{:<7} {:<8} {}: {state}", agent.name(), scope, path.display());
         }
     }
     Ok(())

@@ -1,5 +1,19 @@
 //! The command line: argument definitions and one file per subcommand.
 
+/// `print!` for the CLI's output: a reader that stopped reading (`rewindfs
+/// log | head`) ends the command quietly with status 141, as a program
+/// killed by SIGPIPE does, instead of a panic (Rust ignores SIGPIPE, and
+/// `print!` panics on the failed write).
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!($($arg)*)) };
+}
+
+/// `println!` with `out!`'s handling of a closed pipe.
+macro_rules! outln {
+    () => { $crate::cli::write_out(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 mod agents;
 mod common;
 mod du;
@@ -530,5 +544,18 @@ pub fn run(cli: Cli) -> i32 {
             eprintln!("rewindfs: {e}");
             e.exit_code()
         }
+    }
+}
+
+/// Writes the CLI's output to stdout (see `out!`).
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        let _ = writeln!(std::io::stderr(), "rewindfs: cannot write the output: {e}");
+        std::process::exit(1);
     }
 }

@@ -16,7 +16,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         common::refuse_occupied(&spec, &std::collections::HashSet::from([std::process::id()]))?;
         let info = common::spawn_daemon(&spec)?;
         let place = if info.in_place { "in place".to_string() } else { format!("on {}", info.mountpoint.display()) };
-        println!(
+        outln!(
             "mounted {} {place} (store {}, daemon pid {})",
             info.workspace.display(),
             info.store.display(),

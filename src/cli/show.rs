@@ -26,7 +26,7 @@ pub fn run(args: ShowArgs) -> Result<()> {
     if args.target.json {
         return common::print_json(&reply);
     }
-    println!(
+    outln!(
         "checkpoint {} of {} is on {} (read-only; `rewindfs unmount {}` to remove)",
         reply.checkpoint,
         info.workspace.display(),

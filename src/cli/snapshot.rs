@@ -16,7 +16,7 @@ pub fn snapshot(args: SnapshotArgs) -> Result<()> {
         return common::print_json(&reply);
     }
     let how = if reply.sealed { "sealed and named" } else { "named" };
-    println!("checkpoint {} {how} {}", reply.checkpoint, quote(&reply.name));
+    outln!("checkpoint {} {how} {}", reply.checkpoint, quote(&reply.name));
     Ok(())
 }
 
@@ -39,7 +39,7 @@ pub fn gc(args: GcArgs) -> Result<()> {
         return common::print_json(&reply);
     }
     let p = &reply.policy;
-    println!(
+    outln!(
         "policy: keep the newest {} checkpoints, all younger than {} days, named snapshots, the last {} rewinds' safety checkpoints; background collection {}",
         p.keep_count,
         p.keep_days,
@@ -49,9 +49,11 @@ pub fn gc(args: GcArgs) -> Result<()> {
     print_collected(&reply.collected);
     let k = &reply.compacted;
     if k.packs > 0 {
-        println!(
+        outln!(
             "compacted {} packs: {} bytes back on disk ({} live chunks copied)",
-            k.packs, k.bytes_reclaimed, k.records
+            k.packs,
+            k.bytes_reclaimed,
+            k.records
         );
     }
     Ok(())
@@ -67,7 +69,7 @@ pub fn reset(args: ResetArgs) -> Result<()> {
         return common::print_json(&reply);
     }
     let c = &reply.collected;
-    println!(
+    outln!(
         "history reset: {} checkpoints deleted, {} chunks ({}) and {} attic entries ({}) freed",
         c.forgotten.len(),
         c.chunks_freed,
@@ -76,30 +78,33 @@ pub fn reset(args: ResetArgs) -> Result<()> {
         human_bytes(c.attic_bytes_freed)
     );
     if reply.compacted.packs > 0 {
-        println!(
+        outln!(
             "compacted {} packs: {} back on disk",
             reply.compacted.packs,
             human_bytes(reply.compacted.bytes_reclaimed)
         );
     }
-    println!("checkpoint {} is the workspace as it is now; nothing before it can be brought back", reply.checkpoint);
+    outln!("checkpoint {} is the workspace as it is now; nothing before it can be brought back", reply.checkpoint);
     Ok(())
 }
 
 fn print_collected(c: &Collected) {
     if c.forgotten.is_empty() {
-        println!("nothing to collect");
+        outln!("nothing to collect");
         return;
     }
     let list: Vec<String> = c.forgotten.iter().map(|n| n.to_string()).collect();
     let (forget, drop, free) =
         if c.dry_run { ("would forget", "would drop", "would free") } else { ("forgot", "dropped", "freed") };
-    println!("{forget} checkpoints {}", list.join(", "));
-    println!(
+    outln!("{forget} checkpoints {}", list.join(", "));
+    outln!(
         "{drop} {} records ({} moved into the kept turns before them); {free} {} chunks ({} bytes)",
-        c.records_dropped, c.records_moved, c.chunks_freed, c.bytes_freed
+        c.records_dropped,
+        c.records_moved,
+        c.chunks_freed,
+        c.bytes_freed
     );
     if c.attic_files_freed > 0 {
-        println!("{free} {} removed files in the attic ({} bytes)", c.attic_files_freed, c.attic_bytes_freed);
+        outln!("{free} {} removed files in the attic ({} bytes)", c.attic_files_freed, c.attic_bytes_freed);
     }
 }

@@ -39,13 +39,13 @@ pub fn run(args: StatusArgs) -> Result<()> {
         };
     }
     if statuses.is_empty() {
-        println!("no rewindfs mounts");
+        outln!("no rewindfs mounts");
         return Ok(());
     }
     for s in statuses {
         let s = match s {
             Entry::Silent { mountpoint, error } => {
-                println!("{}: daemon not answering: {error}", mountpoint.display());
+                outln!("{}: daemon not answering: {error}", mountpoint.display());
                 continue;
             }
             Entry::Answered(s) => s,
@@ -53,16 +53,16 @@ pub fn run(args: StatusArgs) -> Result<()> {
         let m = &s.mount;
         let mode =
             if m.in_place { " (in place)".to_string() } else { format!(" (workspace {})", m.workspace.display()) };
-        println!("{}{mode}", m.mountpoint.display());
-        println!("  store:       {}", m.store.display());
-        println!("  daemon pid:  {}", m.pid);
-        println!("  uptime:      {}s", s.uptime_secs);
-        println!("  passthrough: {}", if m.passthrough { "on" } else { "off" });
+        outln!("{}{mode}", m.mountpoint.display());
+        outln!("  store:       {}", m.store.display());
+        outln!("  daemon pid:  {}", m.pid);
+        outln!("  uptime:      {}s", s.uptime_secs);
+        outln!("  passthrough: {}", if m.passthrough { "on" } else { "off" });
         if !s.transport.transport.is_empty() {
-            println!("  transport:   {}", transport_line(&s.transport));
+            outln!("  transport:   {}", transport_line(&s.transport));
         }
         for v in &s.views {
-            println!(
+            outln!(
                 "  view:        checkpoint {} on {}, {}",
                 v.checkpoint,
                 crate::text::quote_name(&v.mountpoint),
@@ -71,21 +71,23 @@ pub fn run(args: StatusArgs) -> Result<()> {
         }
         let message =
             s.message_id.as_ref().map(|m| format!(" (message {})", crate::text::quote(m))).unwrap_or_default();
-        println!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);
+        outln!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);
         for r in &m.recovered {
-            println!("  {}", r.message);
+            outln!("  {}", r.message);
         }
         if s.pending_files > 0 {
-            println!("  settling:    {} rewound files still being written to the workspace", s.pending_files);
+            outln!("  settling:    {} rewound files still being written to the workspace", s.pending_files);
         }
         for u in &s.unsettled {
-            println!("  cannot settle: {} ({})", crate::text::quote(&u.path), u.reason);
+            outln!("  cannot settle: {} ({})", crate::text::quote(&u.path), u.reason);
         }
         if let Some(p) = &s.retention {
-            println!(
+            outln!(
                 "  retention:   keep the newest {} checkpoints, all younger than {} days, named snapshots, \
                  the safety checkpoints of the last {} rewinds",
-                p.keep_count, p.keep_days, p.keep_rewinds
+                p.keep_count,
+                p.keep_days,
+                p.keep_rewinds
             );
             let last = match &s.auto_gc {
                 Some(r) => format!(
@@ -100,12 +102,12 @@ pub fn run(args: StatusArgs) -> Result<()> {
                 ),
                 None => "has not run yet".to_string(),
             };
-            println!("  auto gc:     {}; {last}", if p.auto { "on" } else { "off" });
+            outln!("  auto gc:     {}; {last}", if p.auto { "on" } else { "off" });
         }
         if !s.snapshots.is_empty() {
             let names: Vec<String> =
                 s.snapshots.iter().map(|n| format!("{} ({})", crate::text::quote(&n.name), n.checkpoint)).collect();
-            println!("  snapshots:   {}", names.join(", "));
+            outln!("  snapshots:   {}", names.join(", "));
         }
     }
     Ok(())

@@ -20,8 +20,8 @@ pub fn run(args: TurnArgs) -> Result<()> {
     }
     let n = reply.checkpoint;
     match &reply.info.message_id {
-        Some(m) => println!("checkpoint {n} (before message {})", crate::text::quote(m)),
-        None => println!("checkpoint {n}"),
+        Some(m) => outln!("checkpoint {n} (before message {})", crate::text::quote(m)),
+        None => outln!("checkpoint {n}"),
     }
     Ok(())
 }

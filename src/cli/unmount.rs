@@ -12,7 +12,7 @@ use crate::sys;
 pub fn run(args: UnmountArgs) -> Result<()> {
     let mp = common::absolute_no_follow(&args.mountpoint)?;
     unmount(&mp, args.lazy)?;
-    println!("unmounted {}", mp.display());
+    outln!("unmounted {}", mp.display());
     Ok(())
 }
 
