@@ -19,7 +19,8 @@ pub fn run(args: UnmountArgs) -> Result<()> {
 /// Unmounts the rewindfs mount at `mp` and waits for its daemon to exit.
 pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
     if daemon::view_mountpoints().iter().any(|v| v == mp) {
-        return sys::umount(mp, lazy).map_err(|e| Error::io(format!("cannot unmount view {}", mp.display()), e));
+        return sys::umount_within(mp, lazy, sys::UNMOUNT_GRACE)
+            .map_err(|e| Error::io(format!("cannot unmount view {}", mp.display()), e));
     }
     match daemon::mount_state(mp) {
         MountState::NotMounted => {
@@ -51,12 +52,19 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
                 // (files put back, history made durable) was not done, so
                 // this is a failure.
                 Err(e) => {
+                    // Refused at connect: the request never reached the
+                    // daemon (killed, its threads still exiting): none of
+                    // the unmount's work had begun, as for a daemon already
+                    // gone.
+                    let never_reached = e.kind() == ErrorKind::NoMount
+                        && matches!(crate::error::AsErrno::errno(&e).0, libc::ECONNREFUSED | libc::ENOENT);
                     let until = Instant::now() + Duration::from_secs(5);
                     while sys::process_alive(info.pid) && Instant::now() < until {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     match daemon::mount_state(mp) {
                         MountState::NotMounted => {}
+                        MountState::Dead(_) if never_reached => return detach_dead(mp),
                         MountState::Dead(_) => {
                             detach_dead(mp)?;
                             return Err(Error::kind_of(

@@ -835,7 +835,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
                     ),
                 )
             })?;
-            sys::umount(&info.mountpoint, lazy).map_err(|e| match e.raw_os_error() {
+            sys::umount_within(&info.mountpoint, lazy, sys::UNMOUNT_GRACE).map_err(|e| match e.raw_os_error() {
                 Some(libc::EBUSY) => Failure::new(
                     crate::error::ErrorKind::Busy,
                     Some(libc::EBUSY),

@@ -213,6 +213,25 @@ pub fn umount(target: &std::path::Path, lazy: bool) -> io::Result<()> {
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// As `umount`, but a mount that is busy is tried again for up to `grace`:
+/// a file closed a moment ago may still pin it, e.g. through a copy of the
+/// descriptor table that a forked child holds until it calls exec. Still
+/// busy after that: EBUSY, as from `umount`.
+pub fn umount_within(target: &std::path::Path, lazy: bool, grace: std::time::Duration) -> io::Result<()> {
+    let until = std::time::Instant::now() + grace;
+    loop {
+        match umount(target, lazy) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long an unmount waits for a mount that is busy for a moment.
+pub const UNMOUNT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The effective uid of this process.
 pub fn geteuid() -> u32 {
     // SAFETY: cannot fail.
