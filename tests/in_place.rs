@@ -401,3 +401,40 @@ fn a_fresh_listing_of_a_checkpoint_does_not_hide_a_file_removed_under_the_mount(
     assert_eq!(d, ["g.txt"]);
     assert!(std::fs::read_dir(view.join("e")).is_ok(), "e at {k}, once the rename's turn is sealed");
 }
+
+/// A rewind of an in-place mount must never look a path up through the
+/// mount it serves: the kernel's path of a backing file is the same string
+/// as the mounted one, and resolving it there asks this daemon, whose tree
+/// the rewind holds frozen. With the kernel's entries dropped, a rewind over
+/// a hard link and content changes hung for good (found in the Claude Code
+/// end-to-end test: `rewind` timed out after 120 s).
+#[test]
+fn an_in_place_rewind_never_looks_a_path_up_through_its_own_mount() {
+    let mut fx = MountFixture::unmounted();
+    std::fs::create_dir_all(fx.ws.join("d")).expect("mkdir");
+    for i in 0..20 {
+        std::fs::write(fx.ws.join(format!("d/f{i}")), format!("{i}\n")).expect("write");
+    }
+    fx.mount(true, &["--auto-turn", "0"]);
+    fx.sh("echo changed >> d/f1 && ln d/f2 d/f2-link && ln d/f3 f3-link && chmod 600 d/f4 && rm d/f5");
+    let first = fx.turn("t1");
+    fx.sh("echo again >> d/f1 && echo more >> d/f2 && ln d/f6 d/f6-link && mv d/f7 d/f7-moved && rm d/f8");
+    fx.turn("t2");
+    // The kernel forgets its entries: every lookup now reaches the daemon.
+    fx.sh("sync");
+    std::fs::write("/proc/sys/vm/drop_caches", "2").expect("drop caches");
+    let out = fx.rewindfs(&["rewind", "-C", s(&fx.ws), "--json", &first.to_string()]);
+    assert!(out.status.success(), "rewind: {}", common::stderr(&out));
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("rewind --json");
+    let safety = reply["safety_checkpoint"].as_i64().expect("safety_checkpoint").to_string();
+    assert_eq!(std::fs::read_to_string(fx.path().join("d/f1")).expect("d/f1"), "1\nchanged\n");
+    assert_eq!(std::fs::read_to_string(fx.path().join("d/f2")).expect("d/f2"), "2\n");
+    assert!(fx.path().join("d/f7").exists() && !fx.path().join("d/f7-moved").exists());
+    assert!(fx.path().join("d/f8").exists() && !fx.path().join("d/f6-link").exists());
+    assert!(fx.path().join("d/f2-link").exists() && fx.path().join("f3-link").exists());
+    std::fs::write("/proc/sys/vm/drop_caches", "2").expect("drop caches");
+    let out = fx.rewindfs(&["rewind", "-C", s(&fx.ws), "--json", &safety]);
+    assert!(out.status.success(), "rewind back to the safety checkpoint: {}", common::stderr(&out));
+    assert_eq!(std::fs::read_to_string(fx.path().join("d/f2")).expect("d/f2"), "2\nmore\n");
+    assert!(fx.path().join("d/f7-moved").exists() && fx.path().join("d/f6-link").exists());
+}

@@ -687,7 +687,7 @@ impl Rewinder<'_> {
         let root = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&base)))
             .map_err(|e| err("base path".into(), e.into()))?;
         let st = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?;
-        if let Some(found) = self.kernel_place(fd, &st, &want, base, &root) {
+        if let Some(found) = self.kernel_place(fd, &want, base) {
             return Ok(found);
         }
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR || st.st_nlink == 0 {
@@ -756,39 +756,41 @@ impl Rewinder<'_> {
         Place::Unseen
     }
 
-    /// What the kernel's path of `fd` (`st`: its stat) says when it names
-    /// the object: where it is below `base` (whose kernel path is `root`),
-    /// or `Some(None)` when it is elsewhere. `None` (nothing said) when the
-    /// path names another inode or none, as for a disconnected dentry.
+    /// What the kernel's path of `fd` says, checked without resolving it:
+    /// under an in-place mount that path leads into the mount this daemon
+    /// serves, whose tree a rewind holds frozen, so a lookup there would
+    /// wait for the rewind itself. The path is walked with `openat` from
+    /// the known base it starts with (the tree's root, the attic), and the
+    /// name it reaches must hold the object's handle. `Some(place)` below
+    /// `base`; `Some(None)` at the other base; `None` when the path names
+    /// nothing that checks (a disconnected dentry's "/", a stale path).
     #[allow(clippy::option_option)]
     fn kernel_place(
         &self,
         fd: BorrowedFd<'_>,
-        st: &rustix::fs::Stat,
         want: &FileHandle,
         base: BorrowedFd<'_>,
-        root: &std::path::Path,
     ) -> Option<Option<(OwnedFd, OsString)>> {
-        let path = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))).ok()?;
-        let at = rustix::fs::lstat(&path).ok()?;
-        if (at.st_dev, at.st_ino) != (st.st_dev, st.st_ino) {
-            return None;
-        }
-        let Ok(rel) = path.strip_prefix(root) else { return Some(None) };
-        let comps: Vec<&OsStr> = rel.iter().collect();
-        let Some((last, parents)) = comps.split_last() else { return Some(None) };
-        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let Ok(mut dir) = rustix::fs::openat(base, ".", flags, Mode::empty()) else { return Some(None) };
-        for c in parents {
-            match rustix::fs::openat(&dir, *c, flags, Mode::empty()) {
-                Ok(d) => dir = d,
-                Err(_) => return Some(None),
+        let link =
+            |f: BorrowedFd<'_>| std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)));
+        let key = |f: BorrowedFd<'_>| rustix::fs::fstat(f).ok().map(|s| (s.st_dev, s.st_ino));
+        let path = link(fd).ok()?;
+        for known in [Some(self.tree.root_fd()), self.tree.attic().fd()].into_iter().flatten() {
+            let Ok(known_path) = link(known) else { continue };
+            let Ok(rel) = path.strip_prefix(&known_path) else { continue };
+            let comps: Vec<&OsStr> = rel.iter().collect();
+            let (last, parents) = comps.split_last()?;
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let mut dir = rustix::fs::openat(known, ".", flags, Mode::empty()).ok()?;
+            for c in parents {
+                dir = rustix::fs::openat(&dir, *c, flags, Mode::empty()).ok()?;
             }
+            if backing::handle_at(dir.as_fd(), last).ok().as_ref() != Some(want) {
+                return None;
+            }
+            return Some((key(known).is_some() && key(known) == key(base)).then(|| (dir, last.to_os_string())));
         }
-        match backing::handle_at(dir.as_fd(), last) {
-            Ok(h) if h == *want => Some(Some((dir, last.to_os_string()))),
-            _ => Some(None),
-        }
+        None
     }
 
     /// The tree's places (see `places`): the directories whose names

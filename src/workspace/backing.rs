@@ -498,9 +498,16 @@ impl Backing {
         let root = link(self.root_fd())?;
         let st = rustix::fs::fstat(&fd).ok()?;
         let path = link(fd.as_fd())?;
-        let names_it = rustix::fs::lstat(&path).is_ok_and(|at| (at.st_dev, at.st_ino) == (st.st_dev, st.st_ino));
-        if names_it {
-            return Some(path.strip_prefix(&root).ok()?.to_path_buf());
+        // Checked by walking it from the root's descriptor, never by
+        // resolving it: under an in-place mount it leads into the mount
+        // this daemon serves.
+        match path.strip_prefix(&root) {
+            Ok(rel) if self.names_inode(rel, (st.st_dev, st.st_ino)) => return Some(rel.to_path_buf()),
+            Ok(_) => {}
+            // Outside the tree (the attic), unless the path is the "/" of a
+            // disconnected dentry.
+            Err(_) if path != std::path::Path::new("/") => return None,
+            Err(_) => {}
         }
         // The kernel's path of a file met again by handle after its dentry
         // left the cache is not a path ("/", a disconnected dentry), and
@@ -511,6 +518,24 @@ impl Backing {
             return None;
         }
         self.find_name_of(st.st_ino)
+    }
+
+    /// Whether `rel` (relative to the root, walked with `openat` without
+    /// following symlinks) names the inode `key`.
+    fn names_inode(&self, rel: &std::path::Path, key: (u64, u64)) -> bool {
+        let comps: Vec<&OsStr> = rel.iter().map(|c| c.as_ref()).collect();
+        let Some((last, parents)) = comps.split_last() else {
+            return rustix::fs::fstat(&self.root).is_ok_and(|s| (s.st_dev, s.st_ino) == key);
+        };
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let Ok(mut dir) = rustix::fs::openat(&self.root, ".", flags, Mode::empty()) else { return false };
+        for c in parents {
+            match rustix::fs::openat(&dir, *c, flags, Mode::empty()) {
+                Ok(d) => dir = d,
+                Err(_) => return false,
+            }
+        }
+        rustix::fs::statat(&dir, *last, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|s| (s.st_dev, s.st_ino) == key)
     }
 
     pub fn statfs(&self) -> Res<FsStats> {
