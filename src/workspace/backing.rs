@@ -523,7 +523,7 @@ impl Backing {
     /// Whether `rel` (relative to the root, walked with `openat` without
     /// following symlinks) names the inode `key`.
     fn names_inode(&self, rel: &std::path::Path, key: (u64, u64)) -> bool {
-        let comps: Vec<&OsStr> = rel.iter().map(|c| c.as_ref()).collect();
+        let comps: Vec<&OsStr> = rel.iter().collect();
         let Some((last, parents)) = comps.split_last() else {
             return rustix::fs::fstat(&self.root).is_ok_and(|s| (s.st_dev, s.st_ino) == key);
         };
