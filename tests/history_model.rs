@@ -200,7 +200,8 @@ fn shrink(steps: Vec<Step>, kind: &'static str, budget: Duration) -> (Vec<Step>,
     while cur.len() > 1 && started.elapsed() < budget {
         let chunk = cur.len().div_ceil(parts);
         let mut reduced = false;
-        for i in 0..parts {
+        let tries = parts;
+        for i in 0..tries {
             if started.elapsed() >= budget {
                 break;
             }

@@ -23,7 +23,9 @@ mod reference;
 pub mod retention;
 
 use crate::error::{AsErrno, Errno};
-use crate::meta::{Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, ObjectId, ObjectState, Reason};
+use crate::meta::{
+    Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, MetaResult, ObjectId, ObjectState, Reason,
+};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use crate::sys::FileHandle;
 use record_log::{LogRecord, RecordLog};
@@ -541,6 +543,31 @@ impl Journal {
             Err(e) => log::error!("cannot empty the journal log after folding it: {e}"),
         }
         f(&inner.meta)
+    }
+
+    /// As `with_meta` for a change `f` makes: the records not folded yet
+    /// and `f`'s writes commit together, one commit where `with_meta`
+    /// then `f` take two (a rewind makes one such change per file). If
+    /// `f` fails, the fold is rolled back with it and the records wait
+    /// for the next fold.
+    pub fn change_meta<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
+        let mut inner = self.lock();
+        let records = std::mem::take(&mut inner.unfolded);
+        let done = inner.meta.transaction(|m| {
+            if !records.is_empty() {
+                record_log::fold(m, &records)?;
+            }
+            f(m)
+        });
+        if done.is_err() {
+            inner.unfolded = records;
+        } else if !records.is_empty()
+            && let Some(log) = &mut inner.log
+            && let Err(e) = log.clear()
+        {
+            log::error!("cannot empty the journal log after folding it: {e}");
+        }
+        done
     }
 
     /// The command name of the process a request came from (cached for the

@@ -76,6 +76,9 @@ struct Rewinder<'a> {
     /// whole tree found for them (one walk per rewind, for all of them).
     to_restore: HashSet<places::Key>,
     walked: RefCell<Option<places::Index>>,
+    /// Directory entries stat-ed in step 3 to find the names of files
+    /// with several links (logged: a file with one link needs none).
+    entries_scanned: std::cell::Cell<u64>,
     /// Directories changed by replacing a file's inode, whose own times
     /// must be put back at the end.
     dirs_touched: BTreeSet<ObjectId>,
@@ -116,6 +119,7 @@ pub fn rewind(
         attic_places: RefCell::new(None),
         to_restore: HashSet::new(),
         walked: RefCell::new(None),
+        entries_scanned: std::cell::Cell::new(0),
         dirs_touched: BTreeSet::new(),
         out: Vec::new(),
         touched,
@@ -220,6 +224,10 @@ pub fn rewind(
         r.restore_object(id, fd.as_fd())?;
     }
     log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
+    log::info!(
+        "rewind to {checkpoint}: {} directory entries looked at for the names of files restored",
+        r.entries_scanned.get()
+    );
     dirs.extend(std::mem::take(&mut r.dirs_touched));
     for id in dirs {
         if r.in_attic.contains(&id) {
@@ -505,7 +513,15 @@ impl Rewinder<'_> {
         let mut found: Vec<(OwnedFd, OsString)> = Vec::new();
         let mut seen: HashSet<(u64, OsString)> = HashSet::new();
         let mut dirs: Vec<OwnedFd> = Vec::new();
-        if let Some((dir, _)) = self.location(id, fd)? {
+        if let Some((dir, name)) = self.location(id, fd)? {
+            // The inode's only link, and `location` checked that it names
+            // the inode below the root: nothing else to look for. Without
+            // this, each file of a directory rewound listed and stat-ed the
+            // whole directory (2,000 files rewritten in one directory: 3 ms
+            // a file).
+            if st.st_nlink == 1 {
+                return Ok(vec![(dir, name)]);
+            }
             dirs.push(dir);
         }
         for (dir, _) in self.names_then.get(&id).into_iter().flatten() {
@@ -575,6 +591,7 @@ impl Rewinder<'_> {
             }
         }
         let mut mine = Vec::new();
+        self.entries_scanned.set(self.entries_scanned.get() + names.len() as u64);
         for name in names {
             let Ok(st) = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
             if (st.st_dev, st.st_ino) == key && seen.insert((dst.st_ino, name.clone())) {

@@ -182,7 +182,7 @@ impl<'a> Settler<'a> {
             }
         };
         journal
-            .with_meta(|m| m.add_pending(&key, content.hash.as_bytes(), list, mtime_ns))
+            .change_meta(|m| m.add_pending(&key, content.hash.as_bytes(), list, mtime_ns))
             .map_err(eio("cannot record pending content"))?;
         let before = Some(journal.current_turn());
         self.pending_map().insert(handle.clone(), PendingContent { content, mtime_ns, before });

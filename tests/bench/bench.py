@@ -799,11 +799,19 @@ def bench_rewind(ctx, base_files, new_files, big_mib):
         with open(os.path.join(d, tree_path(7)), "a") as f:
             f.write("// one change\n")
 
-    res = {"base_files": base_files, "new_files": new_files, "big_mib": big_mib}
+    edits = min(2000, base_files)
+
+    def edits_turn(d):
+        """2,000 files of the tree rewritten in place (100 per directory)."""
+        for i in range(edits):
+            with open(os.path.join(d, tree_path(i)), "a") as f:
+                f.write("// edited\n")
+
+    res = {"base_files": base_files, "new_files": new_files, "big_mib": big_mib, "edits": edits}
     # rewindfs
     m = Mount(ctx.bin, ctx.runtime_dir, ws, os.path.join(root, "mnt"), os.path.join(root, "store"),
               "--auto-turn", "0")
-    for name, fn in (("small", small_turn), ("large", big_turn)):
+    for name, fn in (("small", small_turn), ("large", big_turn), ("edits", edits_turn)):
         _, cp = m.turn()
         t0 = time.perf_counter()
         fn(m.mnt)
@@ -841,7 +849,7 @@ def bench_rewind(ctx, base_files, new_files, big_mib):
     # shadow git, same changes
     shadow_git_init(shadow, gtree)
     shadow_git_turn(shadow, gtree, "base")
-    for name, fn in (("small", small_turn), ("large", big_turn)):
+    for name, fn in (("small", small_turn), ("large", big_turn), ("edits", edits_turn)):
         base = sh(shadow_git(shadow, gtree, "rev-parse", "HEAD"), env=GIT_ENV, capture=True).stdout.strip()
         fn(gtree)
         res[f"git_{name}_commit"] = shadow_git_turn(shadow, gtree, name)
@@ -947,14 +955,17 @@ def report_special(sp, meta):
         w("| turn rewound | rewindfs rewind | (daemon's own ms) | settler done after | "
           "shadow git restore+clean | ratio git/rewindfs | time of the change itself |")
         w("|---|--:|--:|--:|--:|--:|--:|")
-        for k, label in (("small", "1 file changed"),
-                         ("large", f"{r['new_files']:,} files created + {r['big_mib']} MiB rewritten")):
+        cases = [("small", "1 file changed"),
+                 ("large", f"{r['new_files']:,} files created + {r['big_mib']} MiB rewritten")]
+        if "edits_rewind" in r:
+            cases.append(("edits", f"{r['edits']:,} files rewritten in place"))
+        for k, label in cases:
             settle = fmt_s(r[f"{k}_settle"]) + ("" if r.get(f"{k}_settle_ok") else " (not finished)")
             w(f"| {label} | {fmt_s(r[f'{k}_rewind'])} | {r.get(f'{k}_daemon_ms', 0) or 0:.1f} ms | {settle} | "
               f"{fmt_s(r[f'git_{k}_rewind'])} | {r[f'git_{k}_rewind'] / r[f'{k}_rewind']:.1f}x | "
               f"{fmt_s(r[f'{k}_change'])} |")
         w("")
-        phases = [(k, r.get(f"{k}_phases_ms")) for k in ("small", "large")]
+        phases = [(k, r.get(f"{k}_phases_ms")) for k, _ in cases]
         if all(p for _, p in phases):
             w("Inside the daemon (`phases_ms` of `rewind --json`): " + "; ".join(
                 f"{k}: safety seal {p['safety_seal']:.1f}, switch {p['switch']:.1f}, result seal "
