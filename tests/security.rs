@@ -511,3 +511,63 @@ fn run_as_runs_the_command_as_the_agent_user_who_cannot_rewind() {
     assert_eq!(read("status").trim(), "5", "the agent's rewind was not refused: {}", read("refused"));
     assert_eq!(read("f.txt"), "two\n");
 }
+
+/// Lazily unmounts a mountpoint when dropped (a test that mounts outside
+/// the fixture's own runtime directory).
+struct LazyUnmount(std::path::PathBuf);
+
+impl Drop for LazyUnmount {
+    fn drop(&mut self) {
+        if common::is_mounted(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// The daemon runs with umask 0 (a FUSE create takes the caller's mode as
+/// it is). The runtime directory it made for its workspace lock came out
+/// mode 777, so the first mount after a boot (`/run` starts empty) was
+/// refused by its own trust check, and so was every command after it
+/// until someone ran chmod. The files it made in the store (the journal
+/// log, the chunk store's lock, id and reserve) came out mode 666, so in a
+/// store directory of mode 755 another user, an agent, could write the
+/// journal log and forge history.
+#[test]
+fn a_first_mount_makes_its_runtime_directory_and_store_files_writable_by_their_owner_only() {
+    let fx = MountFixture::unmounted();
+    let fresh = fx.dir.path().join("fresh");
+    let run = fresh.join("rt");
+    let store = fx.dir.path().join("store755");
+    std::fs::create_dir(&store).expect("mkdir");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let rewindfs = |args: &[&str]| {
+        common::run_with_timeout(
+            Command::new(common::bin()).args(args).env("REWINDFS_RUNTIME_DIR", &run),
+            std::time::Duration::from_secs(120),
+        )
+    };
+    let _guard = LazyUnmount(fx.mnt.clone());
+    check(rewindfs(&["mount", s(&fx.ws), s(&fx.mnt), "--store", s(&store)]), "first mount, no runtime directory yet");
+    for dir in [&fresh, &run] {
+        let mode = std::fs::metadata(dir).expect("runtime directory").mode() & 0o7777;
+        assert_eq!(mode & 0o022, 0, "{} is writable by others (mode {mode:o})", dir.display());
+    }
+    std::fs::write(fx.mnt.join("f"), "x").expect("a change, so the journal log is written");
+    let mut open = Vec::new();
+    let mut stack = vec![store.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("store listing") {
+            let p = e.expect("entry").path();
+            let m = std::fs::symlink_metadata(&p).expect("stat");
+            if m.mode() & 0o022 != 0 {
+                open.push(format!("{:o} {}", m.mode() & 0o7777, p.display()));
+            }
+            if m.is_dir() && !p.ends_with("attic") {
+                stack.push(p);
+            }
+        }
+    }
+    assert_eq!(open, Vec::<String>::new(), "store files writable by others");
+    check(rewindfs(&["status", "-C", s(&fx.mnt)]), "status after the first mount");
+    check(rewindfs(&["unmount", s(&fx.mnt)]), "unmount");
+}

@@ -164,7 +164,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         (meta.dev(), meta.ino())
     };
     let ws_lock = registry::lock(
-        &registry::workspace_lock_path(workspace_id),
+        &registry::workspace_lock_path(workspace_id)?,
         &format!("workspace {}", spec.workspace.display()),
     )?;
     // Open the workspace before mounting: an in-place mount hides it.

@@ -80,7 +80,7 @@ fn ensure_runtime_dir() -> Result<PathBuf> {
     match fs::symlink_metadata(&dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if let Some(parent) = dir.parent() {
-                fs::create_dir_all(parent)
+                create_dirs_0755(parent)
                     .map_err(|e| Error::io(format!("cannot create runtime directory {}", parent.display()), e))?;
             }
             // Readable (status works for everyone), writable by the owner only.
@@ -311,7 +311,7 @@ pub struct Lock {
 /// Takes the lock file at `path`, or says who holds it.
 pub fn lock(path: &Path, what: &str) -> Result<Lock> {
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
+        create_dirs_0755(parent).map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
     }
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = OpenOptions::new()
@@ -340,7 +340,31 @@ pub fn lock(path: &Path, what: &str) -> Result<Lock> {
 }
 
 /// The lock that stops two daemons from serving one workspace, named by
-/// the directory's device and inode, not by a path to it.
-pub fn workspace_lock_path(workspace_id: (u64, u64)) -> PathBuf {
-    runtime_dir().join(format!("workspace-{:x}-{:x}.lock", workspace_id.0, workspace_id.1))
+/// the directory's device and inode, not by a path to it. In the runtime
+/// directory, created (mode 755) or checked to be trusted first: the
+/// daemon, whose umask is 0, made it world-writable before, and every
+/// later command then refused it.
+pub fn workspace_lock_path(workspace_id: (u64, u64)) -> Result<PathBuf> {
+    Ok(ensure_runtime_dir()?.join(format!("workspace-{:x}-{:x}.lock", workspace_id.0, workspace_id.1)))
+}
+
+/// `mkdir -p` with mode 755 for each directory made, whatever the umask
+/// (the daemon's is 0).
+fn create_dirs_0755(dir: &Path) -> std::io::Result<()> {
+    let mut made = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at {
+        if fs::symlink_metadata(d).is_ok() {
+            break;
+        }
+        made.push(d);
+        at = d.parent();
+    }
+    for d in made.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(0o755).create(d) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }

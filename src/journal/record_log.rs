@@ -88,7 +88,11 @@ fn checksum(payload: &[u8]) -> u32 {
 impl RecordLog {
     /// Opens (creating) the log and returns the records it holds.
     pub fn open(path: &Path) -> std::io::Result<(RecordLog, Vec<LogRecord>)> {
-        let mut file = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+        // The daemon runs with umask 0 (FUSE creates take the caller's
+        // mode exactly): every file of its own gets an explicit mode. A
+        // log others could write would let them forge history.
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = OpenOptions::new().create(true).read(true).append(true).mode(0o600).open(path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let len = bytes.len() as u64;

@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -416,7 +416,7 @@ fn keep_reserve(dir: &Path) {
     if std::fs::metadata(&path).is_ok_and(|m| m.len() == RESERVE_LEN) {
         return;
     }
-    let made = File::create(&path).and_then(|f| {
+    let made = OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&path).and_then(|f| {
         rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, RESERVE_LEN).map_err(std::io::Error::from)
     });
     if let Err(e) = made {
@@ -667,6 +667,7 @@ fn lock_store(dir: &Path) -> Result<File, StoreError> {
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o644)
         .open(&path)
         .map_err(|e| StoreError::io(format!("opening lock file {}", path.display()), e))?;
     match file.try_lock() {
@@ -930,10 +931,12 @@ impl Writer {
             }
             let number = self.next_number;
             let path = dir.join(pack_file_name(number));
+            // Explicit: the daemon's umask is 0.
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create_new(true)
+                .mode(0o644)
                 .open(&path)
                 .map_err(|e| StoreError::io(format!("creating pack {}", path.display()), e))?;
             file.write_all_at(&pack_header(), 0)

@@ -76,8 +76,19 @@ pub fn open_checked(dir: &Path) -> Result<Meta> {
             super::create_private_dir(&parts.chunks())
                 .map_err(|e| Error::io(format!("cannot create {}", parts.chunks().display()), e))?;
             let tmp = id_path.with_extension("tmp");
-            std::fs::write(&tmp, format!("{id}\n"))
-                .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+            // Explicit mode: the daemon's umask is 0.
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o644)
+                .open(&tmp)
+                .and_then(|mut f| {
+                    use std::io::Write;
+                    f.write_all(format!("{id}\n").as_bytes())?;
+                    f.sync_all()
+                })
                 .and_then(|()| std::fs::rename(&tmp, &id_path))
                 .map_err(|e| Error::io(format!("cannot write {}", id_path.display()), e))?;
             Ok(meta)
