@@ -348,23 +348,8 @@ pub fn workspace_lock_path(workspace_id: (u64, u64)) -> Result<PathBuf> {
     Ok(ensure_runtime_dir()?.join(format!("workspace-{:x}-{:x}.lock", workspace_id.0, workspace_id.1)))
 }
 
-/// `mkdir -p` with mode 755 for each directory made, whatever the umask
-/// (the daemon's is 0).
+/// `mkdir -p` with mode 755 for each directory made (less what the umask
+/// takes; the daemon's is 0, which made them 777 with `create_dir_all`).
 fn create_dirs_0755(dir: &Path) -> std::io::Result<()> {
-    let mut made = Vec::new();
-    let mut at = Some(dir);
-    while let Some(d) = at {
-        if fs::symlink_metadata(d).is_ok() {
-            break;
-        }
-        made.push(d);
-        at = d.parent();
-    }
-    for d in made.into_iter().rev() {
-        match std::fs::DirBuilder::new().mode(0o755).create(d) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
-        }
-    }
-    Ok(())
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)
 }

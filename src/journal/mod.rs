@@ -271,17 +271,36 @@ impl Inner {
         if self.unfolded.is_empty() {
             return Ok(());
         }
+        let ((), emptied) = self.fold_then(|_| Ok(()))?;
+        emptied.map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })
+    }
+
+    /// Folds logged records into SQLite and runs `f`, in one transaction,
+    /// then empties the log; also `f`'s value, and whether emptying the
+    /// log worked (everything is committed either way: folding again is
+    /// harmless). If the transaction fails (a full disk), nothing of it is
+    /// kept and the records wait for the next fold, or that fold would
+    /// empty the log and lose them.
+    fn fold_then<T>(&mut self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<(T, std::io::Result<()>)> {
         let records = std::mem::take(&mut self.unfolded);
-        if let Err(e) = self.meta.transaction(|m| record_log::fold(m, &records)) {
-            // Not folded (a full disk): keep them for the next fold, or
-            // that fold would empty the log and lose them.
-            self.unfolded = records;
-            return Err(e.into());
-        }
-        if let Some(log) = &mut self.log {
-            log.clear().map_err(|e| JournalError::Read { what: "the journal log".into(), source: e })?;
-        }
-        Ok(())
+        let done = self.meta.transaction(|m| {
+            if !records.is_empty() {
+                record_log::fold(m, &records)?;
+            }
+            f(m)
+        });
+        let value = match done {
+            Ok(v) => v,
+            Err(e) => {
+                self.unfolded = records;
+                return Err(e.into());
+            }
+        };
+        let emptied = match &mut self.log {
+            Some(log) if !records.is_empty() => log.clear(),
+            _ => Ok(()),
+        };
+        Ok((value, emptied))
     }
 }
 
@@ -550,24 +569,12 @@ impl Journal {
     /// then `f` take two (a rewind makes one such change per file). If
     /// `f` fails, the fold is rolled back with it and the records wait
     /// for the next fold.
-    pub fn change_meta<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
-        let mut inner = self.lock();
-        let records = std::mem::take(&mut inner.unfolded);
-        let done = inner.meta.transaction(|m| {
-            if !records.is_empty() {
-                record_log::fold(m, &records)?;
-            }
-            f(m)
-        });
-        if done.is_err() {
-            inner.unfolded = records;
-        } else if !records.is_empty()
-            && let Some(log) = &mut inner.log
-            && let Err(e) = log.clear()
-        {
+    pub fn change_meta<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
+        let (value, emptied) = self.lock().fold_then(f)?;
+        if let Err(e) = emptied {
             log::error!("cannot empty the journal log after folding it: {e}");
         }
-        done
+        Ok(value)
     }
 
     /// The command name of the process a request came from (cached for the

@@ -772,11 +772,11 @@ impl Meta {
         conn.pragma_update(None, "journal_mode", "WAL").ctx("enable WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL").ctx("set synchronous")?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).ctx("set busy timeout")?;
-        // Plans that never depend on a bound value. Without this, a query
-        // whose `col = ?` SQLite compares against a partial index's `WHERE
-        // col = <literal>` (STAT4 is on in the bundled build) is compiled
-        // again at each new value: 40% of a rewind's time went to
-        // re-parsing cached statements.
+        // Plans that never depend on a bound value. Without this, SQLite
+        // compiled some cached statements again at each new value
+        // (`sqlite3Reprepare`: the bundled build has STAT4, and the
+        // schema has partial indexes): 40% of a rewind's time went to
+        // re-parsing them.
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .ctx("set the query planner stability guarantee")?;
         migrate(&conn, path)?;
