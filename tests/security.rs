@@ -568,6 +568,21 @@ fn a_first_mount_makes_its_runtime_directory_and_store_files_writable_by_their_o
         }
     }
     assert_eq!(open, Vec::<String>::new(), "store files writable by others");
+    // The attack itself: the agent appends a forged record to the log.
+    let out = py_as_agent(
+        fx.dir.path(),
+        &format!(
+            r#"
+try:
+    open({:?}, 'ab').write(b'forged')
+    raise SystemExit('the agent could write the journal log')
+except PermissionError:
+    pass
+"#,
+            s(&store.join("journal.log"))
+        ),
+    );
+    check(out, "agent writes the journal log");
     check(rewindfs(&["status", "-C", s(&fx.mnt)]), "status after the first mount");
     check(rewindfs(&["unmount", s(&fx.mnt)]), "unmount");
 }
