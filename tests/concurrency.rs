@@ -233,3 +233,153 @@ fn a_request_holding_a_directory_lock_does_not_deadlock_the_invalidation() {
     let log = std::fs::read_to_string(fx.store.join("daemon.log")).expect("daemon log");
     assert!(log.contains("invalidation stalled"), "the invalidation never waited for the create:\n{log}");
 }
+
+/// A small deterministic generator for the races' jitter (seeded, so a
+/// failure names the iteration it happened in).
+struct Jitter(u64);
+
+impl Jitter {
+    fn micros(&mut self, max: u64) -> Duration {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        Duration::from_micros((self.0 >> 33) % max)
+    }
+}
+
+/// The bytes of file `n` in round `i`: a size and pattern of their own,
+/// so a read that mixes two rounds, or is cut short, shows.
+fn round_bytes(i: usize, n: usize) -> Vec<u8> {
+    format!("round {i:06} file {n:02} ").repeat(30 + (i + n) % 13).into_bytes()
+}
+
+/// Spins until `deadline` (a sleep is too coarse to land a race inside a
+/// window of microseconds).
+fn spin_until(deadline: Instant) {
+    while Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
+}
+
+fn show_read(r: &std::io::Result<Vec<u8>>) -> String {
+    match r {
+        Ok(b) => format!("{} bytes: {:?}", b.len(), String::from_utf8_lossy(&b[..b.len().min(40)])),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// Files raced per checkpoint: each one's first overwrite after the seal is
+/// the one whose pre-image is recorded, so each is one race for one seal.
+const RACED_FILES: usize = 24;
+
+/// Issue 31: a checkpoint view read while the live file is overwritten
+/// through the mount gives the checkpoint's bytes and size, exactly, every
+/// time; never EIO ("changed under the mount"), nothing, or the new bytes
+/// (kept by the kernel's page cache for a second read). The view of each
+/// new checkpoint is a new inode, so each round's first read of a file
+/// reaches the daemon, in a race with the round's first overwrite of it.
+#[test]
+fn a_checkpoint_view_read_during_an_overwrite_gives_the_checkpoint_s_bytes() {
+    let fx = mount(&["--auto-turn", "0"], &[]);
+    let files: Vec<std::path::PathBuf> = (0..RACED_FILES).map(|n| fx.path().join(format!("f{n:02}"))).collect();
+    for (n, f) in files.iter().enumerate() {
+        std::fs::write(f, round_bytes(0, n)).expect("write f");
+    }
+    let mut jitter = Jitter(31);
+    let started = Instant::now();
+    let mut rounds = 0;
+    while rounds < 2000 && started.elapsed() < Duration::from_secs(25) {
+        let i = rounds;
+        let checkpoint = fx.turn(&format!("r{i}"));
+        let views: Vec<std::path::PathBuf> =
+            (0..RACED_FILES).map(|n| fx.path().join(format!(".rewindfs/checkpoints/{checkpoint}/f{n:02}"))).collect();
+        let go = Instant::now() + Duration::from_micros(300);
+        let (reader_delay, writer_delay) = (jitter.micros(300), jitter.micros(300));
+        let reader = {
+            let views = views.clone();
+            std::thread::spawn(move || {
+                spin_until(go + reader_delay);
+                views.iter().map(|v| (std::fs::metadata(v).map(|m| m.len()), std::fs::read(v))).collect::<Vec<_>>()
+            })
+        };
+        spin_until(go + writer_delay);
+        for (n, f) in files.iter().enumerate() {
+            std::fs::write(f, round_bytes(i + 1, n)).expect("overwrite f");
+        }
+        let reads = reader.join().expect("reader thread");
+        for (n, (size, read)) in reads.iter().enumerate() {
+            let expected = round_bytes(i, n);
+            assert!(
+                matches!(read, Ok(b) if *b == expected) && matches!(size, Ok(s) if *s == expected.len() as u64),
+                "round {i}: checkpoint {checkpoint}'s f{n:02}, read during an overwrite, gave size {size:?} \
+                 and {} (expected {} bytes of round {i})",
+                show_read(read),
+                expected.len()
+            );
+            // Again, now that the overwrite is done: what the kernel kept.
+            let again = std::fs::read(&views[n]);
+            assert!(
+                matches!(&again, Ok(b) if *b == expected),
+                "round {i}: checkpoint {checkpoint}'s f{n:02} read again after the overwrite gave {}",
+                show_read(&again)
+            );
+        }
+        rounds += 1;
+    }
+    eprintln!("{rounds} rounds of {RACED_FILES} files in {:?}", started.elapsed());
+    assert!(rounds >= 50, "only {rounds} rounds ran; the race was hardly tried");
+}
+
+/// Issue 31: the statistics a sealed turn stores are those of the turn,
+/// whatever is written right after the seal. A turn removes one name of
+/// each of a set of hard-linked files (or adds one back); right after its
+/// seal, the other name of each is overwritten, while the daemon computes
+/// the sealed turn's statistics in the background. The turn changed no
+/// content: `log` must count its names only (`+0 ~0 -N`, or `+N ~0 -0`),
+/// never the overwrite that came after.
+#[test]
+fn a_turn_s_stored_statistics_never_count_a_write_made_after_its_seal() {
+    const LINKED: usize = 200;
+    let fx = mount(&["--auto-turn", "0"], &[]);
+    let (kept, extra): (Vec<_>, Vec<_>) =
+        (0..LINKED).map(|n| (fx.path().join(format!("h{n:02}")), fx.path().join(format!("g{n:02}")))).unzip();
+    for (n, (h, g)) in kept.iter().zip(&extra).enumerate() {
+        std::fs::write(h, round_bytes(0, n)).expect("write h");
+        std::fs::hard_link(h, g).expect("link g");
+    }
+    let mut before = fx.turn("setup");
+    // (checkpoint, names added, names removed) of each linking turn.
+    let mut linking_turns: Vec<(i64, usize, usize)> = Vec::new();
+    let started = Instant::now();
+    let mut round = 0;
+    while round < 400 && started.elapsed() < Duration::from_secs(20) {
+        round += 1;
+        let linked = round % 2 == 0;
+        for (h, g) in kept.iter().zip(&extra) {
+            if linked {
+                std::fs::hard_link(h, g).expect("link g again");
+            } else {
+                std::fs::remove_file(g).expect("remove g");
+            }
+        }
+        let sealed = fx.turn(&format!("links{round}"));
+        for (n, h) in kept.iter().enumerate() {
+            std::fs::write(h, round_bytes(round, n)).expect("overwrite h");
+        }
+        linking_turns.push((before, if linked { LINKED } else { 0 }, if linked { 0 } else { LINKED }));
+        before = fx.turn(&format!("writes{round}"));
+    }
+    let log = fx.cli_json(&["log"]);
+    let by_checkpoint: std::collections::HashMap<i64, &serde_json::Value> =
+        log.as_array().expect("log --json is an array").iter().map(|c| (num(c, "checkpoint"), c)).collect();
+    for (checkpoint, added, removed) in &linking_turns {
+        let c = by_checkpoint.get(checkpoint).unwrap_or_else(|| panic!("checkpoint {checkpoint} is not in the log"));
+        let counts = (num(c, "files_added"), num(c, "files_modified"), num(c, "files_deleted"));
+        assert_eq!(
+            counts,
+            (*added as i64, 0, *removed as i64),
+            "the turn after checkpoint {checkpoint} only linked or unlinked names; its statistics \
+             (+added ~modified -deleted) counted a write made after its seal"
+        );
+    }
+    eprintln!("{round} rounds of {LINKED} linked files in {:?}", started.elapsed());
+    assert!(round >= 20, "only {round} rounds ran; the race was hardly tried");
+}

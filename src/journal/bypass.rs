@@ -75,7 +75,10 @@ impl Journal {
             }
         }
         let Some((first, last)) = found else { return Ok(None) };
-        self.lock().meta.mark_bypassed(object, first, last)?;
+        let mut inner = self.lock();
+        inner.moves.object(object);
+        inner.meta.mark_bypassed(object, first, last)?;
+        drop(inner);
         log::warn!(
             "object {} was changed under the mount, bypassing it, after checkpoint {last} was sealed; \
              its state at checkpoints {first} to {last} is unknown",

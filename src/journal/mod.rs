@@ -215,6 +215,70 @@ struct Inner {
     next_object_id: i64,
     /// Command names by pid, for this turn.
     programs: HashMap<u32, Option<String>>,
+    /// Readers of the past against writers: see [`Mark`].
+    moves: Moves,
+}
+
+thread_local! {
+    /// How many [`Gate`]s this thread holds.
+    static HOLDS_GATE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The turn gate, held shared by one mutation while it records and applies
+/// its change ([`Journal::gate`]).
+pub struct Gate<'a> {
+    _shared: RwLockReadGuard<'a, ()>,
+}
+
+impl Drop for Gate<'_> {
+    fn drop(&mut self) {
+        HOLDS_GATE.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// A point in the sequence of the journal's records, taken by a reader of
+/// a checkpoint before it reads the live tree. Every change made through
+/// the mount appends the record that preserves what it changes before it
+/// changes it, so an answer read from the live object after `mark` is the
+/// past unless a record about that object was appended since
+/// ([`Journal::moved_since`]); then the reader reads again, and finds the
+/// record. Readers take no lock a writer waits for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark(u64);
+
+/// The journal's side of [`Mark`]: a sequence number per record, and the
+/// newest of each object recorded in the open turn. Bounded by the turn:
+/// a seal forgets them and moves the floor, so a mark taken before the
+/// seal reads again once (a reader cannot tell what the forgotten turn
+/// touched).
+#[derive(Default)]
+struct Moves {
+    seq: u64,
+    newest: HashMap<ObjectId, u64>,
+    /// Marks at or before this may have been moved by anything.
+    floor: u64,
+}
+
+impl Moves {
+    fn recorded(&mut self, record: &LogRecord) {
+        self.seq += 1;
+        for id in record.objects() {
+            self.newest.insert(id, self.seq);
+        }
+    }
+
+    /// A change to the history that names no object one by one (a seal,
+    /// a rewind's own moves, a collection): every mark before it is stale.
+    fn everything(&mut self) {
+        self.seq += 1;
+        self.newest.clear();
+        self.floor = self.seq;
+    }
+
+    fn object(&mut self, id: ObjectId) {
+        self.seq += 1;
+        self.newest.insert(id, self.seq);
+    }
 }
 
 /// Records folded into SQLite in one transaction at most this many at a time.
@@ -241,6 +305,9 @@ impl Inner {
     }
 
     fn log_record(&mut self, record: LogRecord, deferred: bool) -> JournalResult<()> {
+        // Before the record can be read, as the change it protects comes
+        // after it: a reader that sees the change sees the move.
+        self.moves.recorded(&record);
         match &mut self.log {
             Some(log) => {
                 let logged = if deferred { log.append_deferred(&record) } else { log.append(&record) };
@@ -481,6 +548,7 @@ impl Journal {
                 log,
                 unfolded: Vec::new(),
                 programs: HashMap::new(),
+                moves: Moves::default(),
             }),
             store,
             gate: RwLock::new(()),
@@ -537,8 +605,23 @@ impl Journal {
     }
 
     /// Held shared by a mutation while it records and applies its change.
-    pub fn gate(&self) -> RwLockReadGuard<'_, ()> {
-        self.gate.read().unwrap_or_else(|p| p.into_inner())
+    pub fn gate(&self) -> Gate<'_> {
+        let guard = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        HOLDS_GATE.with(|n| n.set(n.get() + 1));
+        Gate { _shared: guard }
+    }
+
+    /// Waits until no change through the mount is in flight, and keeps new
+    /// ones from starting until the result is dropped: what a reader of the
+    /// past falls back to when the object it reads keeps moving under it
+    /// (see [`Mark`]). None on a thread that is itself recording a change
+    /// (a rewind reading the checkpoint it restores): the tree is frozen
+    /// there, and waiting for its own gate would never end.
+    pub fn hold_changes(&self) -> Option<std::sync::RwLockWriteGuard<'_, ()>> {
+        if HOLDS_GATE.with(|n| n.get()) > 0 {
+            return None;
+        }
+        Some(self.gate.write().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub fn store(&self) -> &dyn ChunkStore {
@@ -570,7 +653,10 @@ impl Journal {
     /// `f` fails, the fold is rolled back with it and the records wait
     /// for the next fold.
     pub fn change_meta<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
-        let (value, emptied) = self.lock().fold_then(f)?;
+        let mut inner = self.lock();
+        inner.moves.everything();
+        let (value, emptied) = inner.fold_then(f)?;
+        drop(inner);
         if let Err(e) = emptied {
             log::error!("cannot empty the journal log after folding it: {e}");
         }
@@ -597,6 +683,28 @@ impl Journal {
 
     pub fn current_turn(&self) -> i64 {
         self.lock().turn
+    }
+
+    /// Where the records stand now, for [`Journal::moved_since`].
+    pub fn mark(&self) -> Mark {
+        Mark(self.lock().moves.seq)
+    }
+
+    /// Whether an answer about the object read since `mark` may be stale:
+    /// a record naming it was appended since (the object by id, or by
+    /// handle while it has none: its first record gives it one), or the
+    /// history changed in a way that names no object.
+    pub fn moved_since(&self, mark: Mark, id: Option<ObjectId>, handle: Option<&FileHandle>) -> bool {
+        let inner = self.lock();
+        let moves = &inner.moves;
+        if mark.0 == moves.seq {
+            return false;
+        }
+        if mark.0 < moves.floor {
+            return true;
+        }
+        let id = id.or_else(|| handle.and_then(|h| inner.ids.get(&h.to_bytes()).copied()));
+        id.is_some_and(|id| moves.newest.get(&id).is_some_and(|&seq| seq > mark.0))
     }
 
     /// (records in the current turn, seconds since the last one).
@@ -637,6 +745,7 @@ impl Journal {
         })?;
         inner.ids.retain(|_, v| *v != id);
         inner.ids.insert(handle, id);
+        inner.moves.object(id);
         Ok(())
     }
 
@@ -972,6 +1081,7 @@ impl Journal {
             inner.last_change = None;
             inner.turn_started = Instant::now();
             inner.programs.clear();
+            inner.moves.everything();
             (next, durable)
         };
         crate::world::test_hooks::kill_point("seal-committed");
@@ -996,6 +1106,7 @@ impl Journal {
     pub fn record_outside_changes(&self, handles: &[(FileHandle, u8, Option<i64>)]) -> JournalResult<usize> {
         let mut inner = self.lock();
         inner.fold()?;
+        inner.moves.everything();
         let turn = inner.turn;
         let unclean = inner.unclean;
         let since = inner.outside_since_ns;
@@ -1062,7 +1173,8 @@ impl Journal {
     /// daemon's own (`own_ctime`, see `bypass.rs`).
     pub fn settled(&self, handle: &FileHandle, ctime_ns: Option<i64>) -> JournalResult<()> {
         let handle = handle.to_bytes();
-        let inner = self.lock();
+        let mut inner = self.lock();
+        inner.moves.everything();
         let known = inner.ids.get(&handle).copied();
         inner.meta.transaction(|m| {
             m.remove_pending(&handle)?;

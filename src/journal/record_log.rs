@@ -43,6 +43,21 @@ pub enum LogRecord {
     AtticOut { id: i64 },
 }
 
+impl LogRecord {
+    /// The objects whose state in some checkpoint this record can change:
+    /// what a view of them must read again once it is appended
+    /// (`Journal::moved_since`).
+    pub fn objects(&self) -> impl Iterator<Item = ObjectId> {
+        let (a, b) = match self {
+            LogRecord::Object { id, .. } | LogRecord::NewObject { id, .. } | LogRecord::Born { id, .. } => (*id, None),
+            LogRecord::Attic { id, .. } | LogRecord::AtticOut { id } => (*id, None),
+            LogRecord::Entry { dir, target, .. } => (*dir, *target),
+            LogRecord::ObjectPre { object, .. } | LogRecord::Known { object, .. } => (*object, None),
+        };
+        std::iter::once(ObjectId(a)).chain(b.map(ObjectId))
+    }
+}
+
 /// Applies records to the database (inside the caller's transaction).
 pub fn fold(meta: &Meta, records: &[LogRecord]) -> MetaResult<()> {
     for r in records {

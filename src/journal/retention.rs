@@ -498,6 +498,7 @@ impl Journal {
         let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
         inner.fold()?;
+        inner.moves.everything();
         let folded = taken.elapsed();
         let out = inner.meta.transaction(f);
         drop((inner, content, gate));
@@ -703,6 +704,7 @@ impl Journal {
                 (dead, held())
             }
             (false, _) => {
+                inner.moves.everything();
                 let dead = inner.meta.transaction(work)?;
                 drop((inner, gate));
                 (dead, held())

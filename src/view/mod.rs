@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use rustix::fs::{Mode, OFlags};
 
 use crate::error::Errno;
-use crate::journal::{Journal, end_of_ms, ns};
+use crate::journal::{Journal, Mark, end_of_ms, ns};
 use crate::meta::{ObjectId, decode_xattrs};
 use crate::store::{ContentRef, read_content_at};
 use crate::sys::FileHandle;
@@ -45,6 +45,12 @@ pub enum ViewError {
     #[error("cannot read {path} at {at}: {source}")]
     Unreadable { path: String, at: String, source: Box<ViewError> },
 }
+
+/// How many times a reader of the past reads an object again, when a
+/// change to it was recorded while it read the live tree, before it waits
+/// for the changes in flight to end and reads it once more with new ones
+/// held back (see [`TreeView::settled`]).
+const REREADS: usize = 4;
 
 fn what_object(id: &Option<ObjectId>) -> String {
     id.map_or("an object never recorded".to_string(), |id| format!("object {id:?}"))
@@ -113,6 +119,11 @@ pub struct NodeState {
     /// For stored content: the pre-image record (turn, object) that holds
     /// its chunk list, so a rewind can point at it instead of copying it.
     pub content_record: Option<(i64, ObjectId)>,
+    /// The object's id when the state was read (None: never recorded).
+    pub id: Option<ObjectId>,
+    /// When the state was read: live content is read again from the
+    /// records if the object moved since (see [`TreeView::read_at`]).
+    pub mark: Mark,
 }
 
 impl NodeState {
@@ -338,8 +349,36 @@ impl<'a> TreeView<'a> {
         Ok(ViewError::ChangedUnderMount { id: self.id_of(node)?, after: self.from })
     }
 
+    /// Reads the past through `read`, which may take part of its answer
+    /// from the live object behind `node`: in a view of a checkpoint, that
+    /// answer holds only if no change to the object began meanwhile. Every
+    /// change through the mount records the object before it changes it,
+    /// so if none was recorded between the start of the read and its end,
+    /// whatever the read saw live was the past; otherwise it reads again,
+    /// and finds the record (readers hold back no writer). After
+    /// [`REREADS`] moves it holds new changes back for one last read.
+    fn settled<T>(&self, node: &Node, mut read: impl FnMut(Mark) -> ViewResult<T>) -> ViewResult<T> {
+        if self.from == i64::MAX {
+            return read(self.journal.mark());
+        }
+        for _ in 0..REREADS {
+            let mark = self.journal.mark();
+            let answer = read(mark);
+            if !self.journal.moved_since(mark, node.id, node.handle.as_ref()) {
+                return answer;
+            }
+            log::debug!("a view of checkpoint {} read {:?} while it changed; reading it again", self.from, node.id);
+        }
+        let _held = self.journal.hold_changes();
+        read(self.journal.mark())
+    }
+
     /// What `name` refers to in directory `dir`.
     pub fn lookup(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
+        self.settled(dir, |_| self.lookup_once(dir, name))
+    }
+
+    fn lookup_once(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
         if let Some(id) = self.id_of(dir)? {
             let turn = self.journal.with_meta(|m| m.entry_turn_at(id, name.as_bytes(), self.from))?;
             self.check_outside(id, turn)?;
@@ -363,7 +402,11 @@ impl<'a> TreeView<'a> {
         }
     }
 
-    /// The entries of directory `dir`, sorted by name.
+    /// The entries of directory `dir`, sorted by name. Needs no second
+    /// read (as [`TreeView::settled`] gives the others): the live names
+    /// are read first and the records after, and a change to a name is
+    /// recorded before it is made, so a change the listing saw has its
+    /// record in the records read after it.
     pub fn list(&self, dir: &Node) -> ViewResult<Vec<(OsString, Node)>> {
         let dir_id = self.id_of(dir)?;
         if let Some(id) = dir_id {
@@ -390,6 +433,12 @@ impl<'a> TreeView<'a> {
                 }
             }
         }
+        // Recorded for the first time while the names were read: its first
+        // record gave it an id.
+        let dir_id = match dir_id {
+            Some(id) => Some(id),
+            None => self.id_of(dir)?,
+        };
         if let Some(id) = dir_id {
             for (name, target) in self.journal.with_meta(|m| m.entries_of_dir(id, self.from))? {
                 match target {
@@ -423,7 +472,12 @@ impl<'a> TreeView<'a> {
 
     /// The object's attributes and where its content comes from.
     pub fn state(&self, node: &Node) -> ViewResult<NodeState> {
-        if let Some(id) = self.id_of(node)? {
+        self.settled(node, |mark| self.state_once(node, mark))
+    }
+
+    fn state_once(&self, node: &Node, mark: Mark) -> ViewResult<NodeState> {
+        let known = self.id_of(node)?;
+        if let Some(id) = known {
             let turn = self.journal.with_meta(|m| m.object_turn_at(id, self.from))?;
             self.check_outside(id, turn)?;
             // Without a record since this checkpoint (an unchanged file, the
@@ -464,6 +518,8 @@ impl<'a> TreeView<'a> {
                     content,
                     content_hash: hash,
                     content_record: record,
+                    id: Some(id),
+                    mark,
                 });
             }
         }
@@ -471,7 +527,7 @@ impl<'a> TreeView<'a> {
         let st = rustix::fs::fstat(&fd)?;
         // No record since this checkpoint (or none at all): the journal
         // vouches for it up to this checkpoint's seal.
-        self.check_bypassed(self.id_of(node)?, false, node.handle.as_ref(), &st)?;
+        self.check_bypassed(known, false, node.handle.as_ref(), &st)?;
         let kind = Kind::from_mode(st.st_mode);
         let target =
             if kind == Kind::Symlink { Some(rustix::fs::readlinkat(&fd, "", Vec::new())?.into_bytes()) } else { None };
@@ -492,12 +548,49 @@ impl<'a> TreeView<'a> {
             content,
             content_hash: None,
             content_record: None,
+            id: known,
+            mark,
         })
     }
 
     /// Reads file content at `offset` into `buf`; returns the bytes read.
     pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
         match &state.content {
+            Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
+            Content::Live(_) if self.from == i64::MAX => self.read_content_once(&state.content, offset, buf),
+            Content::Live(h) => {
+                // The live bytes are the past while no change to the file
+                // has been recorded since its state was read; once one has,
+                // its record holds them (see `settled`).
+                let node = Node { id: state.id, handle: Some(h.clone()) };
+                let mut since = state.mark;
+                self.settled(&node, |mark| {
+                    let content = if self.journal.moved_since(since, state.id, Some(h)) {
+                        self.content_now(&node)?
+                    } else {
+                        Content::Live(h.clone())
+                    };
+                    since = mark;
+                    self.read_content_once(&content, offset, buf)
+                })
+            }
+            Content::None => Ok(0),
+        }
+    }
+
+    /// Where the content of `node`, a file whose state was read live or
+    /// from a record without content, comes from now.
+    fn content_now(&self, node: &Node) -> ViewResult<Content> {
+        let Some(handle) = &node.handle else { return Ok(Content::None) };
+        let Some(id) = self.id_of(node)? else { return Ok(Content::Live(handle.clone())) };
+        Ok(match self.journal.with_meta(|m| m.content_at(id, self.from))? {
+            Some((_, hash, chunks)) => Content::Stored(ContentRef::from_columns(&hash, &chunks)?),
+            None => Content::Live(handle.clone()),
+        })
+    }
+
+    fn read_content_once(&self, content: &Content, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
+        match content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
             Content::Live(h) => {
                 if let Some(c) = self.tree.pending().content(h) {

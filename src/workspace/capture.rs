@@ -54,7 +54,7 @@ pub struct Recorder {
 pub(crate) struct Recording<'a> {
     pub journal: &'a Journal,
     pending: &'a PendingSet,
-    _gate: std::sync::RwLockReadGuard<'a, ()>,
+    _gate: crate::journal::Gate<'a>,
 }
 
 /// Records pre-images into one journal. Files whose bytes are still in the

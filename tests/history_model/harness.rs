@@ -15,6 +15,8 @@ use crate::common::*;
 
 #[path = "kill_rewind.rs"]
 mod kill_rewind;
+#[path = "readers.rs"]
+mod readers;
 
 /// Why a sequence failed: `kind` groups failures for shrinking.
 #[derive(Clone, Debug)]
@@ -58,6 +60,8 @@ pub struct Runner {
     /// checked after the views.
     new_cps: Vec<i64>,
     opts: Opts,
+    /// Readers of sealed checkpoints racing the steps (issue 31).
+    readers: Option<std::sync::Arc<readers::Readers>>,
 }
 
 fn io_err(e: rustix::io::Errno) -> std::io::Error {
@@ -98,12 +102,22 @@ impl Runner {
             checks: 0,
             new_cps: Vec::new(),
             opts,
+            readers: None,
         };
         let m = r.current_checkpoint()?;
         if m != 0 {
             return fail("checkpoints", format!("the first mount made checkpoint {m}, not 0"));
         }
         r.snaps.insert(0, r.model.clone());
+        if std::env::var("HISTORY_MODEL_READERS").map_or(true, |v| v != "0") {
+            let mount =
+                readers::Mount { mnt: r.fx.mnt.clone(), run: r.fx.run.clone(), home: r.fx.dir.path().join("home") };
+            let seed =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+            let readers = readers::Readers::start(mount, seed);
+            readers.sealed(0, r.model.observe(), None);
+            r.readers = Some(std::sync::Arc::new(readers));
+        }
         r.check_live()?;
         Ok(r)
     }
@@ -145,6 +159,10 @@ impl Runner {
         if n != self.newest() + 1 {
             return fail("checkpoints", format!("{what} sealed checkpoint {n}, expected {}", self.newest() + 1));
         }
+        if let Some(r) = &self.readers {
+            let diff = self.snaps.get(&(n - 1)).map(|a| expected_diff(a, &model));
+            r.sealed(n, model.observe(), diff);
+        }
         self.snaps.insert(n, model);
         self.new_cps.push(n);
         Ok(n)
@@ -161,7 +179,21 @@ impl Runner {
             self.check_live()?;
             self.check_fds()?;
         }
+        self.check_readers()?;
         Ok(ran)
+    }
+
+    /// What the readers racing the steps got wrong, if anything.
+    pub fn check_readers(&self) -> Res<()> {
+        match self.readers.as_ref().and_then(|r| r.failure()) {
+            Some(f) => fail("concurrent reader", f),
+            None => Ok(()),
+        }
+    }
+
+    /// How many times the readers racing the steps read the past.
+    pub fn concurrent_reads(&self) -> u64 {
+        self.readers.as_ref().map_or(0, |r| r.reads())
     }
 
     fn fs_step(&mut self, step: &Step) -> Res<bool> {
@@ -324,6 +356,8 @@ impl Runner {
                 self.sealed(v["result_checkpoint"].as_i64(), self.model.clone(), "restore (after)")?;
             }
             Step::Remount => {
+                let readers = self.readers.clone();
+                let _gone = readers.as_ref().map(|r| r.unmounted());
                 self.close_all();
                 self.fx.unmount();
                 self.remounted()?;
@@ -332,9 +366,13 @@ impl Runner {
                 if !self.snaps.contains_key(to) {
                     return Ok(false);
                 }
+                let readers = self.readers.clone();
+                let _gone = readers.as_ref().map(|r| r.unmounted());
                 self.kill_rewind(*to, *at)?;
             }
             Step::Kill => {
+                let readers = self.readers.clone();
+                let _gone = readers.as_ref().map(|r| r.unmounted());
                 self.close_all();
                 let pid = self.fx.daemon_pid();
                 let p = rustix::process::Pid::from_raw(pid).expect("a daemon pid is positive");
@@ -559,6 +597,8 @@ impl Runner {
     /// made, and (with `check_log`) each turn's statistics equal the
     /// model's diff from its checkpoint to the next.
     pub fn check_end(&self) -> Res<()> {
+        self.check_readers()?;
+        eprintln!("history_model: {} reads of the past raced the steps", self.concurrent_reads());
         let v = self.cli_json(&["log"])?;
         let rows = v.as_array().cloned().unwrap_or_default();
         let listed: Vec<i64> = rows.iter().filter_map(|r| r["checkpoint"].as_i64()).collect();

@@ -1,0 +1,150 @@
+//! Readers of the past racing the sequence's writers (issue 31). While the
+//! runner's steps run (file operations, descriptors, turns, rewinds,
+//! undos, restores), a thread reads the view of a random sealed checkpoint
+//! through `.rewindfs/checkpoints/N`, or runs `diff N-1 N`, and checks
+//! each answer against the model's snapshot of those checkpoints: the
+//! past never moves, whatever the live tree does meanwhile. It stands
+//! still only while the mount is gone (remount, kill -9).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
+use std::time::Duration;
+
+use super::super::model::{Rng, SeenTree, tree_diff};
+use super::{Change, observe_fs, parse_changes};
+use crate::common::{CHILD_TIMEOUT, bin, run_with_timeout, stderr};
+
+/// What a sealed checkpoint reads as: its tree, and its diff from the
+/// checkpoint numbered one before (when that one exists).
+struct Sealed {
+    tree: SeenTree,
+    diff: Option<BTreeSet<Change>>,
+}
+
+struct Shared {
+    sealed: RwLock<BTreeMap<i64, Arc<Sealed>>>,
+    /// Held for writing while the mount is gone; a reading holds it shared.
+    mounted: RwLock<()>,
+    stop: AtomicBool,
+    failures: Mutex<Vec<String>>,
+    reads: AtomicU64,
+}
+
+/// The reading thread; stopped when dropped.
+pub struct Readers {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Where the reader finds the mount and how it runs the CLI.
+pub struct Mount {
+    pub mnt: PathBuf,
+    pub run: PathBuf,
+    pub home: PathBuf,
+}
+
+impl Readers {
+    pub fn start(mount: Mount, seed: u64) -> Readers {
+        let shared = Arc::new(Shared {
+            sealed: RwLock::new(BTreeMap::new()),
+            mounted: RwLock::new(()),
+            stop: AtomicBool::new(false),
+            failures: Mutex::new(Vec::new()),
+            reads: AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("model-reader".into())
+            .spawn(move || read_loop(&s, &mount, Rng(seed)))
+            .expect("cannot start the model's reader thread");
+        Readers { shared, thread: Some(thread) }
+    }
+
+    /// Checkpoint `n` was sealed with this tree (and this diff from `n-1`).
+    pub fn sealed(&self, n: i64, tree: SeenTree, diff: Option<BTreeSet<Change>>) {
+        self.shared.sealed.write().unwrap_or_else(|p| p.into_inner()).insert(n, Arc::new(Sealed { tree, diff }));
+    }
+
+    /// Holds the reader back while the mount is gone.
+    pub fn unmounted(&self) -> RwLockWriteGuard<'_, ()> {
+        self.shared.mounted.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The first wrong answer a reader got, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failures.lock().unwrap_or_else(|p| p.into_inner()).first().cloned()
+    }
+
+    pub fn reads(&self) -> u64 {
+        self.shared.reads.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Readers {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn read_loop(shared: &Shared, mount: &Mount, mut rng: Rng) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(2));
+        let _mounted = shared.mounted.read().unwrap_or_else(|p| p.into_inner());
+        let picked = {
+            let sealed = shared.sealed.read().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<i64> = sealed.keys().copied().collect();
+            rng.pick(&keys).map(|k| (*k, sealed[k].clone()))
+        };
+        let Some((n, want)) = picked else { continue };
+        let wrong = match (&want.diff, rng.below(6)) {
+            (Some(diff), 0) => check_diff(mount, n, diff),
+            _ => check_view(mount, n, &want.tree),
+        };
+        shared.reads.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = wrong {
+            shared.failures.lock().unwrap_or_else(|p| p.into_inner()).push(w);
+        }
+    }
+}
+
+fn check_view(mount: &Mount, n: i64, want: &SeenTree) -> Option<String> {
+    let root = mount.mnt.join(".rewindfs/checkpoints").join(n.to_string());
+    match observe_fs(&root) {
+        Err(e) => Some(format!("checkpoint {n}'s view, read during a step: {e}")),
+        Ok(got) => {
+            let d = tree_diff(want, &got, 12);
+            (!d.is_empty())
+                .then(|| format!("checkpoint {n}'s view, read during a step, differs:\n    {}", d.join("\n    ")))
+        }
+    }
+}
+
+fn check_diff(mount: &Mount, n: i64, want: &BTreeSet<Change>) -> Option<String> {
+    let mnt = mount.mnt.to_string_lossy().into_owned();
+    let (a, b) = ((n - 1).to_string(), n.to_string());
+    let out = run_with_timeout(
+        Command::new(bin())
+            .env("REWINDFS_RUNTIME_DIR", &mount.run)
+            .env("REWINDFS_HOME", &mount.home)
+            .args(["diff", "-C", &mnt, "--json", &a, &b]),
+        CHILD_TIMEOUT,
+    );
+    if !out.status.success() {
+        return Some(format!("diff {a} {b}, run during a step, failed: {}", stderr(&out).trim()));
+    }
+    let got = match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+        Ok(v) => parse_changes(&v["changes"]),
+        Err(e) => return Some(format!("diff {a} {b}, run during a step: bad JSON ({e})")),
+    };
+    (got != *want).then(|| {
+        let missing: Vec<_> = want.difference(&got).collect();
+        let extra: Vec<_> = got.difference(want).collect();
+        format!("diff {a} {b}, run during a step: missing {missing:?}; unexpected {extra:?}")
+    })
+}
