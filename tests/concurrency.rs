@@ -360,7 +360,7 @@ fn a_turn_s_stored_statistics_never_count_a_write_made_after_its_seal() {
                 std::fs::remove_file(g).expect("remove g");
             }
         }
-        let sealed = fx.turn(&format!("links{round}"));
+        fx.turn(&format!("links{round}"));
         for (n, h) in kept.iter().enumerate() {
             std::fs::write(h, round_bytes(round, n)).expect("overwrite h");
         }
