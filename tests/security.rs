@@ -586,3 +586,166 @@ except PermissionError:
     check(rewindfs(&["status", "-C", s(&fx.mnt)]), "status after the first mount");
     check(rewindfs(&["unmount", s(&fx.mnt)]), "unmount");
 }
+
+/// A daemon whose agent user is the test user, with the control socket's
+/// request deadline cut to `deadline_ms` (test hook).
+fn agent_mount(deadline_ms: u32) -> MountFixture {
+    let mut fx = MountFixture::unmounted();
+    let deadline = deadline_ms.to_string();
+    fx.mount_with_env(
+        false,
+        &["--auto-turn", "0", "--agent-user", common::TEST_USER],
+        &[("REWINDFS_TEST_REQUEST_DEADLINE_MS", &deadline)],
+    );
+    fx
+}
+
+/// A field of /proc/PID/status (`VmRSS`, `Threads`) as a number (kB for
+/// sizes).
+fn proc_status(pid: i32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the daemon's /proc status");
+    let line = text.lines().find(|l| l.starts_with(&format!("{field}:"))).expect("the field");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number")
+}
+
+/// A directory the agent user owns, beside the fixture's.
+fn agent_dir(fx: &MountFixture, name: &str) -> std::path::PathBuf {
+    let dir = fx.dir.path().join(name);
+    std::fs::create_dir(&dir).expect("mkdir");
+    let (uid, gid) = test_user();
+    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown");
+    dir
+}
+
+/// One agent connection sent 1 GB without a newline and the daemon grew
+/// past 1 GB: a request line is capped (1 MiB), a longer one is answered
+/// with an error and its connection closed.
+#[test]
+fn a_request_line_without_end_is_cut_at_the_cap_and_the_daemon_does_not_grow() {
+    let fx = agent_mount(30_000);
+    let pid = fx.daemon_pid();
+    let socket = fx.status_json()["socket"].as_str().expect("socket").to_string();
+    let baseline = proc_status(pid, "VmRSS");
+    let dir = agent_dir(&fx, "flood");
+    let code = format!(
+        r#"
+import json, socket, time
+c = socket.socket(socket.AF_UNIX); c.settimeout(30); c.connect({socket:?})
+chunk = b'x' * (1 << 20)
+sent, error = 0, None
+try:
+    for _ in range(64):
+        c.sendall(chunk)
+        sent += 1
+    # The old daemon holds all of it until the line ends.
+    time.sleep(1)
+    c.shutdown(socket.SHUT_WR)
+except OSError as e:
+    error = str(e)
+reply = b''
+try:
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        reply += d
+except OSError as e:
+    error = (error or '') + '; ' + str(e)
+print(json.dumps({{'sent_mib': sent, 'error': error, 'reply': reply.decode('utf-8', 'replace')}}))
+"#
+    );
+    let flood = std::thread::spawn({
+        let dir = dir.clone();
+        move || py_as_agent(&dir, &code)
+    });
+    let mut peak = baseline;
+    while !flood.is_finished() {
+        peak = peak.max(proc_status(pid, "VmRSS"));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = check(flood.join().expect("the flood thread"), "the agent's long line");
+    let result: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("the agent's report");
+    assert!(
+        peak < baseline + 32 * 1024 && peak < 200 * 1024,
+        "the daemon grew from {baseline} kB to {peak} kB on one line without end ({result})"
+    );
+    let reply: serde_json::Value = serde_json::from_str(result["reply"].as_str().expect("reply").trim())
+        .unwrap_or_else(|e| panic!("no one-line error reply ({e}): {result}"));
+    assert_eq!(reply["ok"], false, "{reply}");
+    let message = reply["error"]["message"].as_str().expect("message");
+    assert!(message.contains("1 MiB"), "the reply does not say what the cap is: {message}");
+    assert!(result["sent_mib"].as_u64().expect("sent") < 64, "the daemon read all 64 MiB: {result}");
+    // The daemon goes on serving the owner and the agent.
+    fx.status_json();
+    check(rewindfs_as_agent(&fx, &["log", "-C", s(&fx.mountpoint)]), "the agent's log after its long line");
+}
+
+/// 1,500 idle connections made 1,511 daemon threads: the agent's
+/// connections are bounded (16 at a time), the ones over the bound are
+/// answered with an error at once, an idle one is closed at the request
+/// deadline, the owner is served meanwhile, and once the flood ends the
+/// agent is served again.
+#[test]
+fn a_flood_of_idle_connections_is_bounded_and_the_owner_is_still_served() {
+    let fx = agent_mount(4_000);
+    let pid = fx.daemon_pid();
+    let socket = fx.status_json()["socket"].as_str().expect("socket").to_string();
+    let baseline = proc_status(pid, "Threads");
+    let dir = agent_dir(&fx, "idle");
+    let code = format!(
+        r#"
+import json, os, socket, time
+conns = []
+for _ in range(200):
+    c = socket.socket(socket.AF_UNIX); c.settimeout(15); c.connect({socket:?}); conns.append(c)
+open('ready', 'w').write('ready')
+deadline = time.time() + 60
+while not os.path.exists('done') and time.time() < deadline:
+    time.sleep(0.02)
+replies = []
+# The old daemon never answers an idle connection: give up together.
+end = time.time() + 10
+for c in conns:
+    got = b''
+    try:
+        while True:
+            c.settimeout(max(0.01, end - time.time()))
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+    except OSError as e:
+        got += ('<%s>' % e).encode()
+    replies.append(got.decode('utf-8', 'replace'))
+    c.close()
+open('result.json', 'w').write(json.dumps(replies))
+"#
+    );
+    let mut agent = spawn_agent_server(&dir, &code);
+    let during = proc_status(pid, "Threads");
+    let started = std::time::Instant::now();
+    let status = fx.rewindfs(&["status", "-C", s(&fx.mountpoint), "--json"]);
+    let took = started.elapsed();
+    std::fs::write(dir.join("done"), "").expect("end the flood");
+    let out = common::wait_child(&mut agent, std::time::Duration::from_secs(90), "the agent's idle connections");
+    check(out, "the agent's idle connections");
+    assert!(
+        during <= baseline + 16 + 4,
+        "200 idle connections of the agent made the daemon go from {baseline} to {during} threads"
+    );
+    check(status, "the owner's status during the flood");
+    assert!(took < std::time::Duration::from_secs(5), "the owner's status took {took:?} during the flood");
+    let replies: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).expect("result")).expect("json");
+    let count = |what: &str| replies.iter().filter(|r| r.contains(what)).count();
+    let (refused, timed_out) = (count("too many connections"), count("no whole request"));
+    assert!(refused >= 200 - 16, "{refused} connections over the bound were refused: {replies:?}");
+    assert_eq!(refused + timed_out, 200, "every connection ends with an error line: {replies:?}");
+    // The flood is over: the agent is served again, and its threads went.
+    check(rewindfs_as_agent(&fx, &["turn", "-C", s(&fx.mountpoint), "--message-id", "after-flood"]), "agent turn");
+    let settled = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while proc_status(pid, "Threads") > baseline + 2 {
+        assert!(std::time::Instant::now() < settled, "the flood's threads stayed: {}", proc_status(pid, "Threads"));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -5,7 +5,7 @@
 //! not perform one. Anyone else is refused. The caller is known from the
 //! socket (SO_PEERCRED), not from anything it says.
 
-use crate::daemon::control::Request;
+use crate::daemon::control::{Peer, Request};
 use crate::error::{ErrorKind, Failure};
 
 /// The users the policy knows.
@@ -41,6 +41,18 @@ fn agent_may(req: &Request) -> bool {
 }
 
 impl Policy {
+    /// Whose bound `uid`'s control connections count against: the agent's
+    /// is below the owner's, and everyone else shares one.
+    pub fn peer(&self, uid: u32) -> Peer {
+        if uid == 0 || uid == self.owner {
+            Peer::Owner
+        } else if self.agent == Some(uid) {
+            Peer::User(uid)
+        } else {
+            Peer::Others
+        }
+    }
+
     /// Whether `uid` may make request `req`; the refusal says why.
     pub fn check(&self, uid: u32, req: &Request) -> Result<(), Failure> {
         if uid == 0 || uid == self.owner {
