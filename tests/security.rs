@@ -587,6 +587,152 @@ except PermissionError:
     check(rewindfs(&["unmount", s(&fx.mnt)]), "unmount");
 }
 
+/// A root-owned file outside the workspace: its path, text and mode.
+fn root_file(dir: &std::path::Path, name: &str, text: &str, mode: u32) -> (std::path::PathBuf, String, u32) {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write a root file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    (path, text.to_string(), mode)
+}
+
+/// Asserts that root's files are as they were: text and mode.
+fn assert_untouched(files: &[(std::path::PathBuf, String, u32)], what: &str) {
+    for (path, text, mode) in files {
+        let meta = std::fs::symlink_metadata(path).expect("stat a root file");
+        assert!(meta.is_file(), "{what}: {} is no longer a regular file", path.display());
+        assert_eq!(meta.mode() & 0o7777, *mode, "{what}: the mode of {} changed", path.display());
+        assert_eq!(
+            std::fs::read_to_string(path).expect("read"),
+            *text,
+            "{what}: root's {} was written",
+            path.display()
+        );
+    }
+}
+
+/// `rewindfs hooks install AGENT --project WS` as root, with HOME and
+/// CODEX_HOME in the fixture (never root's own settings).
+fn hooks_install(fx: &MountFixture, agent: &str, project: &std::path::Path) -> Output {
+    let home = fx.dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    common::run_with_timeout(
+        fx.command()
+            .args(["hooks", "install", agent, "--project", s(project)])
+            .env("HOME", &home)
+            .env("CODEX_HOME", home.join(".codex")),
+        common::CHILD_TIMEOUT,
+    )
+}
+
+/// The agent owns the workspace, and so the agents' settings directories in
+/// it: every symlink it can plant there, root's `hooks install --project`
+/// must not follow (it used to create `<file>.rewindfs-tmp` with a plain
+/// create and copy a mode onto it, so root wrote JSON into, and chmodded,
+/// any file on the machine).
+#[test]
+fn hooks_install_in_a_project_follows_none_of_the_agents_symlinks() {
+    let fx = MountFixture::unmounted();
+    let (uid, gid) = test_user();
+    let outside = fx.dir.path().join("root-only");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let json = "{\"root\": \"secret\"}\n";
+    let settings = root_file(&outside, "settings.json", json, 0o600);
+    let tmp_target = root_file(&outside, "tmp-target", "root's own\n", 0o600);
+    let backup_target = root_file(&outside, "backup-target", "root's backup\n", 0o640);
+    let backup_tmp_target = root_file(&outside, "backup-tmp-target", "root's other\n", 0o600);
+    let in_dir = root_file(&outside, "settings.local.json", json, 0o600);
+    let all = [settings.clone(), tmp_target.clone(), backup_target.clone(), backup_tmp_target.clone(), in_dir];
+
+    // 1. The settings file itself is a symlink to root's file, and every
+    // name install ever wrote beside it too.
+    let ws1 = fx.dir.path().join("ws1");
+    std::fs::create_dir(&ws1).expect("mkdir");
+    std::os::unix::fs::chown(&ws1, Some(uid), Some(gid)).expect("chown");
+    let plant = |ws: &std::path::Path, code: &str| check(py_as_agent(ws, code), "the agent plants symlinks");
+    plant(
+        &ws1,
+        &format!(
+            r#"
+os.mkdir('.claude')
+os.symlink({settings:?}, '.claude/settings.local.json')
+os.symlink({tmp:?}, '.claude/settings.local.json.rewindfs-tmp')
+os.symlink({backup:?}, '.claude/settings.local.json.rewindfs-backup')
+os.symlink({backup_tmp:?}, '.claude/settings.local.json.rewindfs-backup.rewindfs-tmp')
+"#,
+            settings = s(&settings.0),
+            tmp = s(&tmp_target.0),
+            backup = s(&backup_target.0),
+            backup_tmp = s(&backup_tmp_target.0),
+        ),
+    );
+    let out = hooks_install(&fx, "claude", &ws1);
+    assert_untouched(&all, "a symlinked settings file");
+    assert!(!out.status.success(), "install through a symlinked settings file succeeded: {}", stdout(&out));
+    let named = ws1.join(".claude/settings.local.json");
+    assert!(
+        stderr(&out).contains("symlink") && stderr(&out).contains(s(&named)),
+        "the refusal does not name the symlink {}: {}",
+        named.display(),
+        stderr(&out)
+    );
+
+    // 2. A plain settings file of the agent's, mode 666, with the old
+    // temporary and backup names planted: install goes ahead, inside the
+    // workspace only.
+    let ws2 = fx.dir.path().join("ws2");
+    std::fs::create_dir(&ws2).expect("mkdir");
+    std::os::unix::fs::chown(&ws2, Some(uid), Some(gid)).expect("chown");
+    plant(
+        &ws2,
+        &format!(
+            r#"
+os.mkdir('.claude')
+open('.claude/settings.local.json', 'w').write('{{"mine": 1}}\n')
+os.chmod('.claude/settings.local.json', 0o666)
+os.symlink({tmp:?}, '.claude/settings.local.json.rewindfs-tmp')
+os.symlink({backup_tmp:?}, '.claude/settings.local.json.rewindfs-backup.rewindfs-tmp')
+"#,
+            tmp = s(&tmp_target.0),
+            backup_tmp = s(&backup_tmp_target.0),
+        ),
+    );
+    let out = hooks_install(&fx, "claude", &ws2);
+    assert_untouched(&all, "planted temporary names");
+    check(out, "install beside planted temporary names");
+    let written = std::fs::read_to_string(ws2.join(".claude/settings.local.json")).expect("settings");
+    assert!(written.contains("\"mine\"") && written.contains("hook claude"), "{written}");
+    let meta = std::fs::symlink_metadata(ws2.join(".claude/settings.local.json")).expect("stat");
+    assert!(meta.is_file(), "the settings file is not a regular file");
+    let backup = std::fs::read_to_string(ws2.join(".claude/settings.local.json.rewindfs-backup")).expect("backup");
+    assert_eq!(backup, "{\"mine\": 1}\n");
+
+    // 3. The settings directory is a symlink to a directory of root's, for
+    // each agent.
+    for (agent, dir) in [("claude", ".claude"), ("gemini", ".gemini"), ("codex", ".codex")] {
+        let ws = fx.dir.path().join(format!("ws-{agent}"));
+        std::fs::create_dir(&ws).expect("mkdir");
+        std::os::unix::fs::chown(&ws, Some(uid), Some(gid)).expect("chown");
+        plant(&ws, &format!("os.symlink({:?}, {dir:?})", s(&outside)));
+        let names = || {
+            let mut n: Vec<_> =
+                std::fs::read_dir(&outside).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+            n.sort();
+            n
+        };
+        let before = names();
+        let out = hooks_install(&fx, agent, &ws);
+        assert_untouched(&all, &format!("a symlinked {dir}"));
+        let after = names();
+        assert_eq!(before, after, "{agent}: install made files in root's directory through {dir}");
+        assert!(!out.status.success(), "{agent}: install through a symlinked {dir} succeeded: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains("symlink") && stderr(&out).contains(s(&ws.join(dir))),
+            "{agent}: the refusal does not name the symlink {dir}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// A daemon whose agent user is the test user, with the control socket's
 /// request deadline cut to `deadline_ms` (test hook).
 fn agent_mount(deadline_ms: u32) -> MountFixture {

@@ -41,9 +41,19 @@ echo "== history (x = abandoned branch, still browsable):"
 "$R" status
 "#;
 
+/// A new scratch directory in the temporary directory, which anyone may
+/// write: under a name nobody can guess and made here (an existing name,
+/// or a symlink planted at it, fails and another is tried), so the files
+/// written in it are root's own.
 fn demo_workspace() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("rewindfs-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    let made = (0..16).find_map(|salt| {
+        let dir = std::env::temp_dir().join(format!("rewindfs-demo-{:016x}", crate::restore::random_u64(salt)));
+        match std::fs::DirBuilder::new().create(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+            other => Some(other.map(|()| dir).map_err(|e| Error::io("cannot create a demo workspace", e))),
+        }
+    });
+    let dir = made.unwrap_or_else(|| Err(Error::Usage("cannot find a free name for a demo workspace".into())))?;
     std::fs::write(dir.join("README.txt"), "hello world\n").map_err(|e| Error::io("cannot write demo file", e))?;
     std::fs::write(dir.join("old-notes.txt"), "to be deleted\n").map_err(|e| Error::io("cannot write demo file", e))?;
     Ok(dir)
