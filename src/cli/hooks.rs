@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::cli::agents::{self, Agent, Json, codex};
-use crate::cli::safe_file::{self, Dir, Existing};
+use crate::cli::safe_file::{Dir, Existing};
 use crate::cli::{HookScope, HooksArgs, HooksCommand};
 use crate::error::{Error, Result};
 
@@ -122,10 +122,15 @@ fn parse(path: &Path, text: Option<String>) -> Result<(Option<String>, Json)> {
     }
 }
 
-/// The file's text and its parsed document; `{}` for a missing file. A
-/// symlink at its name is refused, not followed.
-pub fn read_settings(path: &Path) -> Result<(Option<String>, Json)> {
-    parse(path, safe_file::read(path)?.map(|e| e.text))
+/// The file's text and its parsed document; `{}` for a missing file.
+/// Nothing below `project` (when the file is a project's; else its own
+/// directory) is followed if it is a symlink: it is refused.
+pub fn read_settings(path: &Path, project: Option<&Path>) -> Result<(Option<String>, Json)> {
+    let settings = match project {
+        Some(dir) => Settings { base: dir.to_path_buf(), path: path.to_path_buf() },
+        None => Settings::in_own_dir(path.to_path_buf()),
+    };
+    parse(path, settings.open()?.2.map(|e| e.text))
 }
 
 fn to_text(doc: &Json) -> Result<String> {
@@ -186,7 +191,7 @@ fn parse_codex_config(path: &Path, text: Option<&str>) -> Result<toml_edit::Docu
 /// Codex's config.toml as a document (empty when missing).
 fn read_codex_config() -> Result<toml_edit::DocumentMut> {
     let config = codex_config()?;
-    parse_codex_config(&config.path, safe_file::read(&config.path)?.map(|e| e.text).as_deref())
+    parse_codex_config(&config.path, config.open()?.2.map(|e| e.text).as_deref())
 }
 
 /// Makes Codex's config.toml trust exactly our hooks of `hooks_file` as
@@ -218,9 +223,9 @@ fn codex_trust(hooks_file: &Path, before: &Json, after: &Json, dry_run: bool) ->
 pub fn codex_wired(dir: &Path) -> bool {
     let Ok(config) = read_codex_config() else { return false };
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let files = [Agent::Codex.user_settings(), Some(Agent::Codex.project_settings(&dir))];
-    files.into_iter().flatten().any(|f| {
-        read_settings(&f)
+    let files = [(Agent::Codex.user_settings(), None), (Some(Agent::Codex.project_settings(&dir)), Some(&dir))];
+    files.into_iter().filter_map(|(f, p)| Some((f?, p))).any(|(f, project)| {
+        read_settings(&f, project.map(PathBuf::as_path))
             .is_ok_and(|(_, doc)| codex::wanted(&f, &doc).iter().any(|(k, h)| codex::is_trusted(&config, k, h)))
     })
 }
@@ -231,10 +236,11 @@ fn status(project: Option<&Path>) -> Result<()> {
         None => std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?,
     };
     for agent in Agent::ALL {
-        let files = [("user", agent.user_settings()), ("project", Some(agent.project_settings(&dir)))];
-        for (scope, path) in files {
+        let files =
+            [("user", agent.user_settings(), None), ("project", Some(agent.project_settings(&dir)), Some(&dir))];
+        for (scope, path, project) in files {
             let Some(path) = path else { continue };
-            let state = match read_settings(&path) {
+            let state = match read_settings(&path, project.map(PathBuf::as_path)) {
                 Ok((None, _)) => "no settings file".to_string(),
                 Ok((Some(_), doc)) => match agents::installed(&doc, agent).as_slice() {
                     [] => "not installed".to_string(),

@@ -191,17 +191,6 @@ impl Dir {
     }
 }
 
-/// The text of the file at `path` without following a symlink at its
-/// final name (its directories are the caller's to trust); None when it
-/// does not exist.
-pub fn read(path: &Path) -> Result<Option<Existing>> {
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    match Dir::of_file(parent, path, false)? {
-        (Some(dir), name) => dir.read(&name),
-        (None, _) => Ok(None),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
