@@ -846,8 +846,16 @@ for _ in range(200):
     c = socket.socket(socket.AF_UNIX); c.settimeout(15); c.connect({socket:?}); conns.append(c)
 open('ready', 'w').write('ready')
 deadline = time.time() + 60
-while not os.path.exists('done') and time.time() < deadline:
-    time.sleep(0.02)
+# The first trickles a request that never ends, a byte at a time, past
+# the request deadline (4 s).
+conns[0].sendall(b'{{"op":')
+trickle_until = time.time() + 6
+while (not os.path.exists('done') or time.time() < trickle_until) and time.time() < deadline:
+    try:
+        conns[0].send(b' ')
+    except OSError:
+        pass
+    time.sleep(0.1)
 replies = []
 # The old daemon never answers an idle connection: give up together.
 end = time.time() + 10
@@ -887,6 +895,7 @@ open('result.json', 'w').write(json.dumps(replies))
     let (refused, timed_out) = (count("too many connections"), count("no whole request"));
     assert!(refused >= 200 - 16, "{refused} connections over the bound were refused: {replies:?}");
     assert_eq!(refused + timed_out, 200, "every connection ends with an error line: {replies:?}");
+    assert!(replies[0].contains("no whole request"), "a trickling request was not cut at the deadline: {}", replies[0]);
     // The flood is over: the agent is served again, and its threads went.
     check(rewindfs_as_agent(&fx, &["turn", "-C", s(&fx.mountpoint), "--message-id", "after-flood"]), "agent turn");
     let settled = std::time::Instant::now() + std::time::Duration::from_secs(5);
