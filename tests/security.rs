@@ -734,8 +734,8 @@ os.symlink({backup_tmp:?}, '.claude/settings.local.json.rewindfs-backup.rewindfs
 }
 
 /// A daemon whose agent user is the test user, with the control socket's
-/// request deadline cut to `deadline_ms` (test hook).
-fn agent_mount(deadline_ms: u32) -> MountFixture {
+/// request deadline cut to `deadline_ms` (test hook); its pid and socket.
+fn agent_mount(deadline_ms: u32) -> (MountFixture, i32, String) {
     let mut fx = MountFixture::unmounted();
     let deadline = deadline_ms.to_string();
     fx.mount_with_env(
@@ -743,7 +743,10 @@ fn agent_mount(deadline_ms: u32) -> MountFixture {
         &["--auto-turn", "0", "--agent-user", common::TEST_USER],
         &[("REWINDFS_TEST_REQUEST_DEADLINE_MS", &deadline)],
     );
-    fx
+    let status = fx.status_json();
+    let pid = status["pid"].as_i64().expect("status has a pid") as i32;
+    let socket = status["socket"].as_str().expect("status has a socket").to_string();
+    (fx, pid, socket)
 }
 
 /// A field of /proc/PID/status (`VmRSS`, `Threads`) as a number (kB for
@@ -768,9 +771,7 @@ fn agent_dir(fx: &MountFixture, name: &str) -> std::path::PathBuf {
 /// with an error and its connection closed.
 #[test]
 fn a_request_line_without_end_is_cut_at_the_cap_and_the_daemon_does_not_grow() {
-    let fx = agent_mount(30_000);
-    let pid = fx.daemon_pid();
-    let socket = fx.status_json()["socket"].as_str().expect("socket").to_string();
+    let (fx, pid, socket) = agent_mount(30_000);
     let baseline = proc_status(pid, "VmRSS");
     let dir = agent_dir(&fx, "flood");
     let code = format!(
@@ -833,9 +834,7 @@ print(json.dumps({{'sent_mib': sent, 'error': error, 'reply': reply.decode('utf-
 /// agent is served again.
 #[test]
 fn a_flood_of_idle_connections_is_bounded_and_the_owner_is_still_served() {
-    let fx = agent_mount(4_000);
-    let pid = fx.daemon_pid();
-    let socket = fx.status_json()["socket"].as_str().expect("socket").to_string();
+    let (fx, pid, socket) = agent_mount(4_000);
     let baseline = proc_status(pid, "Threads");
     let dir = agent_dir(&fx, "idle");
     let code = format!(
