@@ -47,7 +47,7 @@ impl Policy {
         if uid == 0 || uid == self.owner {
             Peer::Owner
         } else if self.agent == Some(uid) {
-            Peer::User(uid)
+            Peer::Agent
         } else {
             Peer::Others
         }
@@ -117,5 +117,13 @@ mod tests {
         }
         let no_agent = Policy { owner: 0, agent: None };
         assert!(no_agent.check(1000, &op::Log.into()).is_err());
+    }
+
+    #[test]
+    fn the_agent_s_connections_are_bounded_below_the_owner_s_and_strangers_share_one_bound() {
+        let p = Policy { owner: 1000, agent: Some(1001) };
+        let peers: Vec<Peer> = [0, 1000, 1001, 1002, 1003].into_iter().map(|uid| p.peer(uid)).collect();
+        assert_eq!(peers, [Peer::Owner, Peer::Owner, Peer::Agent, Peer::Others, Peer::Others]);
+        assert!(Peer::Agent.max_connections() < Peer::Owner.max_connections());
     }
 }

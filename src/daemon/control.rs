@@ -182,8 +182,8 @@ pub const OTHER_CONNECTIONS: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Peer {
     Owner,
-    /// A user the policy names (the agent's).
-    User(u32),
+    /// The mount's agent user.
+    Agent,
     /// Every other user: refused whatever they ask, so they share one bound.
     Others,
 }
@@ -192,7 +192,7 @@ impl Peer {
     pub fn max_connections(self) -> usize {
         match self {
             Peer::Owner => OWNER_CONNECTIONS,
-            Peer::User(_) | Peer::Others => OTHER_CONNECTIONS,
+            Peer::Agent | Peer::Others => OTHER_CONNECTIONS,
         }
     }
 }
@@ -201,7 +201,7 @@ impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Peer::Owner => write!(f, "the owner"),
-            Peer::User(uid) => write!(f, "uid {uid}"),
+            Peer::Agent => write!(f, "the agent's user"),
             Peer::Others => write!(f, "other users"),
         }
     }
@@ -348,7 +348,10 @@ where
                     &Response::failure(Failure::new(
                         ErrorKind::Busy,
                         Some(libc::EAGAIN),
-                        format!("too many connections from {who} ({max} open, the most served at once); try again"),
+                        format!(
+                            "too many connections from {who} (uid {uid}): {max} are open, the most served at once; \
+                             try again"
+                        ),
                     )),
                 );
                 continue;
