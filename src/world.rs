@@ -356,6 +356,15 @@ pub mod test_hooks {
         wait_while("REWINDFS_TEST_GC_PAUSE", "the collection waits between two batches");
     }
 
+    /// The control socket's request deadline (`REWINDFS_TEST_REQUEST_DEADLINE_MS`),
+    /// so a test sees an idle connection closed without waiting 30 s.
+    pub fn request_deadline() -> Option<std::time::Duration> {
+        std::env::var("REWINDFS_TEST_REQUEST_DEADLINE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_millis)
+    }
+
     /// Whether the background settler waits: while the file named by
     /// `REWINDFS_TEST_SETTLER_PAUSE` exists (opens still settle), so a test
     /// can damage the store while rewound files are pending.
@@ -379,6 +388,9 @@ pub mod test_hooks {
         None
     }
     pub fn gc_batch_pause() {}
+    pub fn request_deadline() -> Option<std::time::Duration> {
+        None
+    }
     pub fn kill_point(_point: &str) {}
     pub fn fail_point(_point: &str) -> bool {
         false

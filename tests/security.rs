@@ -586,3 +586,320 @@ except PermissionError:
     check(rewindfs(&["status", "-C", s(&fx.mnt)]), "status after the first mount");
     check(rewindfs(&["unmount", s(&fx.mnt)]), "unmount");
 }
+
+/// A root-owned file outside the workspace: its path, text and mode.
+fn root_file(dir: &std::path::Path, name: &str, text: &str, mode: u32) -> (std::path::PathBuf, String, u32) {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write a root file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    (path, text.to_string(), mode)
+}
+
+/// Asserts that root's files are as they were: text and mode.
+fn assert_untouched(files: &[(std::path::PathBuf, String, u32)], what: &str) {
+    for (path, text, mode) in files {
+        let meta = std::fs::symlink_metadata(path).expect("stat a root file");
+        assert!(meta.is_file(), "{what}: {} is no longer a regular file", path.display());
+        assert_eq!(meta.mode() & 0o7777, *mode, "{what}: the mode of {} changed", path.display());
+        assert_eq!(
+            std::fs::read_to_string(path).expect("read"),
+            *text,
+            "{what}: root's {} was written",
+            path.display()
+        );
+    }
+}
+
+/// `rewindfs hooks install AGENT --project WS` as root, with HOME and
+/// CODEX_HOME in the fixture (never root's own settings).
+fn hooks_install(fx: &MountFixture, agent: &str, project: &std::path::Path) -> Output {
+    let home = fx.dir.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    common::run_with_timeout(
+        fx.command()
+            .args(["hooks", "install", agent, "--project", s(project)])
+            .env("HOME", &home)
+            .env("CODEX_HOME", home.join(".codex")),
+        common::CHILD_TIMEOUT,
+    )
+}
+
+/// The agent owns the workspace, and so the agents' settings directories in
+/// it: every symlink it can plant there, root's `hooks install --project`
+/// must not follow (it used to create `<file>.rewindfs-tmp` with a plain
+/// create and copy a mode onto it, so root wrote JSON into, and chmodded,
+/// any file on the machine).
+#[test]
+fn hooks_install_in_a_project_follows_none_of_the_agents_symlinks() {
+    let fx = MountFixture::unmounted();
+    let (uid, gid) = test_user();
+    let outside = fx.dir.path().join("root-only");
+    std::fs::create_dir(&outside).expect("mkdir");
+    let json = "{\"root\": \"secret\"}\n";
+    let settings = root_file(&outside, "settings.json", json, 0o600);
+    let tmp_target = root_file(&outside, "tmp-target", "root's own\n", 0o600);
+    let backup_target = root_file(&outside, "backup-target", "root's backup\n", 0o640);
+    let backup_tmp_target = root_file(&outside, "backup-tmp-target", "root's other\n", 0o600);
+    let in_dir = root_file(&outside, "settings.local.json", json, 0o600);
+    let all = [settings.clone(), tmp_target.clone(), backup_target.clone(), backup_tmp_target.clone(), in_dir];
+
+    // 1. The settings file itself is a symlink to root's file, and every
+    // name install ever wrote beside it too.
+    let ws1 = fx.dir.path().join("ws1");
+    std::fs::create_dir(&ws1).expect("mkdir");
+    std::os::unix::fs::chown(&ws1, Some(uid), Some(gid)).expect("chown");
+    let plant = |ws: &std::path::Path, code: &str| check(py_as_agent(ws, code), "the agent plants symlinks");
+    plant(
+        &ws1,
+        &format!(
+            r#"
+os.mkdir('.claude')
+os.symlink({settings:?}, '.claude/settings.local.json')
+os.symlink({tmp:?}, '.claude/settings.local.json.rewindfs-tmp')
+os.symlink({backup:?}, '.claude/settings.local.json.rewindfs-backup')
+os.symlink({backup_tmp:?}, '.claude/settings.local.json.rewindfs-backup.rewindfs-tmp')
+"#,
+            settings = s(&settings.0),
+            tmp = s(&tmp_target.0),
+            backup = s(&backup_target.0),
+            backup_tmp = s(&backup_tmp_target.0),
+        ),
+    );
+    let out = hooks_install(&fx, "claude", &ws1);
+    assert_untouched(&all, "a symlinked settings file");
+    assert!(!out.status.success(), "install through a symlinked settings file succeeded: {}", stdout(&out));
+    let named = ws1.join(".claude/settings.local.json");
+    assert!(
+        stderr(&out).contains("symlink") && stderr(&out).contains(s(&named)),
+        "the refusal does not name the symlink {}: {}",
+        named.display(),
+        stderr(&out)
+    );
+
+    // 2. A plain settings file of the agent's, mode 666, with the old
+    // temporary and backup names planted: install goes ahead, inside the
+    // workspace only.
+    let ws2 = fx.dir.path().join("ws2");
+    std::fs::create_dir(&ws2).expect("mkdir");
+    std::os::unix::fs::chown(&ws2, Some(uid), Some(gid)).expect("chown");
+    plant(
+        &ws2,
+        &format!(
+            r#"
+os.mkdir('.claude')
+open('.claude/settings.local.json', 'w').write('{{"mine": 1}}\n')
+os.chmod('.claude/settings.local.json', 0o666)
+os.symlink({tmp:?}, '.claude/settings.local.json.rewindfs-tmp')
+os.symlink({backup_tmp:?}, '.claude/settings.local.json.rewindfs-backup.rewindfs-tmp')
+"#,
+            tmp = s(&tmp_target.0),
+            backup_tmp = s(&backup_tmp_target.0),
+        ),
+    );
+    let out = hooks_install(&fx, "claude", &ws2);
+    assert_untouched(&all, "planted temporary names");
+    check(out, "install beside planted temporary names");
+    let written = std::fs::read_to_string(ws2.join(".claude/settings.local.json")).expect("settings");
+    assert!(written.contains("\"mine\"") && written.contains("hook claude"), "{written}");
+    let meta = std::fs::symlink_metadata(ws2.join(".claude/settings.local.json")).expect("stat");
+    assert!(meta.is_file(), "the settings file is not a regular file");
+    let backup = std::fs::read_to_string(ws2.join(".claude/settings.local.json.rewindfs-backup")).expect("backup");
+    assert_eq!(backup, "{\"mine\": 1}\n");
+
+    // 3. The settings directory is a symlink to a directory of root's, for
+    // each agent.
+    for (agent, dir) in [("claude", ".claude"), ("gemini", ".gemini"), ("codex", ".codex")] {
+        let ws = fx.dir.path().join(format!("ws-{agent}"));
+        std::fs::create_dir(&ws).expect("mkdir");
+        std::os::unix::fs::chown(&ws, Some(uid), Some(gid)).expect("chown");
+        plant(&ws, &format!("os.symlink({:?}, {dir:?})", s(&outside)));
+        let names = || {
+            let mut n: Vec<_> =
+                std::fs::read_dir(&outside).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+            n.sort();
+            n
+        };
+        let before = names();
+        let out = hooks_install(&fx, agent, &ws);
+        assert_untouched(&all, &format!("a symlinked {dir}"));
+        let after = names();
+        assert_eq!(before, after, "{agent}: install made files in root's directory through {dir}");
+        assert!(!out.status.success(), "{agent}: install through a symlinked {dir} succeeded: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains("symlink") && stderr(&out).contains(s(&ws.join(dir))),
+            "{agent}: the refusal does not name the symlink {dir}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// A daemon whose agent user is the test user, with the control socket's
+/// request deadline cut to `deadline_ms` (test hook); its pid and socket.
+fn agent_mount(deadline_ms: u32) -> (MountFixture, i32, String) {
+    let mut fx = MountFixture::unmounted();
+    let deadline = deadline_ms.to_string();
+    fx.mount_with_env(
+        false,
+        &["--auto-turn", "0", "--agent-user", common::TEST_USER],
+        &[("REWINDFS_TEST_REQUEST_DEADLINE_MS", &deadline)],
+    );
+    let status = fx.status_json();
+    let pid = status["pid"].as_i64().expect("status has a pid") as i32;
+    let socket = status["socket"].as_str().expect("status has a socket").to_string();
+    (fx, pid, socket)
+}
+
+/// A field of /proc/PID/status (`VmRSS`, `Threads`) as a number (kB for
+/// sizes).
+fn proc_status(pid: i32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the daemon's /proc status");
+    let line = text.lines().find(|l| l.starts_with(&format!("{field}:"))).expect("the field");
+    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number")
+}
+
+/// A directory the agent user owns, beside the fixture's.
+fn agent_dir(fx: &MountFixture, name: &str) -> std::path::PathBuf {
+    let dir = fx.dir.path().join(name);
+    std::fs::create_dir(&dir).expect("mkdir");
+    let (uid, gid) = test_user();
+    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown");
+    dir
+}
+
+/// One agent connection sent 1 GB without a newline and the daemon grew
+/// past 1 GB: a request line is capped (1 MiB), a longer one is answered
+/// with an error and its connection closed.
+#[test]
+fn a_request_line_without_end_is_cut_at_the_cap_and_the_daemon_does_not_grow() {
+    let (fx, pid, socket) = agent_mount(30_000);
+    let baseline = proc_status(pid, "VmRSS");
+    let dir = agent_dir(&fx, "flood");
+    let code = format!(
+        r#"
+import json, socket, time
+c = socket.socket(socket.AF_UNIX); c.settimeout(30); c.connect({socket:?})
+chunk = b'x' * (1 << 20)
+sent, error = 0, None
+try:
+    for _ in range(64):
+        c.sendall(chunk)
+        sent += 1
+    # The old daemon holds all of it until the line ends.
+    time.sleep(1)
+    c.shutdown(socket.SHUT_WR)
+except OSError as e:
+    error = str(e)
+reply = b''
+try:
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        reply += d
+except OSError as e:
+    error = (error or '') + '; ' + str(e)
+print(json.dumps({{'sent_mib': sent, 'error': error, 'reply': reply.decode('utf-8', 'replace')}}))
+"#
+    );
+    let flood = std::thread::spawn({
+        let dir = dir.clone();
+        move || py_as_agent(&dir, &code)
+    });
+    let mut peak = baseline;
+    while !flood.is_finished() {
+        peak = peak.max(proc_status(pid, "VmRSS"));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = check(flood.join().expect("the flood thread"), "the agent's long line");
+    let result: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("the agent's report");
+    assert!(
+        peak < baseline + 32 * 1024 && peak < 200 * 1024,
+        "the daemon grew from {baseline} kB to {peak} kB on one line without end ({result})"
+    );
+    let reply: serde_json::Value = serde_json::from_str(result["reply"].as_str().expect("reply").trim())
+        .unwrap_or_else(|e| panic!("no one-line error reply ({e}): {result}"));
+    assert_eq!(reply["ok"], false, "{reply}");
+    let message = reply["error"]["message"].as_str().expect("message");
+    assert!(message.contains("1 MiB"), "the reply does not say what the cap is: {message}");
+    assert!(result["sent_mib"].as_u64().expect("sent") < 64, "the daemon read all 64 MiB: {result}");
+    // The daemon goes on serving the owner and the agent.
+    fx.status_json();
+    check(rewindfs_as_agent(&fx, &["log", "-C", s(&fx.mountpoint)]), "the agent's log after its long line");
+}
+
+/// 1,500 idle connections made 1,511 daemon threads: the agent's
+/// connections are bounded (16 at a time), the ones over the bound are
+/// answered with an error at once, an idle one is closed at the request
+/// deadline, the owner is served meanwhile, and once the flood ends the
+/// agent is served again.
+#[test]
+fn a_flood_of_idle_connections_is_bounded_and_the_owner_is_still_served() {
+    let (fx, pid, socket) = agent_mount(4_000);
+    let baseline = proc_status(pid, "Threads");
+    let dir = agent_dir(&fx, "idle");
+    let code = format!(
+        r#"
+import json, os, socket, time
+conns = []
+for _ in range(200):
+    c = socket.socket(socket.AF_UNIX); c.settimeout(15); c.connect({socket:?}); conns.append(c)
+open('ready', 'w').write('ready')
+deadline = time.time() + 60
+# The first trickles a request that never ends, a byte at a time, past
+# the request deadline (4 s).
+conns[0].sendall(b'{{"op":')
+trickle_until = time.time() + 6
+while (not os.path.exists('done') or time.time() < trickle_until) and time.time() < deadline:
+    try:
+        conns[0].send(b' ')
+    except OSError:
+        pass
+    time.sleep(0.1)
+replies = []
+# The old daemon never answers an idle connection: give up together.
+end = time.time() + 10
+for c in conns:
+    got = b''
+    try:
+        while True:
+            c.settimeout(max(0.01, end - time.time()))
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+    except OSError as e:
+        got += ('<%s>' % e).encode()
+    replies.append(got.decode('utf-8', 'replace'))
+    c.close()
+open('result.json', 'w').write(json.dumps(replies))
+"#
+    );
+    let mut agent = spawn_agent_server(&dir, &code);
+    let during = proc_status(pid, "Threads");
+    let started = std::time::Instant::now();
+    let status = fx.rewindfs(&["status", "-C", s(&fx.mountpoint), "--json"]);
+    let took = started.elapsed();
+    std::fs::write(dir.join("done"), "").expect("end the flood");
+    let out = common::wait_child(&mut agent, std::time::Duration::from_secs(90), "the agent's idle connections");
+    check(out, "the agent's idle connections");
+    assert!(
+        during <= baseline + 16 + 4,
+        "200 idle connections of the agent made the daemon go from {baseline} to {during} threads"
+    );
+    check(status, "the owner's status during the flood");
+    assert!(took < std::time::Duration::from_secs(5), "the owner's status took {took:?} during the flood");
+    let replies: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).expect("result")).expect("json");
+    let count = |what: &str| replies.iter().filter(|r| r.contains(what)).count();
+    let (refused, timed_out) = (count("too many connections"), count("no whole request"));
+    assert!(refused >= 200 - 16, "{refused} connections over the bound were refused: {replies:?}");
+    assert_eq!(refused + timed_out, 200, "every connection ends with an error line: {replies:?}");
+    assert!(replies[0].contains("no whole request"), "a trickling request was not cut at the deadline: {}", replies[0]);
+    // The flood is over: the agent is served again, and its threads went.
+    check(rewindfs_as_agent(&fx, &["turn", "-C", s(&fx.mountpoint), "--message-id", "after-flood"]), "agent turn");
+    let settled = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while proc_status(pid, "Threads") > baseline + 2 {
+        assert!(std::time::Instant::now() < settled, "the flood's threads stayed: {}", proc_status(pid, "Threads"));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

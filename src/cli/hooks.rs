@@ -2,9 +2,11 @@
 //! agent's settings file, added and removed without touching anything
 //! else in it.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::cli::agents::{self, Agent, Json, codex};
+use crate::cli::safe_file::{Dir, Existing};
 use crate::cli::{HookScope, HooksArgs, HooksCommand};
 use crate::error::{Error, Result};
 
@@ -16,30 +18,119 @@ pub fn run(args: HooksArgs) -> Result<()> {
     }
 }
 
-/// The settings file a scope names.
-fn settings_file(agent: Agent, scope: &HookScope) -> Result<PathBuf> {
-    match &scope.project {
-        Some(dir) => {
-            let dir = dir.canonicalize().map_err(|e| Error::path(dir, format!("cannot resolve the project: {e}")))?;
-            Ok(agent.project_settings(&dir))
+/// A settings file, and the directory above it that is trusted as named:
+/// the project the owner gave, or the user's own settings directory. The
+/// directories between them (a project's `.claude/`) and the file belong
+/// to whoever may write the project, the agent included: no symlink there
+/// is followed (`safe_file`).
+struct Settings {
+    base: PathBuf,
+    path: PathBuf,
+}
+
+impl Settings {
+    /// The settings file a scope names.
+    fn of(agent: Agent, scope: &HookScope) -> Result<Settings> {
+        match &scope.project {
+            Some(dir) => {
+                let dir =
+                    dir.canonicalize().map_err(|e| Error::path(dir, format!("cannot resolve the project: {e}")))?;
+                Ok(Settings { path: agent.project_settings(&dir), base: dir })
+            }
+            None => {
+                let path =
+                    agent.user_settings().ok_or_else(|| Error::Usage("HOME is not set: give --project DIR".into()))?;
+                Ok(Settings::in_own_dir(path))
+            }
         }
-        None => agent.user_settings().ok_or_else(|| Error::Usage("HOME is not set: give --project DIR".into())),
+    }
+
+    /// A file of the user's own, in a directory trusted as named.
+    fn in_own_dir(path: PathBuf) -> Settings {
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Settings { base, path }
+    }
+
+    /// The file as it is now: its directory (None when missing), its name,
+    /// what it holds (None when missing).
+    fn open(&self) -> Result<(Option<Dir>, OsString, Option<Existing>)> {
+        let (dir, name) = Dir::of_file(&self.base, &self.path, false)?;
+        let existing = match &dir {
+            Some(d) => d.read(&name)?,
+            None => None,
+        };
+        Ok((dir, name, existing))
+    }
+
+    /// Writes `new_text` over the file (whose directory and contents
+    /// `open` found), keeping the old text as `<file>.rewindfs-backup`
+    /// with the old mode. A dry run prints the difference instead and
+    /// returns None; otherwise the backup's path, if there was a file to
+    /// back up.
+    fn replace(
+        &self,
+        opened: (Option<Dir>, OsString, Option<Existing>),
+        new_text: &str,
+        dry_run: bool,
+    ) -> Result<Option<Option<PathBuf>>> {
+        let (dir, name, existing) = opened;
+        let path = &self.path;
+        if dry_run {
+            let old = existing.as_ref().map(|e| e.text.as_str()).unwrap_or_default();
+            let diff = similar::TextDiff::from_lines(old, new_text);
+            let shown = path.display().to_string();
+            out!("{}", diff.unified_diff().header(&shown, &shown));
+            outln!("(dry run; {} unchanged)", path.display());
+            return Ok(None);
+        }
+        let dir = match dir {
+            Some(d) => d,
+            None => {
+                std::fs::create_dir_all(&self.base)
+                    .map_err(|e| Error::io(format!("cannot create {}", self.base.display()), e))?;
+                Dir::of_file(&self.base, path, true)?
+                    .0
+                    .ok_or_else(|| Error::path(path, "its directory vanished while it was made"))?
+            }
+        };
+        let mut backup_name = name.clone();
+        backup_name.push(".rewindfs-backup");
+        let backup = match &existing {
+            Some(old) => {
+                dir.replace(&backup_name, old.text.as_bytes(), old.mode)?;
+                Some(dir.path().join(&backup_name))
+            }
+            None => None,
+        };
+        // A new settings file is readable by all, as one made by an editor.
+        dir.replace(&name, new_text.as_bytes(), existing.map_or(0o644, |e| e.mode))?;
+        Ok(Some(backup))
     }
 }
 
-/// The file's text and its parsed document; `{}` for a missing file.
-pub fn read_settings(path: &Path) -> Result<(Option<String>, Json)> {
-    match std::fs::read_to_string(path) {
-        Ok(text) if text.trim().is_empty() => Ok((Some(text), Json::Obj(Default::default()))),
-        Ok(text) => {
+/// A settings file's text parsed, `{}` for a missing or blank one.
+fn parse(path: &Path, text: Option<String>) -> Result<(Option<String>, Json)> {
+    match text {
+        Some(text) if text.trim().is_empty() => Ok((Some(text), Json::Obj(Default::default()))),
+        Some(text) => {
             let doc = serde_json::from_str(&text).map_err(|e| {
                 Error::path(path, format!("is not plain JSON ({e}); edit it by hand, or fix it and try again"))
             })?;
             Ok((Some(text), doc))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((None, Json::Obj(Default::default()))),
-        Err(e) => Err(Error::io(format!("cannot read {}", path.display()), e)),
+        None => Ok((None, Json::Obj(Default::default()))),
     }
+}
+
+/// The file's text and its parsed document; `{}` for a missing file.
+/// Nothing below `project` (when the file is a project's; else its own
+/// directory) is followed if it is a symlink: it is refused.
+pub fn read_settings(path: &Path, project: Option<&Path>) -> Result<(Option<String>, Json)> {
+    let settings = match project {
+        Some(dir) => Settings { base: dir.to_path_buf(), path: path.to_path_buf() },
+        None => Settings::in_own_dir(path.to_path_buf()),
+    };
+    parse(path, settings.open()?.2.map(|e| e.text))
 }
 
 fn to_text(doc: &Json) -> Result<String> {
@@ -49,8 +140,10 @@ fn to_text(doc: &Json) -> Result<String> {
 }
 
 fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()> {
-    let path = settings_file(agent, scope)?;
-    let (old_text, mut doc) = read_settings(&path)?;
+    let settings = Settings::of(agent, scope)?;
+    let path = settings.path.clone();
+    let opened = settings.open()?;
+    let (_, mut doc) = parse(&path, opened.2.as_ref().map(|e| e.text.clone()))?;
     let before = doc.clone();
     if add {
         let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs binary", e))?;
@@ -65,7 +158,7 @@ fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()>
         outln!("rewindfs's {name} hook is {state} in {}; nothing to change", path.display());
     } else {
         let new_text = to_text(&doc)?;
-        if let Some(backup) = replace(&path, old_text.as_deref(), &new_text, dry_run)? {
+        if let Some(backup) = settings.replace(opened, &new_text, dry_run)? {
             let kept = backup.map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
             outln!("{what} rewindfs's {name} hook in {}{kept}", path.display());
         }
@@ -82,65 +175,43 @@ fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()>
     Ok(())
 }
 
-/// Writes `new_text` over `path` (whose text is `old_text`, None when it
-/// does not exist), keeping the old text as `<path>.rewindfs-backup`. A dry
-/// run prints the difference instead and returns None; otherwise the
-/// backup's path, if there was a file to back up.
-fn replace(path: &Path, old_text: Option<&str>, new_text: &str, dry_run: bool) -> Result<Option<Option<PathBuf>>> {
-    if dry_run {
-        let diff = similar::TextDiff::from_lines(old_text.unwrap_or_default(), new_text);
-        let shown = path.display().to_string();
-        out!("{}", diff.unified_diff().header(&shown, &shown));
-        outln!("(dry run; {} unchanged)", path.display());
-        return Ok(None);
-    }
-    let backup = match old_text {
-        Some(text) => {
-            let b = PathBuf::from(format!("{}.rewindfs-backup", path.display()));
-            write_atomic(&b, text, path)?;
-            Some(b)
-        }
-        None => None,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-    }
-    write_atomic(path, new_text, path)?;
-    Ok(Some(backup))
+/// Codex's config.toml.
+fn codex_config() -> Result<Settings> {
+    let home = codex::home().ok_or_else(|| Error::Usage("HOME is not set: cannot find Codex's config.toml".into()))?;
+    Ok(Settings::in_own_dir(home.join("config.toml")))
 }
 
-/// Codex's config.toml: its text (None when missing) and document.
-fn read_codex_config() -> Result<(PathBuf, Option<String>, toml_edit::DocumentMut)> {
-    let home = codex::home().ok_or_else(|| Error::Usage("HOME is not set: cannot find Codex's config.toml".into()))?;
-    let path = home.join("config.toml");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
-    };
-    let doc = text
-        .as_deref()
-        .unwrap_or_default()
+/// config.toml's text parsed.
+fn parse_codex_config(path: &Path, text: Option<&str>) -> Result<toml_edit::DocumentMut> {
+    text.unwrap_or_default()
         .parse::<toml_edit::DocumentMut>()
-        .map_err(|e| Error::path(&path, format!("is not valid TOML ({e}); fix it and try again")))?;
-    Ok((path, text, doc))
+        .map_err(|e| Error::path(path, format!("is not valid TOML ({e}); fix it and try again")))
+}
+
+/// Codex's config.toml as a document (empty when missing).
+fn read_codex_config() -> Result<toml_edit::DocumentMut> {
+    let config = codex_config()?;
+    parse_codex_config(&config.path, config.open()?.2.map(|e| e.text).as_deref())
 }
 
 /// Makes Codex's config.toml trust exactly our hooks of `hooks_file` as
 /// they are in `after` (none after an uninstall); `before` names the hooks
 /// of ours whose trust may be removed.
 fn codex_trust(hooks_file: &Path, before: &Json, after: &Json, dry_run: bool) -> Result<()> {
-    let (path, old_text, mut doc) = read_codex_config()?;
+    let config = codex_config()?;
+    let opened = config.open()?;
+    let path = &config.path;
+    let mut doc = parse_codex_config(path, opened.2.as_ref().map(|e| e.text.as_str()))?;
     let wanted = codex::wanted(hooks_file, after);
     let ours: Vec<String> =
         codex::positions(before).iter().chain(&codex::positions(after)).map(|(_, _, c)| codex::trust_hash(c)).collect();
     let changed = codex::set_trust(&mut doc, hooks_file, &wanted, &ours)
-        .map_err(|why| Error::path(&path, format!("{why}; edit it by hand")))?;
+        .map_err(|why| Error::path(path, format!("{why}; edit it by hand")))?;
     if !changed {
         return Ok(());
     }
     let what = if wanted.is_empty() { "removed Codex's trust in" } else { "trusted" };
-    if let Some(backup) = replace(&path, old_text.as_deref(), &doc.to_string(), dry_run)? {
+    if let Some(backup) = config.replace(opened, &doc.to_string(), dry_run)? {
         let kept = backup.map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
         outln!("{what} rewindfs's codex hook in {}{kept}", path.display());
     }
@@ -150,32 +221,12 @@ fn codex_trust(hooks_file: &Path, before: &Json, after: &Json, dry_run: bool) ->
 /// Whether Codex runs our hook for a prompt in `dir` without being told:
 /// installed in the user's or the project's hooks.json and trusted.
 pub fn codex_wired(dir: &Path) -> bool {
-    let Ok((_, _, config)) = read_codex_config() else { return false };
+    let Ok(config) = read_codex_config() else { return false };
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let files = [Agent::Codex.user_settings(), Some(Agent::Codex.project_settings(&dir))];
-    files.into_iter().flatten().any(|f| {
-        read_settings(&f)
+    let files = [(Agent::Codex.user_settings(), None), (Some(Agent::Codex.project_settings(&dir)), Some(&dir))];
+    files.into_iter().filter_map(|(f, p)| Some((f?, p))).any(|(f, project)| {
+        read_settings(&f, project.map(PathBuf::as_path))
             .is_ok_and(|(_, doc)| codex::wanted(&f, &doc).iter().any(|(k, h)| codex::is_trusted(&config, k, h)))
-    })
-}
-
-/// Writes `text` to `path` through a temporary file and a rename, with the
-/// permissions of `like` when it exists (a settings file may be private).
-fn write_atomic(path: &Path, text: &str, like: &Path) -> Result<()> {
-    use std::io::Write;
-    let tmp = PathBuf::from(format!("{}.rewindfs-tmp", path.display()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        if let Ok(meta) = std::fs::metadata(like) {
-            f.set_permissions(meta.permissions())?;
-        }
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(format!("cannot write {}", path.display()), e)
     })
 }
 
@@ -185,15 +236,16 @@ fn status(project: Option<&Path>) -> Result<()> {
         None => std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?,
     };
     for agent in Agent::ALL {
-        let files = [("user", agent.user_settings()), ("project", Some(agent.project_settings(&dir)))];
-        for (scope, path) in files {
+        let files =
+            [("user", agent.user_settings(), None), ("project", Some(agent.project_settings(&dir)), Some(&dir))];
+        for (scope, path, project) in files {
             let Some(path) = path else { continue };
-            let state = match read_settings(&path) {
+            let state = match read_settings(&path, project.map(PathBuf::as_path)) {
                 Ok((None, _)) => "no settings file".to_string(),
                 Ok((Some(_), doc)) => match agents::installed(&doc, agent).as_slice() {
                     [] => "not installed".to_string(),
                     cmds if agent == Agent::Codex => {
-                        let config = read_codex_config().map(|(_, _, c)| c);
+                        let config = read_codex_config();
                         let trusted = codex::wanted(&path, &doc)
                             .iter()
                             .all(|(k, h)| config.as_ref().is_ok_and(|c| codex::is_trusted(c, k, h)));

@@ -25,6 +25,7 @@ mod mount;
 mod occupants;
 mod picker;
 mod run;
+mod safe_file;
 mod show;
 mod snapshot;
 mod status;

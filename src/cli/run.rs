@@ -11,6 +11,7 @@ use crate::cli::RunArgs;
 use crate::cli::agents::{self, Agent};
 use crate::cli::common;
 use crate::cli::hooks;
+use crate::cli::safe_file;
 use crate::cli::unmount;
 use crate::error::{Error, Result};
 use crate::sys;
@@ -41,9 +42,19 @@ echo "== history (x = abandoned branch, still browsable):"
 "$R" status
 "#;
 
+/// A new scratch directory in the temporary directory, which anyone may
+/// write: under a name nobody can guess and made here (an existing name,
+/// or a symlink planted at it, fails and another is tried), so the files
+/// written in it are root's own.
 fn demo_workspace() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("rewindfs-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    let made = (0..16).find_map(|salt| {
+        let dir = std::env::temp_dir().join(format!("rewindfs-demo-{:016x}", crate::restore::random_u64(salt)));
+        match std::fs::DirBuilder::new().create(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+            other => Some(other.map(|()| dir).map_err(|e| Error::io("cannot create a demo workspace", e))),
+        }
+    });
+    let dir = made.unwrap_or_else(|| Err(Error::Usage("cannot find a free name for a demo workspace".into())))?;
     std::fs::write(dir.join("README.txt"), "hello world\n").map_err(|e| Error::io("cannot write demo file", e))?;
     std::fs::write(dir.join("old-notes.txt"), "to be deleted\n").map_err(|e| Error::io("cannot write demo file", e))?;
     Ok(dir)
@@ -138,18 +149,21 @@ fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wirin
             Wiring::default()
         }
         Agent::Gemini => {
-            let installed = [agent.user_settings(), Some(agent.project_settings(workspace))]
+            let installed = [(agent.user_settings(), None), (Some(agent.project_settings(workspace)), Some(workspace))]
                 .into_iter()
-                .flatten()
-                .any(|f| hooks::read_settings(&f).is_ok_and(|(_, doc)| !agents::installed(&doc, agent).is_empty()));
+                .filter_map(|(f, project)| Some((f?, project)))
+                .any(|(f, project)| {
+                    hooks::read_settings(&f, project).is_ok_and(|(_, doc)| !agents::installed(&doc, agent).is_empty())
+                });
             if installed {
                 return Wiring::default();
             }
             const VAR: &str = "GEMINI_CLI_SYSTEM_SETTINGS_PATH";
             let system =
                 std::env::var_os(VAR).map(PathBuf::from).unwrap_or_else(|| "/etc/gemini-cli/settings.json".into());
-            let mut doc =
-                hooks::read_settings(&system).map(|(_, d)| d).unwrap_or_else(|_| agents::Json::Obj(Default::default()));
+            let mut doc = hooks::read_settings(&system, None)
+                .map(|(_, d)| d)
+                .unwrap_or_else(|_| agents::Json::Obj(Default::default()));
             if let Err(why) = agents::install(&mut doc, agent, &hook) {
                 warn!("cannot add the rewindfs hook to a copy of {}: {why}; gemini runs unwired", system.display());
                 return Wiring::default();
@@ -158,11 +172,17 @@ fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wirin
                 warn!("no directory that Gemini CLI trusts for system settings; gemini runs unwired");
                 return Wiring::default();
             };
-            let temp = dir.join(format!("rewindfs-gemini-{}.json", std::process::id()));
-            match serde_json::to_string_pretty(&doc)
-                .map_err(std::io::Error::other)
-                .and_then(|t| std::fs::write(&temp, t))
-            {
+            let name = OsString::from(format!("rewindfs-gemini-{}.json", std::process::id()));
+            let temp = dir.join(&name);
+            // Readable by the agent's user, whom `--as` runs gemini as.
+            let write = || -> Result<()> {
+                let text = serde_json::to_string_pretty(&doc).map_err(std::io::Error::other);
+                let text = text.map_err(|e| Error::io("cannot encode Gemini's settings", e))?;
+                let opened = safe_file::Dir::open(&dir, &[], false)?;
+                let opened = opened.ok_or_else(|| Error::path(&dir, "vanished"))?;
+                Ok(opened.replace(&name, text.as_bytes(), 0o644)?)
+            };
+            match write() {
                 Ok(()) => Wiring { env: vec![(VAR.to_string(), temp.clone())], temp: Some(temp) },
                 Err(e) => {
                     warn!("cannot write {}: {e}; gemini runs unwired", temp.display());
@@ -175,12 +195,16 @@ fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wirin
 
 /// A directory for a settings file that Gemini CLI will read: it skips
 /// system settings below any directory writable by group or others (so
-/// nothing under /tmp).
+/// nothing under /tmp). Owned by root or us besides: its owner could plant
+/// a symlink at our file's name.
 fn private_dir() -> Option<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let secure = |d: &std::path::Path| {
         d.is_absolute()
-            && d.ancestors().all(|a| std::fs::metadata(a).is_ok_and(|m| m.is_dir() && m.mode() & 0o022 == 0))
+            && d.ancestors().all(|a| {
+                std::fs::metadata(a)
+                    .is_ok_and(|m| m.is_dir() && m.mode() & 0o022 == 0 && (m.uid() == 0 || m.uid() == sys::geteuid()))
+            })
     };
     let candidates = [
         std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),

@@ -5,7 +5,7 @@
 //! not perform one. Anyone else is refused. The caller is known from the
 //! socket (SO_PEERCRED), not from anything it says.
 
-use crate::daemon::control::Request;
+use crate::daemon::control::{Peer, Request};
 use crate::error::{ErrorKind, Failure};
 
 /// The users the policy knows.
@@ -41,6 +41,18 @@ fn agent_may(req: &Request) -> bool {
 }
 
 impl Policy {
+    /// Whose bound `uid`'s control connections count against: the agent's
+    /// is below the owner's, and everyone else shares one.
+    pub fn peer(&self, uid: u32) -> Peer {
+        if uid == 0 || uid == self.owner {
+            Peer::Owner
+        } else if self.agent == Some(uid) {
+            Peer::Agent
+        } else {
+            Peer::Others
+        }
+    }
+
     /// Whether `uid` may make request `req`; the refusal says why.
     pub fn check(&self, uid: u32, req: &Request) -> Result<(), Failure> {
         if uid == 0 || uid == self.owner {
@@ -105,5 +117,13 @@ mod tests {
         }
         let no_agent = Policy { owner: 0, agent: None };
         assert!(no_agent.check(1000, &op::Log.into()).is_err());
+    }
+
+    #[test]
+    fn the_agent_s_connections_are_bounded_below_the_owner_s_and_strangers_share_one_bound() {
+        let p = Policy { owner: 1000, agent: Some(1001) };
+        let peers: Vec<Peer> = [0, 1000, 1001, 1002, 1003].into_iter().map(|uid| p.peer(uid)).collect();
+        assert_eq!(peers, [Peer::Owner, Peer::Owner, Peer::Agent, Peer::Others, Peer::Others]);
+        assert!(Peer::Agent.max_connections() < Peer::Owner.max_connections());
     }
 }

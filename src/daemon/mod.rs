@@ -260,13 +260,18 @@ fn start(spec: &MountSpec) -> Result<Started> {
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
-            control::serve(listener, move |req, uid, progress| match handler_ctx.access.check(uid, &req) {
-                Ok(()) => handle(req, &handler_ctx, progress),
-                Err(refusal) => {
-                    warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
-                    Response::failure(refusal)
-                }
-            })
+            let access = handler_ctx.access;
+            control::serve(
+                listener,
+                move |uid| access.peer(uid),
+                move |req, uid, progress| match handler_ctx.access.check(uid, &req) {
+                    Ok(()) => handle(req, &handler_ctx, progress),
+                    Err(refusal) => {
+                        warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
+                        Response::failure(refusal)
+                    }
+                },
+            )
         })
         .map_err(|e| Error::io("cannot start the control thread", e))?;
     spawn_signal_watcher(spec.mountpoint.clone());

@@ -546,7 +546,7 @@ pub(crate) fn replace_xattrs(
 
 /// 64 unpredictable bits: the standard library seeds `RandomState` from the
 /// operating system's random source.
-fn random_u64(salt: u64) -> u64 {
+pub fn random_u64(salt: u64) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(salt);
