@@ -903,3 +903,35 @@ open('result.json', 'w').write(json.dumps(replies))
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// Issue 26, item 3: the agent may seal turns, as often as it likes, but a
+/// turn that changed nothing pushes no checkpoint out of the owner's
+/// count-based retention: the owner's checkpoints with changes stay, views
+/// and all, after a collection.
+#[test]
+fn the_agent_s_empty_turns_push_none_of_the_owner_s_checkpoints_out() {
+    let fx = MountFixture::with_args(false, &["--auto-turn", "0", "--agent-user", common::TEST_USER]);
+    // The owner's policy: the 4 newest, whatever their age.
+    fx.cli(&["gc", "--keep-count", "4", "--keep-days", "0", "--auto", "off"]);
+    let mut owners = Vec::new();
+    for i in 1..=3 {
+        fx.sh(&format!("echo {i} > f{i}"));
+        owners.push(fx.turn(&format!("owner-{i}")));
+    }
+    let mp = s(&fx.mountpoint).to_string();
+    for i in 0..20 {
+        check(
+            rewindfs_as_agent(&fx, &["turn", "-C", &mp, "--message-id", &format!("agent-{i}")]),
+            "the agent's empty turn",
+        );
+    }
+    fx.cli(&["gc"]);
+    let log = fx.cli_json(&["log"]);
+    let listed: Vec<i64> =
+        log.as_array().expect("log --json is an array").iter().filter_map(|c| c["checkpoint"].as_i64()).collect();
+    for (i, c) in owners.iter().enumerate() {
+        assert!(listed.contains(c), "the owner's checkpoint {c} was collected after 20 empty turns; kept: {listed:?}");
+        let f = fx.path().join(format!(".rewindfs/checkpoints/{c}/f{}", i + 1));
+        assert_eq!(std::fs::read_to_string(&f).expect("the view of a kept checkpoint"), format!("{}\n", i + 1));
+    }
+}

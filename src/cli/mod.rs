@@ -124,7 +124,8 @@ pub enum Command {
     /// Collect what the retention policy lets go.
     ///
     /// The policy (stored in the store, shown by `status`): keep the
-    /// newest --keep-count checkpoints of the current branch (default 200),
+    /// newest --keep-count checkpoints with changes of the current branch
+    /// (default 200; turns that changed nothing do not count),
     /// every checkpoint younger than --keep-days days (default 14, which
     /// is also how long abandoned branches stay), named snapshots, the
     /// checkpoint last rewound to and the safety checkpoints of the last 5

@@ -143,8 +143,18 @@ pub fn protected(all: &[Checkpoint], tainted: &HashSet<i64>, policy: &Policy) ->
 /// The checkpoints the policy lets go at `now_ms`, oldest first: on the
 /// current branch (the newest and its ancestors) those older than
 /// `keep_days` and not among the `keep_count` newest of the branch; on abandoned branches
-/// those older than `keep_days`; never a protected one.
-pub fn plan(all: &[Checkpoint], protected: &BTreeMap<i64, String>, policy: &Policy, now_ms: i64) -> Vec<i64> {
+/// those older than `keep_days`; never a protected one. Only checkpoints
+/// with changes count toward `keep_count` (the newest always does): the
+/// `empty` ones, turns that changed nothing, are kept while they lie
+/// among the counted ones, so sealing empty turns pushes nothing out.
+/// The whole-history form of `Meta::plan_rows`, for the tests.
+pub fn plan(
+    all: &[Checkpoint],
+    empty: &HashSet<i64>,
+    protected: &BTreeMap<i64, String>,
+    policy: &Policy,
+    now_ms: i64,
+) -> Vec<i64> {
     let by_id: BTreeMap<i64, &Checkpoint> = all.iter().map(|c| (c.checkpoint, c)).collect();
     let mut current = HashSet::new();
     let mut at = all.last().map(|c| c.checkpoint);
@@ -156,7 +166,17 @@ pub fn plan(all: &[Checkpoint], protected: &BTreeMap<i64, String>, policy: &Poli
     }
     let mut recent_on_branch: Vec<i64> = current.iter().copied().collect();
     recent_on_branch.sort_unstable_by(|a, b| b.cmp(a));
-    let counted: HashSet<i64> = recent_on_branch.into_iter().take(policy.keep_count as usize).collect();
+    let mut counted = HashSet::new();
+    let mut n = 0;
+    for c in recent_on_branch {
+        if n >= policy.keep_count {
+            break;
+        }
+        if counted.is_empty() || !empty.contains(&c) {
+            n += 1;
+        }
+        counted.insert(c);
+    }
     victims(all.iter(), &counted, protected, horizon(policy, now_ms))
 }
 
@@ -951,11 +971,22 @@ mod tests {
         let p = Policy { keep_count: 2, keep_days: 4, keep_rewinds: 5, auto: true };
         let keep = protected(&all, &HashSet::new(), &p);
         // Young: 5..9 (at most 4 days old); newest two: 8, 9.
-        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 1, 2, 4]);
+        assert_eq!(plan(&all, &HashSet::new(), &keep, &p, NOW), vec![0, 1, 2, 4]);
         let p = Policy { keep_count: 7, ..p };
-        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 1, 2], "the 7 newest are kept however old");
+        assert_eq!(plan(&all, &HashSet::new(), &keep, &p, NOW), vec![0, 1, 2], "the 7 newest are kept however old");
         let tainted: HashSet<i64> = [1].into_iter().collect();
-        assert_eq!(plan(&all, &protected(&all, &tainted, &p), &p, NOW), vec![0, 2]);
+        assert_eq!(plan(&all, &HashSet::new(), &protected(&all, &tainted, &p), &p, NOW), vec![0, 2]);
+    }
+
+    #[test]
+    fn empty_turns_do_not_count_toward_the_newest_kept() {
+        // 0..=9, one a day, 9 is today; 6, 7 and 8 changed nothing.
+        let all: Vec<Checkpoint> = (0..10).map(|n| cp(n, (n > 0).then_some(n - 1), 9 - n, Reason::Turn)).collect();
+        let p = Policy { keep_count: 3, keep_days: 0, keep_rewinds: 5, auto: true };
+        let keep = protected(&all, &HashSet::new(), &p);
+        assert_eq!(plan(&all, &HashSet::new(), &keep, &p, NOW), vec![0, 1, 2, 3, 4, 5, 6]);
+        let empty: HashSet<i64> = [6, 7, 8].into_iter().collect();
+        assert_eq!(plan(&all, &empty, &keep, &p, NOW), vec![0, 1, 2, 3], "9, then 5 and 4 count; 6-8 lie between");
     }
 
     #[test]
@@ -975,12 +1006,16 @@ mod tests {
         let p = Policy { keep_count: 1, keep_days: 14, keep_rewinds: 1, auto: true };
         let keep = protected(&all, &HashSet::new(), &p);
         assert!(keep.contains_key(&1) && keep.contains_key(&4) && keep.contains_key(&6), "{keep:?}");
-        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 2, 3, 5], "the abandoned 2, 3 go after 14 days");
+        assert_eq!(
+            plan(&all, &HashSet::new(), &keep, &p, NOW),
+            vec![0, 2, 3, 5],
+            "the abandoned 2, 3 go after 14 days"
+        );
         let young = NOW - 15 * DAY_MS;
-        assert_eq!(plan(&all, &keep, &p, young), Vec::<i64>::new(), "at 5 days old everything stays");
+        assert_eq!(plan(&all, &HashSet::new(), &keep, &p, young), Vec::<i64>::new(), "at 5 days old everything stays");
         let p = Policy { keep_rewinds: 0, ..p };
         let keep = protected(&all, &HashSet::new(), &p);
-        assert_eq!(plan(&all, &keep, &p, NOW), vec![0, 2, 3, 4, 5]);
+        assert_eq!(plan(&all, &HashSet::new(), &keep, &p, NOW), vec![0, 2, 3, 4, 5]);
     }
 }
 
@@ -1066,6 +1101,11 @@ mod journal_tests {
                 m.taint(ObjectId(1), i).unwrap();
                 tainted.insert(i);
             }
+            // Most turns change something (a record of the turn that ends
+            // at the next checkpoint); runs of empty ones between.
+            if i % 11 < 7 {
+                m.record_entry(i, ObjectId(1), format!("n{i}").as_bytes(), None, None).unwrap();
+            }
         }
         let j = Journal::open(m, Arc::new(MemoryStore::new())).unwrap();
         let all = j.with_meta(|m| m.checkpoints()).unwrap();
@@ -1075,11 +1115,14 @@ mod journal_tests {
     #[test]
     fn planning_reads_the_candidates_and_agrees_with_the_whole_history() {
         let (j, all, tainted) = long_history(3_000);
+        let ids: Vec<i64> = all.iter().map(|c| c.checkpoint).collect();
+        let empty = j.with_meta(|m| m.empty_checkpoints(&ids)).unwrap();
+        assert!(empty.len() > 500 && empty.len() < 1_500, "{} of 3,000 turns are empty", empty.len());
         for keep_count in [0, 5, 200, 5_000] {
             for keep_days in [0, 1, 14] {
                 for keep_rewinds in [0, 2, 100] {
                     let p = Policy { keep_count, keep_days, keep_rewinds, auto: true };
-                    let whole = plan(&all, &protected(&all, &tainted, &p), &p, now_ms());
+                    let whole = plan(&all, &empty, &protected(&all, &tainted, &p), &p, now_ms());
                     let mine = j.plan_retention(&p).unwrap();
                     let only_mine: Vec<&i64> = mine.iter().filter(|c| !whole.contains(c)).collect();
                     let only_whole: Vec<&i64> = whole.iter().filter(|c| !mine.contains(c)).collect();

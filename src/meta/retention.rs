@@ -195,10 +195,17 @@ impl Meta {
                     return Ok(out);
                 }
                 let count = keep_count.min(i64::MAX as u64) as i64;
+                // `n` counts the checkpoints with changes on the way (see
+                // `CHANGED`): a run of empty turns, which anyone allowed to
+                // seal can make as often as they like, pushes nothing out.
                 self.plan_query(
-                    "WITH RECURSIVE branch(id, n) AS (SELECT ?2, 1 WHERE ?3 > 0 UNION ALL \
-                       SELECT c.parent, b.n + 1 FROM branch b JOIN checkpoints c ON c.id = b.id \
-                       WHERE c.parent IS NOT NULL AND b.n < ?3) ",
+                    &format!(
+                        "WITH RECURSIVE branch(id, n) AS (SELECT ?2, 1 WHERE ?3 > 0 UNION ALL \
+                           SELECT c.parent, b.n + ({}) FROM branch b JOIN checkpoints c ON c.id = b.id \
+                           JOIN checkpoints p ON p.id = c.parent \
+                           WHERE b.n < ?3) ",
+                        changed("p")
+                    ),
                     "c.id IN (SELECT id FROM checkpoints INDEXED BY checkpoints_by_time \
                        WHERE created_at < ?1 AND id < ?2 AND id NOT IN (SELECT id FROM branch))",
                     params![horizon, newest, count],
@@ -227,6 +234,21 @@ impl Meta {
         }
         out.rows.sort_unstable_by_key(|c| c.checkpoint);
         out.rows.dedup_by_key(|c| c.checkpoint);
+        Ok(out)
+    }
+
+    /// The checkpoints whose turn changed nothing, among `ids`: a turn (or
+    /// quiet period) checkpoint with no record in the turn that ended at it.
+    pub fn empty_checkpoints(&self, ids: &[i64]) -> MetaResult<std::collections::HashSet<i64>> {
+        let sql = format!("SELECT NOT ({}) FROM checkpoints p WHERE p.id = ?1", changed("p"));
+        let mut stmt = self.conn.prepare_cached(&sql).ctx("prepare")?;
+        let mut out = std::collections::HashSet::new();
+        for &id in ids {
+            let empty: Option<bool> = stmt.query_row([id], |r| r.get(0)).optional().ctx("read checkpoints")?;
+            if empty == Some(true) {
+                out.insert(id);
+            }
+        }
         Ok(out)
     }
 
@@ -1057,4 +1079,18 @@ mod tests {
         assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
         assert!(candidates.iter().all(|c| m.chunk_count(c).unwrap() == Some(1)), "each pending copy counts once");
     }
+}
+
+/// SQL: 1 if checkpoint `c` (a table alias) counts for `keep_count`, else 0.
+/// A mount, a rewind or a restore counts; a turn or a quiet period counts
+/// if the turn that ended at it recorded anything (its records carry the
+/// number of the checkpoint before it, whatever was forgotten between).
+fn changed(c: &str) -> String {
+    format!(
+        "CASE WHEN {c}.reason NOT IN ('turn', 'auto') THEN 1 \
+         WHEN EXISTS (SELECT 1 FROM entry_pre e WHERE e.turn = \
+           (SELECT MAX(id) FROM checkpoints WHERE id < {c}.id)) THEN 1 \
+         WHEN EXISTS (SELECT 1 FROM object_pre o WHERE o.turn = \
+           (SELECT MAX(id) FROM checkpoints WHERE id < {c}.id)) THEN 1 ELSE 0 END"
+    )
 }
