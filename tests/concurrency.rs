@@ -383,3 +383,46 @@ fn a_turn_s_stored_statistics_never_count_a_write_made_after_its_seal() {
     eprintln!("{round} rounds of {LINKED} linked files in {:?}", started.elapsed());
     assert!(round >= 20, "only {round} rounds ran; the race was hardly tried");
 }
+
+/// Issue 27: the read-only mount of `rewindfs show` serves its requests as
+/// ordinary operations of the live mount's world, as `.rewindfs/` does: a
+/// view reads the live tree and the records, and a rewind changes both
+/// while it holds the tree frozen, so a request that arrives meanwhile
+/// waits for the rewind (before, it was answered at once, from a tree half
+/// rewound), and then gives the checkpoint exactly.
+#[test]
+fn a_show_mount_waits_for_a_rewind_holding_the_tree_frozen() {
+    let fx = mount(&["--auto-turn", "0"], &[("REWINDFS_TEST_HOLD_FROZEN_MS", "1500")]);
+    fx.sh("echo a0 > a && mkdir d && for i in 1 2 3; do echo $i > d/f$i; done");
+    let k0 = fx.turn("m0");
+    fx.sh("echo a1 > a && echo new > d/new && rm d/f1");
+    fx.turn("m1");
+    let view = fx.dir.path().join("view");
+    std::fs::create_dir(&view).expect("view mountpoint");
+    let view_s = view.to_str().expect("utf-8 path").to_string();
+    fx.cli_json(&["show", &k0.to_string(), &view_s]);
+    let rewind = spawn_cli(&fx, &["rewind", &k0.to_string()]);
+    wait_until_frozen(&fx);
+    let frozen_at = Instant::now();
+    // Names the view mount has not looked up yet: each reaches the daemon.
+    let read = std::fs::read_to_string(view.join("d/f2"));
+    let waited = frozen_at.elapsed();
+    let listing = std::fs::read_dir(view.join("d")).map(|d| {
+        let mut names: Vec<String> =
+            d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    });
+    json_of(rewind.join().expect("rewind thread"), "rewind");
+    assert_eq!(read.as_deref().ok(), Some("2\n"), "checkpoint {k0}'s d/f2 through `show`");
+    assert_eq!(
+        listing.ok(),
+        Some(vec!["f1".to_string(), "f2".into(), "f3".into()]),
+        "checkpoint {k0}'s d through `show`"
+    );
+    assert!(
+        waited >= Duration::from_millis(500),
+        "a `show` mount answered in {waited:?} while a rewind held the tree frozen for 1.5 s"
+    );
+    check(fx.rewindfs(&["unmount", &view_s]), "unmount of the view");
+}

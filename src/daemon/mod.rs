@@ -321,14 +321,19 @@ fn serve_view(ctx: &Ctx, n: i64, mountpoint: PathBuf) -> std::result::Result<pro
     let browser = crate::view::browse::Browser::single(ctx.tree.clone(), ctx.journal.clone(), n)
         .map_err(|e| view_failure(&format!("cannot open checkpoint {n}"), e))?;
     let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", ctx.info.workspace.display());
-    let session =
-        crate::fs::view::ViewSession::mount(Arc::new(browser), &mountpoint, &fsname, ctx.transport.negotiated())
-            .map_err(|e| {
-                Failure::failed(
-                    e.raw_os_error().unwrap_or(libc::EIO),
-                    format!("cannot mount the view on {}: {e}", mountpoint.display()),
-                )
-            })?;
+    let session = crate::fs::view::ViewSession::mount(
+        Arc::new(browser),
+        ctx.world.clone(),
+        &mountpoint,
+        &fsname,
+        ctx.transport.negotiated(),
+    )
+    .map_err(|e| {
+        Failure::failed(
+            e.raw_os_error().unwrap_or(libc::EIO),
+            format!("cannot mount the view on {}: {e}", mountpoint.display()),
+        )
+    })?;
     let transport = session.transport();
     let ended = Arc::new(AtomicBool::new(false));
     let (mp, done) = (mountpoint.clone(), ended.clone());

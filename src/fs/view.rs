@@ -15,6 +15,7 @@ use super::{file_attr, file_type};
 use crate::view::ViewError;
 use crate::view::browse::Browser;
 use crate::workspace::Ino;
+use crate::world::World;
 
 /// Past checkpoints never change: their entries can be cached for long.
 const VIEW_TTL: Duration = Duration::from_secs(3600);
@@ -125,11 +126,21 @@ pub(super) fn listxattr(b: &Browser, ino: Ino, size: u32, reply: ReplyXattr) {
 /// A read-only mount of one checkpoint (`rewindfs show`).
 pub struct ViewFs {
     browser: Arc<Browser>,
+    /// Every request is an ordinary operation of the live mount's world,
+    /// as the `.rewindfs/` requests of the live mount are: a view reads
+    /// the live tree and the records, and a rewind changes both while it
+    /// holds the tree frozen.
+    world: Arc<World>,
 }
 
 impl ViewFs {
-    pub fn new(browser: Arc<Browser>) -> ViewFs {
-        ViewFs { browser }
+    pub fn new(browser: Arc<Browser>, world: Arc<World>) -> ViewFs {
+        ViewFs { browser, world }
+    }
+
+    fn serve(&self, op: &'static str, f: impl FnOnce()) {
+        let _op = self.world.op();
+        super::no_lost_worker(op, f);
     }
 }
 
@@ -138,16 +149,16 @@ impl Filesystem for ViewFs {
         self.browser.forget(Ino(ino.0), nlookup)
     }
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        super::no_lost_worker("lookup", || lookup(&self.browser, Ino(parent.0), name, reply))
+        self.serve("lookup", || lookup(&self.browser, Ino(parent.0), name, reply))
     }
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        super::no_lost_worker("getattr", || getattr(&self.browser, Ino(ino.0), reply))
+        self.serve("getattr", || getattr(&self.browser, Ino(ino.0), reply))
     }
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        super::no_lost_worker("readlink", || readlink(&self.browser, Ino(ino.0), reply))
+        self.serve("readlink", || readlink(&self.browser, Ino(ino.0), reply))
     }
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        super::no_lost_worker("open", || open(&self.browser, Ino(ino.0), flags.0, reply))
+        self.serve("open", || open(&self.browser, Ino(ino.0), flags.0, reply))
     }
     fn read(
         &self,
@@ -160,24 +171,24 @@ impl Filesystem for ViewFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        super::no_lost_worker("read", || read(&self.browser, Ino(ino.0), offset, size, reply))
+        self.serve("read", || read(&self.browser, Ino(ino.0), offset, size, reply))
     }
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        super::no_lost_worker("opendir", || {
+        self.serve("opendir", || {
             reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR)
         })
     }
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        super::no_lost_worker("readdir", || readdir(&self.browser, Ino(ino.0), offset, reply))
+        self.serve("readdir", || readdir(&self.browser, Ino(ino.0), offset, reply))
     }
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        super::no_lost_worker("getxattr", || getxattr(&self.browser, Ino(ino.0), name, size, reply))
+        self.serve("getxattr", || getxattr(&self.browser, Ino(ino.0), name, size, reply))
     }
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        super::no_lost_worker("listxattr", || listxattr(&self.browser, Ino(ino.0), size, reply))
+        self.serve("listxattr", || listxattr(&self.browser, Ino(ino.0), size, reply))
     }
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        super::no_lost_worker("statfs", || match self.browser.statfs() {
+        self.serve("statfs", || match self.browser.statfs() {
             Ok(s) => reply.statfs(s.blocks, 0, 0, s.files, 0, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(view_errno(&e)),
         })
@@ -192,6 +203,7 @@ impl ViewSession {
     /// io_uring at FUSE_INIT, as the live mount does).
     pub fn mount(
         browser: Arc<Browser>,
+        world: Arc<World>,
         mountpoint: &std::path::Path,
         fsname: &str,
         uring: bool,
@@ -199,7 +211,7 @@ impl ViewSession {
         let mut config = super::mount_config(fsname, 2, uring);
         config.mount_options.retain(|o| !matches!(o, fuser::MountOption::Dev | fuser::MountOption::Suid));
         config.mount_options.extend([fuser::MountOption::RO, fuser::MountOption::NoDev, fuser::MountOption::NoSuid]);
-        Ok(ViewSession(fuser::Session::new(ViewFs::new(browser), mountpoint, &config)?))
+        Ok(ViewSession(fuser::Session::new(ViewFs::new(browser, world), mountpoint, &config)?))
     }
 
     /// Serves requests until unmounted.
