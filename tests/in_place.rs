@@ -74,6 +74,48 @@ fn an_open_file_inside_the_workspace_blocks_an_in_place_mount() {
     assert!(err.contains(&format!("pid {pid}")) && err.contains("open file"), "the refusal does not name it: {err}");
 }
 
+/// Issue 26, item 5: a process that mapped a workspace file shared and
+/// closed its descriptor writes the file through the mapping with nothing
+/// else inside the workspace (its working directory elsewhere): the
+/// in-place mount is refused and names the mapping, as for an open file.
+/// Before, the mount went ahead, and the writes bypassed recording.
+#[test]
+fn a_shared_mapping_of_a_workspace_file_blocks_an_in_place_mount() {
+    let fx = MountFixture::unmounted();
+    let mapped = fx.ws.join("mapped.bin");
+    std::fs::write(&mapped, vec![b'0'; 4096]).expect("write");
+    let code = "import mmap, os, sys, time\n\
+                f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 0); f.close()\n\
+                os.chdir('/'); print('ready', flush=True)\n\
+                while True:\n    m[0:1] = b'x'; time.sleep(0.05)\n";
+    let mut mapper = Command::new("python3")
+        .args(["-c", code])
+        .arg(&mapped)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the mapping process");
+    let pid = mapper.id();
+    let mut line = String::new();
+    use std::io::BufRead;
+    let _ = std::io::BufReader::new(mapper.stdout.take().expect("stdout")).read_line(&mut line);
+    let out = fx.rewindfs(&["mount", s(&fx.ws), "--store", s(&fx.store), "--auto-turn", "0"]);
+    let _ = mapper.kill();
+    let _ = mapper.wait();
+    assert_eq!(line.trim(), "ready", "the mapping process did not start");
+    if out.status.success() {
+        let _ = fx.rewindfs(&["unmount", "--lazy", s(&fx.ws)]);
+        panic!("the in-place mount went ahead while pid {pid} wrote {} through a shared mapping", mapped.display());
+    }
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("pid {pid}")) && err.contains(&format!("shared mapping of {}", mapped.display())),
+        "the refusal does not name the mapping: {err}"
+    );
+    assert!(!common::is_mounted(&fx.ws), "mounted anyway");
+}
+
 #[test]
 fn run_started_from_inside_the_workspace_records_the_command() {
     let fx = MountFixture::unmounted();
