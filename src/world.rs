@@ -280,6 +280,15 @@ pub mod test_hooks {
         count == n
     }
 
+    /// `REWINDFS_TEST_PANIC_IN=NAME` makes the daemon's background thread
+    /// NAME panic at its next step, so a test can see what a failed
+    /// background thread leaves (a read-only mount that says why).
+    pub fn panic_point(name: &str) {
+        if std::env::var("REWINDFS_TEST_PANIC_IN").is_ok_and(|v| v == name) {
+            panic!("test hook: the {name} thread panics");
+        }
+    }
+
     /// Sets what the daemon is doing (None: nothing the hooks watch).
     pub fn phase(what: Option<&'static str>) {
         *PHASE.lock().unwrap_or_else(|p| p.into_inner()) = what;
@@ -399,6 +408,7 @@ pub mod test_hooks {
         None
     }
     pub fn phase(_what: Option<&'static str>) {}
+    pub fn panic_point(_name: &str) {}
     pub fn record() {}
 }
 

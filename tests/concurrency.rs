@@ -148,6 +148,44 @@ fn a_panicking_fuse_handler_costs_one_request_not_the_mount() {
     assert_eq!(fx.sh("ls | wc -l").trim(), "12");
 }
 
+/// Issue 27, failure policy: a background thread of the daemon that panics
+/// (here the turn statistics, by a test hook) does not end in silence. The
+/// mount turns read-only and says why: `status` shows the failure, a
+/// change through the mount is refused (EROFS), a seal fails saying why,
+/// and everything already recorded stays readable, views included, until
+/// an unmount that still works.
+#[test]
+fn a_background_thread_that_panics_leaves_a_read_only_mount_that_says_why() {
+    let mut fx = mount(&["--auto-turn", "0"], &[("REWINDFS_TEST_PANIC_IN", "turn-stats")]);
+    fx.sh("echo one > f");
+    let sealed = fx.turn("m1");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let status = fx.status_json();
+        if status["failure"].is_string() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the thread's panic never showed in status: {status}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let why = status["failure"].as_str().unwrap_or_default().to_string();
+    assert!(why.contains("turn-stats") && why.contains("panics"), "status does not say what failed: {why}");
+    let human = stdout(&check(fx.rewindfs(&["status", "-C", fx.path().to_str().expect("utf-8")]), "status"));
+    assert!(human.contains("READ-ONLY"), "the human status does not say it: {human}");
+    let write = std::fs::write(fx.path().join("f"), "two\n");
+    assert_eq!(write.map_err(|e| e.raw_os_error()), Err(Some(libc::EROFS)), "a write after the failure");
+    let create = std::fs::write(fx.path().join("g"), "new\n");
+    assert_eq!(create.map_err(|e| e.raw_os_error()), Err(Some(libc::EROFS)), "a create after the failure");
+    let turn = fx.cli_output(&["turn", "--message-id", "m2"]);
+    assert!(!turn.status.success(), "a seal after the failure succeeded");
+    assert!(stderr(&turn).contains("read-only"), "the refused seal does not say why: {}", stderr(&turn));
+    assert_eq!(std::fs::read_to_string(fx.path().join("f")).expect("read f"), "one\n");
+    let view = fx.path().join(format!(".rewindfs/checkpoints/{sealed}/f"));
+    assert_eq!(std::fs::read_to_string(view).expect("read the view"), "one\n");
+    fx.unmount();
+    assert_eq!(std::fs::read_to_string(fx.ws.join("f")).expect("the workspace's f"), "one\n");
+}
+
 /// Clears the immutable flag of a backing file, also when the test fails
 /// (a temp dir with an immutable file cannot be removed).
 struct Immutable<'a>(&'a Path);

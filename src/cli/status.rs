@@ -54,6 +54,9 @@ pub fn run(args: StatusArgs) -> Result<()> {
         let mode =
             if m.in_place { " (in place)".to_string() } else { format!(" (workspace {})", m.workspace.display()) };
         outln!("{}{mode}", m.mountpoint.display());
+        if let Some(why) = &s.failure {
+            outln!("  READ-ONLY:   {why}; changes are refused until it is unmounted and mounted again");
+        }
         outln!("  store:       {}", m.store.display());
         outln!("  daemon pid:  {}", m.pid);
         outln!("  uptime:      {}s", s.uptime_secs);

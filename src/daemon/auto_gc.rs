@@ -28,7 +28,7 @@ const TICK: Duration = Duration::from_millis(500);
 const PAUSE: Duration = Duration::from_millis(20);
 
 pub(super) fn spawn(ctx: Arc<Ctx>) {
-    let _ = std::thread::Builder::new().name("auto-gc".into()).spawn(move || {
+    let _ = super::spawn_guarded("auto-gc", ctx.journal.clone(), move || {
         let mut seen = None;
         loop {
             std::thread::sleep(TICK);

@@ -198,7 +198,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
     // After the scan (what recovery changes is recorded) and before the
     // settler starts and the tree is served: nobody sees a half state.
     let recovered = recover(&tree, &journal, &spec.store, spec.abandon_interrupted)?;
-    spawn_settler(tree.clone(), world.clone());
+    spawn_settler(tree.clone(), journal.clone(), world.clone());
     let fs = LiveFs::new(
         tree.clone(),
         FsOptions { cache_timeout: spec.cache_timeout, passthrough: spec.passthrough },
@@ -407,8 +407,9 @@ fn seal_with(
 /// starting as many threads reading the same contents.
 fn spawn_turn_stats(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World>) -> std::sync::mpsc::Sender<i64> {
     let (tx, rx) = std::sync::mpsc::channel::<i64>();
-    let spawned = std::thread::Builder::new().name(crate::report::TURN_STATS_THREAD.into()).spawn(move || {
+    let spawned = spawn_guarded(crate::report::TURN_STATS_THREAD, journal.clone(), move || {
         for turn in rx {
+            crate::world::test_hooks::panic_point(crate::report::TURN_STATS_THREAD);
             // A view is the live tree plus the records since its checkpoint:
             // read while a rewind or restore changes both (a name looked up
             // in the records before it recorded it, then in the tree after
@@ -428,7 +429,7 @@ fn spawn_turn_stats(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World
 }
 
 fn spawn_auto_turn(ctx: Arc<Ctx>, quiet: Duration) {
-    let _ = std::thread::Builder::new().name("auto-turn".into()).spawn(move || {
+    let _ = spawn_guarded("auto-turn", ctx.journal.clone(), move || {
         let tick = quiet.min(Duration::from_secs(1)).max(Duration::from_millis(50));
         loop {
             std::thread::sleep(tick);
@@ -783,6 +784,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             let (changes, idle) = journal.activity();
             let message = journal.with_meta(|m| m.checkpoint(turn)).ok().flatten().and_then(|c| c.message_id);
             Ok(protocol::StatusReply {
+                failure: journal.failure(),
                 mount: info.clone(),
                 uptime_secs: now.saturating_sub(info.started_at),
                 objects_known: tree.objects().len() as u64,
@@ -1217,10 +1219,28 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// Spawns a background thread of the daemon whose failure must not pass
+/// unseen: a panic in `body` (the thread's whole loop) stops the journal
+/// from taking changes, so the mount turns read-only and `status` says
+/// why, instead of the thread ending in silence with the work it does
+/// (settling rewound files, statistics, collection, quiet-period turns)
+/// never done again.
+pub(crate) fn spawn_guarded(
+    name: &'static str,
+    journal: Arc<Journal>,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+            journal.fail(format!("the daemon's {name} thread failed ({})", crate::error::panic_message(&*panic)));
+        }
+    })
+}
+
 /// Writes the bytes of rewound files in the background, one file per
 /// ordinary operation (never while a rewind or restore changes the tree).
-fn spawn_settler(tree: Arc<LiveTree>, world: Arc<World>) {
-    let _ = std::thread::Builder::new().name("settler".into()).spawn(move || {
+fn spawn_settler(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World>) {
+    let _ = spawn_guarded("settler", journal, move || {
         loop {
             if crate::world::test_hooks::settler_paused() {
                 std::thread::sleep(Duration::from_millis(50));

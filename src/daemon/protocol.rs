@@ -319,6 +319,10 @@ pub struct StatusReply {
     /// The `show` mounts this daemon serves.
     #[serde(default)]
     pub views: Vec<ViewStatus>,
+    /// Why the mount is read-only, when a part of the daemon the history
+    /// depends on failed (`Journal::fail`); absent while it is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 /// A `show` mount and how its requests travel.

@@ -216,11 +216,7 @@ impl LiveFs {
 /// (fuser's `Drop` for replies); a reply already sent is not sent again.
 pub(crate) fn no_lost_worker(op: &'static str, f: impl FnOnce()) {
     if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "no message".into());
+        let what = crate::error::panic_message(&*panic);
         log::error!("FUSE {op} panicked ({what}); the request was answered EIO");
     }
 }

@@ -62,6 +62,8 @@ pub enum JournalError {
          it is lost if the machine loses power before the next seal succeeds"
     )]
     NotDurable { checkpoint: i64, source: MetaError },
+    #[error("the mount is read-only: {0}; unmount it and mount it again")]
+    Failed(String),
 }
 
 /// The longest message id, in bytes: it is a directory name under
@@ -144,6 +146,7 @@ impl AsErrno for JournalError {
             JournalError::Meta(e) | JournalError::NotDurable { source: e, .. } => e.errno(),
             JournalError::Store(e) => e.errno(),
             JournalError::Read { source, .. } => source.errno(),
+            JournalError::Failed(_) => Errno::EROFS,
             JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } => Errno::EIO,
             JournalError::Forgotten { .. } => Errno::EIO,
             JournalError::BadMessageId { .. }
@@ -408,6 +411,8 @@ pub struct Journal {
     content_lock: Mutex<()>,
     /// When each checkpoint was sealed (ms), as views ask it (`bypass.rs`).
     seal_times: Mutex<HashMap<i64, i64>>,
+    /// Why the journal takes no more changes (`fail`), if it stopped.
+    failure: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -554,6 +559,7 @@ impl Journal {
             gate: RwLock::new(()),
             content_lock: Mutex::new(()),
             seal_times: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
         }
     }
 
@@ -683,6 +689,24 @@ impl Journal {
 
     pub fn current_turn(&self) -> i64 {
         self.lock().turn
+    }
+
+    /// Stops taking changes: a part of the daemon the history depends on
+    /// failed (a background thread panicked), so nothing it would have done
+    /// can be vouched for. Every later change through the mount is refused
+    /// (EROFS) and every seal fails saying `why`; reads, views and unmount
+    /// go on. The first reason is kept.
+    pub fn fail(&self, why: String) {
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if failure.is_none() {
+            log::error!("the mount is now read-only: {why}");
+            *failure = Some(why);
+        }
+    }
+
+    /// Why the journal takes no more changes, if it stopped (`fail`).
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Where the records stand now, for [`Journal::moved_since`].
@@ -1023,6 +1047,9 @@ impl Journal {
     ) -> JournalResult<CheckpointId> {
         if let Some(id) = &info.message_id {
             check_message_id(id)?;
+        }
+        if let Some(why) = self.failure() {
+            return Err(JournalError::Failed(why));
         }
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
         if let Some(id) = &info.message_id {

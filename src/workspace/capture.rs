@@ -75,8 +75,15 @@ impl Recorder {
     }
 
     /// Starts recording one mutation: holds the turn gate until dropped.
-    pub(crate) fn recording<'a>(&'a self, pending: &'a PendingSet) -> Option<Recording<'a>> {
-        self.journal.as_deref().map(|journal| Recording { journal, pending, _gate: journal.gate() })
+    /// Refused (EROFS) once the journal has stopped taking changes (a
+    /// background thread of the daemon failed, `Journal::fail`): a change
+    /// it could not vouch for must not be made.
+    pub(crate) fn recording<'a>(&'a self, pending: &'a PendingSet) -> Result<Option<Recording<'a>>, Errno> {
+        let Some(journal) = self.journal.as_deref() else { return Ok(None) };
+        if journal.failure().is_some() {
+            return Err(Errno::EROFS);
+        }
+        Ok(Some(Recording { journal, pending, _gate: journal.gate() }))
     }
 
     fn writers(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, u32>> {

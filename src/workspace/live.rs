@@ -176,7 +176,7 @@ impl LiveTree {
     }
 
     /// Starts recording one mutation: holds the turn gate until dropped.
-    pub(crate) fn recording(&self) -> Option<Recording<'_>> {
+    pub(crate) fn recording(&self) -> Res<Option<Recording<'_>>> {
         self.recorder.recording(&self.pending)
     }
 
@@ -330,7 +330,7 @@ impl LiveTree {
         if let Some((handle, Kind::File)) = self.objects.get(ino) {
             self.settler().settle(&handle)?;
         }
-        let rec = self.recording();
+        let rec = self.recording()?;
         if let Some(r) = &rec {
             self.capture_ino(r.journal, ino, set.size.is_some(), caller)?;
         }
@@ -432,7 +432,7 @@ impl LiveTree {
         if victim.kind == Kind::Dir {
             return Err(Errno(libc::EISDIR));
         }
-        let rec = self.recording();
+        let rec = self.recording()?;
         if let Some(r) = &rec {
             r.capture().entry_in(&dir, name, caller)?;
             let last = backing::is_last_link(dir.as_fd(), name);
@@ -489,7 +489,7 @@ impl LiveTree {
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
         let flags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
-        let _rec = self.recording();
+        let _rec = self.recording()?;
         // The replaced file when `take_born` forgot it (given back if the
         // rename fails).
         let mut born_taken = None;
@@ -592,7 +592,7 @@ impl LiveTree {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         // A file opened for writing may be written without the daemon
         // seeing each write (passthrough, mmap): record it now.
-        let _rec = if writable { self.recording() } else { None };
+        let _rec = if writable { self.recording()? } else { None };
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, true, caller)?;
         }
@@ -631,7 +631,7 @@ impl LiveTree {
     /// Before creating `name`: records that it did not exist (and the
     /// directory's attributes). Returns the gate to hold while creating.
     fn record_new_name(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
-        let rec = self.recording();
+        let rec = self.recording()?;
         if let Some(r) = &rec {
             r.new_name(dir, name, caller)?;
         }
@@ -640,7 +640,7 @@ impl LiveTree {
 
     /// Before removing `name`: records what it was, and the object itself.
     fn record_removal(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
-        let rec = self.recording();
+        let rec = self.recording()?;
         if let Some(r) = &rec {
             r.removal(dir, name, caller)?;
         }
@@ -650,7 +650,7 @@ impl LiveTree {
     pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> Res<u32> {
         let file = self.open.file(fh)?;
         // Recorded when opened for writing (and again at each turn boundary).
-        let _rec = self.recording();
+        let _rec = self.recording()?;
         if let Some(r) = &_rec {
             r.journal.touch();
         }
@@ -676,7 +676,7 @@ impl LiveTree {
         if bits == 0 {
             return Ok(false);
         }
-        let rec = self.recording();
+        let rec = self.recording()?;
         if let Some(r) = &rec {
             self.capture_ino(r.journal, file.ino, false, caller)?;
         }
@@ -771,7 +771,7 @@ impl LiveTree {
 
     pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32, caller: Caller) -> Res<()> {
         self.uncapable().remove(&ino);
-        let _rec = self.recording();
+        let _rec = self.recording()?;
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
         }
@@ -781,7 +781,7 @@ impl LiveTree {
 
     pub fn removexattr(&self, ino: Ino, name: &OsStr, caller: Caller) -> Res<()> {
         self.uncapable().remove(&ino);
-        let _rec = self.recording();
+        let _rec = self.recording()?;
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
         }
