@@ -150,6 +150,12 @@ pub struct Failure {
     pub message: String,
 }
 
+impl AsErrno for Failure {
+    fn errno(&self) -> Errno {
+        Errno(self.errno.unwrap_or(libc::EIO))
+    }
+}
+
 impl Failure {
     pub fn new(kind: ErrorKind, errno: Option<i32>, message: impl Into<String>) -> Failure {
         Failure { kind, errno, message: message.into() }

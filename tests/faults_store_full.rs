@@ -1004,3 +1004,70 @@ fn a_rewind_without_room_for_its_contents_is_refused() {
         ],
     );
 }
+
+/// Issue 26, item 6: the store alone on a filesystem filled to the last
+/// byte (its history, and a plain file for the rest). The owner frees it
+/// with `gc`, seals a turn and unmounts, all through rewindfs; nothing a
+/// kept checkpoint shows is lost.
+#[test]
+fn the_owner_frees_a_full_store_with_gc_then_turns_and_unmounts() {
+    setup();
+    let fs = LoopFs::new().unwrap_or_else(|f| panic!("{}", f.0));
+    let mut fx = MountFixture::unmounted();
+    fx.store = fs.dir.join("store");
+    std::fs::write(fx.ws.join("small"), "small\n").expect("small file");
+    fx.mount(false, &["--auto-turn", "0"]);
+    let mp = fx.mnt.to_string_lossy().into_owned();
+    // Each turn overwrites `big` in place with 4 MiB of new bytes: without
+    // an attic the pre-image goes into the packs.
+    let mut sealed = BTreeMap::new();
+    for i in 0..8u64 {
+        let data = bytes_of(1000 + i, 4 << 20);
+        std::fs::write(fx.mnt.join("big"), &data).expect("writing big through the mount");
+        let n = fx.turn(&format!("t{i}"));
+        sealed.insert(n, data);
+    }
+    fs.leave_free(0).unwrap_or_else(|f| panic!("{}", f.0));
+    // Whatever fallocate left (the filesystem's own metadata), writes take;
+    // ext4 holds back room for delayed allocation until they are synced.
+    if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(fs.filler()) {
+        for len in [65536, 4096, 4096, 1024, 1024] {
+            let block = vec![0u8; len];
+            while f.write_all(&block).is_ok() {}
+            let _ = f.sync_all();
+        }
+    }
+    // ext4 keeps some blocks for its own metadata that statvfs counts as free.
+    let full = fs.free_bytes();
+    let probe = std::fs::write(fs.dir.join("probe"), vec![0u8; 4096])
+        .and_then(|()| std::fs::File::open(fs.dir.join("probe"))?.sync_all());
+    assert!(
+        probe.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOSPC)),
+        "the store's filesystem is not full ({full} bytes free): {probe:?}"
+    );
+    let _ = std::fs::remove_file(fs.dir.join("probe"));
+
+    let out = fx.rewindfs(&["gc", "-C", &mp, "--json", "--keep-count", "3", "--keep-days", "0"]);
+    assert!(out.status.success(), "gc on a full store: {}: {}", describe_status(&out), stderr(&out));
+    let freed = fs.free_bytes();
+    assert!(freed >= full + (8 << 20), "gc gave back too little: {full} then {freed} bytes free");
+    let out = fx.rewindfs(&["log", "-C", &mp, "--json"]);
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).expect("log is JSON");
+    let kept: Vec<i64> =
+        log.as_array().expect("log is an array").iter().filter_map(|c| c["checkpoint"].as_i64()).collect();
+    assert!(kept.len() >= 3, "gc kept {kept:?}");
+
+    std::fs::write(fx.mnt.join("after"), "after the gc\n").expect("a write after the gc");
+    let out = fx.rewindfs(&["turn", "-C", &mp, "--json", "--message-id", "after-gc"]);
+    assert!(out.status.success(), "turn after gc: {}: {}", describe_status(&out), stderr(&out));
+    // Checkpoint n shows `big` as it was written before it was sealed.
+    for n in kept.iter().filter(|n| sealed.contains_key(n)) {
+        let view = fx.mnt.join(format!(".rewindfs/checkpoints/{n}/big"));
+        let got = std::fs::read(&view).unwrap_or_else(|e| panic!("reading {}: {e}", view.display()));
+        assert!(got == sealed[n], "checkpoint {n}'s big differs from what was sealed");
+    }
+    let out = fx.rewindfs(&["unmount", &mp]);
+    assert!(out.status.success(), "unmount after gc: {}: {}", describe_status(&out), stderr(&out));
+    fx.forget_mount();
+    assert!(!is_mounted(&fx.mnt), "still mounted after unmount");
+}

@@ -746,3 +746,68 @@ fn forget_and_gc_report_progress_one_checkpoint_at_a_time_to_a_client_that_asks(
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     c.fsck_clean("after the collections");
 }
+
+/// Bytes the files under `dir` take on disk (`du`: allocated blocks).
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry")) {
+        let m = e.metadata().expect("metadata");
+        total += m.blocks() * 512;
+        if m.is_dir() {
+            total += disk_usage(&e.path());
+        }
+    }
+    total
+}
+
+/// Issue 26, item 8: what `gc` frees shows in `du` of the store, not only
+/// in the packs: the SQLite logs are truncated and the databases give
+/// their freed pages back.
+#[test]
+fn what_gc_frees_shows_in_the_disk_usage_of_the_store() {
+    use std::io::Write;
+    let mut c = Case::new(&[]);
+    // 13 checkpoints, each overwriting `data` in place with 3 MiB of new
+    // bytes: every pre-image goes into the packs.
+    for i in 0..13u64 {
+        let mut bytes = vec![0u8; 3 << 20];
+        let mut h = blake3::Hasher::new();
+        h.update(&i.to_le_bytes());
+        h.finalize_xof().fill(&mut bytes);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(c.fx.path().join("data"))
+            .expect("open data");
+        f.write_all(&bytes).expect("write data");
+        drop(f);
+        let n = c.fx.turn(&format!("d{i}"));
+        let copy = c.copy();
+        c.copies.insert(n, copy);
+    }
+    let store = c.fx.store.clone();
+    let (du0, packs0) = (disk_usage(&store), disk_usage(&store.join("chunks/packs")));
+    let done = c.fx.cli_json(&["gc", "--keep-count", "3", "--keep-days", "0"]);
+    let forgotten: Vec<i64> =
+        done["forgotten"].as_array().expect("forgotten").iter().filter_map(|n| n.as_i64()).collect();
+    assert!(forgotten.len() >= 10, "{done}");
+    let (du1, packs1) = (disk_usage(&store), disk_usage(&store.join("chunks/packs")));
+    eprintln!("store {du0} -> {du1} bytes, packs {packs0} -> {packs1} bytes");
+    assert!(packs0 - packs1 > 20 << 20, "the packs gave back {} bytes", packs0 - packs1);
+    let wals: Vec<(PathBuf, u64)> = ["meta.sqlite-wal", "chunks/chunks.sqlite-wal"]
+        .iter()
+        .map(|w| store.join(w))
+        .map(|w| (w.clone(), std::fs::metadata(&w).map(|m| m.len()).unwrap_or(0)))
+        .collect();
+    assert!(
+        du0.saturating_sub(du1) * 10 >= (packs0 - packs1) * 9,
+        "the store gave back {} bytes on disk, the packs {}; the logs: {wals:?}",
+        du0.saturating_sub(du1),
+        packs0 - packs1
+    );
+    assert!(wals.iter().all(|(_, len)| *len < 64 << 10), "a log was left long after gc: {wals:?}");
+    c.check_views(&forgotten, "after gc");
+    c.fsck_clean("after gc");
+}

@@ -98,6 +98,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
     if out.chunks_freed > 0 {
         let _history = ctx.world.history();
         out.bytes_reclaimed = journal.compact()?.bytes_reclaimed;
+        journal.shrink();
     }
     out.at = crate::journal::retention::now_ms();
     journal.set_last_auto(&out)?;

@@ -539,6 +539,7 @@ fn reset(
     // Every pack mostly released goes, however small: nothing is left to
     // share it with.
     let compacted = journal.compact_below(crate::journal::retention::COMPACT_BELOW, 1).map_err(journal_failure)?;
+    journal.shrink();
     warn!(
         "history reset: {} checkpoints deleted, {} chunks and {} attic entries freed; checkpoint {checkpoint} is the tree now",
         collected.forgotten.len(),
@@ -739,7 +740,20 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             if let Some((n, why)) = victims.iter().find_map(|v| kept.get(v).map(|why| (*v, why))) {
                 return Err(Failure::usage(format!("checkpoint {n} is kept, so it cannot be forgotten: {why}")));
             }
-            collect_sliced(ctx, &_history, &victims, "forget", dry_run, progress)
+            if dry_run {
+                return collect_sliced(ctx, &_history, &victims, "forget", true, progress);
+            }
+            // Run again after a failure for want of space: what went already is not a victim.
+            let collected = journal.with_reserve(|| {
+                let left: Vec<i64> = victims
+                    .iter()
+                    .copied()
+                    .filter(|&v| journal.with_meta(|m| m.checkpoint(v)).is_ok_and(|c| c.is_some()))
+                    .collect();
+                collect_sliced(ctx, &_history, &left, "forget", false, progress)
+            })?;
+            journal.shrink();
+            Ok(collected)
         }),
         Request::Gc(op) => answer(op, |protocol::Gc { dry_run, keep_count, keep_days, auto }| {
             let _history = ctx.world.history();
@@ -750,14 +764,24 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             if !dry_run {
                 journal.set_policy(&policy).map_err(journal_failure)?;
             }
-            let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
-            let collected = collect_sliced(ctx, &_history, &victims, "retention", dry_run, progress)?;
-            // Packs only become worth rewriting when chunks are released.
-            let compacted = if dry_run || collected.chunks_freed == 0 {
-                Default::default()
-            } else {
-                journal.compact().map_err(journal_failure)?
-            };
+            if dry_run {
+                let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
+                let collected = collect_sliced(ctx, &_history, &victims, "retention", true, progress)?;
+                return Ok(protocol::GcReply { policy, collected, compacted: Default::default() });
+            }
+            // Planned in the closure: run again after a failure for want of
+            // space, it leaves out what went.
+            let (collected, compacted) = journal.with_reserve(|| {
+                let victims = journal.plan_retention(&policy).map_err(journal_failure)?;
+                let collected = collect_sliced(ctx, &_history, &victims, "retention", false, progress)?;
+                // Packs only become worth rewriting when chunks are released.
+                let compacted = match collected.chunks_freed {
+                    0 => Default::default(),
+                    _ => journal.compact().map_err(journal_failure)?,
+                };
+                Ok::<_, Failure>((collected, compacted))
+            })?;
+            journal.shrink();
             Ok(protocol::GcReply { policy, collected, compacted })
         }),
         Request::Reset(op) => answer(op, |protocol::Reset { confirm }| reset(ctx, confirm, progress)),
@@ -838,7 +862,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             // The history must be durable before the mount goes: once it is
             // gone, nothing could be recorded again, and the daemon could
             // only log the failure. The mount stays, the command fails.
-            journal.sync().map_err(|e| {
+            journal.with_reserve(|| journal.sync()).map_err(|e| {
                 Failure::failed(
                     e.errno().0,
                     format!(

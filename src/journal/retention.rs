@@ -751,6 +751,38 @@ impl Journal {
         Ok(out)
     }
 
+    /// Runs `f`, the owner's collection or an unmount's last sync, with the
+    /// store's reserve (`store/pack.rs`): given up before `f` when the
+    /// store's filesystem is short of space, or after `f` failed for want
+    /// of it (then `f` runs again: every step of a collection and a sync
+    /// can be run again), and made again afterwards. Meanwhile no content
+    /// is stored, so the room is theirs alone.
+    pub fn with_reserve<T, E: crate::error::AsErrno>(&self, mut f: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+        let lent = self.store.lend_reserve(false);
+        let mut out = f();
+        let short = |o: &Result<T, E>| o.as_ref().is_err_and(|e| e.errno().0 == libc::ENOSPC);
+        if !lent && short(&out) && self.store.lend_reserve(true) {
+            out = f();
+        }
+        self.store.restore_reserve();
+        out
+    }
+
+    /// After a collection: gives the pages the databases no longer use back
+    /// to the filesystem and empties their logs ([`crate::meta::shrink`]),
+    /// holding the turn gate (a `VACUUM` rewrites the whole file). Best
+    /// effort: what failed is logged, the collection stands.
+    pub fn shrink(&self) {
+        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = self.lock().meta.shrink() {
+            log::warn!("Cannot give the metadata database's free pages back: {e}.");
+        }
+        drop(gate);
+        if let Err(e) = self.store.shrink() {
+            log::warn!("Cannot give the chunk index's free pages back: {e}.");
+        }
+    }
+
     /// Rewrites packs mostly made of released chunks (live fraction under
     /// [`COMPACT_BELOW`], at least [`COMPACT_MIN_RECLAIM`] bytes back).
     pub fn compact(&self) -> JournalResult<crate::store::Compacted> {

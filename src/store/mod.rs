@@ -144,6 +144,11 @@ pub enum StoreError {
     /// The store was opened read-only (by `fsck` beside nothing else).
     #[error("chunk store {dir} is open read-only")]
     ReadOnly { dir: String },
+
+    /// The store's filesystem has no room left but its reserve, which is
+    /// kept for collection and unmount (ENOSPC).
+    #[error("the filesystem of chunk store {dir} is full: its last space is kept for `rewindfs gc` and unmount")]
+    ReserveKept { dir: String },
 }
 
 impl StoreError {
@@ -153,6 +158,7 @@ impl StoreError {
         match self {
             StoreError::Io { source, .. } => source.raw_os_error(),
             StoreError::Sqlite { source, .. } => crate::meta::sqlite_errno(source).map(|e| e.0),
+            StoreError::ReserveKept { .. } => Some(libc::ENOSPC),
             _ => None,
         }
     }
@@ -279,6 +285,24 @@ pub trait ChunkStore: Send + Sync {
     /// Durability barrier: when it returns, every earlier `put` survives
     /// power loss.
     fn sync(&self) -> Result<(), StoreError>;
+
+    /// Gives the space kept on the store's filesystem for collection and
+    /// unmount to the caller, which is one of those: at once if `now`,
+    /// otherwise only when the filesystem is short of space. Content is
+    /// refused until [`ChunkStore::restore_reserve`]. True if it was given.
+    fn lend_reserve(&self, _now: bool) -> bool {
+        false
+    }
+
+    /// Makes the reserve again once the caller of `lend_reserve` is done
+    /// (best effort: without room, content waits until there is).
+    fn restore_reserve(&self) {}
+
+    /// Gives the pages the index's databases no longer use back to the
+    /// filesystem, and empties their logs (after a collection).
+    fn shrink(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     fn stats(&self) -> Result<StoreStats, StoreError>;
 

@@ -398,31 +398,64 @@ pub struct PackStore {
     packs: PackFiles,
     /// Opened by [`PackStore::open_read_only`]: puts are refused.
     read_only: bool,
+    /// Whether the space kept for collection and unmount is there.
+    reserve: Mutex<Reserve>,
     /// Held for the store's lifetime: two processes appending to one pack
     /// would interleave records. A read-only store takes no lock.
     _lock: Option<File>,
 }
 
-/// A file of allocated space beside the packs, given up when taking back
-/// the chunks of a refused content needs room the full store no longer
-/// has (the index's deletions go through SQLite's log), and made again as
-/// soon as there is room.
+/// A file of allocated space beside the packs, for what must work on a
+/// full filesystem and nothing else: taking back the chunks of a refused
+/// content (the index's deletions go through SQLite's log), the owner's
+/// collection, and the last sync of an unmount. Content is stored only
+/// while the reserve is whole, so the space that comes back refills it
+/// first.
 const RESERVE_FILE: &str = "reserve";
 const RESERVE_LEN: u64 = 1 << 20;
 
+/// Below this much free space on the store's filesystem a collection gives
+/// up the reserve before it starts: its first steps write to the
+/// databases' logs before anything is freed.
+const RESERVE_LOW_WATER: u64 = 2 * RESERVE_LEN;
+
+/// Whether the reserve is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reserve {
+    Kept,
+    /// No room to make it: content waits until there is.
+    Missing,
+    /// Given up to a collection or an unmount, which makes it again.
+    Lent,
+    /// The filesystem cannot allocate ahead (no `fallocate`): no reserve.
+    Unsupported,
+}
+
 /// Makes the reserve if it is missing, when there is room (best effort).
-fn keep_reserve(dir: &Path) {
+fn keep_reserve(dir: &Path) -> Reserve {
     let path = dir.join(RESERVE_FILE);
     if std::fs::metadata(&path).is_ok_and(|m| m.len() == RESERVE_LEN) {
-        return;
+        return Reserve::Kept;
     }
     let made = OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&path).and_then(|f| {
         rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, RESERVE_LEN).map_err(std::io::Error::from)
     });
-    if let Err(e) = made {
-        let _ = std::fs::remove_file(&path);
-        log::debug!("no room for the store's reserve {} yet: {e}", path.display());
+    match made {
+        Ok(()) => Reserve::Kept,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            log::debug!("There is no room for the store's reserve {} yet: {e}.", path.display());
+            match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => Reserve::Unsupported,
+                _ => Reserve::Missing,
+            }
+        }
     }
+}
+
+/// Free bytes on the filesystem of `dir` (None: it cannot be asked).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    rustix::fs::statvfs(dir).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize))
 }
 
 impl PackStore {
@@ -450,7 +483,7 @@ impl PackStore {
             dir.display(),
             current.as_ref().map_or_else(|| "a new pack".to_string(), |p| p.path.display().to_string())
         );
-        keep_reserve(dir);
+        let reserve = keep_reserve(dir);
         Ok(PackStore {
             dir: dir.to_path_buf(),
             packs: PackFiles { dir: packs_dir, limit: options.max_open_packs, open: Mutex::new(Vec::new()) },
@@ -466,12 +499,53 @@ impl PackStore {
             }),
             reader: Mutex::new(reader),
             read_only: false,
+            reserve: Mutex::new(reserve),
             _lock: Some(lock),
         })
     }
 
     fn reserve_path(&self) -> PathBuf {
         self.dir.join(RESERVE_FILE)
+    }
+
+    fn reserve(&self) -> MutexGuard<'_, Reserve> {
+        self.reserve.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refuses content while the reserve is not whole: the space that comes
+    /// back on a full filesystem goes to the reserve first.
+    fn check_reserve(&self) -> Result<(), StoreError> {
+        let mut reserve = self.reserve();
+        if *reserve == Reserve::Missing {
+            *reserve = keep_reserve(&self.dir);
+        }
+        match *reserve {
+            Reserve::Kept | Reserve::Unsupported => Ok(()),
+            Reserve::Missing | Reserve::Lent => Err(StoreError::ReserveKept { dir: self.dir.display().to_string() }),
+        }
+    }
+
+    /// Gives back to the filesystem the blocks of records no index row
+    /// points at any more (released: their pack ends are in
+    /// `released_ends`, so recovery never scans them), so that a collection
+    /// frees space without first needing room to compact. The pack keeps
+    /// its length; compaction rewrites it later. Best effort: a filesystem
+    /// without hole punching keeps the bytes until compaction.
+    fn punch(&self, released: &[(ChunkId, Location)]) {
+        use rustix::fs::FallocateFlags;
+        let mut open: Option<(u32, Option<File>)> = None;
+        for (_, loc) in released {
+            if open.as_ref().is_none_or(|(n, _)| *n != loc.pack) {
+                let path = self.packs.dir.join(pack_file_name(loc.pack));
+                open = Some((loc.pack, OpenOptions::new().write(true).open(&path).ok()));
+            }
+            let Some((_, Some(file))) = &open else { continue };
+            let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+            if let Err(e) = rustix::fs::fallocate(file, flags, loc.offset, RECORD_HEADER_LEN + loc.stored_len) {
+                log::debug!("Cannot punch the released records out of pack {} ({e}); compaction frees them.", loc.pack);
+                return;
+            }
+        }
     }
 
     /// Opens an existing store for reading only: no lock, no recovery, no
@@ -504,6 +578,7 @@ impl PackStore {
             }),
             reader: Mutex::new(reader),
             read_only: true,
+            reserve: Mutex::new(Reserve::Unsupported),
             _lock: None,
         })
     }
@@ -571,9 +646,17 @@ impl PackStore {
         if let Err(e) = unindex(&writer.conn) {
             // Out of space even for that: the reserve kept for this moment
             // makes the room.
-            log::warn!("cannot unindex {} chunks ({e}); using the store's reserve", found.len());
+            log::warn!("Cannot unindex {} chunks ({e}); using the store's reserve.", found.len());
+            let mut reserve = self.reserve();
+            if *reserve == Reserve::Kept {
+                *reserve = Reserve::Missing;
+            }
             let _ = std::fs::remove_file(self.reserve_path());
+            drop(reserve);
             unindex(&writer.conn).map_err(|e| StoreError::sqlite(format!("unindexing {} chunks", found.len()), e))?;
+        }
+        if !cut {
+            self.punch(&found);
         }
         let mut freed = 0u64;
         for (_, loc) in found {
@@ -599,7 +682,10 @@ impl PackStore {
         } else {
             log::info!("Released {} chunks no kept checkpoint needs.", ids.len());
         }
-        keep_reserve(&self.dir);
+        let mut reserve = self.reserve();
+        if *reserve == Reserve::Missing {
+            *reserve = keep_reserve(&self.dir);
+        }
         Ok(())
     }
 
@@ -1024,6 +1110,7 @@ impl ChunkStore for PackStore {
         if self.read_only {
             return Err(StoreError::ReadOnly { dir: self.dir.display().to_string() });
         }
+        self.check_reserve()?;
         // Compress before taking the lock so threads compress in parallel.
         let (codec, payload) = encode_chunk(data);
         let header = RecordHeader { id, codec, raw_len: data.len() as u64, stored_len: payload.len() as u64 };
@@ -1130,6 +1217,42 @@ impl ChunkStore for PackStore {
             log::warn!("Chunk index checkpoint in {} was blocked by a reader.", self.dir.display());
         }
         Ok(())
+    }
+
+    fn lend_reserve(&self, now: bool) -> bool {
+        let mut reserve = self.reserve();
+        if self.read_only || *reserve != Reserve::Kept {
+            return false;
+        }
+        if !now && free_bytes(&self.dir).is_none_or(|free| free >= RESERVE_LOW_WATER) {
+            return false;
+        }
+        if let Err(e) = std::fs::remove_file(self.reserve_path()) {
+            log::warn!("Cannot give up the store's reserve {}: {e}.", self.reserve_path().display());
+            return false;
+        }
+        *reserve = Reserve::Lent;
+        log::warn!("The store's filesystem is full: its reserve is given to this collection or unmount.");
+        true
+    }
+
+    fn restore_reserve(&self) {
+        let mut reserve = self.reserve();
+        if matches!(*reserve, Reserve::Lent | Reserve::Missing) {
+            *reserve = keep_reserve(&self.dir);
+            if *reserve == Reserve::Missing {
+                log::warn!("There is no room to make the store's reserve again: content is refused until there is.");
+            }
+        }
+    }
+
+    fn shrink(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let writer = self.writer()?;
+        crate::meta::shrink(&writer.conn, &self.dir.join("chunks.sqlite"))
+            .map_err(|e| StoreError::sqlite("giving the chunk index's free pages back", e))
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
