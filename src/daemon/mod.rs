@@ -6,6 +6,7 @@ mod auto_gc;
 pub mod control;
 pub mod protocol;
 pub mod registry;
+mod transaction;
 
 use std::ffi::OsString;
 use std::os::unix::net::UnixListener;
@@ -661,68 +662,53 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             } else {
                 paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             };
+            if dry_run {
+                let _op = ctx.world.op();
+                check_readable(ctx, k, Some(&paths), &mut Default::default())?;
+                let changes = crate::restore::restore(tree, journal, k, &paths, true, &mut Default::default())
+                    .map_err(|e| restore_failure(format!("cannot preview the restore: {e}"), &e))?;
+                return Ok(protocol::RestoreReply {
+                    checkpoint: k,
+                    dry_run,
+                    undo_checkpoint: None,
+                    result_checkpoint: None,
+                    changes,
+                });
+            }
             // A restore is a turn of its own, and atomic for everyone else.
-            let history = (!dry_run).then(|| ctx.world.history());
-            let _op = dry_run.then(|| ctx.world.op());
+            let history = ctx.world.history();
             // Every content readable, before anything changes (not frozen).
             let mut checked = Default::default();
             let recorded = {
-                let _check = (!dry_run).then(|| ctx.world.op());
+                let _check = ctx.world.op();
                 check_readable(ctx, k, Some(&paths), &mut checked)?;
                 journal.activity().0
             };
-            let mut frozen = history.as_ref().map(|h| h.freeze(&ctx.invalidator));
-            if !dry_run && journal.activity().0 != recorded {
-                check_readable(ctx, k, Some(&paths), &mut checked)?;
-            }
-            let before = if dry_run {
-                None
-            } else {
-                let label = TurnInfo {
-                    label: Some(format!("before restoring {what} from checkpoint {k}")),
-                    ..Default::default()
-                };
-                Some(seal(ctx, &label, Reason::Turn)?)
+            let recheck = || match journal.activity().0 != recorded {
+                true => check_readable(ctx, k, Some(&paths), &mut checked),
+                false => Ok(()),
             };
-            let intent = match before {
-                Some(b) => {
-                    let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
-                    Some(begin_intent(journal, IntentOp::Restore, k, b, &bytes)?)
-                }
-                None => None,
-            };
-            let mut unused = crate::restore::Touched::default();
-            let touched = frozen.as_mut().map(|f| f.touched()).unwrap_or(&mut unused);
-            crate::world::test_hooks::phase(intent.map(|_| "restore"));
-            let result = crate::restore::restore(tree, journal, k, &paths, dry_run, touched);
-            crate::world::test_hooks::phase(None);
-            let changes = match result {
-                Ok(x) => x,
-                Err(e) => {
-                    intent.into_iter().for_each(|i| end_intent(journal, i));
-                    return Err(restore_failure(
-                        format!("restore failed part-way (undo with `rewindfs restore {}`): {e}", before.unwrap_or(k)),
-                        &e,
-                    ));
-                }
-            };
-            crate::world::test_hooks::hold_frozen();
-            let after = match before {
-                Some(_) => {
-                    let label =
-                        TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
-                    Some(seal(ctx, &label, Reason::Turn)?)
-                }
-                None => None,
-            };
-            intent.into_iter().for_each(|i| end_intent(journal, i));
-            // The kernel forgets what changed before anyone sees the tree.
-            drop(frozen);
+            let mut tx = transaction::Transaction::begin(
+                ctx,
+                &history,
+                recheck,
+                format!("before restoring {what} from checkpoint {k}"),
+            )?;
+            let before = tx.before;
+            let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
+            tx.intend(IntentOp::Restore, k, &bytes)?;
+            let changes = tx
+                .change("restore", |touched| crate::restore::restore(tree, journal, k, &paths, false, touched))
+                .map_err(|e| {
+                    restore_failure(format!("restore failed part-way (undo with `rewindfs restore {before}`): {e}"), &e)
+                })?;
+            let label = TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
+            let (after, _) = tx.commit(|| seal(ctx, &label, Reason::Turn))?;
             Ok(protocol::RestoreReply {
                 checkpoint: k,
                 dry_run,
-                undo_checkpoint: before,
-                result_checkpoint: after,
+                undo_checkpoint: Some(before),
+                result_checkpoint: Some(after),
                 changes,
             })
         }),
@@ -925,42 +911,38 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     };
     let checked_in = checking.elapsed();
     let started = std::time::Instant::now();
-    let mut frozen = history.freeze(&ctx.invalidator);
-    if journal.activity().0 != recorded {
-        check_readable(ctx, k, None, &mut checked)?;
-    }
-    let safety_label =
-        TurnInfo { label: Some(format!("safety checkpoint before rewind to {k}")), ..Default::default() };
-    let safety = seal(ctx, &safety_label, Reason::Turn)?;
-    let intent = begin_intent(journal, IntentOp::Rewind, k, safety, &[])?;
-    let sealed_safety = started.elapsed();
-    crate::world::test_hooks::phase(Some("rewind"));
-    let result = if crate::rewind::instant_available(tree) {
-        crate::rewind::rewind(tree, journal, k, safety, frozen.touched())
-    } else {
-        crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
+    let recheck = || match journal.activity().0 != recorded {
+        true => check_readable(ctx, k, None, &mut checked),
+        false => Ok(()),
     };
-    crate::world::test_hooks::phase(None);
-    let changes = match result {
-        Ok(x) => x,
-        Err(e) => {
-            // Said, with how to undo it: not one for the next mount to finish.
-            end_intent(journal, intent);
-            // Dropping `frozen` tells the kernel what the part done changed.
-            return Err(restore_failure(
+    let mut tx =
+        transaction::Transaction::begin(ctx, &history, recheck, format!("safety checkpoint before rewind to {k}"))?;
+    let safety = tx.before;
+    tx.intend(IntentOp::Rewind, k, &[])?;
+    let sealed_safety = started.elapsed();
+    let changes = tx
+        .change("rewind", |touched| {
+            if crate::rewind::instant_available(tree) {
+                crate::rewind::rewind(tree, journal, k, safety, touched)
+            } else {
+                crate::restore::restore(tree, journal, k, &[], false, touched)
+            }
+        })
+        .map_err(|e| {
+            restore_failure(
                 format!("rewind failed part-way; `rewindfs rewind {safety}` puts back the tree as it was: {e}"),
                 &e,
-            ));
-        }
-    };
+            )
+        })?;
     let swapped = started.elapsed();
-    crate::world::test_hooks::hold_frozen();
+    let mut sealed_result = swapped;
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
-    let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
-    crate::world::test_hooks::kill_point("rewind-sealed");
-    end_intent(journal, intent);
-    let sealed_result = started.elapsed();
-    let thawed = frozen.thaw();
+    let (result, thawed) = tx.commit(|| {
+        let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
+        crate::world::test_hooks::kill_point("rewind-sealed");
+        sealed_result = started.elapsed();
+        result
+    })?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     info!(
         "rewound to checkpoint {k} in {elapsed_ms:.1} ms ({} changes; safety checkpoint {safety}): safety seal {:.1} ms, \
@@ -979,7 +961,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
         checkpoint: k,
         dry_run: false,
         safety_checkpoint: safety,
-        result_checkpoint: result?,
+        result_checkpoint: result,
         elapsed_ms,
         phases_ms: protocol::RewindPhases {
             safety_seal: ms(sealed_safety),
@@ -1039,36 +1021,29 @@ fn put_back_unsettled(
         .collect();
     let what =
         format!("{} rewound file{} that could not be settled", stuck.len(), if stuck.len() == 1 { "" } else { "s" });
-    let mut frozen = history.freeze(&ctx.invalidator);
-    let label = |s: String| TurnInfo { label: Some(s), ..Default::default() };
-    let before = seal(ctx, &label(format!("before putting back {what}")), Reason::Turn)?;
+    let mut tx = transaction::Transaction::begin(ctx, history, || Ok(()), format!("before putting back {what}"))?;
+    let before = tx.before;
     // Each restore is an intent, as a restore asked for is: a daemon
     // killed in the middle leaves it for the next mount to complete. They
     // stay until the result is sealed (completing one again is harmless).
-    let mut intents = Vec::new();
     for (k, paths) in &by_checkpoint {
         let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
-        intents.push(begin_intent(&ctx.journal, IntentOp::Restore, *k, before, &bytes)?);
-        crate::world::test_hooks::phase(Some("putback"));
-        let restored = crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched());
-        crate::world::test_hooks::phase(None);
-        restored.map_err(|e| {
-            // Said, with the undo: nothing is left for a mount to finish.
-            intents.iter().for_each(|i| end_intent(&ctx.journal, *i));
-            restore_failure(
-                format!(
-                    "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
+        tx.intend(IntentOp::Restore, *k, &bytes)?;
+        tx.change("putback", |touched| crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, touched))
+            .map_err(|e| {
+                restore_failure(
+                    format!(
+                        "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
                      `rewindfs restore {before}`): {e}; {mp} stays mounted",
-                    names.join(", ")
-                ),
-                &e,
-            )
-        })?;
+                        names.join(", ")
+                    ),
+                    &e,
+                )
+            })?;
     }
     let ks: Vec<String> = by_checkpoint.keys().map(|k| k.to_string()).collect();
-    let after = seal(ctx, &label(format!("put back {what}, as before the rewind")), Reason::Turn)?;
-    intents.iter().for_each(|i| end_intent(&ctx.journal, *i));
-    drop(frozen);
+    let label = TurnInfo { label: Some(format!("put back {what}, as before the rewind")), ..Default::default() };
+    let (after, _) = tx.commit(|| seal(ctx, &label, Reason::Turn))?;
     warn!("put back {what}: {}; as they were at checkpoint {} (checkpoint {after})", names.join(", "), ks.join(", "));
     Ok(Some(format!(
         "{what} {} put back as before the rewind (checkpoint {}), since the bytes cannot be read from the \
@@ -1130,28 +1105,6 @@ fn check_room(tree: &LiveTree, k: i64, bytes: u64) -> std::result::Result<(), Fa
     );
     warn!("{message}");
     Err(Failure::failed(libc::ENOSPC, message))
-}
-
-/// Notes a rewind or restore before it changes anything (see
-/// `rewind::recovery`): without it, nothing may change.
-fn begin_intent(
-    journal: &Journal,
-    op: IntentOp,
-    checkpoint: i64,
-    undo: i64,
-    paths: &[Vec<u8>],
-) -> std::result::Result<i64, Failure> {
-    journal.begin_intent(op, checkpoint, undo, paths).map_err(|e| {
-        Failure::failed(e.errno().0, format!("cannot record what is about to change ({e}); nothing was changed"))
-    })
-}
-
-/// The operation is over (its result sealed, or its failure reported).
-/// If this fails, the next mount finds the result sealed and only ends it.
-fn end_intent(journal: &Journal, id: i64) {
-    if let Err(e) = journal.end_intent(id) {
-        warn!("cannot clear the intent of a finished operation ({e}); the next mount will");
-    }
 }
 
 /// Completes the rewinds and restores the previous daemon died in, before
