@@ -1,8 +1,9 @@
 //! Readers of the past racing the sequence's writers (issue 31). While the
 //! runner's steps run (file operations, descriptors, turns, rewinds,
 //! undos, restores), a thread reads the view of a random sealed checkpoint
-//! through `.rewindfs/checkpoints/N`, or runs `diff N-1 N`, and checks
-//! each answer against the model's snapshot of those checkpoints: the
+//! through `.rewindfs/checkpoints/N`, runs `diff N-1 N`, or reads `log`'s
+//! statistics of the sealed turns, and checks each answer against the
+//! model's snapshot of those checkpoints: the
 //! past never moves, whatever the live tree does meanwhile. It stands
 //! still only while the mount is gone (remount, kill -9).
 
@@ -102,8 +103,12 @@ fn read_loop(shared: &Shared, mount: &Mount, mut rng: Rng) {
             rng.pick(&keys).map(|k| (*k, sealed[k].clone()))
         };
         let Some((n, want)) = picked else { continue };
-        let wrong = match (&want.diff, rng.below(6)) {
+        let wrong = match (&want.diff, rng.below(8)) {
             (Some(diff), 0) => check_diff(mount, n, diff),
+            (_, 1) => {
+                let sealed = shared.sealed.read().unwrap_or_else(|p| p.into_inner()).clone();
+                check_log(mount, &sealed)
+            }
             _ => check_view(mount, n, &want.tree),
         };
         shared.reads.fetch_add(1, Ordering::Relaxed);
@@ -125,22 +130,61 @@ fn check_view(mount: &Mount, n: i64, want: &SeenTree) -> Option<String> {
     }
 }
 
-fn check_diff(mount: &Mount, n: i64, want: &BTreeSet<Change>) -> Option<String> {
+/// `rewindfs ARGS -C MOUNT --json`, run during a step: its JSON, or what
+/// went wrong.
+fn cli_json(mount: &Mount, args: &[&str]) -> Result<serde_json::Value, String> {
     let mnt = mount.mnt.to_string_lossy().into_owned();
-    let (a, b) = ((n - 1).to_string(), n.to_string());
+    let mut full = vec![args[0], "-C", &mnt, "--json"];
+    full.extend_from_slice(&args[1..]);
     let out = run_with_timeout(
-        Command::new(bin())
-            .env("REWINDFS_RUNTIME_DIR", &mount.run)
-            .env("REWINDFS_HOME", &mount.home)
-            .args(["diff", "-C", &mnt, "--json", &a, &b]),
+        Command::new(bin()).env("REWINDFS_RUNTIME_DIR", &mount.run).env("REWINDFS_HOME", &mount.home).args(&full),
         CHILD_TIMEOUT,
     );
     if !out.status.success() {
-        return Some(format!("diff {a} {b}, run during a step, failed: {}", stderr(&out).trim()));
+        return Err(format!("{args:?}, run during a step, failed: {}", stderr(&out).trim()));
     }
-    let got = match serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{args:?}, run during a step: bad JSON ({e})"))
+}
+
+/// `log`'s statistics of every turn whose end is sealed (checkpoint N and
+/// N+1 both sealed: the turn is `diff N N+1`) equal the model's diff.
+fn check_log(mount: &Mount, sealed: &BTreeMap<i64, Arc<Sealed>>) -> Option<String> {
+    // As the end of a sequence: HISTORY_MODEL_LOG=0 leaves the statistics out.
+    if std::env::var("HISTORY_MODEL_LOG").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    let v = match cli_json(mount, &["log"]) {
+        Ok(v) => v,
+        Err(e) => return Some(e),
+    };
+    for row in v.as_array().into_iter().flatten() {
+        let Some(c) = row["checkpoint"].as_i64() else { continue };
+        let Some(d) = sealed.get(&(c + 1)).and_then(|s| s.diff.as_ref()) else { continue };
+        if !sealed.contains_key(&c) {
+            continue;
+        }
+        let count = |k: &str| d.iter().filter(|x| x.1 == k).count() as u64;
+        let want = [
+            count("added"),
+            count("modified"),
+            count("deleted"),
+            d.iter().map(|x| x.2).sum(),
+            d.iter().map(|x| x.3).sum(),
+        ];
+        let keys = ["files_added", "files_modified", "files_deleted", "lines_added", "lines_removed"];
+        let got: Vec<u64> = keys.iter().map(|k| row[k].as_u64().unwrap_or(u64::MAX)).collect();
+        if got != want {
+            return Some(format!("log, run during a step: turn {c}: {keys:?} want {want:?}, got {got:?}"));
+        }
+    }
+    None
+}
+
+fn check_diff(mount: &Mount, n: i64, want: &BTreeSet<Change>) -> Option<String> {
+    let (a, b) = ((n - 1).to_string(), n.to_string());
+    let got = match cli_json(mount, &["diff", &a, &b]) {
         Ok(v) => parse_changes(&v["changes"]),
-        Err(e) => return Some(format!("diff {a} {b}, run during a step: bad JSON ({e})")),
+        Err(e) => return Some(e),
     };
     (got != *want).then(|| {
         let missing: Vec<_> = want.difference(&got).collect();
