@@ -55,7 +55,7 @@ pub struct World {
 
 /// An ordinary operation: the tree does not change under it.
 #[must_use]
-pub struct Op<'a> {
+pub struct Ordinary<'a> {
     _shared: RwLockReadGuard<'a, ()>,
 }
 
@@ -72,7 +72,7 @@ impl World {
     }
 
     /// Enters an ordinary operation; waits while the tree is frozen.
-    pub fn op(&self) -> Op<'_> {
+    pub fn op(&self) -> Ordinary<'_> {
         let shared = match self.tree.try_read() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -83,7 +83,7 @@ impl World {
                 g
             }
         };
-        Op { _shared: shared }
+        Ordinary { _shared: shared }
     }
 
     /// Starts an operation that changes history, after the one in progress.
