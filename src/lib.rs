@@ -21,12 +21,15 @@
 //! - [`cli`]: one file per subcommand.
 //! - [`text`]: names and byte counts made safe and readable to print (used by cli, daemon, fsck, report, rewind).
 //! - [`name_json`]: file names in JSON without loss (UTF-8 as strings, other bytes as base64).
+//! - [`faults`]: fault-injection and pause points for the tests (no-ops unless
+//!   the `test-hooks` feature is on); the bottom layer, importing nothing.
 
 #![deny(unsafe_code)]
 
 pub mod cli;
 pub mod daemon;
 pub mod error;
+pub mod faults;
 pub mod fs;
 pub mod fsck;
 pub mod journal;

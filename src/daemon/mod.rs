@@ -409,7 +409,7 @@ fn spawn_turn_stats(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World
     let (tx, rx) = std::sync::mpsc::channel::<i64>();
     let spawned = spawn_guarded(crate::report::TURN_STATS_THREAD, journal.clone(), move || {
         for turn in rx {
-            crate::world::test_hooks::panic_point(crate::report::TURN_STATS_THREAD);
+            crate::faults::panic_point(crate::report::TURN_STATS_THREAD);
             // A view is the live tree plus the records since its checkpoint:
             // read while a rewind or restore changes both (a name looked up
             // in the records before it recorded it, then in the tree after
@@ -514,7 +514,7 @@ fn reset(
     let _history = ctx.world.history();
     let label = TurnInfo { label: Some("the tree when the history was reset".into()), ..Default::default() };
     let checkpoint = seal(ctx, &label, Reason::Turn)?;
-    crate::world::test_hooks::kill_point("reset-sealed");
+    crate::faults::kill_point("reset-sealed");
     let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
     let step = |done, total| progress(protocol::Progress { done, total, bytes_freed: 0 });
     let (checkpoints, messages) = ctx.hidden_views.as_ref().map(|b| b.listing_dirs()).unwrap_or_default();
@@ -693,9 +693,9 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
             };
             let mut unused = crate::restore::Touched::default();
             let touched = frozen.as_mut().map(|f| f.touched()).unwrap_or(&mut unused);
-            crate::world::test_hooks::phase(intent.map(|_| "restore"));
+            crate::faults::phase(intent.map(|_| "restore"));
             let result = crate::restore::restore(tree, journal, k, &paths, dry_run, touched);
-            crate::world::test_hooks::phase(None);
+            crate::faults::phase(None);
             let changes = match result {
                 Ok(x) => x,
                 Err(e) => {
@@ -706,7 +706,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
                     ));
                 }
             };
-            crate::world::test_hooks::hold_frozen();
+            crate::faults::hold_frozen();
             let after = match before {
                 Some(_) => {
                     let label =
@@ -934,13 +934,13 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     let safety = seal(ctx, &safety_label, Reason::Turn)?;
     let intent = begin_intent(journal, IntentOp::Rewind, k, safety, &[])?;
     let sealed_safety = started.elapsed();
-    crate::world::test_hooks::phase(Some("rewind"));
+    crate::faults::phase(Some("rewind"));
     let result = if crate::rewind::instant_available(tree) {
         crate::rewind::rewind(tree, journal, k, safety, frozen.touched())
     } else {
         crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
     };
-    crate::world::test_hooks::phase(None);
+    crate::faults::phase(None);
     let changes = match result {
         Ok(x) => x,
         Err(e) => {
@@ -954,10 +954,10 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
         }
     };
     let swapped = started.elapsed();
-    crate::world::test_hooks::hold_frozen();
+    crate::faults::hold_frozen();
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
     let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
-    crate::world::test_hooks::kill_point("rewind-sealed");
+    crate::faults::kill_point("rewind-sealed");
     end_intent(journal, intent);
     let sealed_result = started.elapsed();
     let thawed = frozen.thaw();
@@ -1049,9 +1049,9 @@ fn put_back_unsettled(
     for (k, paths) in &by_checkpoint {
         let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
         intents.push(begin_intent(&ctx.journal, IntentOp::Restore, *k, before, &bytes)?);
-        crate::world::test_hooks::phase(Some("putback"));
+        crate::faults::phase(Some("putback"));
         let restored = crate::restore::restore(&ctx.tree, &ctx.journal, *k, paths, false, frozen.touched());
-        crate::world::test_hooks::phase(None);
+        crate::faults::phase(None);
         restored.map_err(|e| {
             // Said, with the undo: nothing is left for a mount to finish.
             intents.iter().for_each(|i| end_intent(&ctx.journal, *i));
@@ -1266,7 +1266,7 @@ pub(crate) fn spawn_guarded(
 fn spawn_settler(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World>) {
     let _ = spawn_guarded("settler", journal, move || {
         loop {
-            if crate::world::test_hooks::settler_paused() {
+            if crate::faults::settler_paused() {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
