@@ -252,6 +252,15 @@ impl From<Errno> for Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What a caught panic said, for a log line or a status message.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,13 +379,4 @@ mod tests {
         assert_eq!(back, f);
         assert_eq!(Error::from(back).exit_code(), 1);
     }
-}
-
-/// What a caught panic said, for a log line or a status message.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".into())
 }

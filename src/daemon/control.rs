@@ -315,7 +315,7 @@ where
 {
     let handle = Arc::new(handle);
     let table = Arc::new(Mutex::new(Connections::default()));
-    let deadline = crate::world::test_hooks::request_deadline().unwrap_or(REQUEST_DEADLINE);
+    let deadline = crate::faults::request_deadline().unwrap_or(REQUEST_DEADLINE);
     for stream in listener.incoming() {
         let stream = match stream {
             Ok(s) => s,

@@ -410,7 +410,7 @@ fn spawn_turn_stats(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World
     let (tx, rx) = std::sync::mpsc::channel::<i64>();
     let spawned = spawn_guarded(crate::report::TURN_STATS_THREAD, journal.clone(), move || {
         for turn in rx {
-            crate::world::test_hooks::panic_point(crate::report::TURN_STATS_THREAD);
+            crate::faults::panic_point(crate::report::TURN_STATS_THREAD);
             // A view is the live tree plus the records since its checkpoint:
             // read while a rewind or restore changes both (a name looked up
             // in the records before it recorded it, then in the tree after
@@ -515,7 +515,7 @@ fn reset(
     let _history = ctx.world.history();
     let label = TurnInfo { label: Some("the tree when the history was reset".into()), ..Default::default() };
     let checkpoint = seal(ctx, &label, Reason::Turn)?;
-    crate::world::test_hooks::kill_point("reset-sealed");
+    crate::faults::kill_point("reset-sealed");
     let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
     let step = |done, total| progress(protocol::Progress { done, total, bytes_freed: 0 });
     let (checkpoints, messages) = ctx.hidden_views.as_ref().map(|b| b.listing_dirs()).unwrap_or_default();
@@ -939,7 +939,7 @@ fn rewind(ctx: &Ctx, checkpoint: &str, dry_run: bool) -> std::result::Result<pro
     let done_label = TurnInfo { label: Some(format!("rewound to {k}")), ..Default::default() };
     let (result, thawed) = tx.commit(|| {
         let result = seal_on(ctx, &done_label, Reason::Rewind, Some(k));
-        crate::world::test_hooks::kill_point("rewind-sealed");
+        crate::faults::kill_point("rewind-sealed");
         sealed_result = started.elapsed();
         result
     })?;
@@ -1219,7 +1219,7 @@ pub(crate) fn spawn_guarded(
 fn spawn_settler(tree: Arc<LiveTree>, journal: Arc<Journal>, world: Arc<World>) {
     let _ = spawn_guarded("settler", journal, move || {
         loop {
-            if crate::world::test_hooks::settler_paused() {
+            if crate::faults::settler_paused() {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }

@@ -58,9 +58,9 @@ impl<'h> Transaction<'h> {
     /// A failure is the caller's to word (with the undo, `before`): the
     /// intents end, so none is left for the next mount to finish.
     pub fn change<T, E>(&mut self, phase: &'static str, f: impl FnOnce(&mut Touched) -> Result<T, E>) -> Result<T, E> {
-        crate::world::test_hooks::phase(Some(phase));
+        crate::faults::phase(Some(phase));
         let changed = f(self.frozen.touched());
-        crate::world::test_hooks::phase(None);
+        crate::faults::phase(None);
         if changed.is_err() {
             self.end_intents();
         }
@@ -72,7 +72,7 @@ impl<'h> Transaction<'h> {
     /// reported; the tree has changed whole either way, so no intent is
     /// left for the next mount.
     pub fn commit(mut self, seal: impl FnOnce() -> Result<i64, Failure>) -> Result<(i64, Thawed), Failure> {
-        crate::world::test_hooks::hold_frozen();
+        crate::faults::hold_frozen();
         let sealed = seal();
         self.end_intents();
         let Transaction { frozen, .. } = self;

@@ -314,7 +314,7 @@ impl Filesystem for LiveFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.serve("lookup", || {
             #[cfg(feature = "test-hooks")]
-            if name == crate::world::test_hooks::PANIC_NAME {
+            if name == crate::faults::PANIC_NAME {
                 panic!("test hook: a panic injected into lookup");
             }
             if let Some(b) = self.hidden(parent) {

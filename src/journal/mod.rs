@@ -293,7 +293,7 @@ impl Inner {
     fn append(&mut self, record: LogRecord) -> JournalResult<()> {
         let appended = self.append_now(record);
         // Killed with the record durable and its change not yet applied.
-        crate::world::test_hooks::record();
+        crate::faults::record();
         appended
     }
 
@@ -1111,7 +1111,7 @@ impl Journal {
             inner.moves.everything();
             (next, durable)
         };
-        crate::world::test_hooks::kill_point("seal-committed");
+        crate::faults::kill_point("seal-committed");
         recapture();
         if let Err(source) = durable {
             return Err(JournalError::NotDurable { checkpoint: next, source });
@@ -1266,7 +1266,7 @@ impl Journal {
 
     /// Makes everything recorded so far durable (used at unmount).
     pub fn sync(&self) -> JournalResult<()> {
-        if crate::world::test_hooks::sync_fails() {
+        if crate::faults::sync_fails() {
             return Err(JournalError::Read {
                 what: "the store (test hook)".into(),
                 source: std::io::Error::from_raw_os_error(libc::ENOSPC),

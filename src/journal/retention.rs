@@ -349,7 +349,7 @@ impl Freed {
 /// The time a collection goes by: the clock, or in test builds
 /// `REWINDFS_TEST_NOW_MS` (so "older than 14 days" is testable).
 pub fn now_ms() -> i64 {
-    crate::world::test_hooks::now_ms().unwrap_or_else(super::now_ms)
+    crate::faults::now_ms().unwrap_or_else(super::now_ms)
 }
 
 impl Journal {
@@ -542,7 +542,7 @@ impl Journal {
         attic: AtticRemover<'_>,
         attic_dir: Option<&std::path::Path>,
     ) -> JournalResult<()> {
-        let rows = crate::world::test_hooks::gc_batch_rows().unwrap_or(FORGET_BATCH_ROWS);
+        let rows = crate::faults::gc_batch_rows().unwrap_or(FORGET_BATCH_ROWS);
         loop {
             let mut held = out.gate_ms;
             let done = self.exclusive("merge a batch", &mut held, |m| {
@@ -558,8 +558,8 @@ impl Journal {
             if done {
                 return Ok(());
             }
-            crate::world::test_hooks::kill_point("gc-batch");
-            crate::world::test_hooks::gc_batch_pause();
+            crate::faults::kill_point("gc-batch");
+            crate::faults::gc_batch_pause();
             // Writers waiting on the gate go first.
             std::thread::yield_now();
         }
@@ -593,7 +593,7 @@ impl Journal {
                 out.bytes_freed += self.store.stored_len(id)?.unwrap_or(0);
             }
             // Committed, nothing freed yet: the next open frees them.
-            crate::world::test_hooks::kill_point("gc-committed");
+            crate::faults::kill_point("gc-committed");
             let since = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1000.0;
             let releasing = std::time::Instant::now();
             self.store.release(&dead)?;
@@ -742,7 +742,7 @@ impl Journal {
         }
         if !dry_run {
             // Committed, nothing freed yet: the next open frees them.
-            crate::world::test_hooks::kill_point("gc-committed");
+            crate::faults::kill_point("gc-committed");
             self.store.release(&dead)?;
             freed.remove(&mut out, attic, attic_dir);
             self.with_meta(|m| m.clear_gc_chunks())?;

@@ -815,6 +815,20 @@ impl Meta {
     }
 }
 
+/// SQL: 1 if checkpoint `c` (a table alias) counts for `keep_count`, else 0.
+/// A mount, a rewind or a restore counts; a turn or a quiet period counts
+/// if the turn that ended at it recorded anything (its records carry the
+/// number of the checkpoint before it, whatever was forgotten between).
+fn changed(c: &str) -> String {
+    format!(
+        "CASE WHEN {c}.reason NOT IN ('turn', 'auto') THEN 1 \
+         WHEN EXISTS (SELECT 1 FROM entry_pre e WHERE e.turn = \
+           (SELECT MAX(id) FROM checkpoints WHERE id < {c}.id)) THEN 1 \
+         WHEN EXISTS (SELECT 1 FROM object_pre o WHERE o.turn = \
+           (SELECT MAX(id) FROM checkpoints WHERE id < {c}.id)) THEN 1 ELSE 0 END"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1079,18 +1093,4 @@ mod tests {
         assert_eq!(m.wrong_chunk_counts().unwrap(), vec![]);
         assert!(candidates.iter().all(|c| m.chunk_count(c).unwrap() == Some(1)), "each pending copy counts once");
     }
-}
-
-/// SQL: 1 if checkpoint `c` (a table alias) counts for `keep_count`, else 0.
-/// A mount, a rewind or a restore counts; a turn or a quiet period counts
-/// if the turn that ended at it recorded anything (its records carry the
-/// number of the checkpoint before it, whatever was forgotten between).
-fn changed(c: &str) -> String {
-    format!(
-        "CASE WHEN {c}.reason NOT IN ('turn', 'auto') THEN 1 \
-         WHEN EXISTS (SELECT 1 FROM entry_pre e WHERE e.turn = \
-           (SELECT MAX(id) FROM checkpoints WHERE id < {c}.id)) THEN 1 \
-         WHEN EXISTS (SELECT 1 FROM object_pre o WHERE o.turn = \
-           (SELECT MAX(id) FROM checkpoints WHERE id < {c}.id)) THEN 1 ELSE 0 END"
-    )
 }

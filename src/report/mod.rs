@@ -344,8 +344,9 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     Ok(out)
 }
 
-/// The name of the daemon's thread that computes sealed turns' statistics.
-pub const TURN_STATS_THREAD: &str = "turn-stats";
+/// The name of the daemon's thread that computes sealed turns' statistics
+/// (defined in `faults`, whose view-lookup pause point recognises it).
+pub use crate::faults::TURN_STATS_THREAD;
 
 /// Serializes the computing of sealed turns' statistics (the daemon's
 /// background summaries and `log`), so that none is computed twice.

@@ -1,7 +1,11 @@
-//! The only module with `unsafe`: thin, safe wrappers over the few Linux
-//! calls that `rustix` does not cover (file handles, xattrs by descriptor
-//! path, process-wide signal handling). Each `unsafe` block says why it is
-//! sound.
+//! The only module allowed `unsafe` (the crate denies it everywhere else):
+//! thin, safe wrappers over Linux calls. Most go through `rustix`'s safe
+//! API; `unsafe` remains only for what `rustix` does not provide, each block
+//! with a `SAFETY:` comment saying why it is sound:
+//! - [`name_to_handle_at`] and [`open_by_handle_at`] (persistent file
+//!   handles), including adopting the descriptor the latter returns;
+//! - [`signals::install`] (a process-wide `sigaction`; `rustix` exposes it
+//!   only through its unstable runtime API, itself `unsafe`).
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -88,14 +92,17 @@ pub fn open_by_handle_at(mount_fd: BorrowedFd<'_>, handle: &FileHandle, flags: i
     };
     raw.f_handle[..handle.bytes.len()].copy_from_slice(&handle.bytes);
     // SAFETY: `raw` is a valid `struct file_handle` whose handle_bytes does
-    // not exceed the f_handle array; the kernel only reads it.
+    // not exceed the f_handle array (a FileHandle never holds more than
+    // MAX_HANDLE_SZ bytes: both constructors ensure it, and copy_from_slice
+    // above would panic otherwise); the kernel only reads it.
     let fd = unsafe {
         libc::open_by_handle_at(mount_fd.as_raw_fd(), (&mut raw as *mut RawHandle).cast(), flags | libc::O_CLOEXEC)
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: the kernel just returned this descriptor and nobody else owns it.
+    // SAFETY: the kernel just returned this descriptor (fd >= 0 checked
+    // above) and nothing else owns it, so the OwnedFd is its only owner.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -106,51 +113,57 @@ pub fn proc_fd_path(fd: BorrowedFd<'_>) -> CString {
     CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
 }
 
-fn xattr_result(rc: isize) -> io::Result<usize> {
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
-}
-
 /// `getxattr` on the inode behind `fd`; with an empty `buf`, returns the size.
 pub fn getxattr(fd: BorrowedFd<'_>, name: &OsStr, buf: &mut [u8]) -> io::Result<usize> {
     let path = proc_fd_path(fd);
-    let cname = cstring(name)?;
-    // SAFETY: path and name are valid C strings; buf is valid for buf.len() bytes
-    // (a zero length with a dangling pointer is the documented size query).
-    let rc = unsafe { libc::getxattr(path.as_ptr(), cname.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    xattr_result(rc)
+    // rustix splits libc's "empty buffer means size query" into its own call.
+    if buf.is_empty() {
+        Ok(rustix::fs::getxattr_query(path.as_c_str(), name)?)
+    } else {
+        Ok(rustix::fs::getxattr(path.as_c_str(), name, buf)?)
+    }
 }
 
 /// `listxattr` on the inode behind `fd`; with an empty `buf`, returns the size.
 pub fn listxattr(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     let path = proc_fd_path(fd);
-    // SAFETY: as for getxattr.
-    let rc = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    xattr_result(rc)
+    if buf.is_empty() {
+        Ok(rustix::fs::listxattr_query(path.as_c_str())?)
+    } else {
+        Ok(rustix::fs::listxattr(path.as_c_str(), buf)?)
+    }
 }
 
-/// `setxattr` on the inode behind `fd`.
+/// `setxattr` on the inode behind `fd`; `flags` as for setxattr(2)
+/// (XATTR_CREATE, XATTR_REPLACE), passed to the kernel unchanged.
 pub fn setxattr(fd: BorrowedFd<'_>, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
     let path = proc_fd_path(fd);
-    let cname = cstring(name)?;
-    // SAFETY: valid C strings; value is valid for value.len() bytes.
-    let rc = unsafe { libc::setxattr(path.as_ptr(), cname.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+    Ok(rustix::fs::setxattr(path.as_c_str(), name, value, flags)?)
 }
 
 /// `removexattr` on the inode behind `fd`.
 pub fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     let path = proc_fd_path(fd);
-    let cname = cstring(name)?;
-    // SAFETY: valid C strings.
-    let rc = unsafe { libc::removexattr(path.as_ptr(), cname.as_ptr()) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    Ok(rustix::fs::removexattr(path.as_c_str(), name)?)
 }
 
-/// `lseek` with SEEK_DATA / SEEK_HOLE support on an open file.
+/// `lseek` with SEEK_DATA / SEEK_HOLE support on an open file. An unknown
+/// `whence` is EINVAL, as from the kernel.
 pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> io::Result<i64> {
-    // SAFETY: plain syscall on a descriptor we borrow.
-    let rc = unsafe { libc::lseek(fd.as_raw_fd(), offset, whence) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+    use rustix::fs::SeekFrom;
+    // rustix passes the unsigned positions to the kernel as the same i64
+    // bits, so a negative offset still gets the kernel's own error.
+    let pos = match whence {
+        libc::SEEK_SET => SeekFrom::Start(offset as u64),
+        libc::SEEK_CUR => SeekFrom::Current(offset),
+        libc::SEEK_END => SeekFrom::End(offset),
+        libc::SEEK_DATA => SeekFrom::Data(offset as u64),
+        libc::SEEK_HOLE => SeekFrom::Hole(offset as u64),
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    // The kernel's result is a loff_t, so it fits.
+    Ok(rustix::fs::seek(fd, pos)? as i64)
 }
 
 /// `copy_file_range` between two open files; returns bytes copied.
@@ -161,29 +174,28 @@ pub fn copy_file_range(
     dst_off: u64,
     len: usize,
 ) -> io::Result<usize> {
-    let mut so = src_off as i64;
-    let mut doff = dst_off as i64;
-    // SAFETY: offsets are valid out pointers; descriptors are borrowed.
-    let rc = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut so, dst.as_raw_fd(), &mut doff, len, 0) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc as usize) }
+    let (mut so, mut doff) = (src_off, dst_off);
+    Ok(rustix::fs::copy_file_range(src, Some(&mut so), dst, Some(&mut doff), len)?)
 }
 
 /// Sets the process umask to 0 so the modes the kernel hands the daemon
 /// (already masked by the caller's umask) land on disk exactly.
 pub fn clear_umask() {
-    // SAFETY: umask cannot fail.
-    unsafe { libc::umask(0) };
+    rustix::process::umask(rustix::fs::Mode::empty());
 }
 
-/// Sends `signal` to `pid`; `Ok(false)` when the process does not exist.
+/// Sends `signal` to the process `pid`; `Ok(false)` when the process does
+/// not exist. Only a single process (pid > 0) and a known signal number are
+/// accepted; anything else is EINVAL.
 pub fn kill(pid: i32, signal: i32) -> io::Result<bool> {
-    // SAFETY: plain syscall.
-    let rc = unsafe { libc::kill(pid, signal) };
-    if rc == 0 {
-        return Ok(true);
+    let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+    let pid = if pid > 0 { rustix::process::Pid::from_raw(pid) } else { None }.ok_or_else(einval)?;
+    let signal = rustix::process::Signal::from_named_raw(signal).ok_or_else(einval)?;
+    match rustix::process::kill_process(pid, signal) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::SRCH) => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ESRCH) { Ok(false) } else { Err(err) }
 }
 
 /// Whether a process with that pid is alive (zombies count as dead).
@@ -206,11 +218,8 @@ pub fn process_alive(pid: i32) -> bool {
 
 /// Unmounts `target` (as root: umount2; lazily with MNT_DETACH).
 pub fn umount(target: &std::path::Path, lazy: bool) -> io::Result<()> {
-    let c = cstring(target.as_os_str())?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    // SAFETY: valid C string.
-    let rc = unsafe { libc::umount2(c.as_ptr(), flags) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    let flags = if lazy { rustix::mount::UnmountFlags::DETACH } else { rustix::mount::UnmountFlags::empty() };
+    Ok(rustix::mount::unmount(target, flags)?)
 }
 
 /// As `umount`, but a mount that is busy is tried again for up to `grace`:
@@ -234,8 +243,7 @@ pub const UNMOUNT_GRACE: std::time::Duration = std::time::Duration::from_secs(1)
 
 /// The effective uid of this process.
 pub fn geteuid() -> u32 {
-    // SAFETY: cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// Makes SIGINT, SIGTERM and SIGHUP set a flag instead of killing the
@@ -254,8 +262,12 @@ pub mod signals {
     /// Installs the handler for SIGINT, SIGTERM and SIGHUP.
     pub fn install() {
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: `record` is async-signal-safe (a single atomic store);
-            // the sigaction struct is zeroed then filled in.
+            // SAFETY: `record` is async-signal-safe (a single atomic store,
+            // no allocation, no locks) and has the `extern "C" fn(c_int)`
+            // signature a handler without SA_SIGINFO must have; an all-zero
+            // `sigaction` is a valid value of that plain C struct, and
+            // sa_mask is then initialised by sigemptyset; both pointers
+            // passed are valid for the duration of the calls.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = record as *const () as usize;
@@ -277,6 +289,6 @@ pub mod signals {
 
 /// Creates a new session so a daemon survives its parent's terminal.
 pub fn setsid() {
-    // SAFETY: plain syscall; failure (already a group leader) is harmless.
-    unsafe { libc::setsid() };
+    // Failure (already a group leader) is harmless.
+    let _ = rustix::process::setsid();
 }

@@ -389,7 +389,7 @@ impl<'a> TreeView<'a> {
                 };
             }
         }
-        crate::world::test_hooks::view_lookup();
+        crate::faults::view_lookup();
         let Some((fd, st)) = self.live_dir(dir) else { return Ok(None) };
         match backing::handle_at(fd.as_fd(), name) {
             Ok(h) => Ok(Some(self.node_of_handle(h)?)),

@@ -369,7 +369,7 @@ fn apply_attrs(
         }
     }
     if set.atime.is_some() || set.mtime.is_some() {
-        if crate::world::test_hooks::fail_point("setattr-times") {
+        if crate::faults::fail_point("setattr-times") {
             return Err(Errno(libc::EIO));
         }
         let times = Timestamps { last_access: ts(set.atime), last_modification: ts(set.mtime) };

@@ -107,7 +107,7 @@ fn undo_creation_on_failure<T>(
     is_dir: bool,
     rest: impl FnOnce() -> Res<T>,
 ) -> Res<T> {
-    let result = if crate::world::test_hooks::fail_point("create-after-make") { Err(Errno(libc::EIO)) } else { rest() };
+    let result = if crate::faults::fail_point("create-after-make") { Err(Errno(libc::EIO)) } else { rest() };
     if let Err(e) = &result {
         let flags = if is_dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
         if let Err(u) = rustix::fs::unlinkat(dir, name, flags) {
@@ -529,7 +529,7 @@ impl LiveTree {
                     // old name, to the attic.
                     rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, RenameFlags::EXCHANGE)?;
                     let put_away = (|| -> Res<()> {
-                        if crate::world::test_hooks::fail_point("rename-over-attic") {
+                        if crate::faults::fail_point("rename-over-attic") {
                             return Err(Errno(libc::EIO));
                         }
                         if !self.attic.move_in(from.as_fd(), name, oid)? {

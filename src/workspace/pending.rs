@@ -212,7 +212,7 @@ impl<'a> Settler<'a> {
             Err(e) if e == Errno::ENOENT => None,
             Err(e) => return Err(self.cannot_settle(handle, &p, format!("cannot open it: {e}"), e, for_reader)),
         };
-        crate::world::test_hooks::kill_point("settle-written");
+        crate::faults::kill_point("settle-written");
         journal.settled(handle, ctime_ns).map_err(eio("cannot clear pending content"))?;
         self.pending_map().remove(handle);
         if let Some(u) = self.unsettled_map().remove(handle) {

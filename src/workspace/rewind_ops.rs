@@ -207,20 +207,20 @@ impl<'a> RewindOps<'a> {
         // under the descriptors that may hold it by then).
         self.journal.note_born_durably(&handle, kind_code(Kind::File)).map_err(|e| e.errno())?;
         rustix::fs::linkat(&fd, "", dir0.as_fd(), &temp, AtFlags::EMPTY_PATH)?;
-        crate::world::test_hooks::kill_point("rewind-swap-named");
+        crate::faults::kill_point("rewind-swap-named");
         if let Err(e) = rustix::fs::renameat_with(dir0.as_fd(), &temp, dir0.as_fd(), name0, RenameFlags::EXCHANGE) {
             let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
             return Err(e.into());
         }
         // From here the old inode is under `temp` in `dir0`.
-        crate::world::test_hooks::kill_point("rewind-swapped");
+        crate::faults::kill_point("rewind-swapped");
         let mut swapped = 0usize;
         let mut failed = None;
         for (i, (dir, name)) in others.iter().enumerate() {
             let step = (|| -> Res<()> {
                 let t = OsString::from(format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
                 self.entry(dir.as_fd(), &t)?;
-                if crate::world::test_hooks::fail_point("rewind-swap-link") {
+                if crate::faults::fail_point("rewind-swap-link") {
                     return Err(Errno(libc::EIO));
                 }
                 rustix::fs::linkat(&fd, "", dir.as_fd(), &t, AtFlags::EMPTY_PATH)?;

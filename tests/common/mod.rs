@@ -272,7 +272,7 @@ impl MountFixture {
     }
 
     /// As `mount`, with extra environment for the daemon (the test hooks of
-    /// `rewindfs::world::test_hooks`).
+    /// `rewindfs::faults`).
     pub fn mount_with_env(&mut self, in_place: bool, extra: &[&str], env: &[(&str, &str)]) {
         self.mount_output(in_place, extra, env);
     }
@@ -765,7 +765,7 @@ impl Fixture {
     }
 
     /// As `mount`, with extra environment for the daemon (the test hooks of
-    /// `rewindfs::world::test_hooks`).
+    /// `rewindfs::faults`).
     pub fn mount_with_env(&mut self, env: &[(&str, &OsStr)]) {
         let (ws, mnt, store) = (
             self.ws.to_str().unwrap().to_string(),

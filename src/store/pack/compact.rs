@@ -278,7 +278,7 @@ impl PackStore {
         held = held.max(since.elapsed());
         drop(writer);
         // Killed here: the index points at the copies, the old packs stay.
-        crate::world::test_hooks::kill_point("compact-indexed");
+        crate::faults::kill_point("compact-indexed");
         let (chunks, raw, stored): (i64, i64, i64) = self
             .reader()
             .query_row(
