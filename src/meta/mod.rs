@@ -216,6 +216,8 @@ pub struct Coverage {
     pub newest_cover: Option<i64>,
     /// The object has a row in `objects`.
     pub has_row: bool,
+    /// `objects.born_turn`: no checkpoint up to it shows the object.
+    pub born_turn: Option<i64>,
 }
 
 /// The largest database a mount checks with `PRAGMA integrity_check`:
@@ -1675,7 +1677,7 @@ impl Meta {
                  covered AS (
                      SELECT object, MAX(turn) AS turn FROM object_pre
                      WHERE chunks IS NOT NULL OR kind != 1 GROUP BY object)
-                 SELECT n.object, o.kind, o.handle, n.turn, c.turn, o.id IS NOT NULL FROM newest n
+                 SELECT n.object, o.kind, o.handle, n.turn, c.turn, o.id IS NOT NULL, o.born_turn FROM newest n
                  LEFT JOIN objects o ON o.id = n.object LEFT JOIN covered c ON c.object = n.object",
             )
             .ctx("prepare")?;
@@ -1688,6 +1690,7 @@ impl Meta {
                     newest_record: r.get(3)?,
                     newest_cover: r.get(4)?,
                     has_row: r.get(5)?,
+                    born_turn: r.get(6)?,
                 })
             })
             .ctx("list record coverage")?;
