@@ -70,7 +70,7 @@ fn checkpoint(agent: Agent, event: &PromptEvent) -> Result<i64> {
     // What is left of the deadline, less a margin to report a timeout.
     let timeout = HOOK_DEADLINE.saturating_sub(Duration::from_millis(500));
     let message_id = message_id(agent, event, &info, timeout)?;
-    let turn = TurnInfo { message_id, session: event.session.clone(), label: event.label.clone() };
+    let turn = TurnInfo { message_id, session: event.session.clone(), label: event.label.clone(), sealed_by: None };
     let reply = turn::seal(&info, turn, timeout)?;
     Ok(reply.checkpoint)
 }

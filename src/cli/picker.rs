@@ -59,8 +59,9 @@ fn item(t: &TurnSummary) -> String {
             serde_json::to_value(t.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
         ),
     };
+    let by = if t.by_agent { format!("  {}", crate::cli::history::AGENT_MARK) } else { String::new() };
     format!(
-        "{:>4}  {}  {what}  (its turn: +{} ~{} -{} files)",
+        "{:>4}  {}  {what}  (its turn: +{} ~{} -{} files){by}",
         t.checkpoint, t.created_at, t.files_added, t.files_modified, t.files_deleted
     )
 }

@@ -261,7 +261,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         .name("control".into())
         .spawn(move || {
             control::serve(listener, move |req, uid, progress| match handler_ctx.access.check(uid, &req) {
-                Ok(()) => handle(req, &handler_ctx, progress),
+                Ok(()) => handle(req, uid, &handler_ctx, progress),
                 Err(refusal) => {
                     warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
                     Response::failure(refusal)
@@ -384,9 +384,9 @@ fn seal_with(
         .map(|c| c.0)
         .map_err(|e| match e {
             // The caller's mistake, not a failure of the store.
-            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => {
-                Failure::usage(e.to_string())
-            }
+            JournalError::BadMessageId { .. }
+            | JournalError::DuplicateMessageId { .. }
+            | JournalError::MessageIdOverlaps { .. } => Failure::usage(e.to_string()),
             e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
         })?;
     Ok(sealed)
@@ -610,12 +610,15 @@ fn restore_failure(message: String, e: &crate::restore::RestoreError) -> Failure
     Failure::new(kind, Some(e.errno().0), message)
 }
 
-fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Response {
+/// Answers one request of user `uid` (already allowed by the policy).
+fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Response {
     let (info, tree, journal) = (&ctx.info, &*ctx.tree, &*ctx.journal);
     match req {
-        Request::Turn(op) => answer(op, |protocol::Turn { info: turn }| {
+        Request::Turn(op) => answer(op, |protocol::Turn { info: mut turn }| {
             ctx.harness_seen.store(true, Ordering::Relaxed);
             let _history = ctx.world.history();
+            // Who asked, from the socket: `log` tells the agent's seals.
+            turn.sealed_by = Some(uid);
             let n = seal(ctx, &turn, Reason::Turn)?;
             Ok(protocol::TurnReply { checkpoint: n, info: turn })
         }),
@@ -627,7 +630,12 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
         }),
         Request::Log(op) => answer(op, |_| {
             let _op = ctx.world.op();
-            crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e))
+            let mut turns =
+                crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e))?;
+            for t in &mut turns {
+                t.by_agent = t.sealed_by.is_some() && t.sealed_by == ctx.access.agent;
+            }
+            Ok(turns)
         }),
         Request::Diff(op) => answer(op, |protocol::Diff { from, to, paths, patch }| {
             let _op = ctx.world.op();

@@ -936,6 +936,7 @@ mod tests {
             store_bytes_at_start: 0,
             name: None,
             snapshot_message: None,
+            sealed_by: None,
         }
     }
 
@@ -1055,6 +1056,7 @@ mod journal_tests {
                 store_bytes_at_start: 0,
                 name: None,
                 snapshot_message: None,
+                sealed_by: None,
             };
             m.insert_checkpoint(&c).unwrap();
             if i % 97 == 96 {
