@@ -383,6 +383,12 @@ fn hostile_names_and_labels_are_quoted_in_human_output() {
 /// `rewindfs ARGS` run as the unprivileged test user, with the fixture's
 /// runtime dir, from a copy of the binary it can execute.
 fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
+    rewindfs_as_agent_in(fx, args, true)
+}
+
+/// As `rewindfs_as_agent`; without `fixture_runtime`, with the agent's own
+/// default runtime directory, as an agent run by hand has.
+fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool) -> Output {
     let bin = fx.dir.path().join("rewindfs-for-agent");
     if !bin.exists() {
         std::fs::copy(common::bin(), &bin).expect("copy the binary");
@@ -395,8 +401,12 @@ fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
         .arg("--clear-groups")
         .arg(&bin)
         .args(args)
-        .env("REWINDFS_RUNTIME_DIR", &fx.run)
         .current_dir(fx.dir.path());
+    if fixture_runtime {
+        cmd.env("REWINDFS_RUNTIME_DIR", &fx.run);
+    } else {
+        cmd.env_remove("REWINDFS_RUNTIME_DIR").env_remove("XDG_RUNTIME_DIR");
+    }
     common::run_with_timeout(&mut cmd, common::CHILD_TIMEOUT)
 }
 
@@ -653,4 +663,25 @@ fn the_agent_cannot_capture_the_owners_references_with_its_message_ids() {
     let line = |n: i64| log.lines().find(|l| l.get(1..4).map(str::trim) == Some(&n.to_string())).unwrap_or("");
     assert!(line(agents).contains("(sealed by the agent)"), "{log}");
     assert!(!line(owner).contains("(sealed by the agent)"), "{log}");
+}
+
+/// Issue 26, smaller ones: the agent's `unmount` of the owner's live mount,
+/// found (as the agent's other commands find it) in root's runtime
+/// directory, is the owner-only refusal (exit 5). It was taken for a dead
+/// mount, whose detach failed: "cannot detach dead mount ... Operation not
+/// permitted" (exit 1).
+#[test]
+fn the_agents_unmount_of_a_live_mount_is_refused_as_the_owners() {
+    let mut fx = MountFixture::unmounted();
+    // The mount publishes itself where root's mounts are by default; the
+    // agent has no REWINDFS_RUNTIME_DIR and looks there after its own.
+    fx.run = std::path::PathBuf::from("/run/rewindfs");
+    fx.mount(false, &["--auto-turn", "0", "--agent-user", common::TEST_USER]);
+    let mp = s(&fx.mountpoint).to_string();
+    check(rewindfs_as_agent_in(&fx, &["log", "-C", &mp], false), "the agent finds the mount");
+    let out = rewindfs_as_agent_in(&fx, &["unmount", &mp], false);
+    assert_eq!(out.status.code(), Some(5), "the agent's unmount: {}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("owner's"), "{}", stderr(&out));
+    assert!(common::is_mounted(&fx.mountpoint), "the mount is still there");
+    fx.unmount();
 }
