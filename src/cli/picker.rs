@@ -90,4 +90,15 @@ mod tests {
         let offered: Vec<i64> = candidates(&plain).iter().map(|t| t.checkpoint).collect();
         assert_eq!(offered, [0], "without prompts, every checkpoint but the current one");
     }
+
+    /// Issue 26, item 2: the agent's checkpoints are marked as its own.
+    #[test]
+    fn the_agents_checkpoints_are_marked() {
+        let mut t = turn(1, Some("p1"), false);
+        t.by_agent = true;
+        assert_eq!(
+            item(&t),
+            "   1  2026-12-03T10:00:00Z  message p1  (its turn: +1 ~2 -3 files)  (sealed by the agent)"
+        );
+    }
 }

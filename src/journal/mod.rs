@@ -1527,6 +1527,15 @@ mod tests {
         }
         let e = j.resolve("\u{202e}").unwrap_err().to_string();
         assert!(e.starts_with("unknown checkpoint \"\\u{202e}\""), "{e}");
+        let label =
+            |id: &str, l: &str| TurnInfo { message_id: Some(id.into()), label: Some(l.into()), ..Default::default() };
+        j.seal(&label("a\u{200b}1", "deploy \u{202e}now"), Reason::Turn, || {}).unwrap();
+        j.seal(&label("a\u{200b}2", "deploy \u{202e}later"), Reason::Turn, || {}).unwrap();
+        let e = j.resolve("deploy").unwrap_err();
+        assert!(matches!(e, JournalError::Ambiguous { .. }), "{e}");
+        let e = e.to_string();
+        assert!(!e.contains('\u{202e}') && !e.contains('\u{200b}'), "printed raw: {e:?}");
+        assert!(e.contains("(message \"a\\u{200b}1\") \"deploy \\u{202e}now\""), "{e}");
     }
 
     #[test]
