@@ -1485,6 +1485,11 @@ mod tests {
         assert_eq!(j.resolve("3f2a").unwrap(), owner);
         assert_eq!(j.resolve("3f2a9c10").unwrap(), owner);
         assert_eq!(j.resolve("3f2").unwrap(), short);
+        // Characters, not bytes, count.
+        turn(&j, "été-1234").unwrap();
+        assert!(matches!(turn(&j, "été-"), Err(JournalError::MessageIdOverlaps { .. })));
+        assert!(matches!(turn(&j, "été-1234\u{10ffff}"), Err(JournalError::MessageIdOverlaps { .. })));
+        turn(&j, "été").unwrap();
     }
 
     /// Issue 26, item 2: an exact message id no longer beats label words

@@ -1054,18 +1054,44 @@ impl Meta {
     /// the shorter has at least `min` characters (shorter ones are no
     /// prefix reference). As (checkpoint, its message id).
     pub fn checkpoint_with_overlapping_message(&self, id: &str, min: usize) -> MetaResult<Option<(i64, String)>> {
-        // length() and substr() count characters, as the prefix rule does.
-        self.conn
-            .prepare_cached(
-                "SELECT id, message_id FROM checkpoints WHERE message_id IS NOT NULL AND message_id != ?1 AND (
-                     (length(?1) >= ?2 AND substr(message_id, 1, length(?1)) = ?1)
-                     OR (length(message_id) >= ?2 AND substr(?1, 1, length(message_id)) = message_id))
-                 ORDER BY id LIMIT 1",
-            )
-            .ctx("prepare")?
-            .query_row(params![id, min as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
-            .ctx("read checkpoints")
+        // Indexed (`checkpoints_by_message`), as a seal's other checks:
+        // longer ids beginning with `id` lie in one range of the index
+        // (UTF-8 sorts bytewise as code points), and the shorter ones `id`
+        // begins with are among its prefixes, each looked up.
+        let mut found: Option<(i64, String)> = None;
+        let mut keep = |hit: Option<(i64, String)>| {
+            if let Some(h) = hit
+                && found.as_ref().is_none_or(|f| h.0 < f.0)
+            {
+                found = Some(h);
+            }
+        };
+        if id.chars().count() >= min {
+            let end = format!("{id}\u{10ffff}");
+            let hit = self
+                .conn
+                .prepare_cached(
+                    "SELECT id, message_id FROM checkpoints WHERE message_id > ?1 AND message_id < ?2
+                     AND substr(message_id, 1, length(?1)) = ?1 ORDER BY id LIMIT 1",
+                )
+                .ctx("prepare")?
+                .query_row(params![id, end], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+                .ctx("read checkpoints")?;
+            keep(hit);
+        }
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, message_id FROM checkpoints WHERE message_id = ?1 ORDER BY id LIMIT 1")
+            .ctx("prepare")?;
+        for (n, (at, _)) in id.char_indices().enumerate() {
+            if n < min {
+                continue;
+            }
+            let hit = stmt.query_row([&id[..at]], |r| Ok((r.get(0)?, r.get(1)?))).optional().ctx("read checkpoints")?;
+            keep(hit);
+        }
+        Ok(found)
     }
 
     /// The oldest checkpoint other than `except` whose message id is `id`.
