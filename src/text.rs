@@ -13,6 +13,14 @@ pub fn quote(s: &str) -> String {
     quote_bytes(s.as_bytes())
 }
 
+/// `s` always in double quotes, with the escapes of [`quote`]: for text
+/// the agent chose (a label, or an id in an error message), so that where
+/// it starts and ends is never in doubt.
+pub fn quoted(s: &str) -> String {
+    let q = quote(s);
+    if q != s { q } else { format!("\"{s}\"") }
+}
+
 /// A file name or path, quoted as [`quote`] does; bytes that are not
 /// UTF-8 are written as octal escapes (`\377`, as `git` and `ls -b` do),
 /// which bash's `$'...'` turns back into the same bytes.

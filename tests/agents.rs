@@ -480,7 +480,7 @@ fn gemini_cli_prompts_are_checkpoints() {
             for i in inputs {
                 assert_eq!(i["session_id"], session, "a prompt of another session: {i}");
             }
-            (1..=inputs.len()).map(|n| format!("{session}-{n}")).collect()
+            (1..=inputs.len()).map(|n| format!("{session}-{n:06}")).collect()
         },
         program: "node",
     });

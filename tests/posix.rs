@@ -44,6 +44,7 @@ git status --porcelain
 git log --oneline | wc -l
 "#);
     assert_eq!(out.trim(), "2", "git status not clean or wrong history: {out}");
+    fx.assert_fsck_clean("after git");
 }
 
 #[test]
@@ -459,6 +460,7 @@ cp /bin/true mytrue && ./mytrue && echo exec-ok
         out.lines().collect::<Vec<_>>(),
         vec!["through-the-fifo", "via-socket", "compiled-here", "status 3", "exec-ok"]
     );
+    fx.assert_fsck_clean("after gcc");
 }
 
 #[test]

@@ -37,3 +37,29 @@ fn parents_come_back_with_their_recorded_owner_and_mode_and_a_dry_run_works() {
     }
     assert_eq!(std::fs::read_to_string(fx.path().join("src/pkg/m.py")).expect("m.py"), "print(1)\n");
 }
+
+/// Issue 26: a restore of 1,200 paths names a few of them in the labels of
+/// its checkpoints and counts the rest (every path was in the label: one
+/// `log` line of about 10 KB).
+#[test]
+fn a_restore_of_many_paths_summarizes_its_labels() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("mkdir d && for i in $(seq 1 1200); do echo $i > d/f$i; done");
+    let k = fx.turn("m1").to_string();
+    fx.sh("for i in $(seq 1 1200); do echo changed > d/f$i; done");
+    let paths: Vec<String> = (1..=1200).map(|i| format!("d/f{i}")).collect();
+    let mut args = vec!["restore", k.as_str(), "--"];
+    args.extend(paths.iter().map(String::as_str));
+    fx.cli(&args);
+    assert_eq!(std::fs::read_to_string(fx.path().join("d/f1200")).expect("f1200"), "1200\n");
+    let log = fx.cli_json(&["log"]);
+    let labels: Vec<String> =
+        log.as_array().expect("rows").iter().filter_map(|r| r["label"].as_str().map(String::from)).collect();
+    let restore: Vec<&String> = labels.iter().filter(|l| l.contains("restor")).collect();
+    assert_eq!(restore.len(), 2, "the checkpoints before and after the restore: {labels:?}");
+    for l in restore {
+        assert!(l.len() < 300 && l.contains("and 1197 more paths"), "{} bytes: {}", l.len(), &l[..l.len().min(300)]);
+    }
+    let text = fx.cli(&["log"]);
+    assert!(text.lines().all(|l| l.len() < 400), "a log line is too long: {text}");
+}

@@ -383,6 +383,12 @@ fn hostile_names_and_labels_are_quoted_in_human_output() {
 /// `rewindfs ARGS` run as the unprivileged test user, with the fixture's
 /// runtime dir, from a copy of the binary it can execute.
 fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
+    rewindfs_as_agent_in(fx, args, true)
+}
+
+/// As `rewindfs_as_agent`; without `fixture_runtime`, with the agent's own
+/// default runtime directory, as an agent run by hand has.
+fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool) -> Output {
     let bin = fx.dir.path().join("rewindfs-for-agent");
     if !bin.exists() {
         std::fs::copy(common::bin(), &bin).expect("copy the binary");
@@ -395,8 +401,12 @@ fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
         .arg("--clear-groups")
         .arg(&bin)
         .args(args)
-        .env("REWINDFS_RUNTIME_DIR", &fx.run)
         .current_dir(fx.dir.path());
+    if fixture_runtime {
+        cmd.env("REWINDFS_RUNTIME_DIR", &fx.run);
+    } else {
+        cmd.env_remove("REWINDFS_RUNTIME_DIR").env_remove("XDG_RUNTIME_DIR");
+    }
     common::run_with_timeout(&mut cmd, common::CHILD_TIMEOUT)
 }
 
@@ -934,4 +944,91 @@ fn the_agent_s_empty_turns_push_none_of_the_owner_s_checkpoints_out() {
         let f = fx.path().join(format!(".rewindfs/checkpoints/{c}/f{}", i + 1));
         assert_eq!(std::fs::read_to_string(&f).expect("the view of a kept checkpoint"), format!("{}\n", i + 1));
     }
+/// Issue 26, item 2: the agent's message ids cannot capture the owner's
+/// references. The agent seals the short form `log` shows of the owner's
+/// prompt id (refused: a message id may not be a prefix of another), and
+/// an id equal to the words of the owner's label (sealed, but the owner's
+/// reference by those words is then ambiguous, never the agent's). `log`
+/// tells the agent's checkpoints from the owner's.
+#[test]
+fn the_agent_cannot_capture_the_owners_references_with_its_message_ids() {
+    let fx = MountFixture::with_args(false, &["--auto-turn", "0", "--agent-user", common::TEST_USER]);
+    let mp = s(&fx.mountpoint).to_string();
+    let owner_id = "3f2a9c10-1b69-42ac-a7c5-8a1f880122ea";
+    fx.sh("echo one > f.txt && chmod 666 f.txt");
+    let sealed = fx.cli_json(&["turn", "--message-id", owner_id, "--label", "fix the tests"]);
+    let owner = sealed["checkpoint"].as_i64().expect("the owner's checkpoint");
+    fx.sh("echo two > f.txt");
+    let log = fx.cli(&["log"]);
+    let short = "3f2a9c10";
+    assert!(log.contains(&format!(" {short} ")), "log shows the owner's id cut short: {log}");
+
+    for id in [short, "3f2a", "3f2a9c10-1b69-42ac-a7c5-8a1f880122ea-x"] {
+        let out = rewindfs_as_agent(&fx, &["turn", "-C", &mp, "--message-id", id]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "the agent's id {id:?} must be refused: {}",
+            common::describe_status(&out)
+        );
+        assert!(
+            stderr(&out).contains("prefix") && stderr(&out).contains(&format!("\"{owner_id}\"")),
+            "{id}: {}",
+            stderr(&out)
+        );
+    }
+    let out = check(
+        rewindfs_as_agent(&fx, &["turn", "-C", &mp, "--message-id", "fix the tests", "--json"]),
+        "the agent's turn named as the owner's label",
+    );
+    let agents: serde_json::Value = serde_json::from_slice(&out.stdout).expect("turn --json");
+    let agents = agents["checkpoint"].as_i64().expect("the agent's checkpoint");
+    assert_ne!(agents, owner);
+
+    // The owner's short id still names the owner's checkpoint.
+    let preview = fx.cli_json(&["rewind", "--dry-run", short]);
+    assert_eq!(preview["checkpoint"].as_i64(), Some(owner), "{preview}");
+    // The label words name the owner's checkpoint, or are refused as
+    // ambiguous with both listed: never the agent's.
+    let out = fx.cli_output(&["rewind", "--dry-run", "fix the tests"]);
+    if out.status.success() {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("rewind --json");
+        assert_eq!(v["checkpoint"].as_i64(), Some(owner), "{v}");
+    } else {
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("ambiguous") && err.contains(&format!("{owner} (message \"{owner_id}\")")), "{err}");
+        assert!(err.contains(&format!("{agents} (message \"fix the tests\")")), "{err}");
+    }
+
+    // `log` says which checkpoints the agent sealed.
+    let rows = fx.cli_json(&["log"]);
+    let row = |n: i64| rows.as_array().and_then(|r| r.iter().find(|t| t["checkpoint"] == n)).cloned();
+    assert_eq!(row(agents).map(|r| r["by_agent"].clone()), Some(serde_json::json!(true)), "{rows}");
+    assert_eq!(row(owner).map(|r| r["by_agent"].clone()), Some(serde_json::json!(false)), "{rows}");
+    let log = fx.cli(&["log"]);
+    let line = |n: i64| log.lines().find(|l| l.get(1..4).map(str::trim) == Some(&n.to_string())).unwrap_or("");
+    assert!(line(agents).contains("(sealed by the agent)"), "{log}");
+    assert!(!line(owner).contains("(sealed by the agent)"), "{log}");
+}
+
+/// Issue 26, smaller ones: the agent's `unmount` of the owner's live mount,
+/// found (as the agent's other commands find it) in root's runtime
+/// directory, is the owner-only refusal (exit 5). It was taken for a dead
+/// mount, whose detach failed: "cannot detach dead mount ... Operation not
+/// permitted" (exit 1).
+#[test]
+fn the_agents_unmount_of_a_live_mount_is_refused_as_the_owners() {
+    let mut fx = MountFixture::unmounted();
+    // The mount publishes itself where root's mounts are by default; the
+    // agent has no REWINDFS_RUNTIME_DIR and looks there after its own.
+    fx.run = std::path::PathBuf::from("/run/rewindfs");
+    fx.mount(false, &["--auto-turn", "0", "--agent-user", common::TEST_USER]);
+    let mp = s(&fx.mountpoint).to_string();
+    check(rewindfs_as_agent_in(&fx, &["log", "-C", &mp], false), "the agent finds the mount");
+    let out = rewindfs_as_agent_in(&fx, &["unmount", &mp], false);
+    assert_eq!(out.status.code(), Some(5), "the agent's unmount: {}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("owner's"), "{}", stderr(&out));
+    assert!(common::is_mounted(&fx.mountpoint), "the mount is still there");
+    fx.unmount();
 }

@@ -5,7 +5,7 @@ use crate::cli::{DiffArgs, HistoryArgs, LogArgs};
 use crate::daemon::control::{self as op, RewindReply};
 use crate::error::Result;
 use crate::report::{ChangeKind, TurnSummary};
-use crate::text::{quote, quote_name};
+use crate::text::{quote, quote_name, quoted};
 
 fn human_bytes(n: i64) -> String {
     let n = n.max(0) as f64;
@@ -57,6 +57,12 @@ pub fn log(args: LogArgs) -> Result<i32> {
         };
         let mut programs: Vec<String> = t.name.iter().map(|n| format!("[{}]", quote(n))).collect();
         programs.extend(t.programs.iter().map(|(k, v)| format!("{}:{v}", quote(k))));
+        // The agent's own words (its message id and label) are told from
+        // the owner's: a reference the owner copies from here names the
+        // checkpoint it names, whoever sealed it (docs/cli.md).
+        if t.by_agent {
+            programs.push(AGENT_MARK.to_string());
+        }
         // Last, so that a long label does not push the columns around; an
         // agent's prompt (a session) is shown in quotes.
         match &t.label {
@@ -81,6 +87,10 @@ pub fn log(args: LogArgs) -> Result<i32> {
     Ok(status)
 }
 
+/// How `log`, `log --graph` and the picker mark a checkpoint sealed by the
+/// mount's agent user.
+pub const AGENT_MARK: &str = "(sealed by the agent)";
+
 /// A message id as `log` shows it: agents' prompt ids are 36-character
 /// UUIDs, so a long one is cut to its shortest unique prefix of at least 8
 /// characters (a reference that names it, as git does with hashes).
@@ -93,12 +103,6 @@ fn short_id<'a>(id: &'a str, all: &[&str]) -> &'a str {
         .map(|n| &id[..n])
         .find(|p| all.iter().filter(|o| o.starts_with(p)).count() == 1)
         .unwrap_or(id)
-}
-
-/// `s` in double quotes, with the escapes of `quote` when it needs them.
-fn quoted(s: &str) -> String {
-    let q = quote(s);
-    if q != s { q } else { format!("\"{s}\"") }
 }
 
 pub fn diff(args: DiffArgs) -> Result<i32> {
@@ -269,6 +273,9 @@ pub fn graph(turns: &[TurnSummary]) {
             .as_ref()
             .map(|m| format!("message {}", quote(m)))
             .unwrap_or_else(|| format!("({})", reason_name(t)));
+        if t.by_agent {
+            text.push_str(&format!(" {AGENT_MARK}"));
+        }
         if let Some(l) = &t.label {
             text.push_str(&format!(" {}", quote(l)));
         }

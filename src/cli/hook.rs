@@ -70,9 +70,23 @@ fn checkpoint(agent: Agent, event: &PromptEvent) -> Result<i64> {
     // What is left of the deadline, less a margin to report a timeout.
     let timeout = HOOK_DEADLINE.saturating_sub(Duration::from_millis(500));
     let message_id = message_id(agent, event, &info, timeout)?;
-    let turn = TurnInfo { message_id, session: event.session.clone(), label: event.label.clone() };
+    let turn = TurnInfo { message_id, session: event.session.clone(), label: event.label.clone(), sealed_by: None };
     let reply = turn::seal(&info, turn, timeout)?;
     Ok(reply.checkpoint)
+}
+
+/// Gemini prompt numbers are written with this many digits at least.
+const GEMINI_DIGITS: usize = 6;
+
+/// The next Gemini message id of `session`, given the mount's message ids:
+/// one more than the highest number of the session, zero-padded so that
+/// no id is a prefix of another (`<session>-1` of `<session>-10`), which
+/// a seal refuses (docs/cli.md, "Checkpoint references"). Ids of older
+/// versions, not padded, are counted too.
+fn gemini_id<'a>(session: &str, ids: impl Iterator<Item = &'a str>) -> String {
+    let prefix = format!("{session}-");
+    let last = ids.filter_map(|id| id.strip_prefix(&prefix)?.parse::<u64>().ok()).max().unwrap_or(0);
+    format!("{prefix}{:0width$}", last + 1, width = GEMINI_DIGITS)
 }
 
 /// The message id of a prompt: Claude Code's own prompt id; for Gemini
@@ -85,14 +99,8 @@ fn message_id(agent: Agent, event: &PromptEvent, info: &MountInfo, timeout: Dura
         Agent::Claude | Agent::Codex => event.prompt_id.clone(),
         Agent::Gemini => match &event.session {
             Some(session) => {
-                let prefix = format!("{session}-");
                 let rows = op::call(&info.socket, op::Checkpoints, timeout)?;
-                let last = rows
-                    .iter()
-                    .filter_map(|c| c.message_id.as_deref()?.strip_prefix(&prefix)?.parse::<u64>().ok())
-                    .max()
-                    .unwrap_or(0);
-                Some(format!("{prefix}{}", last + 1))
+                Some(gemini_id(session, rows.iter().filter_map(|c| c.message_id.as_deref())))
             }
             None => None,
         },
@@ -104,4 +112,26 @@ fn message_id(agent: Agent, event: &PromptEvent, info: &MountInfo, timeout: Dura
             false
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gemini_id;
+
+    /// Issue 26, item 2: a seal refuses a message id that is a prefix of
+    /// another, so the tenth prompt of a session must not begin with the
+    /// first's id.
+    #[test]
+    fn gemini_ids_are_numbered_without_one_being_a_prefix_of_another() {
+        assert_eq!(gemini_id("s", std::iter::empty()), "s-000001");
+        assert_eq!(gemini_id("s", ["s-000009", "t-000020", "s-3"].into_iter()), "s-000010");
+        // Older, unpadded ids of the session are counted.
+        assert_eq!(gemini_id("s", ["s-1", "s-12"].into_iter()), "s-000013");
+        let mut all: Vec<String> = Vec::new();
+        for _ in 0..120 {
+            let next = gemini_id("s", all.iter().map(String::as_str));
+            assert!(!all.iter().any(|o| o.starts_with(&next) || next.starts_with(o.as_str())), "{next}");
+            all.push(next);
+        }
+    }
 }

@@ -59,8 +59,9 @@ fn item(t: &TurnSummary) -> String {
             serde_json::to_value(t.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
         ),
     };
+    let by = if t.by_agent { format!("  {}", crate::cli::history::AGENT_MARK) } else { String::new() };
     format!(
-        "{:>4}  {}  {what}  (its turn: +{} ~{} -{} files)",
+        "{:>4}  {}  {what}  (its turn: +{} ~{} -{} files){by}",
         t.checkpoint, t.created_at, t.files_added, t.files_modified, t.files_deleted
     )
 }
@@ -88,5 +89,16 @@ mod tests {
         let plain = [turn(0, None, false), turn(1, None, true)];
         let offered: Vec<i64> = candidates(&plain).iter().map(|t| t.checkpoint).collect();
         assert_eq!(offered, [0], "without prompts, every checkpoint but the current one");
+    }
+
+    /// Issue 26, item 2: the agent's checkpoints are marked as its own.
+    #[test]
+    fn the_agents_checkpoints_are_marked() {
+        let mut t = turn(1, Some("p1"), false);
+        t.by_agent = true;
+        assert_eq!(
+            item(&t),
+            "   1  2026-12-03T10:00:00Z  message p1  (its turn: +1 ~2 -3 files)  (sealed by the agent)"
+        );
     }
 }

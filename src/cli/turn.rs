@@ -13,7 +13,7 @@ use crate::journal::TurnInfo;
 
 pub fn run(args: TurnArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let turn = TurnInfo { message_id: args.message_id, session: args.session, label: args.label };
+    let turn = TurnInfo { message_id: args.message_id, session: args.session, label: args.label, sealed_by: None };
     let reply = seal(&info, turn, Duration::from_secs(600))?;
     if args.target.json {
         return common::print_json(&reply);

@@ -266,7 +266,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
                 listener,
                 move |uid| access.peer(uid),
                 move |req, uid, progress| match handler_ctx.access.check(uid, &req) {
-                    Ok(()) => handle(req, &handler_ctx, progress),
+                    Ok(()) => handle(req, uid, &handler_ctx, progress),
                     Err(refusal) => {
                         warn!("refused `{}` from uid {uid}: {}", req.name(), refusal.message);
                         Response::failure(refusal)
@@ -395,9 +395,9 @@ fn seal_with(
         .map(|c| c.0)
         .map_err(|e| match e {
             // The caller's mistake, not a failure of the store.
-            JournalError::BadMessageId { .. } | JournalError::DuplicateMessageId { .. } => {
-                Failure::usage(e.to_string())
-            }
+            JournalError::BadMessageId { .. }
+            | JournalError::DuplicateMessageId { .. }
+            | JournalError::MessageIdOverlaps { .. } => Failure::usage(e.to_string()),
             e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
         })?;
     Ok(sealed)
@@ -611,6 +611,37 @@ fn hide_checkpoint(ctx: &Ctx, history: &HistoryOp<'_>, n: i64, message: Option<&
 pub const RESET_UNCONFIRMED: &str = "reset deletes every checkpoint and all the history of this workspace for good \
      (the workspace itself is kept; a reset cannot be undone): run it again with --confirm";
 
+/// How many paths a restore's labels name; the others are counted.
+const LABEL_PATHS: usize = 3;
+/// The longest path a restore's label shows whole, in characters.
+const LABEL_PATH_CHARS: usize = 100;
+
+/// What a restore's labels say it restored: its paths, a few of them
+/// named and the rest counted, so that a restore of 1,200 paths does not
+/// make one `log` line of 10 KB (the paths are in its intent and diff).
+fn restore_subject(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return "everything".to_string();
+    }
+    let shown: Vec<String> = paths
+        .iter()
+        .take(LABEL_PATHS)
+        .map(|p| {
+            let p = p.display().to_string();
+            if p.chars().count() <= LABEL_PATH_CHARS {
+                p
+            } else {
+                format!("{}...", p.chars().take(LABEL_PATH_CHARS).collect::<String>())
+            }
+        })
+        .collect();
+    match paths.len() - shown.len() {
+        0 => shown.join(", "),
+        1 => format!("{} and 1 more path", shown.join(", ")),
+        n => format!("{} and {n} more paths", shown.join(", ")),
+    }
+}
+
 fn view_failure(what: &str, e: crate::view::ViewError) -> Failure {
     Failure::failed(e.errno().0, format!("{what}: {e}"))
 }
@@ -623,12 +654,15 @@ fn restore_failure(message: String, e: &crate::restore::RestoreError) -> Failure
     Failure::new(kind, Some(e.errno().0), message)
 }
 
-fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Response {
+/// Answers one request of user `uid` (already allowed by the policy).
+fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Response {
     let (info, tree, journal) = (&ctx.info, &*ctx.tree, &*ctx.journal);
     match req {
-        Request::Turn(op) => answer(op, |protocol::Turn { info: turn }| {
+        Request::Turn(op) => answer(op, |protocol::Turn { info: mut turn }| {
             ctx.harness_seen.store(true, Ordering::Relaxed);
             let _history = ctx.world.history();
+            // Who asked, from the socket: `log` tells the agent's seals.
+            turn.sealed_by = Some(uid);
             let n = seal(ctx, &turn, Reason::Turn)?;
             Ok(protocol::TurnReply { checkpoint: n, info: turn })
         }),
@@ -640,7 +674,12 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
         }),
         Request::Log(op) => answer(op, |_| {
             let _op = ctx.world.op();
-            crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e))
+            let mut turns =
+                crate::report::log(tree, journal).map_err(|e| view_failure("cannot read the history", e))?;
+            for t in &mut turns {
+                t.by_agent = t.sealed_by.is_some() && t.sealed_by == ctx.access.agent;
+            }
+            Ok(turns)
         }),
         Request::Diff(op) => answer(op, |protocol::Diff { from, to, paths, patch }| {
             let _op = ctx.world.op();
@@ -657,11 +696,7 @@ fn handle(req: Request, ctx: &Ctx, progress: &dyn Fn(protocol::Progress)) -> Res
         }),
         Request::Restore(op) => answer(op, |protocol::Restore { checkpoint, paths, dry_run }| {
             let k = resolve(journal, &checkpoint)?;
-            let what = if paths.is_empty() {
-                "everything".to_string()
-            } else {
-                paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-            };
+            let what = restore_subject(&paths);
             if dry_run {
                 let _op = ctx.world.op();
                 check_readable(ctx, k, Some(&paths), &mut Default::default())?;
@@ -1355,5 +1390,22 @@ mod tests {
     fn mountinfo_escapes() {
         assert_eq!(unescape_mountinfo("/tmp/a\\040b"), "/tmp/a b");
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
+    }
+
+    /// Issue 26: a restore of many paths names a few in its labels and
+    /// counts the rest.
+    #[test]
+    fn a_restore_of_many_paths_is_summarized() {
+        let paths = |n: usize| (0..n).map(|i| PathBuf::from(format!("/w/dir/file-{i}.txt"))).collect::<Vec<_>>();
+        assert_eq!(restore_subject(&[]), "everything");
+        assert_eq!(restore_subject(&paths(2)), "/w/dir/file-0.txt, /w/dir/file-1.txt");
+        assert_eq!(
+            restore_subject(&paths(4)),
+            "/w/dir/file-0.txt, /w/dir/file-1.txt, /w/dir/file-2.txt and 1 more path"
+        );
+        let many = restore_subject(&paths(1200));
+        assert!(many.ends_with("/w/dir/file-2.txt and 1197 more paths"), "{many}");
+        let long = restore_subject(&[PathBuf::from("x".repeat(5000))]);
+        assert_eq!(long.chars().count(), LABEL_PATH_CHARS + 3, "{long}");
     }
 }

@@ -240,28 +240,42 @@ pub fn withdraw(mountpoint: &Path) {
 /// The info of the mount at `mountpoint`, if a daemon published one that
 /// can be trusted (a file that fails the checks is logged and ignored).
 pub fn read(mountpoint: &Path) -> Option<MountInfo> {
-    let path = entry_for(mountpoint).info;
-    if fs::symlink_metadata(&path).is_err() {
-        return None;
-    }
-    match trusted_dir(&runtime_dir()).and_then(|owner| read_trusted(&path, owner)) {
-        Ok(info) => Some(info),
-        Err(e) => {
-            log::warn!("ignoring the mount file of {}: {e}", mountpoint.display());
-            None
+    // Where `list_checked` finds mounts: an agent told the owner's live
+    // mount from a dead one only by its own directory, and tried to
+    // detach it ("Operation not permitted") instead of asking the daemon.
+    for dir in runtime_dirs() {
+        let path = entry_in(&dir, mountpoint).info;
+        if fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        match trusted_dir(&dir).and_then(|owner| read_trusted(&path, owner)) {
+            Ok(info) => return Some(info),
+            Err(e) => log::warn!("ignoring the mount file of {}: {e}", mountpoint.display()),
         }
     }
+    None
+}
+
+/// The runtime directories searched for mounts: this user's, and for an
+/// agent running as another user, root's, where it finds the owner's
+/// mounts (trusted: root's, not writable by others).
+fn runtime_dirs() -> Vec<PathBuf> {
+    let own = runtime_dir();
+    let root_dir = Path::new("/run/rewindfs");
+    let also_root = crate::sys::geteuid() != 0 && std::env::var_os("REWINDFS_RUNTIME_DIR").is_none() && own != root_dir;
+    let mut dirs = vec![own];
+    if also_root {
+        dirs.push(root_dir.to_path_buf());
+    }
+    dirs
 }
 
 /// Every published mount that can be trusted, and a sentence for each
 /// runtime file that was refused.
 pub fn list_checked() -> (Vec<MountInfo>, Vec<String>) {
-    let (mut out, mut refused) = list_dir(&runtime_dir());
-    // An agent running as another user finds the owner's mounts in root's
-    // runtime directory (trusted: root's, not writable by others).
-    let root_dir = Path::new("/run/rewindfs");
-    if crate::sys::geteuid() != 0 && std::env::var_os("REWINDFS_RUNTIME_DIR").is_none() && runtime_dir() != root_dir {
-        let (more, more_refused) = list_dir(root_dir);
+    let (mut out, mut refused) = (Vec::new(), Vec::new());
+    for dir in runtime_dirs() {
+        let (more, more_refused) = list_dir(&dir);
         out.extend(more);
         refused.extend(more_refused);
     }

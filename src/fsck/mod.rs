@@ -465,8 +465,11 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
     for c in journal.with_meta(|m| m.record_coverage())? {
         // Checkpoints after the newest record that says all without the
         // inode, up to the newest that names the object: their views read
-        // the inode, found through the object's row.
-        let from = c.newest_cover.unwrap_or(i64::MIN);
+        // the inode, found through the object's row. None up to its birth
+        // shows it: a file born, changed and removed in one turn has a
+        // record of that turn (its chmod's pre-image) that no view reads,
+        // and its inode is rightly gone.
+        let from = c.newest_cover.unwrap_or(i64::MIN).max(c.born_turn.unwrap_or(i64::MIN));
         let ks: Vec<i64> =
             checkpoints.iter().map(|k| k.checkpoint).filter(|k| *k > from && *k <= c.newest_record).collect();
         if !c.has_row {

@@ -23,6 +23,7 @@ fn checkpoint(n: i64, parent: Option<i64>, message: Option<&str>) -> Checkpoint 
         store_bytes_at_start: 0,
         name: None,
         snapshot_message: None,
+        sealed_by: None,
     }
 }
 

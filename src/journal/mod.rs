@@ -28,6 +28,7 @@ use crate::meta::{
 };
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use crate::sys::FileHandle;
+use crate::text::{quote, quoted};
 use record_log::{LogRecord, RecordLog};
 
 /// Errors while recording.
@@ -39,14 +40,24 @@ pub enum JournalError {
     Store(#[from] StoreError),
     #[error("cannot read {what}: {source}")]
     Read { what: String, source: std::io::Error },
-    #[error("unknown checkpoint {reference:?}; {known}")]
+    /// `reference` is shown quoted ([`quoted`]): it may be an agent's id.
+    #[error("unknown checkpoint {}; {known}", quoted(reference))]
     UnknownCheckpoint { reference: String, known: String },
-    #[error("checkpoint reference {reference:?} is ambiguous: it matches checkpoints {matches}")]
+    #[error("checkpoint reference {} is ambiguous: it matches checkpoints {matches}", quoted(reference))]
     Ambiguous { reference: String, matches: String },
     #[error("message id {id} is refused: {why}")]
     BadMessageId { id: String, why: String },
     #[error("message id {id} already names checkpoint {checkpoint}; each message id names one checkpoint")]
     DuplicateMessageId { id: String, checkpoint: i64 },
+    /// `id` and `other` are shown quoted ([`quoted`]).
+    #[error(
+        "message id {} is refused: {} message id {} (checkpoint {checkpoint}), so a short reference could mean \
+         either; a message id may not be a prefix of another",
+        quoted(id),
+        if other.starts_with(id.as_str()) { "it begins" } else { "it begins with" },
+        quoted(other)
+    )]
+    MessageIdOverlaps { id: String, other: String, checkpoint: i64 },
     #[error("snapshot name {name} is refused: {why}")]
     BadSnapshotName { name: String, why: String },
     #[error("{name} already names checkpoint {checkpoint}; a name names one checkpoint")]
@@ -79,7 +90,7 @@ pub const MESSAGE_ID_MAX: usize = 128;
 pub fn check_message_id(id: &str) -> Result<(), JournalError> {
     match refusal(id) {
         None => Ok(()),
-        Some(why) => Err(JournalError::BadMessageId { id: format!("{:?}", truncate_for_message(id)), why }),
+        Some(why) => Err(JournalError::BadMessageId { id: quoted(&truncate_for_message(id)), why }),
     }
 }
 
@@ -120,7 +131,7 @@ fn forgotten_message(reference: &str, f: &crate::meta::Forgotten) -> String {
         "forgotten (`rewindfs forget`)".to_string()
     };
     let named = match &f.message_id {
-        Some(m) if m == reference => format!("message {reference:?} (checkpoint {})", f.checkpoint),
+        Some(m) if m == reference => format!("message {} (checkpoint {})", quoted(reference), f.checkpoint),
         _ => format!("checkpoint {}", f.checkpoint),
     };
     let into = match f.merged_into {
@@ -151,6 +162,7 @@ impl AsErrno for JournalError {
             JournalError::Forgotten { .. } => Errno::EIO,
             JournalError::BadMessageId { .. }
             | JournalError::DuplicateMessageId { .. }
+            | JournalError::MessageIdOverlaps { .. }
             | JournalError::BadSnapshotName { .. }
             | JournalError::DuplicateSnapshotName { .. }
             | JournalError::AlreadyNamed { .. }
@@ -179,6 +191,10 @@ pub struct TurnInfo {
     pub message_id: Option<String>,
     pub session: Option<String>,
     pub label: Option<String>,
+    /// The uid that asked for the seal, set by the daemon from its socket:
+    /// never taken from what a client sends (skipped by serde).
+    #[serde(skip)]
+    pub sealed_by: Option<u32>,
 }
 
 struct Inner {
@@ -512,6 +528,7 @@ impl Journal {
                 store_bytes_at_start: store_bytes,
                 name: None,
                 snapshot_message: None,
+                sealed_by: None,
             })?;
             m.set_state(SEALED_NS, &now_ns().to_string())?;
             // The packs were reconciled with the index when the store was
@@ -1061,7 +1078,13 @@ impl Journal {
                     info!("message {id:?} repeated with nothing changed: checkpoint {n} again");
                     return Ok(CheckpointId(n));
                 }
-                return Err(JournalError::DuplicateMessageId { id: format!("{id:?}"), checkpoint: n });
+                return Err(JournalError::DuplicateMessageId { id: quoted(id), checkpoint: n });
+            }
+            // A prefix reference that named one checkpoint must not come
+            // to name two (or another): an agent sealing the short form of
+            // the owner's prompt id would capture `rewind 3f2a`.
+            if let Some((n, other)) = inner.meta.checkpoint_with_overlapping_message(id, reference::MIN_PREFIX)? {
+                return Err(JournalError::MessageIdOverlaps { id: id.clone(), other, checkpoint: n });
             }
         }
         let stats = self.store.stats()?;
@@ -1084,6 +1107,7 @@ impl Journal {
                     store_bytes_at_start: store_bytes,
                     name: None,
                     snapshot_message: None,
+                    sealed_by: info.sealed_by,
                 })?;
                 // Under the exclusive gate: every change of the turn sealed
                 // was applied before this time.
@@ -1279,13 +1303,14 @@ impl Journal {
         Ok(())
     }
 
-    /// Resolves a checkpoint reference: a number, `~N` (N before the
-    /// newest), a message id or a snapshot name; a forgotten checkpoint's
-    /// number or message id is refused saying so; failing those, a unique prefix of a
-    /// message id or words of a label (`reference.rs`).
+    /// Resolves a checkpoint reference: a number or `~N` (N before the
+    /// newest); otherwise a message id, a snapshot name, a prefix of a
+    /// message id or words of a label (`reference.rs`), all at once: it must
+    /// name one checkpoint by all of them together, or it is ambiguous. A
+    /// forgotten checkpoint's number or message id is refused saying so.
     pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
-        // The exact forms are indexed lookups; every checkpoint is read
-        // only for a loose match, or to list them when nothing matches.
+        // Numbers and `~N` are indexed lookups; any other reference reads
+        // every checkpoint, since it may mean one by several readings.
         if let Some(back) = reference.strip_prefix('~') {
             let found = match back.parse::<usize>() {
                 Ok(n) => self.with_meta(|m| m.checkpoint_back(n as u64))?,
@@ -1296,12 +1321,35 @@ impl Journal {
                 None => Err(self.unknown_checkpoint(reference, &self.with_meta(|m| m.checkpoints())?)?),
             };
         }
-        let by_msg = self.with_meta(|m| m.checkpoints_named(reference))?;
+        // A number is no word anyone can choose (message ids and names
+        // are never all digits): with the names it equals, it is final.
         let by_num: Vec<i64> = match reference.parse::<i64>() {
             Ok(n) if self.with_meta(|m| m.checkpoint(n))?.is_some() => vec![n],
             _ => Vec::new(),
         };
-        let mut matches: Vec<i64> = by_num.into_iter().chain(by_msg).collect();
+        let by_name = self.with_meta(|m| m.checkpoints_named(reference))?;
+        if !by_num.is_empty() {
+            let mut matches: Vec<i64> = by_num.into_iter().chain(by_name).collect();
+            matches.sort_unstable();
+            matches.dedup();
+            return match matches.as_slice() {
+                [one] => Ok(CheckpointId(*one)),
+                many => {
+                    let all = self.with_meta(|m| m.checkpoints())?;
+                    Err(JournalError::Ambiguous {
+                        reference: reference.to_string(),
+                        matches: reference::describe(&all, many),
+                    })
+                }
+            };
+        }
+        // Otherwise every reading counts alike: an exact message id or name
+        // beats no prefix and no label words, since the agent chooses ids
+        // and labels; a reference that could mean two checkpoints is
+        // refused with both listed, never taken as the agent's.
+        let all = self.with_meta(|m| m.checkpoints())?;
+        let mut matches: Vec<i64> = by_name.into_iter().chain(reference::loose_matches(&all, reference)).collect();
+        matches.sort_unstable();
         matches.dedup();
         if matches.is_empty()
             && let Some(forgotten) = self.with_meta(|m| m.forgotten(reference))?
@@ -1310,20 +1358,10 @@ impl Journal {
         }
         match matches.as_slice() {
             [one] => Ok(CheckpointId(*one)),
-            [] => {
-                let all = self.with_meta(|m| m.checkpoints())?;
-                match reference::loose_matches(&all, reference).as_slice() {
-                    [one] => Ok(CheckpointId(*one)),
-                    [] => Err(self.unknown_checkpoint(reference, &all)?),
-                    many => Err(JournalError::Ambiguous {
-                        reference: reference.to_string(),
-                        matches: reference::describe(&all, many),
-                    }),
-                }
-            }
+            [] => Err(self.unknown_checkpoint(reference, &all)?),
             many => Err(JournalError::Ambiguous {
                 reference: reference.to_string(),
-                matches: many.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
+                matches: reference::describe(&all, many),
             }),
         }
     }
@@ -1332,7 +1370,7 @@ impl Journal {
     /// there are (`all`), and that a reset deleted the older ones if one did.
     fn unknown_checkpoint(&self, reference: &str, all: &[Checkpoint]) -> JournalResult<JournalError> {
         let nums: Vec<String> = all.iter().map(|c| c.checkpoint.to_string()).collect();
-        let msgs: Vec<String> = all.iter().filter_map(|c| c.message_id.clone()).collect();
+        let msgs: Vec<String> = all.iter().filter_map(|c| c.message_id.as_deref().map(quote)).collect();
         let known = format!(
             "checkpoints are {} and message ids {}",
             if nums.is_empty() { "none".into() } else { nums.join(", ") },
@@ -1559,10 +1597,89 @@ mod tests {
         assert_eq!(j.resolve("FAILING").unwrap(), CheckpointId(2), "case is ignored");
         let e = j.resolve("fix the").unwrap_err().to_string();
         assert!(
-            e.contains("ambiguous") && e.contains("2 (message 3f2b0000-bbbb)") && e.contains("fix the README"),
+            e.contains("ambiguous") && e.contains("2 (message \"3f2b0000-bbbb\")") && e.contains("fix the README"),
             "{e}"
         );
         assert_eq!(j.resolve("2").unwrap(), CheckpointId(2), "numbers come first");
+    }
+
+    /// Issue 26, item 2: a message id that is a prefix of another (at
+    /// least `MIN_PREFIX` characters) or begins with one is refused at
+    /// seal, so a prefix reference never comes to mean another checkpoint.
+    #[test]
+    fn a_message_id_that_a_prefix_reference_could_confuse_is_refused() {
+        let j = journal();
+        let owner = turn(&j, "3f2a9c10-aaaa-bbbb").unwrap();
+        for bad in ["3f2a9c10", "3f2a", "3f2a9c10-aaaa-bbbb-more", "3f2a9c10-aaaa-bbbb0"] {
+            let e = turn(&j, bad).expect_err(bad);
+            assert!(matches!(e, JournalError::MessageIdOverlaps { checkpoint: 1, .. }), "{bad}: {e}");
+            assert!(e.to_string().contains("\"3f2a9c10-aaaa-bbbb\""), "{e}");
+        }
+        assert_eq!(j.current_turn(), 1, "a refused id sealed a checkpoint");
+        // Shorter than a prefix reference: it can only name itself.
+        let short = turn(&j, "3f2").unwrap();
+        // A later id that begins with a short one's prefix is refused too.
+        turn(&j, "77aa").unwrap();
+        assert!(matches!(turn(&j, "77aa-0000"), Err(JournalError::MessageIdOverlaps { .. })));
+        assert_eq!(j.resolve("3f2a").unwrap(), owner);
+        assert_eq!(j.resolve("3f2a9c10").unwrap(), owner);
+        assert_eq!(j.resolve("3f2").unwrap(), short);
+        // Characters, not bytes, count.
+        turn(&j, "été-1234").unwrap();
+        assert!(matches!(turn(&j, "été-"), Err(JournalError::MessageIdOverlaps { .. })));
+        assert!(matches!(turn(&j, "été-1234\u{10ffff}"), Err(JournalError::MessageIdOverlaps { .. })));
+        turn(&j, "été").unwrap();
+    }
+
+    /// Issue 26, item 2: an exact message id no longer beats label words
+    /// or a prefix: an id equal to another checkpoint's label words makes
+    /// the reference ambiguous (both listed, quoted), never the agent's.
+    #[test]
+    fn an_id_equal_to_label_words_is_ambiguous_not_captured() {
+        let j = journal();
+        let info = TurnInfo {
+            message_id: Some("owner-1".into()),
+            label: Some("Fix the tests in src".into()),
+            ..Default::default()
+        };
+        let owner = j.seal(&info, Reason::Turn, || {}).unwrap();
+        assert_eq!(j.resolve("fix the tests").unwrap(), owner);
+        turn(&j, "fix the tests").unwrap();
+        let e = j.resolve("fix the tests").unwrap_err();
+        assert!(matches!(e, JournalError::Ambiguous { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("1 (message \"owner-1\") \"Fix the tests in src\"")
+                && e.contains("2 (message \"fix the tests\")"),
+            "{e}"
+        );
+        // Numbers stay final.
+        assert_eq!(j.resolve("1").unwrap(), owner);
+    }
+
+    /// Issue 26, smaller ones: ids with bidi overrides or zero-width
+    /// characters are printed escaped in "unknown" and "ambiguous" errors.
+    #[test]
+    fn invisible_characters_are_escaped_in_reference_errors() {
+        let j = journal();
+        turn(&j, "\u{202e}evil").unwrap();
+        turn(&j, "zero\u{200b}width").unwrap();
+        for e in [j.resolve("nope").unwrap_err(), j.resolve("\u{202e}").unwrap_err()] {
+            let e = e.to_string();
+            assert!(!e.contains('\u{202e}') && !e.contains('\u{200b}'), "printed raw: {e:?}");
+            assert!(e.contains("\\u{202e}"), "{e}");
+        }
+        let e = j.resolve("\u{202e}").unwrap_err().to_string();
+        assert!(e.starts_with("unknown checkpoint \"\\u{202e}\""), "{e}");
+        let label =
+            |id: &str, l: &str| TurnInfo { message_id: Some(id.into()), label: Some(l.into()), ..Default::default() };
+        j.seal(&label("a\u{200b}1", "deploy \u{202e}now"), Reason::Turn, || {}).unwrap();
+        j.seal(&label("a\u{200b}2", "deploy \u{202e}later"), Reason::Turn, || {}).unwrap();
+        let e = j.resolve("deploy").unwrap_err();
+        assert!(matches!(e, JournalError::Ambiguous { .. }), "{e}");
+        let e = e.to_string();
+        assert!(!e.contains('\u{202e}') && !e.contains('\u{200b}'), "printed raw: {e:?}");
+        assert!(e.contains("(message \"a\\u{200b}1\") \"deploy \\u{202e}now\""), "{e}");
     }
 
     #[test]

@@ -3,31 +3,26 @@
 //! UUIDs), or words from a checkpoint's label (a prompt's first line).
 
 use crate::meta::Checkpoint;
+use crate::text::quoted;
 
 /// The shortest message-id prefix taken as a reference: shorter ones would
 /// catch typos of checkpoint numbers.
 pub const MIN_PREFIX: usize = 4;
 
-/// What a reference that names no checkpoint exactly matches: the
-/// checkpoints whose message id starts with it, else those whose label
-/// contains it (ignoring case). Empty when neither.
+/// What a reference matches loosely: the checkpoints whose message id
+/// starts with it (at least [`MIN_PREFIX`] characters), and those whose
+/// label contains it (ignoring case). Both count alike, and alike with an
+/// exact message id (`Journal::resolve`): the agent chooses ids and labels,
+/// so no reading may hide another.
 pub fn loose_matches(all: &[Checkpoint], reference: &str) -> Vec<i64> {
-    if reference.chars().count() >= MIN_PREFIX {
-        let by_prefix: Vec<i64> = all
-            .iter()
-            .filter(|c| c.message_id.as_deref().is_some_and(|m| m.starts_with(reference)))
-            .map(|c| c.checkpoint)
-            .collect();
-        if !by_prefix.is_empty() {
-            return by_prefix;
-        }
-    }
+    let prefix = reference.chars().count() >= MIN_PREFIX;
     let needle = reference.to_lowercase();
-    if needle.trim().is_empty() {
-        return Vec::new();
-    }
+    let words = !needle.trim().is_empty();
     all.iter()
-        .filter(|c| c.label.as_deref().is_some_and(|l| l.to_lowercase().contains(&needle)))
+        .filter(|c| {
+            (prefix && c.message_id.as_deref().is_some_and(|m| m.starts_with(reference)))
+                || (words && c.label.as_deref().is_some_and(|l| l.to_lowercase().contains(&needle)))
+        })
         .map(|c| c.checkpoint)
         .collect()
 }
@@ -41,10 +36,10 @@ pub fn describe(all: &[Checkpoint], matches: &[i64]) -> String {
         .map(|c| {
             let mut s = c.checkpoint.to_string();
             if let Some(m) = &c.message_id {
-                s.push_str(&format!(" (message {m})"));
+                s.push_str(&format!(" (message {})", quoted(m)));
             }
             if let Some(l) = &c.label {
-                s.push_str(&format!(" {l:?}"));
+                s.push_str(&format!(" {}", quoted(l)));
             }
             s
         })

@@ -990,6 +990,7 @@ mod tests {
             store_bytes_at_start: 0,
             name: None,
             snapshot_message: None,
+            sealed_by: None,
         }
     }
 
@@ -1124,6 +1125,7 @@ mod journal_tests {
                 store_bytes_at_start: 0,
                 name: None,
                 snapshot_message: None,
+                sealed_by: None,
             };
             m.insert_checkpoint(&c).unwrap();
             if i % 97 == 96 {

@@ -19,7 +19,7 @@ pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
 
 /// Current schema version.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// A persistent object id: one file, directory or symlink, the same
 /// across renames and remounts.
@@ -152,6 +152,11 @@ pub struct Checkpoint {
     /// The snapshot's `--message`.
     #[serde(default)]
     pub snapshot_message: Option<String>,
+    /// The uid of the caller who asked for it (`turn`), as the daemon saw
+    /// it on its socket; None for the daemon's own (mount, auto, rewind)
+    /// and for checkpoints sealed before schema version 15.
+    #[serde(default)]
+    pub sealed_by: Option<u32>,
 }
 
 /// One turn's `log` statistics: what `diff` between its two checkpoints
@@ -216,6 +221,8 @@ pub struct Coverage {
     pub newest_cover: Option<i64>,
     /// The object has a row in `objects`.
     pub has_row: bool,
+    /// `objects.born_turn`: no checkpoint up to it shows the object.
+    pub born_turn: Option<i64>,
 }
 
 /// The largest database a mount checks with `PRAGMA integrity_check`:
@@ -654,6 +661,21 @@ fn migrate(conn: &Connection, path: &str) -> MetaResult<()> {
         )
         .ctx("migrate to schema version 14")?;
     }
+    if version < 15 {
+        // Who asked for each checkpoint, so that `log` can tell the
+        // agent's seals from the owner's; unknown for older ones.
+        // A database put back to an older version by hand (the tests do)
+        // may have the column already.
+        let has: bool = conn
+            .query_row("SELECT COUNT(*) FROM pragma_table_info('checkpoints') WHERE name = 'sealed_by'", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n > 0)
+            .ctx("migrate to schema version 15")?;
+        let add = if has { "" } else { "ALTER TABLE checkpoints ADD COLUMN sealed_by INTEGER;" };
+        conn.execute_batch(&format!("BEGIN; {add} PRAGMA user_version = 15; COMMIT;"))
+            .ctx("migrate to schema version 15")?;
+    }
     Ok(())
 }
 
@@ -674,7 +696,9 @@ fn sqlite_check(conn: &Connection, pragma: &str) -> MetaResult<Vec<String>> {
 
 /// The columns [`checkpoint_from_row`] reads, from [`CHECKPOINT_FROM`].
 const CHECKPOINT_COLUMNS: &str = "c.id, c.parent, c.message_id, c.session, c.label, c.reason, c.created_at, \
-     c.store_bytes_at_start, s.name, s.message";
+     c.store_bytes_at_start, s.name, s.message, c.sealed_by";
+/// How many columns [`CHECKPOINT_COLUMNS`] has: a query may read more after them.
+const CHECKPOINT_COLUMN_COUNT: usize = 11;
 /// A checkpoint with its name.
 const CHECKPOINT_FROM: &str = "FROM checkpoints c LEFT JOIN snapshots s ON s.checkpoint = c.id";
 
@@ -690,6 +714,7 @@ fn checkpoint_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Checkpoint> {
         store_bytes_at_start: r.get(7)?,
         name: r.get(8)?,
         snapshot_message: r.get(9)?,
+        sealed_by: r.get(10)?,
     })
 }
 
@@ -1012,9 +1037,9 @@ impl Meta {
     pub fn insert_checkpoint(&self, c: &Checkpoint) -> MetaResult<()> {
         self.conn
             .execute(
-                "INSERT INTO checkpoints(id, parent, message_id, session, label, reason, created_at, store_bytes_at_start)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![c.checkpoint, c.parent, c.message_id, c.session, c.label, c.reason.as_str(), c.created_at, c.store_bytes_at_start],
+                "INSERT INTO checkpoints(id, parent, message_id, session, label, reason, created_at, store_bytes_at_start, sealed_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![c.checkpoint, c.parent, c.message_id, c.session, c.label, c.reason.as_str(), c.created_at, c.store_bytes_at_start, c.sealed_by],
             )
             .ctx("record checkpoint")?;
         Ok(())
@@ -1067,6 +1092,51 @@ impl Meta {
             .ctx("prepare")?;
         let rows = stmt.query_map([word], |r| r.get(0)).ctx("read checkpoints")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read checkpoints")
+    }
+
+    /// The oldest checkpoint whose message id is not `id` but shares a
+    /// prefix reference with it: one of the two starts with the other, and
+    /// the shorter has at least `min` characters (shorter ones are no
+    /// prefix reference). As (checkpoint, its message id).
+    pub fn checkpoint_with_overlapping_message(&self, id: &str, min: usize) -> MetaResult<Option<(i64, String)>> {
+        // Indexed (`checkpoints_by_message`), as a seal's other checks:
+        // longer ids beginning with `id` lie in one range of the index
+        // (UTF-8 sorts bytewise as code points), and the shorter ones `id`
+        // begins with are among its prefixes, each looked up.
+        let mut found: Option<(i64, String)> = None;
+        let mut keep = |hit: Option<(i64, String)>| {
+            if let Some(h) = hit
+                && found.as_ref().is_none_or(|f| h.0 < f.0)
+            {
+                found = Some(h);
+            }
+        };
+        if id.chars().count() >= min {
+            let end = format!("{id}\u{10ffff}");
+            let hit = self
+                .conn
+                .prepare_cached(
+                    "SELECT id, message_id FROM checkpoints WHERE message_id > ?1 AND message_id < ?2
+                     AND substr(message_id, 1, length(?1)) = ?1 ORDER BY id LIMIT 1",
+                )
+                .ctx("prepare")?
+                .query_row(params![id, end], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+                .ctx("read checkpoints")?;
+            keep(hit);
+        }
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, message_id FROM checkpoints WHERE message_id = ?1 ORDER BY id LIMIT 1")
+            .ctx("prepare")?;
+        for (n, (at, _)) in id.char_indices().enumerate() {
+            if n < min {
+                continue;
+            }
+            let hit = stmt.query_row([&id[..at]], |r| Ok((r.get(0)?, r.get(1)?))).optional().ctx("read checkpoints")?;
+            keep(hit);
+        }
+        Ok(found)
     }
 
     /// The oldest checkpoint other than `except` whose message id is `id`.
@@ -1720,7 +1790,7 @@ impl Meta {
                  covered AS (
                      SELECT object, MAX(turn) AS turn FROM object_pre
                      WHERE chunks IS NOT NULL OR kind != 1 GROUP BY object)
-                 SELECT n.object, o.kind, o.handle, n.turn, c.turn, o.id IS NOT NULL FROM newest n
+                 SELECT n.object, o.kind, o.handle, n.turn, c.turn, o.id IS NOT NULL, o.born_turn FROM newest n
                  LEFT JOIN objects o ON o.id = n.object LEFT JOIN covered c ON c.object = n.object",
             )
             .ctx("prepare")?;
@@ -1733,6 +1803,7 @@ impl Meta {
                     newest_record: r.get(3)?,
                     newest_cover: r.get(4)?,
                     has_row: r.get(5)?,
+                    born_turn: r.get(6)?,
                 })
             })
             .ctx("list record coverage")?;

@@ -269,7 +269,9 @@ impl Meta {
         );
         let mut stmt = self.conn.prepare_cached(&sql).ctx("prepare")?;
         stmt.reset_status(rusqlite::StatementStatus::VmStep);
-        let rows = stmt.query_map(p, |r| Ok((super::checkpoint_from_row(r)?, r.get(10)?))).ctx("read checkpoints")?;
+        let rows = stmt
+            .query_map(p, |r| Ok((super::checkpoint_from_row(r)?, r.get(super::CHECKPOINT_COLUMN_COUNT)?)))
+            .ctx("read checkpoints")?;
         let mut found = Vec::new();
         for row in rows {
             let (c, tainted): (Checkpoint, bool) = row.ctx("read checkpoints")?;
@@ -847,6 +849,7 @@ mod tests {
             store_bytes_at_start: 0,
             name: None,
             snapshot_message: None,
+            sealed_by: None,
         })
         .unwrap();
     }

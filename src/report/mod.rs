@@ -80,6 +80,13 @@ pub struct TurnSummary {
     pub name: Option<String>,
     #[serde(default)]
     pub snapshot_message: Option<String>,
+    /// The uid that asked for the checkpoint (see `Checkpoint::sealed_by`).
+    #[serde(default)]
+    pub sealed_by: Option<u32>,
+    /// Sealed by the mount's agent user (`--agent-user`), not the owner:
+    /// its message id and label are the agent's words.
+    #[serde(default)]
+    pub by_agent: bool,
 }
 
 fn is_binary(data: &[u8]) -> bool {
@@ -339,6 +346,9 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
             stats_unavailable,
             name: c.name.clone(),
             snapshot_message: c.snapshot_message.clone(),
+            sealed_by: c.sealed_by,
+            // The daemon knows the agent's uid (`daemon/access.rs`).
+            by_agent: false,
         });
     }
     Ok(out)

@@ -410,6 +410,24 @@ impl MountFixture {
         );
     }
 
+    /// `fsck -C MOUNT` through the daemon finds nothing: exit 0, the one
+    /// summary line, and no problem in `--json` (issue 26: every store made
+    /// by ordinary use passes fsck).
+    pub fn assert_fsck_clean(&self, what: &str) {
+        let mp = self.mountpoint.to_str().expect("utf-8 mountpoint").to_string();
+        let out = self.rewindfs(&["fsck", "-C", &mp]);
+        let text = stdout(&out);
+        assert!(
+            out.status.success() && text.lines().next().is_some_and(|l| l.ends_with("no problems")),
+            "{what}: fsck must pass ({}): {text}{}",
+            describe_status(&out),
+            stderr(&out)
+        );
+        let out = self.rewindfs(&["fsck", "-C", &mp, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fsck --json prints JSON");
+        assert_eq!(v["problems"], serde_json::json!([]), "{what}: {v}");
+    }
+
     /// Runs a shell script in the mount.
     pub fn sh(&self, script: &str) -> String {
         sh(self.path(), script)

@@ -593,12 +593,14 @@ impl Runner {
         Ok(())
     }
 
-    /// At the end of a sequence: `log --json` lists exactly the checkpoints
-    /// made, and (with `check_log`) each turn's statistics equal the
-    /// model's diff from its checkpoint to the next.
+    /// At the end of a sequence: `fsck` finds nothing wrong (every store
+    /// made by ordinary use passes it, issue 26 item 7), `log --json` lists
+    /// exactly the checkpoints made, and (with `check_log`) each turn's
+    /// statistics equal the model's diff from its checkpoint to the next.
     pub fn check_end(&self) -> Res<()> {
         self.check_readers()?;
         eprintln!("history_model: {} reads of the past raced the steps", self.concurrent_reads());
+        self.check_fsck()?;
         let v = self.cli_json(&["log"])?;
         let rows = v.as_array().cloned().unwrap_or_default();
         let listed: Vec<i64> = rows.iter().filter_map(|r| r["checkpoint"].as_i64()).collect();
@@ -626,6 +628,27 @@ impl Runner {
             if got != want {
                 return fail("log", format!("log row {c}: {keys:?} want {want:?}, got {got:?}"));
             }
+        }
+        Ok(())
+    }
+
+    /// `fsck` through the daemon: exit 0 and no problem listed. Its exit
+    /// status for problems (6) is no CLI failure, so `cli_json` is not used.
+    fn check_fsck(&self) -> Res<()> {
+        let mp = self.mp();
+        let out = self.fx.rewindfs(&["fsck", "-C", &mp, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        let clean = v["problems"].as_array().is_some_and(|p| p.is_empty());
+        if !out.status.success() || !clean {
+            return fail(
+                "fsck",
+                format!(
+                    "fsck of a store made by ordinary use found problems ({}): {}{}",
+                    describe_status(&out),
+                    stdout(&out).trim(),
+                    stderr(&out).trim()
+                ),
+            );
         }
         Ok(())
     }
