@@ -944,6 +944,8 @@ fn the_agent_s_empty_turns_push_none_of_the_owner_s_checkpoints_out() {
         let f = fx.path().join(format!(".rewindfs/checkpoints/{c}/f{}", i + 1));
         assert_eq!(std::fs::read_to_string(&f).expect("the view of a kept checkpoint"), format!("{}\n", i + 1));
     }
+}
+
 /// Issue 26, item 2: the agent's message ids cannot capture the owner's
 /// references. The agent seals the short form `log` shows of the owner's
 /// prompt id (refused: a message id may not be a prefix of another), and
