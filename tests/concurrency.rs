@@ -326,7 +326,7 @@ fn a_checkpoint_view_read_during_an_overwrite_gives_the_checkpoint_s_bytes() {
     let mut rounds = 0;
     while rounds < 2000 && started.elapsed() < Duration::from_secs(25) {
         let i = rounds;
-        let checkpoint = fx.turn(&format!("r{i}"));
+        let checkpoint = fx.turn(&format!("r{i:06}"));
         let views: Vec<std::path::PathBuf> =
             (0..RACED_FILES).map(|n| fx.path().join(format!(".rewindfs/checkpoints/{checkpoint}/f{n:02}"))).collect();
         let go = Instant::now() + Duration::from_micros(300);
@@ -398,12 +398,12 @@ fn a_turn_s_stored_statistics_never_count_a_write_made_after_its_seal() {
                 std::fs::remove_file(g).expect("remove g");
             }
         }
-        fx.turn(&format!("links{round}"));
+        fx.turn(&format!("links{round:04}"));
         for (n, h) in kept.iter().enumerate() {
             std::fs::write(h, round_bytes(round, n)).expect("overwrite h");
         }
         linking_turns.push((before, if linked { LINKED } else { 0 }, if linked { 0 } else { LINKED }));
-        before = fx.turn(&format!("writes{round}"));
+        before = fx.turn(&format!("writes{round:04}"));
     }
     let log = fx.cli_json(&["log"]);
     let by_checkpoint: std::collections::HashMap<i64, &serde_json::Value> =

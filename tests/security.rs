@@ -931,7 +931,7 @@ fn the_agent_s_empty_turns_push_none_of_the_owner_s_checkpoints_out() {
     let mp = s(&fx.mountpoint).to_string();
     for i in 0..20 {
         check(
-            rewindfs_as_agent(&fx, &["turn", "-C", &mp, "--message-id", &format!("agent-{i}")]),
+            rewindfs_as_agent(&fx, &["turn", "-C", &mp, "--message-id", &format!("agent-{i:03}")]),
             "the agent's empty turn",
         );
     }
