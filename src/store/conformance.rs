@@ -367,5 +367,5 @@ pub fn torn_tail(open: &dyn Fn() -> Arc<dyn ChunkStore>, tear: &dyn Fn()) {
     let more = put_many(&*store, 31_000, 3, 9000);
     drop(store);
     let store = open();
-    assert_reads(&*store, &[intact, &[last.clone()], &more].concat(), "after a torn tail and a reopen");
+    assert_reads(&*store, &[intact, std::slice::from_ref(last), &more].concat(), "after a torn tail and a reopen");
 }

@@ -4,8 +4,10 @@
 //! their blake3 hash, so the same bytes are stored once across files,
 //! versions and turns. The [`ChunkStore`] trait is the seam: [`PackStore`]
 //! keeps chunks in a few large pack files indexed by SQLite, [`MemoryStore`]
-//! serves tests, and [`FaultyStore`] wraps either to inject failures. A
-//! remote backend (S3-compatible object store) would be one more file here.
+//! serves tests, and [`FaultyStore`] wraps either to inject failures;
+//! [`open`] builds any of them from an address ([`Address`]). A remote
+//! backend (S3-compatible object store) would be one more file here, proved
+//! by the same test kit (`conformance`, feature `test-kit`).
 //!
 //! [`chunker`] splits content into content-defined chunks and reassembles it.
 //! The on-disk format is described in `FORMAT.md` beside this file.
