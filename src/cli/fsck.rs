@@ -7,7 +7,6 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::cli::FsckArgs;
 use crate::cli::common;
@@ -16,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::fsck::{self, Problem, Report, Target};
 use crate::journal::Journal;
 use crate::meta::Meta;
-use crate::store::PackStore;
+use crate::store::{Address, PackStore};
 use crate::store_dir::StoreDir;
 use crate::text::quote_name;
 use crate::workspace::LiveTree;
@@ -139,8 +138,9 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
         let recorded = meta.get_state_bytes("workspace").ok().flatten().filter(|w| !w.is_empty())?;
         Some(PathBuf::from(OsString::from_vec(recorded))).filter(|p| p.is_dir())
     });
-    let pack = PackStore::open_read_only(&StoreDir::new(store).chunks()).map_err(|e| Error::Daemon(e.to_string()))?;
-    let journal = Journal::read_only(meta, Arc::new(pack)).map_err(|e| Error::Daemon(e.to_string()))?;
+    let chunks =
+        Address::pack_read_only(&StoreDir::new(store).chunks()).open().map_err(|e| Error::Daemon(e.to_string()))?;
+    let journal = Journal::read_only(meta, chunks).map_err(|e| Error::Daemon(e.to_string()))?;
     let tree = match &workspace {
         Some(w) => Some(LiveTree::new(w, None)?),
         None => None,

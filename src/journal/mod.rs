@@ -608,11 +608,11 @@ impl Journal {
             ));
         }
         let meta = crate::store_dir::open_checked(dir)?;
-        let store = crate::store::PackStore::open(&crate::store_dir::StoreDir::new(dir).chunks())
+        let store = crate::store::Address::pack(&crate::store_dir::StoreDir::new(dir).chunks())
+            .open()
             .map_err(|e| crate::Error::Daemon(e.to_string()))?;
-        let journal =
-            Journal::open_with_log(meta, Arc::new(store), Some(&crate::store_dir::StoreDir::new(dir).journal_log()))
-                .map_err(|e| crate::Error::Daemon(e.to_string()))?;
+        let journal = Journal::open_with_log(meta, store, Some(&crate::store_dir::StoreDir::new(dir).journal_log()))
+            .map_err(|e| crate::Error::Daemon(e.to_string()))?;
         if let Some(log) = &mut journal.lock().log {
             log.clear().map_err(|e| crate::Error::io("cannot empty the journal log", e))?;
         }

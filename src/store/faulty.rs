@@ -2,9 +2,10 @@
 //! checkpoint sealing, restore) can be tested against a full disk, a failing
 //! device and bit rot without real hardware faults.
 
+use std::collections::HashSet;
 use std::sync::Mutex;
 
-use super::{ChunkId, ChunkStore, StoreError, StoreStats, VerifyReport, verified, verify_by_get};
+use super::{ChunkId, ChunkStore, Compacted, PackUse, StoreError, StoreStats, VerifyReport, verified, verify_by_get};
 
 /// What to inject; changed at any time through the `FaultyStore` methods.
 #[derive(Debug, Default, Clone)]
@@ -16,6 +17,8 @@ struct Faults {
     sync_errno: Option<i32>,
     /// Gets see one flipped byte, as if the medium had rotted.
     corrupt_gets: bool,
+    /// As `corrupt_gets`, for these chunks only.
+    corrupt_ids: HashSet<ChunkId>,
 }
 
 /// Wraps any store and makes chosen operations fail. Faults apply to calls
@@ -67,6 +70,12 @@ impl<S: ChunkStore> FaultyStore<S> {
         self.faults().corrupt_gets = on;
     }
 
+    /// Flips a byte of what `get` reads of chunk `id` only, so one damaged
+    /// chunk can be told from its healthy neighbours (e.g. by `verify`).
+    pub fn corrupt_chunk(&self, id: ChunkId) {
+        self.faults().corrupt_ids.insert(id);
+    }
+
     /// Removes every fault.
     pub fn heal(&self) {
         *self.faults() = Faults::default();
@@ -93,10 +102,45 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
         self.inner.discard(ids)
     }
 
+    // What injects no fault goes to the inner store as it is, so a wrapped
+    // store releases, compacts and keeps its reserve as it would unwrapped.
+    fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        self.inner.release(ids)
+    }
+
+    fn compact(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        self.inner.compact(threshold, min_reclaim, before_delete)
+    }
+
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        self.inner.pack_use()
+    }
+
+    fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
+        self.inner.stored_len(id)
+    }
+
+    fn lend_reserve(&self, now: bool) -> bool {
+        self.inner.lend_reserve(now)
+    }
+
+    fn restore_reserve(&self) {
+        self.inner.restore_reserve()
+    }
+
+    fn shrink(&self) -> Result<(), StoreError> {
+        self.inner.shrink()
+    }
+
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
         let (errno, corrupt) = {
             let faults = self.faults();
-            (faults.get_errno, faults.corrupt_gets)
+            (faults.get_errno, faults.corrupt_gets || faults.corrupt_ids.contains(id))
         };
         if let Some(errno) = errno {
             return Err(os_error(format!("injected failure reading chunk {id}"), errno));

@@ -4,8 +4,10 @@
 //! their blake3 hash, so the same bytes are stored once across files,
 //! versions and turns. The [`ChunkStore`] trait is the seam: [`PackStore`]
 //! keeps chunks in a few large pack files indexed by SQLite, [`MemoryStore`]
-//! serves tests, and [`FaultyStore`] wraps either to inject failures. A
-//! remote backend (S3-compatible object store) would be one more file here.
+//! serves tests, and [`FaultyStore`] wraps either to inject failures;
+//! [`open`] builds any of them from an address ([`Address`]). A remote
+//! backend (S3-compatible object store) would be one more file here, proved
+//! by the same test kit (`conformance`, feature `test-kit`).
 //!
 //! [`chunker`] splits content into content-defined chunks and reassembles it.
 //! The on-disk format is described in `FORMAT.md` beside this file.
@@ -15,11 +17,15 @@ pub mod faulty;
 pub mod memory;
 pub mod pack;
 
-#[cfg(test)]
-mod conformance;
+/// The test kit every backend must pass (public with the `test-kit`
+/// feature, so a backend outside this crate can prove itself too).
+#[cfg(any(test, feature = "test-kit"))]
+pub mod conformance;
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 pub use chunker::{ChunkSpan, ContentRef, read_content_at, read_content_to, store_content, store_content_added};
 pub use faulty::FaultyStore;
@@ -149,6 +155,13 @@ pub enum StoreError {
     /// kept for collection and unmount (ENOSPC).
     #[error("the filesystem of chunk store {dir} is full: its last space is kept for `rewindfs gc` and unmount")]
     ReserveKept { dir: String },
+
+    /// A store address [`open`] cannot make a backend from.
+    #[error(
+        "bad chunk store address {address:?}: {why} \
+         (expected memory://, pack:///absolute/dir, pack+ro:///absolute/dir or faulty+<address>)"
+    )]
+    BadAddress { address: String, why: String },
 }
 
 impl StoreError {
@@ -319,6 +332,153 @@ pub trait ChunkStore: Send + Sync {
     fn list(&self) -> Result<Vec<ChunkId>, StoreError>;
 }
 
+/// Where a backend keeps its chunks, as [`open`] reads it from an address.
+///
+/// | address                   | backend                                  |
+/// |---------------------------|------------------------------------------|
+/// | `memory://`               | a fresh, empty [`MemoryStore`]           |
+/// | `pack:///absolute/dir`    | [`PackStore::open`] on `dir`             |
+/// | `pack+ro:///absolute/dir` | [`PackStore::open_read_only`] on `dir`   |
+/// | `faulty+<address>`        | [`FaultyStore`] (no faults) around that  |
+///
+/// Callers that hold a path (which need not be UTF-8) build the variant
+/// directly instead of formatting an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    Memory,
+    Pack { dir: PathBuf, read_only: bool },
+    Faulty(Box<Address>),
+}
+
+impl Address {
+    /// Reads an address; a bad one is [`StoreError::BadAddress`] saying why.
+    pub fn parse(address: &str) -> Result<Address, StoreError> {
+        let bad = |why: &str| StoreError::BadAddress { address: address.to_string(), why: why.to_string() };
+        if let Some(inner) = address.strip_prefix("faulty+") {
+            return match Address::parse(inner) {
+                Ok(inner) => Ok(Address::Faulty(Box::new(inner))),
+                Err(StoreError::BadAddress { why, .. }) => Err(bad(&format!("inside faulty+: {why}"))),
+                Err(e) => Err(e),
+            };
+        }
+        let (scheme, rest) = address.split_once("://").ok_or_else(|| bad("no scheme (`<scheme>://`)"))?;
+        match scheme {
+            "memory" if rest.is_empty() => Ok(Address::Memory),
+            "memory" => Err(bad("memory:// takes no path")),
+            "pack" | "pack+ro" => {
+                if rest.is_empty() {
+                    return Err(bad("no directory after pack://"));
+                }
+                if !rest.starts_with('/') {
+                    return Err(bad("the directory must be absolute (pack:///dir has three slashes)"));
+                }
+                Ok(Address::Pack { dir: PathBuf::from(rest), read_only: scheme == "pack+ro" })
+            }
+            "" => Err(bad("empty scheme")),
+            _ => Err(bad(&format!("unknown scheme {scheme:?}"))),
+        }
+    }
+
+    /// A read-write pack store in `dir`.
+    pub fn pack(dir: &Path) -> Address {
+        Address::Pack { dir: dir.to_path_buf(), read_only: false }
+    }
+
+    /// A read-only pack store in `dir` (puts refused, no lock taken).
+    pub fn pack_read_only(dir: &Path) -> Address {
+        Address::Pack { dir: dir.to_path_buf(), read_only: true }
+    }
+
+    /// Makes the backend this address names.
+    pub fn open(&self) -> Result<Arc<dyn ChunkStore>, StoreError> {
+        Ok(match self {
+            Address::Memory => Arc::new(MemoryStore::new()),
+            Address::Pack { dir, read_only: false } => Arc::new(PackStore::open(dir)?),
+            Address::Pack { dir, read_only: true } => Arc::new(PackStore::open_read_only(dir)?),
+            Address::Faulty(inner) => Arc::new(FaultyStore::new(inner.open()?)),
+        })
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Memory => write!(f, "memory://"),
+            Address::Pack { dir, read_only } => {
+                write!(f, "{}://{}", if *read_only { "pack+ro" } else { "pack" }, dir.display())
+            }
+            Address::Faulty(inner) => write!(f, "faulty+{inner}"),
+        }
+    }
+}
+
+/// Makes a backend from its address (see [`Address`] for the forms), so the
+/// daemon, fsck and the test kit build every backend the same way.
+pub fn open(address: &str) -> Result<Arc<dyn ChunkStore>, StoreError> {
+    Address::parse(address)?.open()
+}
+
+/// A shared store is a store: every call goes to the one inside, so a
+/// wrapper such as [`FaultyStore`] can hold whatever [`open`] made.
+impl<T: ChunkStore + ?Sized> ChunkStore for Arc<T> {
+    fn put(&self, data: &[u8]) -> Result<ChunkId, StoreError> {
+        (**self).put(data)
+    }
+    fn put_new(&self, data: &[u8]) -> Result<(ChunkId, bool), StoreError> {
+        (**self).put_new(data)
+    }
+    fn discard(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        (**self).discard(ids)
+    }
+    fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
+        (**self).release(ids)
+    }
+    fn compact(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        (**self).compact(threshold, min_reclaim, before_delete)
+    }
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        (**self).pack_use()
+    }
+    fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
+        (**self).stored_len(id)
+    }
+    fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
+        (**self).get(id)
+    }
+    fn contains(&self, id: &ChunkId) -> Result<bool, StoreError> {
+        (**self).contains(id)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        (**self).sync()
+    }
+    fn lend_reserve(&self, now: bool) -> bool {
+        (**self).lend_reserve(now)
+    }
+    fn restore_reserve(&self) {
+        (**self).restore_reserve()
+    }
+    fn shrink(&self) -> Result<(), StoreError> {
+        (**self).shrink()
+    }
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        (**self).stats()
+    }
+    fn verify(&self) -> Result<VerifyReport, StoreError> {
+        (**self).verify()
+    }
+    fn verify_with_progress(&self, progress: &mut dyn FnMut(u64)) -> Result<VerifyReport, StoreError> {
+        (**self).verify_with_progress(progress)
+    }
+    fn list(&self) -> Result<Vec<ChunkId>, StoreError> {
+        (**self).list()
+    }
+}
+
 /// Checks that `data` hashes to `id`; the one place every backend's `get`
 /// goes through, so no path can return unverified bytes.
 pub(crate) fn verified(id: &ChunkId, data: Vec<u8>) -> Result<Vec<u8>, StoreError> {
@@ -379,6 +539,65 @@ mod tests {
         let e = StoreError::io("appending", std::io::Error::from_raw_os_error(libc::ENOSPC));
         assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
         assert_eq!(StoreError::Poisoned.raw_os_error(), None);
+    }
+
+    #[test]
+    fn addresses_parse_or_say_why() {
+        let pack = |dir: &str, read_only| Address::Pack { dir: PathBuf::from(dir), read_only };
+        let good = [
+            ("memory://", Address::Memory),
+            ("pack:///var/store/chunks", pack("/var/store/chunks", false)),
+            ("pack+ro:///var/store/chunks", pack("/var/store/chunks", true)),
+            ("faulty+memory://", Address::Faulty(Box::new(Address::Memory))),
+            ("faulty+pack:///s", Address::Faulty(Box::new(pack("/s", false)))),
+            ("faulty+faulty+memory://", Address::Faulty(Box::new(Address::Faulty(Box::new(Address::Memory))))),
+        ];
+        for (text, expected) in good {
+            let parsed = Address::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(parsed, expected, "{text}");
+            assert_eq!(parsed.to_string(), text, "an address prints as it is written");
+        }
+        let bad = [
+            ("", "no scheme"),
+            ("memory", "no scheme"),
+            ("/var/store", "no scheme"),
+            ("memory://x", "takes no path"),
+            ("pack://", "no directory"),
+            ("pack://relative/dir", "absolute"),
+            ("pack+ro://dir", "absolute"),
+            ("s3://bucket", "unknown scheme"),
+            ("://x", "empty scheme"),
+            ("faulty+", "inside faulty+"),
+            ("faulty+ftp://x", "unknown scheme"),
+        ];
+        for (text, why) in bad {
+            match open(text) {
+                Err(StoreError::BadAddress { address, why: said }) => {
+                    assert_eq!(address, text);
+                    assert!(said.contains(why), "{text}: {said:?} does not say {why:?}");
+                }
+                Err(other) => panic!("{text}: expected BadAddress, got {other}"),
+                Ok(_) => panic!("{text}: a bad address opened a store"),
+            }
+        }
+    }
+
+    #[test]
+    fn open_makes_each_backend() {
+        let store = open("memory://").expect("memory");
+        let id = store.put(b"x").expect("put");
+        assert!(open("memory://").expect("memory").get(&id).is_err(), "memory:// is a fresh store each time");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let address = format!("pack://{}", dir.path().display());
+        let pack = open(&address).expect("pack");
+        pack.put(b"kept").expect("put");
+        drop(pack);
+        let ro = open(&format!("pack+ro://{}", dir.path().display())).expect("pack+ro");
+        assert_eq!(ro.get(&ChunkId::of(b"kept")).expect("get"), b"kept");
+        assert!(matches!(ro.put(b"new"), Err(StoreError::ReadOnly { .. })));
+        drop(ro);
+        let faulty = open(&format!("faulty+{address}")).expect("faulty+pack");
+        assert_eq!(faulty.get(&ChunkId::of(b"kept")).expect("get"), b"kept");
     }
 
     #[test]
