@@ -239,7 +239,7 @@ struct Inner {
 }
 
 thread_local! {
-    /// How many [`Gate`]s this thread holds.
+    /// How many [`Gate`]s and [`ExclusiveGate`]s this thread holds.
     static HOLDS_GATE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
@@ -247,6 +247,18 @@ thread_local! {
 /// its change ([`Journal::gate`]).
 pub struct Gate<'a> {
     _shared: RwLockReadGuard<'a, ()>,
+}
+
+/// The turn gate held exclusively (a seal, a collection step, a reader
+/// holding changes back): counted as held by this thread, like [`Gate`].
+pub struct ExclusiveGate<'a> {
+    _exclusive: std::sync::RwLockWriteGuard<'a, ()>,
+}
+
+impl Drop for ExclusiveGate<'_> {
+    fn drop(&mut self) {
+        HOLDS_GATE.with(|n| n.set(n.get().saturating_sub(1)));
+    }
 }
 
 impl Drop for Gate<'_> {
@@ -637,14 +649,23 @@ impl Journal {
     /// Waits until no change through the mount is in flight, and keeps new
     /// ones from starting until the result is dropped: what a reader of the
     /// past falls back to when the object it reads keeps moving under it
-    /// (see [`Mark`]). None on a thread that is itself recording a change
-    /// (a rewind reading the checkpoint it restores): the tree is frozen
-    /// there, and waiting for its own gate would never end.
-    pub fn hold_changes(&self) -> Option<std::sync::RwLockWriteGuard<'_, ()>> {
+    /// (see [`Mark`]). None on a thread that holds the gate already,
+    /// shared (recording a change: a rewind reading the checkpoint it
+    /// restores, with the tree frozen) or exclusively (a seal, a
+    /// collection step): waiting for its own gate would never end.
+    pub fn hold_changes(&self) -> Option<ExclusiveGate<'_>> {
         if HOLDS_GATE.with(|n| n.get()) > 0 {
             return None;
         }
-        Some(self.gate.write().unwrap_or_else(|p| p.into_inner()))
+        Some(self.gate_exclusive())
+    }
+
+    /// The turn gate, exclusively: no change through the mount is in
+    /// flight until the result is dropped.
+    pub(crate) fn gate_exclusive(&self) -> ExclusiveGate<'_> {
+        let guard = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        HOLDS_GATE.with(|n| n.set(n.get() + 1));
+        ExclusiveGate { _exclusive: guard }
     }
 
     pub fn store(&self) -> &dyn ChunkStore {
@@ -1068,7 +1089,7 @@ impl Journal {
         if let Some(why) = self.failure() {
             return Err(JournalError::Failed(why));
         }
-        let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let _exclusive = self.gate_exclusive();
         if let Some(id) = &info.message_id {
             let inner = self.lock();
             if let Some(n) = inner.meta.checkpoint_with_message(id, None)? {

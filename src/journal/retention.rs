@@ -513,7 +513,7 @@ impl Journal {
     /// every recording FUSE operation waits for) and the content lock,
     /// after folding the record log; `held` keeps the longest such hold.
     fn exclusive<T>(&self, what: &str, held: &mut f64, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
-        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate_exclusive();
         let taken = std::time::Instant::now();
         let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
@@ -572,7 +572,7 @@ impl Journal {
     /// is deduplicated against one (see the module comment).
     fn free_chunks(&self, out: &mut Collected) -> JournalResult<()> {
         loop {
-            let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+            let gate = self.gate_exclusive();
             let taken = std::time::Instant::now();
             let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
             let dead = {
@@ -656,7 +656,7 @@ impl Journal {
         reset: bool,
         step: &dyn Fn(u64, u64),
     ) -> JournalResult<Collected> {
-        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate_exclusive();
         let gate_taken = std::time::Instant::now();
         let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut inner = self.lock();
@@ -773,7 +773,7 @@ impl Journal {
     /// holding the turn gate (a `VACUUM` rewrites the whole file). Best
     /// effort: what failed is logged, the collection stands.
     pub fn shrink(&self) {
-        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate_exclusive();
         if let Err(e) = self.lock().meta.shrink() {
             log::warn!("Cannot give the metadata database's free pages back: {e}.");
         }
