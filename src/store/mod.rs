@@ -10,7 +10,7 @@
 //! by the same test kit (`conformance`, feature `test-kit`).
 //!
 //! [`chunker`] splits content into content-defined chunks and reassembles it.
-//! The on-disk format is described in `FORMAT.md` beside this file.
+//! The on-disk format is described in `docs/format.md`.
 
 pub mod chunker;
 pub mod faulty;
@@ -256,10 +256,9 @@ pub trait ChunkStore: Send + Sync {
         Ok(())
     }
 
-    /// Returns the bytes of chunk `id`, checked against the id: damage is
-    /// reported as [`StoreError::Corrupt`], never returned as data.
     /// Frees chunks no record needs any more (a collection): they leave
-    /// the index; their bytes stay in the packs until compaction.
+    /// the index, and a backend with packs gives their bytes back (punched
+    /// out at once, the packs rewritten by compaction).
     fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
         self.discard(ids)
     }
@@ -291,6 +290,8 @@ pub trait ChunkStore: Send + Sync {
         }
     }
 
+    /// Returns the bytes of chunk `id`, checked against the id: damage is
+    /// reported as [`StoreError::Corrupt`], never returned as data.
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError>;
 
     fn contains(&self, id: &ChunkId) -> Result<bool, StoreError>;
