@@ -614,19 +614,8 @@ impl Runner {
         for (i, row) in rows.iter().enumerate() {
             let c = known[i];
             let next = known.get(i + 1).map(|n| &self.snaps[n]).unwrap_or(&self.model);
-            let d = expected_diff(&self.snaps[&c], next);
-            let count = |k: &str| d.iter().filter(|x| x.1 == k).count() as u64;
-            let want = [
-                count("added"),
-                count("modified"),
-                count("deleted"),
-                d.iter().map(|x| x.2).sum(),
-                d.iter().map(|x| x.3).sum(),
-            ];
-            let keys = ["files_added", "files_modified", "files_deleted", "lines_added", "lines_removed"];
-            let got: Vec<u64> = keys.iter().map(|k| row[k].as_u64().unwrap_or(u64::MAX)).collect();
-            if got != want {
-                return fail("log", format!("log row {c}: {keys:?} want {want:?}, got {got:?}"));
+            if let Some(wrong) = log_row_mismatch(row, &expected_diff(&self.snaps[&c], next)) {
+                return fail("log", format!("log row {c}: {wrong}"));
             }
         }
         Ok(())
@@ -987,6 +976,17 @@ pub fn expected_diff(a: &Model, b: &Model) -> BTreeSet<Change> {
         out.insert((p.clone(), change.to_string(), add, del, binary));
     }
     out
+}
+
+/// How a `log --json` row's statistics differ from the model's diff of
+/// its turn, if they do.
+fn log_row_mismatch(row: &serde_json::Value, d: &BTreeSet<Change>) -> Option<String> {
+    let count = |k: &str| d.iter().filter(|x| x.1 == k).count() as u64;
+    let want =
+        [count("added"), count("modified"), count("deleted"), d.iter().map(|x| x.2).sum(), d.iter().map(|x| x.3).sum()];
+    let keys = ["files_added", "files_modified", "files_deleted", "lines_added", "lines_removed"];
+    let got: Vec<u64> = keys.iter().map(|k| row[k].as_u64().unwrap_or(u64::MAX)).collect();
+    (got != want).then(|| format!("{keys:?} want {want:?}, got {got:?}"))
 }
 
 fn parse_changes(v: &serde_json::Value) -> BTreeSet<Change> {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
 use super::super::model::{Rng, SeenTree, tree_diff};
-use super::{Change, observe_fs, parse_changes};
+use super::{Change, log_row_mismatch, observe_fs, parse_changes};
 use crate::common::{CHILD_TIMEOUT, bin, run_with_timeout, stderr};
 
 /// What a sealed checkpoint reads as: its tree, and its diff from the
@@ -163,18 +163,8 @@ fn check_log(mount: &Mount, sealed: &BTreeMap<i64, Arc<Sealed>>) -> Option<Strin
         if !sealed.contains_key(&c) {
             continue;
         }
-        let count = |k: &str| d.iter().filter(|x| x.1 == k).count() as u64;
-        let want = [
-            count("added"),
-            count("modified"),
-            count("deleted"),
-            d.iter().map(|x| x.2).sum(),
-            d.iter().map(|x| x.3).sum(),
-        ];
-        let keys = ["files_added", "files_modified", "files_deleted", "lines_added", "lines_removed"];
-        let got: Vec<u64> = keys.iter().map(|k| row[k].as_u64().unwrap_or(u64::MAX)).collect();
-        if got != want {
-            return Some(format!("log, run during a step: turn {c}: {keys:?} want {want:?}, got {got:?}"));
+        if let Some(wrong) = log_row_mismatch(row, d) {
+            return Some(format!("log, run during a step: turn {c}: {wrong}"));
         }
     }
     None
