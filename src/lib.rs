@@ -28,6 +28,7 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod engine;
 pub mod error;
 pub mod faults;
 pub mod fs;

@@ -28,11 +28,11 @@ const TICK: Duration = Duration::from_millis(500);
 const PAUSE: Duration = Duration::from_millis(20);
 
 pub(super) fn spawn(ctx: Arc<Ctx>) {
-    let _ = super::spawn_guarded("auto-gc", ctx.journal.clone(), move || {
+    let _ = super::spawn_guarded("auto-gc", ctx.ws.journal().clone(), move || {
         let mut seen = None;
         loop {
             std::thread::sleep(TICK);
-            let turn = ctx.journal.current_turn();
+            let turn = ctx.ws.journal().current_turn();
             if seen == Some(turn) {
                 continue;
             }
@@ -54,18 +54,18 @@ pub(super) fn spawn(ctx: Arc<Ctx>) {
 
 /// Whether the policy is on and lets at least a batch go.
 fn due(ctx: &Ctx) -> crate::journal::JournalResult<bool> {
-    let policy = ctx.journal.policy()?;
-    Ok(policy.auto && ctx.journal.plan_retention(&policy)?.len() >= AUTO_BATCH)
+    let policy = ctx.ws.journal().policy()?;
+    Ok(policy.auto && ctx.ws.journal().plan_retention(&policy)?.len() >= AUTO_BATCH)
 }
 
 /// Forgets what the policy lets go, one checkpoint per slice, then
 /// compacts; notes what it did for `status`.
 fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
-    let journal = &*ctx.journal;
+    let journal = &**ctx.ws.journal();
     let mut out = AutoRun::default();
-    let attic = |id, handle: &[u8], dry| ctx.tree.attic().remove_unreachable_stored(id, handle, dry);
+    let attic = |id, handle: &[u8], dry| ctx.ws.tree().attic().remove_unreachable_stored(id, handle, dry);
     loop {
-        let Some(history) = ctx.world.try_history() else {
+        let Some(history) = ctx.ws.try_history() else {
             std::thread::sleep(PAUSE);
             continue;
         };
@@ -78,7 +78,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         let Some(&victim) = journal.plan_retention(&policy)?.first() else { break };
         let started = Instant::now();
         let hide = |n, message: Option<&str>, begin: &mut dyn FnMut()| {
-            super::hide_checkpoint(ctx, &history, n, message, begin)
+            ctx.ws.hide_checkpoint(&history, n, message, begin)
         };
         let c = journal.collect(&[victim], "retention", false, &attic, Some(&ctx.info.store.join("attic")), &hide)?;
         debug!(
@@ -96,7 +96,7 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         std::thread::sleep(PAUSE);
     }
     if out.chunks_freed > 0 {
-        let _history = ctx.world.history();
+        let _history = ctx.ws.history();
         out.bytes_reclaimed = journal.compact()?.bytes_reclaimed;
         journal.shrink();
     }

@@ -12,8 +12,13 @@ use serde::{Deserialize, Serialize};
 use crate::daemon::registry::MountInfo;
 use crate::error::Failure;
 use crate::journal::TurnInfo;
-use crate::report::{FileChange, PathEvent, TurnSummary};
-use crate::restore::Planned;
+use crate::report::{PathEvent, TurnSummary};
+
+// The replies whose data the core produces live with it.
+pub use crate::engine::replies::{
+    DiffReply, GcReply, Progress, ResetReply, RestoreReply, RewindDone, RewindPhases, RewindPreview, RewindReply,
+    SnapshotReply, TurnReply,
+};
 
 /// A request and the type of its answer.
 pub trait Op: Into<Request> {
@@ -66,18 +71,6 @@ ops! {
     Gc "gc" => GcReply,
     Du "du" => DuReply,
     Reset "reset" => ResetReply,
-}
-
-/// How far a long request (`gc`, `forget`, `reset`) is. Sent as a line
-/// `{"progress": {...}}` before the answer, to a client whose request line
-/// asked with `"progress": true` (the CLI on a terminal draws a bar).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Progress {
-    /// Checkpoints forgotten so far, of `total`.
-    pub done: u64,
-    pub total: u64,
-    /// Bytes of chunks released so far.
-    pub bytes_freed: u64,
 }
 
 /// A progress line on the wire.
@@ -138,16 +131,6 @@ pub struct Snapshot {
     pub at: Option<String>,
 }
 
-/// `snapshot`: the checkpoint named.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SnapshotReply {
-    pub checkpoint: i64,
-    pub name: String,
-    pub message: Option<String>,
-    /// A new checkpoint was sealed for it (no `--at`).
-    pub sealed: bool,
-}
-
 /// Drop checkpoints now: each one's turn merges into the kept checkpoint
 /// before it; what no kept checkpoint needs is freed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -168,33 +151,11 @@ pub struct Gc {
     pub auto: Option<bool>,
 }
 
-/// `gc`: the policy applied and what was (or would be) collected.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GcReply {
-    pub policy: crate::journal::retention::Policy,
-    #[serde(flatten)]
-    pub collected: crate::journal::retention::Collected,
-    /// Packs rewritten afterwards (none with `dry_run`).
-    #[serde(default)]
-    pub compacted: crate::store::Compacted,
-}
-
 /// Delete all history, never the workspace: seal the tree as a fresh
 /// checkpoint, forget every other. Refused unless `confirm`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Reset {
     pub confirm: bool,
-}
-
-/// `reset`: the one checkpoint left and what went.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ResetReply {
-    /// The fresh checkpoint of the tree at the reset.
-    pub checkpoint: i64,
-    #[serde(flatten)]
-    pub collected: crate::journal::retention::Collected,
-    #[serde(default)]
-    pub compacted: crate::store::Compacted,
 }
 
 /// A named checkpoint, as `status` lists it.
@@ -342,76 +303,6 @@ pub struct UnsettledFile {
     pub path: String,
     /// The chunk that cannot be read, or the write that failed.
     pub reason: String,
-}
-
-/// `turn`: the checkpoint sealed and the labels it got.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TurnReply {
-    pub checkpoint: i64,
-    #[serde(flatten)]
-    pub info: TurnInfo,
-}
-
-/// `diff`: checkpoint numbers (`to` None = live tree) and the changes.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DiffReply {
-    pub from: i64,
-    pub to: Option<i64>,
-    pub changes: Vec<FileChange>,
-}
-
-/// `restore`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RestoreReply {
-    pub checkpoint: i64,
-    pub dry_run: bool,
-    /// Sealed before the restore: restoring it undoes the restore.
-    pub undo_checkpoint: Option<i64>,
-    /// Sealed after the restore.
-    pub result_checkpoint: Option<i64>,
-    pub changes: Vec<Planned>,
-}
-
-/// `rewind`: what was done, or with `--dry-run` what would change.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum RewindReply {
-    Done(RewindDone),
-    Preview(RewindPreview),
-}
-
-/// A rewind that happened.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RewindDone {
-    pub checkpoint: i64,
-    /// Always false (kept so both forms carry it).
-    pub dry_run: bool,
-    /// Sealed before the rewind: rewinding to it undoes the rewind.
-    pub safety_checkpoint: i64,
-    pub result_checkpoint: i64,
-    /// The daemon's own time for the whole rewind.
-    pub elapsed_ms: f64,
-    pub phases_ms: RewindPhases,
-    /// Names moved aside and put back.
-    pub changes: Vec<Planned>,
-}
-
-/// Where a rewind's time went, in milliseconds.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RewindPhases {
-    pub safety_seal: f64,
-    pub switch: f64,
-    pub result_seal: f64,
-    pub invalidate: f64,
-}
-
-/// `rewind --dry-run`: the diff from the live tree to the checkpoint.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RewindPreview {
-    pub checkpoint: i64,
-    /// Always true.
-    pub dry_run: bool,
-    pub changes: Vec<FileChange>,
 }
 
 /// `show`.

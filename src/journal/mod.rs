@@ -604,6 +604,23 @@ impl Journal {
     /// after checking that they are sound and belong together
     /// ([`crate::store_dir`]).
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
+        Journal::refuse_damaged(dir)?;
+        Journal::open_checked_dir(dir, || {
+            crate::store::Address::pack(&crate::store_dir::StoreDir::new(dir).chunks())
+                .open()
+                .map_err(|e| crate::Error::Daemon(e.to_string()))
+        })
+    }
+
+    /// As [`Journal::open_dir`], over `chunks` instead of the directory's
+    /// packs: an in-memory or fault-injecting store that a test keeps
+    /// across a simulated crash and reopen.
+    pub fn open_dir_with(dir: &Path, chunks: Arc<dyn ChunkStore>) -> crate::Result<Journal> {
+        Journal::refuse_damaged(dir)?;
+        Journal::open_checked_dir(dir, || Ok(chunks))
+    }
+
+    fn refuse_damaged(dir: &Path) -> crate::Result<()> {
         // Before anything writes: an empty or damaged database would
         // otherwise be recreated or used as if it were the history.
         let damage = crate::store_dir::store_damage(dir);
@@ -619,11 +636,16 @@ impl Journal {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    fn open_checked_dir(
+        dir: &Path,
+        chunks: impl FnOnce() -> crate::Result<Arc<dyn ChunkStore>>,
+    ) -> crate::Result<Journal> {
         let meta = crate::store_dir::open_checked(dir)?;
-        let store = crate::store::Address::pack(&crate::store_dir::StoreDir::new(dir).chunks())
-            .open()
-            .map_err(|e| crate::Error::Daemon(e.to_string()))?;
-        let journal = Journal::open_with_log(meta, store, Some(&crate::store_dir::StoreDir::new(dir).journal_log()))
+        let chunks = chunks()?;
+        let journal = Journal::open_with_log(meta, chunks, Some(&crate::store_dir::StoreDir::new(dir).journal_log()))
             .map_err(|e| crate::Error::Daemon(e.to_string()))?;
         if let Some(log) = &mut journal.lock().log {
             log.clear().map_err(|e| crate::Error::io("cannot empty the journal log", e))?;
