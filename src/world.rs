@@ -22,6 +22,7 @@
 //! are right.
 
 use std::ffi::OsStr;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
@@ -57,6 +58,22 @@ pub struct World {
 #[must_use]
 pub struct Ordinary<'a> {
     _shared: RwLockReadGuard<'a, ()>,
+}
+
+/// Proof that the tree lock is held for `'g`, shared by an [`Ordinary`]
+/// operation or exclusively by a [`Frozen`] one: what a view of the past
+/// (`TreeView`, `Browser`), `restore` and `rewind` require, so that code
+/// without the lock does not compile. Only the guards make one.
+#[derive(Clone, Copy)]
+pub struct Held<'g> {
+    _lock: PhantomData<&'g ()>,
+}
+
+impl Ordinary<'_> {
+    /// The tree lock this operation holds.
+    pub fn held(&self) -> Held<'_> {
+        Held { _lock: PhantomData }
+    }
 }
 
 /// An operation that changes history; others wait for it to end.
@@ -140,6 +157,17 @@ impl Frozen<'_> {
     /// Where the operation records the kernel cache entries it makes stale.
     pub fn touched(&mut self) -> &mut Touched {
         &mut self.touched
+    }
+
+    /// The tree lock this operation holds (exclusively).
+    pub fn held(&self) -> Held<'_> {
+        Held { _lock: PhantomData }
+    }
+
+    /// The lock and where the stale entries go, at once: a change reads
+    /// the past while it notes what it touched.
+    pub fn parts(&mut self) -> (Held<'_>, &mut Touched) {
+        (Held { _lock: PhantomData }, &mut self.touched)
     }
 
     /// Tells the kernel what changed, then lets ordinary operations run.

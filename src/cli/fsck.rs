@@ -146,9 +146,14 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
         None => None,
     };
     let attic = StoreDir::new(store).attic();
+    // No daemon serves the workspace: this check's own lock, for the views
+    // it names paths in.
+    let world = crate::world::World::new();
+    let op = world.op();
     let target = Target {
         journal: &journal,
         tree: tree.as_ref(),
+        lock: Some(op.held()),
         attic: attic.is_dir().then_some(attic.as_path()),
         store_dir: Some(store),
     };

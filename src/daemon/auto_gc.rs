@@ -77,9 +77,8 @@ fn run(ctx: &Ctx) -> crate::journal::JournalResult<AutoRun> {
         }
         let Some(&victim) = journal.plan_retention(&policy)?.first() else { break };
         let started = Instant::now();
-        let hide = |n, message: Option<&str>, begin: &mut dyn FnMut()| {
-            ctx.ws.hide_checkpoint(&history, n, message, begin)
-        };
+        let hide =
+            |n, message: Option<&str>, begin: &mut dyn FnMut()| ctx.ws.hide_checkpoint(&history, n, message, begin);
         let c = journal.collect(&[victim], "retention", false, &attic, Some(&ctx.info.store.join("attic")), &hide)?;
         debug!(
             "background slice: checkpoint {victim} forgotten, turn gate held {:.2} ms at most, slice {:.2} ms",

@@ -293,7 +293,7 @@ fn serve_view(ctx: &Ctx, n: i64, mountpoint: PathBuf) -> std::result::Result<pro
     let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", ctx.info.workspace.display());
     let session = crate::fs::view::ViewSession::mount(
         Arc::new(browser),
-        ctx.ws.world().clone(),
+        ctx.ws.clone(),
         &mountpoint,
         &fsname,
         ctx.transport.negotiated(),
@@ -413,16 +413,16 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
             }
             Ok(turns)
         }),
-        Request::Diff(op) => answer(op, |protocol::Diff { from, to, paths, patch }| {
-            ws.read().diff(&from, to.as_deref(), &paths, patch)
-        }),
+        Request::Diff(op) => {
+            answer(op, |protocol::Diff { from, to, paths, patch }| ws.read().diff(&from, to.as_deref(), &paths, patch))
+        }
         Request::Restore(op) => {
             answer(op, |protocol::Restore { checkpoint, paths, dry_run }| ws.restore(&checkpoint, &paths, dry_run))
         }
         Request::Rewind(op) => answer(op, |op| ws.rewind(&op.checkpoint, op.dry_run)),
-        Request::Snapshot(op) => answer(op, |protocol::Snapshot { name, message, at }| {
-            ws.snapshot(&name, message.as_deref(), at.as_deref())
-        }),
+        Request::Snapshot(op) => {
+            answer(op, |protocol::Snapshot { name, message, at }| ws.snapshot(&name, message.as_deref(), at.as_deref()))
+        }
         Request::Du(op) => answer(op, |_| {
             let _history = ws.history();
             crate::journal::retention::du(ws.journal(), ws.tree(), &info.store).map_err(journal_failure)
@@ -476,7 +476,9 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
         auto_gc: journal.last_auto().ok().flatten(),
         snapshots: journal
             .with_meta(|m| m.snapshot_names())
-            .map(|names| names.into_iter().map(|(name, checkpoint)| protocol::SnapshotRow { name, checkpoint }).collect())
+            .map(|names| {
+                names.into_iter().map(|(name, checkpoint)| protocol::SnapshotRow { name, checkpoint }).collect()
+            })
             .unwrap_or_default(),
         transport: ctx.transport.report(),
         views: ctx

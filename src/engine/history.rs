@@ -16,7 +16,7 @@ use crate::journal::TurnInfo;
 use crate::journal::retention::Collected;
 use crate::meta::{IntentOp, Reason};
 use crate::view::TreeView;
-use crate::world::HistoryOp;
+use crate::world::{Held, HistoryOp};
 
 /// What `reset` without `confirm` is told (the CLI says it first).
 pub const RESET_UNCONFIRMED: &str = "reset deletes every checkpoint and all the history of this workspace for good \
@@ -38,12 +38,12 @@ impl Workspace {
         let (tree, journal) = (&*self.tree, &*self.journal);
         let k = self.resolve(reference)?;
         if dry_run {
-            let _op = self.world.op();
+            let op = self.world.op();
             // Every unreadable file named at once, as the rewind would refuse.
-            self.check_readable(k, None, &mut Default::default())?;
+            self.check_readable(op.held(), k, None, &mut Default::default())?;
             // The impact, as a diff from the live tree to the checkpoint.
-            let live = TreeView::live(tree, journal);
-            let past = TreeView::at(tree, journal, k);
+            let live = TreeView::live(op.held(), tree, journal);
+            let past = TreeView::at(op.held(), tree, journal, k);
             let changes = crate::report::diff(&live, &past, &[], false)
                 .map_err(|e| view_failure("cannot compute the rewind", e))?;
             return Ok(replies::RewindReply::Preview(replies::RewindPreview { checkpoint: k, dry_run: true, changes }));
@@ -54,14 +54,14 @@ impl Workspace {
         let mut checked = Default::default();
         let checking = std::time::Instant::now();
         let recorded = {
-            let _op = self.world.op();
-            self.check_readable(k, None, &mut checked)?;
+            let op = self.world.op();
+            self.check_readable(op.held(), k, None, &mut checked)?;
             journal.activity().0
         };
         let checked_in = checking.elapsed();
         let started = std::time::Instant::now();
-        let recheck = || match journal.activity().0 != recorded {
-            true => self.check_readable(k, None, &mut checked),
+        let recheck = |lock: Held<'_>| match journal.activity().0 != recorded {
+            true => self.check_readable(lock, k, None, &mut checked),
             false => Ok(()),
         };
         let mut tx = self.transaction(&history, recheck, format!("safety checkpoint before rewind to {k}"))?;
@@ -71,9 +71,9 @@ impl Workspace {
         let changes = tx
             .change("rewind", |frozen| {
                 if crate::rewind::instant_available(tree) {
-                    crate::rewind::rewind(tree, journal, k, safety, frozen.touched())
+                    crate::rewind::rewind(frozen, tree, journal, k, safety)
                 } else {
-                    crate::restore::restore(tree, journal, k, &[], false, frozen.touched())
+                    crate::restore::restore(frozen, tree, journal, k, &[])
                 }
             })
             .map_err(|e| {
@@ -129,9 +129,9 @@ impl Workspace {
         let k = self.resolve(reference)?;
         let what = restore_subject(paths);
         if dry_run {
-            let _op = self.world.op();
-            self.check_readable(k, Some(paths), &mut Default::default())?;
-            let changes = crate::restore::restore(tree, journal, k, paths, true, &mut Default::default())
+            let op = self.world.op();
+            self.check_readable(op.held(), k, Some(paths), &mut Default::default())?;
+            let changes = crate::restore::preview(op.held(), tree, journal, k, paths)
                 .map_err(|e| restore_failure(format!("cannot preview the restore: {e}"), &e))?;
             return Ok(replies::RestoreReply {
                 checkpoint: k,
@@ -145,21 +145,20 @@ impl Workspace {
         // Every content readable, before anything changes (not frozen).
         let mut checked = Default::default();
         let recorded = {
-            let _check = self.world.op();
-            self.check_readable(k, Some(paths), &mut checked)?;
+            let op = self.world.op();
+            self.check_readable(op.held(), k, Some(paths), &mut checked)?;
             journal.activity().0
         };
-        let recheck = || match journal.activity().0 != recorded {
-            true => self.check_readable(k, Some(paths), &mut checked),
+        let recheck = |lock: Held<'_>| match journal.activity().0 != recorded {
+            true => self.check_readable(lock, k, Some(paths), &mut checked),
             false => Ok(()),
         };
         let mut tx = self.transaction(&history, recheck, format!("before restoring {what} from checkpoint {k}"))?;
         let before = tx.before;
         let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
         tx.intend(IntentOp::Restore, k, &bytes)?;
-        let changes = tx
-            .change("restore", |frozen| crate::restore::restore(tree, journal, k, paths, false, frozen.touched()))
-            .map_err(|e| {
+        let changes =
+            tx.change("restore", |frozen| crate::restore::restore(frozen, tree, journal, k, paths)).map_err(|e| {
                 restore_failure(format!("restore failed part-way (undo with `rewindfs restore {before}`): {e}"), &e)
             })?;
         let label = TurnInfo { label: Some(format!("restored {what} from checkpoint {k}")), ..Default::default() };
@@ -221,7 +220,7 @@ impl Workspace {
             stuck.len(),
             if stuck.len() == 1 { "" } else { "s" }
         );
-        let mut tx = self.transaction(history, || Ok(()), format!("before putting back {what}"))?;
+        let mut tx = self.transaction(history, |_| Ok(()), format!("before putting back {what}"))?;
         let before = tx.before;
         // Each restore is an intent, as a restore asked for is: a daemon
         // killed in the middle leaves it for the next mount to complete. They
@@ -229,19 +228,17 @@ impl Workspace {
         for (k, paths) in &by_checkpoint {
             let bytes: Vec<Vec<u8>> = paths.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
             tx.intend(IntentOp::Restore, *k, &bytes)?;
-            tx.change("putback", |frozen| {
-                crate::restore::restore(&self.tree, &self.journal, *k, paths, false, frozen.touched())
-            })
-            .map_err(|e| {
-                restore_failure(
-                    format!(
-                        "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
+            tx.change("putback", |frozen| crate::restore::restore(frozen, &self.tree, &self.journal, *k, paths))
+                .map_err(|e| {
+                    restore_failure(
+                        format!(
+                            "putting back {what} ({}) as they were at checkpoint {k} failed part-way (undo with \
                          `rewindfs restore {before}`): {e}; {mp} stays mounted",
-                        names.join(", ")
-                    ),
-                    &e,
-                )
-            })?;
+                            names.join(", ")
+                        ),
+                        &e,
+                    )
+                })?;
         }
         let ks: Vec<String> = by_checkpoint.keys().map(|k| k.to_string()).collect();
         let label = TurnInfo { label: Some(format!("put back {what}, as before the rewind")), ..Default::default() };
@@ -276,12 +273,7 @@ impl Workspace {
         };
         journal.name_checkpoint(name, checkpoint, message).map_err(journal_failure)?;
         info!("checkpoint {checkpoint} is named {name:?}");
-        Ok(replies::SnapshotReply {
-            checkpoint,
-            name: name.to_string(),
-            message: message.map(str::to_string),
-            sealed,
-        })
+        Ok(replies::SnapshotReply { checkpoint, name: name.to_string(), message: message.map(str::to_string), sealed })
     }
 
     /// Deletes all history, never the workspace: the tree is sealed as a
@@ -322,8 +314,7 @@ impl Workspace {
         progress(Progress { done: total, total, bytes_freed: collected.bytes_freed });
         // Every pack mostly released goes, however small: nothing is left to
         // share it with.
-        let compacted =
-            journal.compact_below(crate::journal::retention::COMPACT_BELOW, 1).map_err(journal_failure)?;
+        let compacted = journal.compact_below(crate::journal::retention::COMPACT_BELOW, 1).map_err(journal_failure)?;
         journal.shrink();
         warn!(
             "history reset: {} checkpoints deleted, {} chunks and {} attic entries freed; checkpoint {checkpoint} is \
@@ -465,6 +456,7 @@ impl Workspace {
     /// read and verified), naming each file.
     fn check_readable(
         &self,
+        lock: Held<'_>,
         k: i64,
         paths: Option<&[PathBuf]>,
         checked: &mut crate::rewind::preflight::Checked,
@@ -472,8 +464,8 @@ impl Workspace {
         use crate::rewind::preflight;
         let (tree, journal) = (&*self.tree, &*self.journal);
         let files = match paths {
-            None => preflight::unreadable(tree, journal, k, checked),
-            Some(paths) => preflight::unreadable_under(tree, journal, k, paths, checked),
+            None => preflight::unreadable(lock, tree, journal, k, checked),
+            Some(paths) => preflight::unreadable_under(lock, tree, journal, k, paths, checked),
         }
         .map_err(|e| restore_failure(format!("cannot check the contents of checkpoint {k}: {e}"), &e))?;
         if files.is_empty() {

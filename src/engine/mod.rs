@@ -31,7 +31,7 @@ use crate::store::ChunkStore;
 use crate::view::TreeView;
 use crate::view::browse::Browser;
 use crate::workspace::{Ino, LiveTree};
-use crate::world::{HistoryOp, KernelCache, Ordinary, World};
+use crate::world::{Held, HistoryOp, KernelCache, Ordinary, World};
 
 pub use history::RESET_UNCONFIRMED;
 pub use transaction::Transaction;
@@ -75,6 +75,9 @@ pub struct Workspace {
     journal: Arc<Journal>,
     world: Arc<World>,
     store: PathBuf,
+    /// The chunks are the store directory's packs (not a store given in
+    /// [`Options::chunks`]), so the directory's checks apply.
+    packs: bool,
     mountpoint: PathBuf,
     /// Told what a frozen section changed; nothing until a mount attaches one.
     kernel: OnceLock<Box<dyn KernelCache + Send>>,
@@ -106,8 +109,7 @@ impl Workspace {
             None => Journal::open_dir(&options.store)?,
         });
         // So `fsck --store` can find the workspace whose inodes views read.
-        if let Err(e) =
-            journal.with_meta(|m| m.set_state_bytes("workspace", options.workspace.as_os_str().as_bytes()))
+        if let Err(e) = journal.with_meta(|m| m.set_state_bytes("workspace", options.workspace.as_os_str().as_bytes()))
         {
             warn!("cannot record the workspace path in the store: {e}");
         }
@@ -140,6 +142,7 @@ impl Workspace {
             journal,
             world: Arc::new(World::new()),
             store: options.store.clone(),
+            packs: options.chunks.is_none(),
             mountpoint: options.mountpoint.clone(),
             kernel: OnceLock::new(),
             hidden: OnceLock::new(),
@@ -227,7 +230,7 @@ impl Workspace {
     pub fn transaction<'h>(
         &'h self,
         history: &'h HistoryOp<'_>,
-        check: impl FnOnce() -> std::result::Result<(), Failure>,
+        check: impl FnOnce(Held<'_>) -> std::result::Result<(), Failure>,
         before: String,
     ) -> std::result::Result<Transaction<'h>, Failure> {
         Transaction::begin(self, history, check, before)
@@ -261,9 +264,9 @@ impl Workspace {
     /// caller's mistake.
     pub fn resolve(&self, reference: &str) -> std::result::Result<i64, Failure> {
         self.journal.resolve(reference).map(|c| c.0).map_err(|e| match e {
-            JournalError::UnknownCheckpoint { .. } | JournalError::Ambiguous { .. } | JournalError::Forgotten { .. } => {
-                Failure::usage(e.to_string())
-            }
+            JournalError::UnknownCheckpoint { .. }
+            | JournalError::Ambiguous { .. }
+            | JournalError::Forgotten { .. } => Failure::usage(e.to_string()),
             e => Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}")),
         })
     }
@@ -339,15 +342,17 @@ impl Workspace {
             // Nothing is served yet; the lock is taken all the same, since
             // views and changes of the tree require it.
             let history = self.world.history();
-            let frozen = history.freeze(&NoKernel);
+            let mut frozen = history.freeze(&NoKernel);
             // Before anything changes: a completion that cannot read what
             // it needs would stop part-way.
-            let unreadable = recovery::unreadable(tree, journal, &intent).map_err(|e| stuck(e.to_string(), true))?;
+            let unreadable =
+                recovery::unreadable(frozen.held(), tree, journal, &intent).map_err(|e| stuck(e.to_string(), true))?;
             if !unreadable.is_empty() {
                 let files = crate::rewind::preflight::refusal("completing it", intent.checkpoint, &unreadable);
                 return Err(stuck(files, true));
             }
-            let changes = recovery::complete(tree, journal, &intent).map_err(|e| stuck(e.to_string(), false))?;
+            let changes =
+                recovery::complete(&mut frozen, tree, journal, &intent).map_err(|e| stuck(e.to_string(), false))?;
             drop(frozen);
             let (reason, parent) = match intent.op {
                 IntentOp::Rewind => (Reason::Rewind, Some(intent.checkpoint)),
@@ -388,22 +393,28 @@ impl<'w> Reader<'w> {
 
     /// The tree at checkpoint `checkpoint`.
     pub fn view(&self, checkpoint: i64) -> TreeView<'_> {
-        TreeView::at(&self.ws.tree, &self.ws.journal, checkpoint)
+        TreeView::at(self.op.held(), &self.ws.tree, &self.ws.journal, checkpoint)
     }
 
     /// The live tree through the same interface.
     pub fn live(&self) -> TreeView<'_> {
-        TreeView::live(&self.ws.tree, &self.ws.journal)
+        TreeView::live(self.op.held(), &self.ws.tree, &self.ws.journal)
+    }
+
+    /// The tree lock this read holds, for what requires it.
+    pub fn held(&self) -> Held<'_> {
+        self.op.held()
     }
 
     /// Every checkpoint with its turn's statistics.
     pub fn log(&self) -> std::result::Result<Vec<crate::report::TurnSummary>, Failure> {
-        crate::report::log(&self.ws.tree, &self.ws.journal).map_err(|e| view_failure("cannot read the history", e))
+        crate::report::log(self.op.held(), &self.ws.tree, &self.ws.journal)
+            .map_err(|e| view_failure("cannot read the history", e))
     }
 
     /// Computes and stores the `log` statistics of a sealed turn.
     pub fn summarize_sealed_turn(&self, turn: i64) -> crate::view::ViewResult<crate::meta::TurnStats> {
-        crate::report::summarize_sealed_turn(&self.ws.tree, &self.ws.journal, turn)
+        crate::report::summarize_sealed_turn(self.op.held(), &self.ws.tree, &self.ws.journal, turn)
     }
 
     /// The changes between checkpoint references `from` and `to` (None:
@@ -429,7 +440,7 @@ impl<'w> Reader<'w> {
 
     /// The turns that changed `path`.
     pub fn history(&self, path: &Path) -> std::result::Result<Vec<crate::report::PathEvent>, Failure> {
-        crate::report::history(&self.ws.tree, &self.ws.journal, path)
+        crate::report::history(self.op.held(), &self.ws.tree, &self.ws.journal, path)
             .map_err(|e| view_failure(&format!("cannot read the history of {}", path.display()), e))
     }
 
@@ -439,8 +450,9 @@ impl<'w> Reader<'w> {
         let target = crate::fsck::Target {
             journal: &self.ws.journal,
             tree: Some(&self.ws.tree),
+            lock: Some(self.op.held()),
             attic: Some(&attic),
-            store_dir: Some(&self.ws.store),
+            store_dir: self.ws.packs.then_some(self.ws.store.as_path()),
         };
         crate::fsck::check(&target, &mut |_| {})
             .map_err(|e| Failure::failed(libc::EIO, format!("fsck could not finish: {e}")))
@@ -449,7 +461,7 @@ impl<'w> Reader<'w> {
     /// A browser of checkpoint `checkpoint` alone, its root inode 1 (what
     /// a `show` mount serves).
     pub fn browser(&self, checkpoint: i64) -> std::result::Result<Browser, Failure> {
-        Browser::single(self.ws.tree.clone(), self.ws.journal.clone(), checkpoint)
+        Browser::single(self.op.held(), self.ws.tree.clone(), self.ws.journal.clone(), checkpoint)
             .map_err(|e| view_failure(&format!("cannot open checkpoint {checkpoint}"), e))
     }
 }

@@ -11,7 +11,7 @@
 use crate::error::{AsErrno, Failure};
 use crate::journal::TurnInfo;
 use crate::meta::{IntentOp, Reason};
-use crate::world::{Frozen, HistoryOp, Thawed};
+use crate::world::{Frozen, Held, HistoryOp, Thawed};
 
 use super::Workspace;
 
@@ -34,11 +34,11 @@ impl<'h> Transaction<'h> {
     pub(super) fn begin(
         ws: &'h Workspace,
         history: &'h HistoryOp<'_>,
-        check: impl FnOnce() -> Result<(), Failure>,
+        check: impl FnOnce(Held<'_>) -> Result<(), Failure>,
         before: String,
     ) -> Result<Transaction<'h>, Failure> {
         let frozen = history.freeze(ws.kernel());
-        check()?;
+        check(frozen.held())?;
         let before = ws.seal(&TurnInfo { label: Some(before), ..Default::default() }, Reason::Turn)?;
         Ok(Transaction { ws, frozen, before, intents: Vec::new() })
     }
@@ -57,7 +57,11 @@ impl<'h> Transaction<'h> {
     /// fault hooks know it by. A failure is the caller's to word (with the
     /// undo, `before`): the intents end, so none is left for the next open
     /// to finish.
-    pub fn change<T, E>(&mut self, phase: &'static str, f: impl FnOnce(&mut Frozen<'h>) -> Result<T, E>) -> Result<T, E> {
+    pub fn change<T, E>(
+        &mut self,
+        phase: &'static str,
+        f: impl FnOnce(&mut Frozen<'h>) -> Result<T, E>,
+    ) -> Result<T, E> {
         crate::faults::phase(Some(phase));
         let changed = f(&mut self.frozen);
         crate::faults::phase(None);

@@ -24,7 +24,7 @@ pub mod view;
 use crate::error::{AsErrno, Errno};
 use crate::view::browse::{Browser, HIDDEN_DIR};
 use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime, XattrReply};
-use crate::world::{KernelCache, World};
+use crate::world::{Held, KernelCache, World};
 
 /// Inode numbers of `.rewindfs/` and the views under it start here, far
 /// above any backing inode number.
@@ -116,9 +116,9 @@ impl LiveFs {
     }
 
     /// Serves one request as an ordinary operation of the world.
-    fn serve(&self, op: &'static str, f: impl FnOnce()) {
-        let _op = self.world.op();
-        no_lost_worker(op, f);
+    fn serve(&self, op: &'static str, f: impl FnOnce(Held<'_>)) {
+        let op_ = self.world.op();
+        no_lost_worker(op, || f(op_.held()));
     }
 
     /// The browser, when `ino` is under `.rewindfs/`.
@@ -312,13 +312,13 @@ impl Filesystem for LiveFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.serve("lookup", || {
+        self.serve("lookup", |held| {
             #[cfg(feature = "test-hooks")]
             if name == crate::faults::PANIC_NAME {
                 panic!("test hook: a panic injected into lookup");
             }
             if let Some(b) = self.hidden(parent) {
-                return view::lookup(b, ino(parent), name, reply);
+                return view::lookup(b, held, ino(parent), name, reply);
             }
             match self.tree.lookup(ino(parent), name) {
                 // A real `.rewindfs` in the workspace wins: user data is never hidden.
@@ -329,7 +329,7 @@ impl Filesystem for LiveFs {
                         && self.browser.is_some() =>
                 {
                     let b = self.browser.as_deref().expect("checked above");
-                    view::getattr_entry(b, reply)
+                    view::getattr_entry(b, held, reply)
                 }
                 Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
                 // A negative entry (inode 0) the kernel may cache: compilers and
@@ -355,9 +355,9 @@ impl Filesystem for LiveFs {
     }
 
     fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.serve("getattr", || {
+        self.serve("getattr", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::getattr(b, ino(i), reply);
+                return view::getattr(b, held, ino(i), reply);
             }
             match self.tree.getattr(ino(i), fh.map(|f| Fh(f.0))) {
                 Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
@@ -384,7 +384,7 @@ impl Filesystem for LiveFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.serve("setattr", || {
+        self.serve("setattr", |_| {
             if self.hidden(i).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -405,9 +405,9 @@ impl Filesystem for LiveFs {
     }
 
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
-        self.serve("readlink", || {
+        self.serve("readlink", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::readlink(b, ino(i), reply);
+                return view::readlink(b, held, ino(i), reply);
             }
             match self.tree.readlink(ino(i)) {
                 Ok(t) => reply.data(&t),
@@ -417,7 +417,7 @@ impl Filesystem for LiveFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        self.serve("mknod", || {
+        self.serve("mknod", |_| {
             if self.hidden(parent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -429,7 +429,7 @@ impl Filesystem for LiveFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.serve("mkdir", || {
+        self.serve("mkdir", |_| {
             if self.hidden(parent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -441,7 +441,7 @@ impl Filesystem for LiveFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.serve("unlink", || {
+        self.serve("unlink", |_| {
             if self.hidden(parent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -453,7 +453,7 @@ impl Filesystem for LiveFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.serve("rmdir", || {
+        self.serve("rmdir", |_| {
             if self.hidden(parent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -465,7 +465,7 @@ impl Filesystem for LiveFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.serve("symlink", || {
+        self.serve("symlink", |_| {
             if self.hidden(parent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -486,7 +486,7 @@ impl Filesystem for LiveFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.serve("rename", || {
+        self.serve("rename", |_| {
             if self.hidden(parent).is_some() || self.hidden(newparent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -498,7 +498,7 @@ impl Filesystem for LiveFs {
     }
 
     fn link(&self, req: &Request, i: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.serve("link", || {
+        self.serve("link", |_| {
             if self.hidden(newparent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -510,9 +510,9 @@ impl Filesystem for LiveFs {
     }
 
     fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.serve("open", || {
+        self.serve("open", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::open(b, ino(i), flags.0, reply);
+                return view::open(b, held, ino(i), flags.0, reply);
             }
             let (fh, file) = match self.tree.open(ino(i), flags.0, caller(req)) {
                 Ok(x) => x,
@@ -543,7 +543,7 @@ impl Filesystem for LiveFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.serve("create", || {
+        self.serve("create", |_| {
             if self.hidden(parent).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -588,9 +588,9 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.serve("read", || {
+        self.serve("read", |held| {
             if let Some(b) = self.hidden(_ino) {
-                return view::read(b, ino(_ino), offset, size, reply);
+                return view::read(b, held, ino(_ino), offset, size, reply);
             }
             match self.tree.open_files().read(Fh(fh.0), offset, size) {
                 Ok(data) => reply.data(&data),
@@ -611,7 +611,7 @@ impl Filesystem for LiveFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.serve("write", || {
+        self.serve("write", |_| {
             // The kernel marks writes by users without CAP_FSETID.
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
                 && let Err(e) = self.drop_privileges(ino(i), Fh(fh.0), req)
@@ -641,7 +641,7 @@ impl Filesystem for LiveFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.serve("release", || {
+        self.serve("release", |_| {
             self.tree.release(Fh(fh.0));
             self.release_backing(Fh(fh.0), ino(i));
             reply.ok();
@@ -649,14 +649,14 @@ impl Filesystem for LiveFs {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        self.serve("fsync", || match self.tree.open_files().fsync(Fh(fh.0), datasync) {
+        self.serve("fsync", |_| match self.tree.open_files().fsync(Fh(fh.0), datasync) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         })
     }
 
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.serve("opendir", || {
+        self.serve("opendir", |_| {
             if self.hidden(i).is_some() {
                 return reply.opened(FileHandle(0), FopenFlags::empty());
             }
@@ -668,9 +668,9 @@ impl Filesystem for LiveFs {
     }
 
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        self.serve("readdir", || {
+        self.serve("readdir", |held| {
             if let Some(b) = self.hidden(_ino) {
-                return view::readdir(b, ino(_ino), offset, reply);
+                return view::readdir(b, held, ino(_ino), offset, reply);
             }
             let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
                 Ok(e) => e,
@@ -686,9 +686,9 @@ impl Filesystem for LiveFs {
     }
 
     fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        self.serve("readdirplus", || {
+        self.serve("readdirplus", |held| {
             if let Some(b) = self.hidden(dir) {
-                return view::readdirplus(b, ino(dir), offset, reply);
+                return view::readdirplus(b, held, ino(dir), offset, reply);
             }
             let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
                 Ok(e) => e,
@@ -723,7 +723,7 @@ impl Filesystem for LiveFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.serve("releasedir", || {
+        self.serve("releasedir", |_| {
             if self.hidden(_ino).is_some() {
                 return reply.ok();
             }
@@ -733,14 +733,14 @@ impl Filesystem for LiveFs {
     }
 
     fn fsyncdir(&self, _req: &Request, i: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.serve("fsyncdir", || match self.tree.fsyncdir(ino(i)) {
+        self.serve("fsyncdir", |_| match self.tree.fsyncdir(ino(i)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         })
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.serve("statfs", || match self.tree.statfs() {
+        self.serve("statfs", |_| match self.tree.statfs() {
             Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
             Err(e) => reply.error(errno(e)),
         })
@@ -756,7 +756,7 @@ impl Filesystem for LiveFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.serve("setxattr", || {
+        self.serve("setxattr", |_| {
             if self.hidden(i).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -768,9 +768,9 @@ impl Filesystem for LiveFs {
     }
 
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.serve("getxattr", || {
+        self.serve("getxattr", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::getxattr(b, ino(i), name, size, reply);
+                return view::getxattr(b, held, ino(i), name, size, reply);
             }
             match self.tree.getxattr(ino(i), name, size) {
                 Ok(XattrReply::Size(n)) => reply.size(n),
@@ -781,9 +781,9 @@ impl Filesystem for LiveFs {
     }
 
     fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
-        self.serve("listxattr", || {
+        self.serve("listxattr", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::listxattr(b, ino(i), size, reply);
+                return view::listxattr(b, held, ino(i), size, reply);
             }
             match self.tree.listxattr(ino(i), size) {
                 Ok(XattrReply::Size(n)) => reply.size(n),
@@ -794,7 +794,7 @@ impl Filesystem for LiveFs {
     }
 
     fn removexattr(&self, req: &Request, i: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.serve("removexattr", || {
+        self.serve("removexattr", |_| {
             if self.hidden(i).is_some() {
                 return reply.error(fuser::Errno::EROFS);
             }
@@ -806,7 +806,7 @@ impl Filesystem for LiveFs {
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        self.serve("access", || {
+        self.serve("access", |_| {
             // Permissions are checked by the kernel (default_permissions).
             reply.ok();
         })
@@ -822,14 +822,14 @@ impl Filesystem for LiveFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.serve("fallocate", || match self.tree.open_files().fallocate(Fh(fh.0), offset, length, mode) {
+        self.serve("fallocate", |_| match self.tree.open_files().fallocate(Fh(fh.0), offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         })
     }
 
     fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        self.serve("lseek", || match self.tree.open_files().lseek(Fh(fh.0), offset, whence) {
+        self.serve("lseek", |_| match self.tree.open_files().lseek(Fh(fh.0), offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),
         })
@@ -848,7 +848,7 @@ impl Filesystem for LiveFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.serve("copy_file_range", || {
+        self.serve("copy_file_range", |_| {
             match self.tree.open_files().copy_file_range(Fh(fh_in.0), offset_in, Fh(fh_out.0), offset_out, len) {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(errno(e)),

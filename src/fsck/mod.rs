@@ -32,6 +32,7 @@ use crate::text::quote_name;
 use crate::view::TreeView;
 use crate::workspace::LiveTree;
 use crate::workspace::backing;
+use crate::world::Held;
 
 pub use crate::store_dir::{StoreDamage, store_damage, store_damage_thorough};
 
@@ -57,6 +58,9 @@ pub struct Target<'a> {
     /// The live workspace, for the inodes views read and to name paths.
     /// Without it, paths are named from records alone, unverified.
     pub tree: Option<&'a LiveTree>,
+    /// The tree lock, held while paths are checked in views of the past
+    /// through `tree` (without it they are named from records alone).
+    pub lock: Option<Held<'a>>,
     /// The store's attic directory, if it has one.
     pub attic: Option<&'a Path>,
     /// The store directory, for the checks of the store as a whole
@@ -597,8 +601,8 @@ fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<PathBuf> {
 
 /// The path of `object` in the view at checkpoint `k`, found the way
 /// `fsck` names damage (for the messages of other commands).
-pub fn path_in_view(tree: &LiveTree, journal: &Journal, object: ObjectId, k: i64) -> Option<PathBuf> {
-    let target = Target { journal, tree: Some(tree), attic: None, store_dir: None };
+pub fn path_in_view(lock: Held<'_>, tree: &LiveTree, journal: &Journal, object: ObjectId, k: i64) -> Option<PathBuf> {
+    let target = Target { journal, tree: Some(tree), lock: Some(lock), attic: None, store_dir: None };
     let mut namer = Namer::new(&target, &[]).ok()?;
     namer.name(object, &[k]).ok()?.into_iter().find_map(|a| a.path)
 }
@@ -646,9 +650,9 @@ impl<'a> Namer<'a> {
         let mut out = Vec::new();
         for &k in ks {
             let candidates = self.candidates(object, k, 0)?;
-            let path = match self.target.tree {
-                Some(tree) => {
-                    let view = TreeView::at(tree, self.target.journal, k);
+            let path = match (self.target.tree, self.target.lock) {
+                (Some(tree), Some(lock)) => {
+                    let view = TreeView::at(lock, tree, self.target.journal, k);
                     candidates.into_iter().find(|p| {
                         view.resolve(Path::new(OsStr::from_bytes(p)))
                             .ok()
@@ -656,7 +660,7 @@ impl<'a> Namer<'a> {
                             .is_some_and(|node| node.id == Some(object))
                     })
                 }
-                None => candidates.into_iter().next(),
+                _ => candidates.into_iter().next(),
             };
             out.push((k, path));
         }

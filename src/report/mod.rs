@@ -19,6 +19,7 @@ use crate::view::{Content, Node, NodeState, TreeView, ViewError, ViewResult};
 use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Kind, LiveTree};
+use crate::world::Held;
 
 /// Files larger than this are compared and counted, never line-diffed.
 const MAX_DIFF_BYTES: u64 = 8 << 20;
@@ -302,7 +303,7 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 /// The statistics of every turn, oldest first. A sealed turn's statistics
 /// are computed once and stored (by the daemon right after the seal, or
 /// here when missing); the open turn's are computed each time.
-pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
+pub fn log(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
     let current = journal.current_turn();
     let store_now = journal.store().stats()?.stored_bytes as i64;
@@ -312,9 +313,9 @@ pub fn log(tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
         let next = checkpoints.get(i + 1);
         let computed = match (next, stored.remove(&c.checkpoint)) {
             (Some(_), Some(stats)) => Ok(stats),
-            (Some(_), None) => summarize_sealed_turn(tree, journal, c.checkpoint),
+            (Some(_), None) => summarize_sealed_turn(lock, tree, journal, c.checkpoint),
             (None, _) => locate_changes(tree, journal, c.checkpoint)
-                .and_then(|paths| turn_stats(tree, journal, c.checkpoint, paths, &TreeView::live(tree, journal))),
+                .and_then(|paths| turn_stats(tree, journal, c.checkpoint, paths, &TreeView::live(lock, tree, journal))),
         };
         // One turn whose content cannot be read does not hide the others;
         // the history database failing does.
@@ -365,7 +366,7 @@ static SUMMARIZING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The statistics of sealed turn `turn`, computed and stored unless they
 /// already are. The daemon calls it in the background after each seal, so
 /// that `log` finds them stored.
-pub fn summarize_sealed_turn(tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<TurnStats> {
+pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<TurnStats> {
     let _one_at_a_time = SUMMARIZING.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(stats) = journal.with_meta(|m| m.turn_stats_of(turn))? {
         return Ok(stats);
@@ -374,7 +375,7 @@ pub fn summarize_sealed_turn(tree: &LiveTree, journal: &Journal, turn: i64) -> V
     // The next kept checkpoint: forgotten ones merged their turns into
     // the one before them (`journal/retention.rs`).
     let next = journal.with_meta(|m| m.first_sealed_after(turn))?.map_or(turn + 1, |(c, _)| c);
-    let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(tree, journal, next))?;
+    let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(lock, tree, journal, next))?;
     if let Err(e) = journal.with_meta(|m| m.set_turn_stats(turn, &stats)) {
         log::warn!("cannot store the statistics of turn {turn}: {e}");
     }
@@ -392,7 +393,7 @@ fn turn_stats(
     paths: Option<Vec<PathBuf>>,
     post: &TreeView<'_>,
 ) -> ViewResult<TurnStats> {
-    let pre = TreeView::at(tree, journal, turn);
+    let pre = TreeView::at(post.held(), tree, journal, turn);
     let changes = match paths {
         None => diff(&pre, post, &[], false)?,
         Some(paths) => match Trie::of(&paths) {
@@ -674,10 +675,10 @@ pub struct PathEvent {
 /// only the checkpoints whose turns recorded one of those entries or that
 /// object are compared, as before; the way to `path` is taken again in
 /// each one compared (it changes only there).
-pub fn history(tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Vec<PathEvent>> {
+pub fn history(lock: Held<'_>, tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Vec<PathEvent>> {
     let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
     let mut out = Vec::new();
-    let mut way = Way::to(&TreeView::live(tree, journal), path)?;
+    let mut way = Way::to(&TreeView::live(lock, tree, journal), path)?;
     // Checkpoints from `upto` on are done (their turns are compared).
     let mut upto = checkpoints.len();
     loop {
@@ -691,10 +692,10 @@ pub fn history(tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Ve
             .find(|i| *i < upto);
         let Some(i) = next else { break };
         let c = &checkpoints[i];
-        let pre = TreeView::at(tree, journal, c.checkpoint);
+        let pre = TreeView::at(lock, tree, journal, c.checkpoint);
         let post = match checkpoints.get(i + 1) {
-            Some(n) => TreeView::at(tree, journal, n.checkpoint),
-            None => TreeView::live(tree, journal),
+            Some(n) => TreeView::at(lock, tree, journal, n.checkpoint),
+            None => TreeView::live(lock, tree, journal),
         };
         if let Some(change) = path_change(&pre, &post, path)? {
             out.push(PathEvent {

@@ -18,6 +18,7 @@ use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::live::Created;
 use crate::workspace::{Attr, Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
+use crate::world::{Frozen, Held};
 
 /// Errors while restoring.
 #[derive(Debug, thiserror::Error)]
@@ -94,20 +95,44 @@ fn live_err(path: &Path, errno: Errno) -> RestoreError {
 }
 
 /// Restores `paths` (relative to the root; empty = the whole tree) to
-/// their state at `checkpoint`. Returns what changed; what the kernel must
-/// forget goes into `touched`, also when the restore fails part-way.
+/// their state at `checkpoint`, with the tree frozen. Returns what changed;
+/// what the kernel must forget goes into the frozen section's set, also
+/// when the restore fails part-way.
 pub fn restore(
+    frozen: &mut Frozen<'_>,
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
     paths: &[PathBuf],
+) -> Result<Vec<Planned>, RestoreError> {
+    let (lock, touched) = frozen.parts();
+    run(lock, tree, journal, checkpoint, paths, false, touched)
+}
+
+/// What [`restore`] would change, changing nothing (a dry run).
+pub fn preview(
+    lock: Held<'_>,
+    tree: &LiveTree,
+    journal: &Journal,
+    checkpoint: i64,
+    paths: &[PathBuf],
+) -> Result<Vec<Planned>, RestoreError> {
+    run(lock, tree, journal, checkpoint, paths, true, &mut Touched::default())
+}
+
+fn run<'a>(
+    lock: Held<'a>,
+    tree: &'a LiveTree,
+    journal: &'a Journal,
+    checkpoint: i64,
+    paths: &[PathBuf],
     dry_run: bool,
-    touched: &mut Touched,
+    touched: &'a mut Touched,
 ) -> Result<Vec<Planned>, RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
     let mut ctx = Ctx {
         tree,
-        view: TreeView::at(tree, journal, checkpoint),
+        view: TreeView::at(lock, tree, journal, checkpoint),
         dry_run,
         caller,
         out: Vec::new(),

@@ -38,6 +38,7 @@ use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::rewind_ops::{Aside, NewFile, RewindOps};
 use crate::workspace::{Caller, Kind, LiveTree, SetTime};
+use crate::world::Frozen;
 
 pub mod recovery;
 
@@ -94,20 +95,21 @@ pub fn instant_available(tree: &LiveTree) -> bool {
 /// Makes the live tree the tree at `checkpoint`. The caller has sealed a
 /// safety checkpoint, `began` (the current turn, or an earlier one when
 /// this completes an interrupted rewind that began there), and froze the
-/// tree; what the kernel must forget goes into `touched`, also when the
-/// rewind fails part-way.
+/// tree (`frozen`); what the kernel must forget goes into its set, also
+/// when the rewind fails part-way.
 pub fn rewind(
+    frozen: &mut Frozen<'_>,
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
     began: i64,
-    touched: &mut Touched,
 ) -> Result<Vec<Planned>, RestoreError> {
+    let (lock, touched) = frozen.parts();
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
     let mut r = Rewinder {
         tree,
         journal,
-        view: TreeView::at(tree, journal, checkpoint),
+        view: TreeView::at(lock, tree, journal, checkpoint),
         began,
         caller,
         ops: RewindOps::new(tree, journal, caller),

@@ -20,6 +20,7 @@ use crate::store::{ChunkId, ContentRef};
 use crate::sys::FileHandle;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::LiveTree;
+use crate::world::Held;
 
 /// A file whose content at the checkpoint cannot be read back.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +64,7 @@ pub struct Checked {
 /// chunk store and cannot read back (each chunk read and its blake3
 /// checked); empty when the rewind can go ahead.
 pub fn unreadable(
+    lock: Held<'_>,
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
@@ -75,7 +77,7 @@ pub fn unreadable(
         }
     }
     checked.to_write = 0;
-    let view = TreeView::at(tree, journal, checkpoint);
+    let view = TreeView::at(lock, tree, journal, checkpoint);
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for id in objects {
@@ -90,7 +92,7 @@ pub fn unreadable(
             Err(why) => (Some(why), true),
         };
         if let Some(problem) = problem {
-            let path = crate::fsck::path_in_view(tree, journal, id, checkpoint)
+            let path = crate::fsck::path_in_view(lock, tree, journal, id, checkpoint)
                 .unwrap_or_else(|| format!("object {}", id.0).into());
             out.push(Unreadable { path, checkpoint, problem, unknown });
         }
@@ -102,6 +104,7 @@ pub fn unreadable(
 /// As [`unreadable`], for a restore of `paths` (empty: the whole tree):
 /// every file under them at `checkpoint` whose content comes from the store.
 pub fn unreadable_under(
+    lock: Held<'_>,
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
@@ -109,7 +112,7 @@ pub fn unreadable_under(
     checked: &mut Checked,
 ) -> Result<Vec<Unreadable>, RestoreError> {
     checked.to_write = 0;
-    let view = TreeView::at(tree, journal, checkpoint);
+    let view = TreeView::at(lock, tree, journal, checkpoint);
     let mut stack = Vec::new();
     let whole = [PathBuf::new()];
     for p in if paths.is_empty() { &whole[..] } else { paths } {

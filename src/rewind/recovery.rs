@@ -28,11 +28,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::Errno;
 use crate::journal::Journal;
 use crate::meta::{Intent, IntentOp};
-use crate::restore::{Planned, RestoreError, Touched};
+use crate::restore::{Planned, RestoreError};
 use crate::rewind::preflight::{self, Checked, Unreadable};
 use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Caller, Kind, LiveTree};
+use crate::world::{Frozen, Held};
 
 /// Name prefixes of the temporary files of rewind and restore.
 const TEMP_PREFIXES: [&[u8]; 2] = [b".rewindfs-rewind-", b".rewindfs-restore-"];
@@ -172,12 +173,17 @@ pub fn abandoned(intent: &Intent, interrupted: i64, temporaries: &[String]) -> R
 /// and that cannot be read back: checked before anything changes, so a
 /// completion that cannot succeed leaves the tree as the interruption left
 /// it (and giving the operation up keeps exactly that tree).
-pub fn unreadable(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<Vec<Unreadable>, RestoreError> {
+pub fn unreadable(
+    lock: Held<'_>,
+    tree: &LiveTree,
+    journal: &Journal,
+    intent: &Intent,
+) -> Result<Vec<Unreadable>, RestoreError> {
     let mut checked = Checked::default();
     match intent.op {
-        IntentOp::Rewind => preflight::unreadable(tree, journal, intent.checkpoint, &mut checked),
+        IntentOp::Rewind => preflight::unreadable(lock, tree, journal, intent.checkpoint, &mut checked),
         IntentOp::Restore => {
-            preflight::unreadable_under(tree, journal, intent.checkpoint, &restore_paths(intent), &mut checked)
+            preflight::unreadable_under(lock, tree, journal, intent.checkpoint, &restore_paths(intent), &mut checked)
         }
     }
 }
@@ -186,9 +192,15 @@ fn restore_paths(intent: &Intent) -> Vec<PathBuf> {
     intent.paths.iter().map(|p| PathBuf::from(OsStr::from_bytes(p).to_os_string())).collect()
 }
 
-/// Runs the interrupted operation again from the tree it left. The caller
-/// (the daemon, before it mounts) seals the result and ends the intent.
-pub fn complete(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<Vec<Planned>, RestoreError> {
+/// Runs the interrupted operation again from the tree it left, frozen.
+/// The caller (the workspace's open, before anything is served) seals the
+/// result and ends the intent.
+pub fn complete(
+    frozen: &mut Frozen<'_>,
+    tree: &LiveTree,
+    journal: &Journal,
+    intent: &Intent,
+) -> Result<Vec<Planned>, RestoreError> {
     journal.note_daemon_turn()?;
     // First, before anything records these files in this turn.
     record_names_outside(tree, journal, intent.undo_checkpoint)?;
@@ -196,16 +208,12 @@ pub fn complete(tree: &LiveTree, journal: &Journal, intent: &Intent) -> Result<V
     if moved > 0 {
         log::info!("recovery: {moved} temporary files of the interrupted operation moved to the attic");
     }
-    // Nobody else sees the tree yet (nothing is mounted): nothing to forget.
-    let mut touched = Touched::default();
     match intent.op {
         IntentOp::Rewind if crate::rewind::instant_available(tree) => {
-            crate::rewind::rewind(tree, journal, intent.checkpoint, intent.undo_checkpoint, &mut touched)
+            crate::rewind::rewind(frozen, tree, journal, intent.checkpoint, intent.undo_checkpoint)
         }
-        IntentOp::Rewind => crate::restore::restore(tree, journal, intent.checkpoint, &[], false, &mut touched),
-        IntentOp::Restore => {
-            crate::restore::restore(tree, journal, intent.checkpoint, &restore_paths(intent), false, &mut touched)
-        }
+        IntentOp::Rewind => crate::restore::restore(frozen, tree, journal, intent.checkpoint, &[]),
+        IntentOp::Restore => crate::restore::restore(frozen, tree, journal, intent.checkpoint, &restore_paths(intent)),
     }
 }
 

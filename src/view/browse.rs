@@ -19,6 +19,7 @@ use crate::sys::FileHandle;
 use crate::view::{Node, NodeState, TreeView, ViewError, ViewResult};
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Attr, Ino, Kind, LiveTree};
+use crate::world::Held;
 
 /// The name of the hidden directory in the root of a live mount.
 pub const HIDDEN_DIR: &str = ".rewindfs";
@@ -215,7 +216,7 @@ impl Browser {
     }
 
     /// A browser of one checkpoint whose root is inode 1.
-    pub fn single(tree: Arc<LiveTree>, journal: Arc<Journal>, checkpoint: i64) -> ViewResult<Browser> {
+    pub fn single(held: Held<'_>, tree: Arc<LiveTree>, journal: Arc<Journal>, checkpoint: i64) -> ViewResult<Browser> {
         let b = Browser {
             tree,
             journal,
@@ -224,7 +225,7 @@ impl Browser {
             single: Some(checkpoint),
             stored_states: Mutex::new(HashMap::new()),
         };
-        let root = b.view(checkpoint).root()?;
+        let root = b.view(held, checkpoint).root()?;
         b.intern(b.object_slot(checkpoint, OsStr::new(""), root)?);
         Ok(b)
     }
@@ -348,9 +349,9 @@ impl Browser {
     /// The node behind a numbered view object. By id, the object's current
     /// handle (a rewind may have given it a new inode since it was
     /// numbered); by handle, the view looks its id up on each use.
-    fn node(&self, checkpoint: i64, key: &ObjectKey) -> ViewResult<Node> {
+    fn node(&self, held: Held<'_>, checkpoint: i64, key: &ObjectKey) -> ViewResult<Node> {
         match key {
-            ObjectKey::Id(id) => self.view(checkpoint).node_of_id(*id),
+            ObjectKey::Id(id) => self.view(held, checkpoint).node_of_id(*id),
             ObjectKey::Handle(h) => Ok(Node { id: None, handle: Some(h.clone()) }),
         }
     }
@@ -374,12 +375,12 @@ impl Browser {
         Ino(self.base)
     }
 
-    fn view(&self, checkpoint: i64) -> TreeView<'_> {
-        TreeView::at(&self.tree, &self.journal, checkpoint)
+    fn view<'a>(&'a self, held: Held<'a>, checkpoint: i64) -> TreeView<'a> {
+        TreeView::at(held, &self.tree, &self.journal, checkpoint)
     }
 
-    fn checkpoint_root(&self, checkpoint: i64) -> ViewResult<Wanted> {
-        let node = self.view(checkpoint).root()?;
+    fn checkpoint_root(&self, held: Held<'_>, checkpoint: i64) -> ViewResult<Wanted> {
+        let node = self.view(held, checkpoint).root()?;
         self.object_slot(checkpoint, OsStr::new(""), node)
     }
 
@@ -410,7 +411,7 @@ impl Browser {
     }
 
     /// Attributes of an inode.
-    pub fn getattr(&self, ino: Ino) -> ViewResult<Attr> {
+    pub fn getattr(&self, held: Held<'_>, ino: Ino) -> ViewResult<Attr> {
         match self.slot(ino)? {
             Slot::Top | Slot::CheckpointsDir | Slot::MessagesDir => Ok(self.synthetic_dir(ino)),
             Slot::Readme => {
@@ -422,7 +423,7 @@ impl Browser {
                 Ok(a)
             }
             Slot::Object { checkpoint, key } => {
-                let s = self.view(checkpoint).state(&self.node(checkpoint, &key)?)?;
+                let s = self.view(held, checkpoint).state(&self.node(held, checkpoint, &key)?)?;
                 Ok(self.object_attr(ino, &s))
             }
         }
@@ -445,7 +446,7 @@ impl Browser {
 
     /// Looks `name` up in directory `dir`. The answer holds one kernel
     /// reference to the entry's number, given back by `forget`.
-    pub fn lookup(&self, dir: Ino, name: &OsStr) -> ViewResult<Attr> {
+    pub fn lookup(&self, held: Held<'_>, dir: Ino, name: &OsStr) -> ViewResult<Attr> {
         let wanted = match self.slot(dir)? {
             Slot::Top => match name.to_str() {
                 Some("README") => Slot::Readme.into(),
@@ -453,28 +454,31 @@ impl Browser {
                 Some("messages") => Slot::MessagesDir.into(),
                 _ => return Err(enoent()),
             },
-            Slot::CheckpointsDir => self.checkpoint_root(self.checkpoint_named(name, false)?)?,
-            Slot::MessagesDir => self.checkpoint_root(self.checkpoint_named(name, true)?)?,
+            Slot::CheckpointsDir => self.checkpoint_root(held, self.checkpoint_named(name, false)?)?,
+            Slot::MessagesDir => self.checkpoint_root(held, self.checkpoint_named(name, true)?)?,
             Slot::Readme => return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR))),
             Slot::Object { checkpoint, key } => {
-                let child = self.view(checkpoint).lookup(&self.node(checkpoint, &key)?, name)?.ok_or_else(enoent)?;
+                let child = self
+                    .view(held, checkpoint)
+                    .lookup(&self.node(held, checkpoint, &key)?, name)?
+                    .ok_or_else(enoent)?;
                 self.object_slot(checkpoint, name, child)?
             }
         };
-        let attr = self.referenced_attr(wanted)?;
+        let attr = self.referenced_attr(held, wanted)?;
         log::debug!("browse: lookup {} {name:?} -> {}", dir.0, attr.ino.0);
         Ok(attr)
     }
 
     /// The attributes of `slot` under a number the kernel takes one
     /// reference to; none is kept when they cannot be read.
-    fn referenced_attr(&self, wanted: Wanted) -> ViewResult<Attr> {
+    fn referenced_attr(&self, held: Held<'_>, wanted: Wanted) -> ViewResult<Attr> {
         let ino = self.intern_counted(wanted, 1);
-        self.getattr(ino).inspect_err(|_| self.forget(ino, 1))
+        self.getattr(held, ino).inspect_err(|_| self.forget(ino, 1))
     }
 
     /// The entries of a directory after "." and "..", by slot.
-    fn entries(&self, dir: &Slot) -> ViewResult<Vec<(OsString, Wanted, Kind)>> {
+    fn entries(&self, held: Held<'_>, dir: &Slot) -> ViewResult<Vec<(OsString, Wanted, Kind)>> {
         let mut out = Vec::new();
         let dir_entry = |name: String, wanted: Wanted| (OsString::from(name), wanted, Kind::Dir);
         match dir {
@@ -485,21 +489,21 @@ impl Browser {
             }
             Slot::CheckpointsDir => {
                 for c in self.journal.with_meta(|m| m.checkpoints())? {
-                    out.push(dir_entry(c.checkpoint.to_string(), self.checkpoint_root(c.checkpoint)?));
+                    out.push(dir_entry(c.checkpoint.to_string(), self.checkpoint_root(held, c.checkpoint)?));
                 }
             }
             Slot::MessagesDir => {
                 for c in self.journal.with_meta(|m| m.checkpoints())? {
                     // Ids sealed before they were checked may not be names.
                     if let Some(m) = c.message_id.filter(|m| crate::journal::check_message_id(m).is_ok()) {
-                        out.push(dir_entry(m, self.checkpoint_root(c.checkpoint)?));
+                        out.push(dir_entry(m, self.checkpoint_root(held, c.checkpoint)?));
                     }
                 }
             }
             Slot::Readme => return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::ENOTDIR))),
             Slot::Object { checkpoint, key } => {
-                let view = self.view(*checkpoint);
-                for (name, child) in view.list(&self.node(*checkpoint, key)?)? {
+                let view = self.view(held, *checkpoint);
+                for (name, child) in view.list(&self.node(held, *checkpoint, key)?)? {
                     let kind = match view.state(&child) {
                         Ok(s) => Kind::from_code(s.kind),
                         Err(_) => Kind::File,
@@ -514,12 +518,12 @@ impl Browser {
 
     /// The entries of a directory, "." and ".." first. The kernel takes no
     /// reference to the numbers of a plain listing.
-    pub fn readdir(&self, dir: Ino) -> ViewResult<Vec<BrowseEntry>> {
+    pub fn readdir(&self, held: Held<'_>, dir: Ino) -> ViewResult<Vec<BrowseEntry>> {
         let mut out = vec![
             BrowseEntry { name: ".".into(), ino: dir, kind: Kind::Dir },
             BrowseEntry { name: "..".into(), ino: dir, kind: Kind::Dir },
         ];
-        for (name, wanted, kind) in self.entries(&self.slot(dir)?)? {
+        for (name, wanted, kind) in self.entries(held, &self.slot(dir)?)? {
             let ino = self.intern(wanted);
             log::debug!("browse: readdir {} {name:?} -> {}", dir.0, ino.0);
             out.push(BrowseEntry { name, ino, kind });
@@ -533,12 +537,13 @@ impl Browser {
     /// to every entry added but "." and "..", as after a lookup.
     pub fn readdir_plus(
         &self,
+        held: Held<'_>,
         dir: Ino,
         offset: usize,
         mut add: impl FnMut(usize, &BrowseEntry, &Attr) -> bool,
     ) -> ViewResult<()> {
-        let entries = self.entries(&self.slot(dir)?)?;
-        let dir_attr = self.getattr(dir)?;
+        let entries = self.entries(held, &self.slot(dir)?)?;
+        let dir_attr = self.getattr(held, dir)?;
         for (i, name) in [".", ".."].into_iter().enumerate().skip(offset) {
             if !add(i, &BrowseEntry { name: name.into(), ino: dir, kind: Kind::Dir }, &dir_attr) {
                 return Ok(());
@@ -546,7 +551,7 @@ impl Browser {
         }
         for (i, (name, wanted, kind)) in entries.into_iter().enumerate().map(|(i, e)| (i + 2, e)).skip(offset) {
             // Gone or unreadable since the listing: leave it out.
-            let Ok(attr) = self.referenced_attr(wanted) else { continue };
+            let Ok(attr) = self.referenced_attr(held, wanted) else { continue };
             log::debug!("browse: readdirplus {} {name:?} -> {}", dir.0, attr.ino.0);
             if !add(i, &BrowseEntry { name, ino: attr.ino, kind }, &attr) {
                 // Not sent: give back the reference taken for it.
@@ -558,7 +563,7 @@ impl Browser {
     }
 
     /// Reads file bytes.
-    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> ViewResult<Vec<u8>> {
+    pub fn read(&self, held: Held<'_>, ino: Ino, offset: u64, size: u32) -> ViewResult<Vec<u8>> {
         match self.slot(ino)? {
             Slot::Readme => {
                 let b = README.as_bytes();
@@ -567,14 +572,14 @@ impl Browser {
                 Ok(b[start..end].to_vec())
             }
             Slot::Object { checkpoint, key } => {
-                let view = self.view(checkpoint);
+                let view = self.view(held, checkpoint);
                 let cached = self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).get(&ino.0).cloned();
                 let s = match cached {
                     Some(s) => s,
                     None => {
                         // Resolving the node costs a query: only when the
                         // state is not cached.
-                        let s = view.state(&self.node(checkpoint, &key)?)?;
+                        let s = view.state(&self.node(held, checkpoint, &key)?)?;
                         if matches!(s.content, crate::view::Content::Stored(_)) {
                             let mut cache = self.stored_states.lock().unwrap_or_else(|p| p.into_inner());
                             if cache.len() >= STATE_CACHE {
@@ -604,11 +609,11 @@ impl Browser {
         }
     }
 
-    pub fn readlink(&self, ino: Ino) -> ViewResult<Vec<u8>> {
+    pub fn readlink(&self, held: Held<'_>, ino: Ino) -> ViewResult<Vec<u8>> {
         match self.slot(ino)? {
             Slot::Object { checkpoint, key } => self
-                .view(checkpoint)
-                .state(&self.node(checkpoint, &key)?)?
+                .view(held, checkpoint)
+                .state(&self.node(held, checkpoint, &key)?)?
                 .target
                 .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
             _ => Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
@@ -616,9 +621,11 @@ impl Browser {
     }
 
     /// The xattrs of an object (none for synthetic entries).
-    pub fn xattrs(&self, ino: Ino) -> ViewResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn xattrs(&self, held: Held<'_>, ino: Ino) -> ViewResult<Vec<(Vec<u8>, Vec<u8>)>> {
         match self.slot(ino)? {
-            Slot::Object { checkpoint, key } => Ok(self.view(checkpoint).state(&self.node(checkpoint, &key)?)?.xattrs),
+            Slot::Object { checkpoint, key } => {
+                Ok(self.view(held, checkpoint).state(&self.node(held, checkpoint, &key)?)?.xattrs)
+            }
             _ => Ok(Vec::new()),
         }
     }
@@ -641,6 +648,13 @@ mod tests {
     use super::*;
     use crate::meta::Meta;
     use crate::store::memory::MemoryStore;
+
+    /// The tree lock the tests' reads hold: shared, for good (nothing
+    /// here freezes the tree).
+    fn tree_lock() -> Held<'static> {
+        static WORLD: std::sync::LazyLock<crate::world::World> = std::sync::LazyLock::new(crate::world::World::new);
+        Box::leak(Box::new(WORLD.op())).held()
+    }
 
     /// A browser over a workspace holding `files` (created with their own
     /// names as content), and the workspace's temp dir.
@@ -682,7 +696,7 @@ mod tests {
 
     impl Kernel {
         fn lookup(&mut self, b: &Browser, dir: Ino, name: &str) -> Ino {
-            let a = b.lookup(dir, OsStr::new(name)).unwrap_or_else(|e| panic!("lookup {name}: {e}"));
+            let a = b.lookup(tree_lock(), dir, OsStr::new(name)).unwrap_or_else(|e| panic!("lookup {name}: {e}"));
             *self.0.entry(a.ino).or_default() += 1;
             a.ino
         }
@@ -690,7 +704,7 @@ mod tests {
         /// readdirplus of `dir`, accepting at most `room` entries.
         fn list(&mut self, b: &Browser, dir: Ino, room: usize) -> Vec<(OsString, Ino)> {
             let mut out = Vec::new();
-            b.readdir_plus(dir, 0, |_, e, attr| {
+            b.readdir_plus(tree_lock(), dir, 0, |_, e, attr| {
                 if out.len() == room {
                     return false;
                 }
@@ -746,7 +760,7 @@ mod tests {
         assert_ne!(zero, one);
         assert_eq!(k.lookup(&b, msgs, "m1"), one, "messages/m1 is checkpoint 1");
         for (dir, name) in [(cps, "00"), (cps, "+1"), (cps, "2"), (cps, "m1"), (msgs, "m2"), (msgs, "1")] {
-            let got = b.lookup(dir, OsStr::new(name));
+            let got = b.lookup(tree_lock(), dir, OsStr::new(name));
             assert!(
                 got.as_ref().is_err_and(|e| crate::error::AsErrno::errno(e).0 == libc::ENOENT),
                 "{name}: {:?}",
@@ -774,13 +788,13 @@ mod tests {
         k.forget_all(&b);
         assert_eq!(b.inode_count(), 1, "the table shrinks back once the kernel forgets everything");
         let x = first[OsStr::new("x")];
-        assert!(b.getattr(x).is_err(), "a forgotten number must not resolve");
+        assert!(b.getattr(tree_lock(), x).is_err(), "a forgotten number must not resolve");
 
         // The view still works, under the same numbers.
         let third = walk(&mut k, &b);
         assert_eq!(third, first, "an object met again after a forget keeps its number");
         let x3 = third[OsStr::new("x")];
-        assert_eq!(b.read(x3, 0, 100).expect("read"), b"a/x");
+        assert_eq!(b.read(tree_lock(), x3, 0, 100).expect("read"), b"a/x");
         k.forget_all(&b);
         assert_eq!(b.inode_count(), 1);
     }
@@ -800,7 +814,7 @@ mod tests {
         let d = k.lookup(&b, root, "d");
         let number = |name: &str| {
             // Looked up, then forgotten at once, as under memory pressure.
-            let ino = b.lookup(d, OsStr::new(name)).unwrap_or_else(|e| panic!("lookup {name}: {e}")).ino;
+            let ino = b.lookup(tree_lock(), d, OsStr::new(name)).unwrap_or_else(|e| panic!("lookup {name}: {e}")).ino;
             b.forget(ino, 1);
             ino
         };
@@ -848,7 +862,7 @@ mod tests {
         let d = k.lookup(&b, root, "d");
         let mut before = None;
         for _ in 0..2 {
-            let listed = b.readdir(d).expect("readdir");
+            let listed = b.readdir(tree_lock(), d).expect("readdir");
             assert_eq!(listed.len(), 2 + names.len());
             assert!(b.inode_count() <= 1 + k.0.len() + LIMIT, "{} numbers held after a plain listing", b.inode_count());
             let numbers: Vec<Ino> = listed.iter().map(|e| e.ino).collect();
@@ -857,7 +871,7 @@ mod tests {
             before = Some(numbers);
         }
         // A number the kernel holds survives the sweeps.
-        assert!(b.getattr(d).is_ok());
+        assert!(b.getattr(tree_lock(), d).is_ok());
         k.forget_all(&b);
         assert!(b.inode_count() <= 1 + LIMIT);
     }

@@ -20,6 +20,7 @@ use crate::workspace::Kind;
 use crate::workspace::LiveTree;
 use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
+use crate::world::Held;
 
 /// Errors while reading a view.
 #[derive(Debug, thiserror::Error)]
@@ -136,22 +137,33 @@ impl NodeState {
 }
 
 /// A read-only view of the tree at a checkpoint (or of the live tree).
+///
+/// It is made with the tree lock held and lives no longer than it: a view
+/// is the live tree plus the records since its checkpoint, and read while a
+/// rewind or restore changes both, it would be neither the old tree nor
+/// the new.
 pub struct TreeView<'a> {
     tree: &'a LiveTree,
     journal: &'a Journal,
     /// Records of turns >= `from` apply; `i64::MAX` is the live tree.
     from: i64,
+    lock: Held<'a>,
 }
 
 impl<'a> TreeView<'a> {
     /// The tree at checkpoint `checkpoint`.
-    pub fn at(tree: &'a LiveTree, journal: &'a Journal, checkpoint: i64) -> TreeView<'a> {
-        TreeView { tree, journal, from: checkpoint }
+    pub fn at(lock: Held<'a>, tree: &'a LiveTree, journal: &'a Journal, checkpoint: i64) -> TreeView<'a> {
+        TreeView { tree, journal, from: checkpoint, lock }
     }
 
     /// The live tree through the same interface.
-    pub fn live(tree: &'a LiveTree, journal: &'a Journal) -> TreeView<'a> {
-        TreeView { tree, journal, from: i64::MAX }
+    pub fn live(lock: Held<'a>, tree: &'a LiveTree, journal: &'a Journal) -> TreeView<'a> {
+        TreeView { tree, journal, from: i64::MAX, lock }
+    }
+
+    /// The tree lock the view is read under (for another view beside it).
+    pub fn held(&self) -> Held<'a> {
+        self.lock
     }
 
     /// The live tree behind the view.

@@ -893,7 +893,10 @@ impl Offline {
     /// The tree at `checkpoint`, rebuilt from the journal and the live
     /// workspace (what a view of that checkpoint would show).
     pub fn tree_at(&self, checkpoint: i64) -> Result<Tree, String> {
-        let view = TreeView::at(&self.tree, &self.journal, checkpoint);
+        // Nothing serves the workspace: a lock of the check's own.
+        let world = rewindfs::world::World::new();
+        let op = world.op();
+        let view = TreeView::at(op.held(), &self.tree, &self.journal, checkpoint);
         let mut out = Tree::new();
         let root = view.root().map_err(|e| format!("root: {e}"))?;
         fn walk(view: &TreeView<'_>, dir: &Node, rel: &Path, out: &mut Tree) -> Result<(), String> {
