@@ -44,6 +44,7 @@ mod armed {
     /// N-th time (from 1) it reaches `POINT`: a crash at a chosen place,
     /// with nothing cleaned up, exactly as `kill -9` would leave it.
     pub fn kill_point(point: &str) {
+        crash_point(point);
         let Ok(spec) = std::env::var("REWINDFS_TEST_KILL_AT") else { return };
         let Some((name, n)) = spec.rsplit_once(':') else { return };
         if name != point {
@@ -53,6 +54,43 @@ mod armed {
         if reach(point) == n {
             log::warn!("test hook: killing the daemon at {point} #{n}");
             let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        }
+    }
+
+    thread_local! {
+        /// The in-process crash armed on this thread: point, N, times reached.
+        static CRASH_AT: std::cell::RefCell<Option<(String, u64, u64)>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// What an in-process crash unwinds with (see [`crash_at`]).
+    #[derive(Debug)]
+    pub struct Crash {
+        pub point: String,
+    }
+
+    /// The in-process twin of `REWINDFS_TEST_KILL_AT`, for tests that drive
+    /// the core without a daemon: the `n`-th time (from 1) this thread
+    /// reaches the kill point `point`, it panics with [`Crash`]; the test
+    /// catches it, drops everything held in memory and opens again from
+    /// what is durable. None disarms.
+    pub fn crash_at(at: Option<(&str, u64)>) {
+        CRASH_AT.with(|c| *c.borrow_mut() = at.map(|(p, n)| (p.to_string(), n, 0)));
+    }
+
+    fn crash_point(point: &str) {
+        let crash = CRASH_AT.with(|c| {
+            let mut c = c.borrow_mut();
+            let Some((p, n, reached)) = c.as_mut().filter(|(p, _, _)| p == point) else { return false };
+            *reached += 1;
+            if *reached == *n {
+                log::warn!("test hook: crashing in process at {p} #{n}");
+                *c = None;
+                return true;
+            }
+            false
+        });
+        if crash {
+            std::panic::panic_any(Crash { point: point.to_string() });
         }
     }
 
@@ -197,6 +235,7 @@ mod disarmed {
         None
     }
     pub fn kill_point(_point: &str) {}
+    pub fn crash_at(_at: Option<(&str, u64)>) {}
     pub fn fail_point(_point: &str) -> bool {
         false
     }

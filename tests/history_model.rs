@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use harness::{Failure, Opts, Runner};
-use model::{Rng, Step};
+use model::{Rng, Step, listing};
 
 /// No step may take longer than this (a deadlocked daemon hangs the test's
 /// own file operations): the watchdog then detaches the mounts and aborts.
@@ -184,51 +184,13 @@ fn run_steps_keeping(steps: &[Step], keep_as: Option<&str>) -> Result<(), Failur
     r
 }
 
-fn listing(steps: &[Step]) -> String {
-    let quoted: Vec<String> = steps.iter().map(|s| format!("    \"{s}\",")).collect();
-    format!("replay(&[\n{}\n]);", quoted.join("\n"))
-}
-
-/// Delta debugging over the step list: drops chunks, then single steps,
-/// while the sequence still fails the same way; stops at `budget`.
+/// Delta debugging over the step list (`model::shrink`), each candidate
+/// on a fresh mount.
 fn shrink(steps: Vec<Step>, kind: &'static str, budget: Duration) -> (Vec<Step>, Failure, usize) {
-    let started = Instant::now();
-    let mut cur = steps;
-    let mut last = run_steps(&cur).err().unwrap_or(Failure { kind, msg: "(did not fail again on replay)".into() });
-    let mut runs = 1;
-    let mut parts = 2usize;
-    while cur.len() > 1 && started.elapsed() < budget {
-        let chunk = cur.len().div_ceil(parts);
-        let mut reduced = false;
-        let tries = parts;
-        for i in 0..tries {
-            if started.elapsed() >= budget {
-                break;
-            }
-            let (lo, hi) = (i * chunk, ((i + 1) * chunk).min(cur.len()));
-            if lo >= hi {
-                continue;
-            }
-            let cand: Vec<Step> = cur[..lo].iter().chain(&cur[hi..]).cloned().collect();
-            runs += 1;
-            if let Err(f) = run_steps(&cand)
-                && f.kind == kind
-            {
-                cur = cand;
-                last = f;
-                parts = (parts - 1).max(2);
-                reduced = true;
-                break;
-            }
-        }
-        if !reduced {
-            if parts >= cur.len() {
-                break;
-            }
-            parts = (parts * 2).min(cur.len());
-        }
-    }
-    (cur, last, runs)
+    let (short, last, runs) = model::shrink(steps, kind, budget, |cand| run_steps(cand).err().map(|f| (f.kind, f.msg)));
+    let last = last
+        .map_or(Failure { kind, msg: "(did not fail again on replay)".into() }, |(kind, msg)| Failure { kind, msg });
+    (short, last, runs)
 }
 
 fn report(seed: Option<u64>, f: &Failed, shrink_budget: Duration) -> String {
@@ -266,36 +228,14 @@ fn random_sequences_against_the_model() {
     let steps = env_u64("HISTORY_MODEL_STEPS").unwrap_or(80) as usize;
     let shrink_budget = Duration::from_secs(env_u64("HISTORY_MODEL_SHRINK_SECS").unwrap_or(120));
     if let Ok(list) = std::env::var("HISTORY_MODEL_REPLAY") {
-        // Steps separated by `;` or newlines, as printed (quotes and commas allowed).
-        let lines: Vec<String> = list
-            .split([';', '\n'])
-            .map(|l| l.trim().trim_end_matches(',').trim_matches('"').to_string())
-            .filter(|l| !l.is_empty() && !l.starts_with("replay") && !l.starts_with(']'))
-            .collect();
+        let lines = model::replay_lines(&list);
         let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
         replay(&refs);
         return;
     }
-    let mut seeds: Vec<u64> = Vec::new();
-    if let Some(s) = env_u64("HISTORY_MODEL_SEED") {
-        seeds.push(s);
-    } else {
-        if std::env::var("HISTORY_MODEL_FIXED").map_or(true, |v| v != "0") {
-            seeds.extend([1, 2, 3, 4, 5]);
-        }
-        let base = env_u64("HISTORY_MODEL_BASE_SEED").unwrap_or_else(|| now_ms() ^ u64::from(std::process::id()) << 32);
-        // One random seed by default (no known failure is open since F15
-        // was fixed); more with HISTORY_MODEL_SEQUENCES=N, as `tests/soak` does.
-        let random: Vec<u64> = (0..env_u64("HISTORY_MODEL_SEQUENCES").unwrap_or(1))
-            .map(|i| Rng(base.wrapping_add(i)).next() % 1_000_000_000)
-            .collect();
-        // Straight to stderr, not through the test's captured output: a
-        // run that the watchdog aborts still says how to replay it.
-        use std::io::Write;
-        let _ =
-            writeln!(std::io::stderr(), "history_model: random seeds {random:?} (replay one: HISTORY_MODEL_SEED=N)");
-        seeds.extend(random);
-    }
+    // One random seed by default (no known failure is open since F15 was
+    // fixed); more with HISTORY_MODEL_SEQUENCES=N, as `tests/soak` does.
+    let seeds = model::seeds_from_env("HISTORY_MODEL", 1..=5, 1);
     eprintln!("history_model: seeds {seeds:?}, {steps} steps each");
     let (mut total_steps, mut failures) = (0usize, Vec::new());
     let started = Instant::now();

@@ -9,6 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, Per
 use std::path::{Path, PathBuf};
 
 use super::model::*;
+pub use super::model::{Change, log_row_mismatch, parse_changes};
 // Explicit: tests/common has its own `Rng` and `tree_diff`.
 use super::model::{Rng, tree_diff};
 use crate::common::*;
@@ -30,10 +31,6 @@ type Res<T> = Result<T, Failure>;
 fn fail<T>(kind: &'static str, msg: impl Into<String>) -> Res<T> {
     Err(Failure { kind, msg: msg.into() })
 }
-
-const NAMES: [&str; 4] = ["a", "b", "c", "d"];
-const MAX_DEPTH: usize = 3;
-const SLOTS: usize = 2;
 
 struct Held {
     file: File,
@@ -389,6 +386,8 @@ impl Runner {
                 self.fx.unmount();
                 self.remounted()?;
             }
+            // Steps of the in-process tier (tests/history_engine.rs).
+            Step::Gc(_) | Step::Forget(_) | Step::Snapshot(_) | Step::Reset => return Ok(false),
             _ => unreachable!(),
         }
         self.check_history_state()?;
@@ -414,41 +413,14 @@ impl Runner {
         let v = self.cli_json(&["rewind", &k.to_string()])?;
         let s = self.sealed(v["safety_checkpoint"].as_i64(), pre.clone(), "rewind (safety)")?;
         self.model = self.snaps[&k].clone();
-        // A held descriptor keeps its object: it is in the tree if the
-        // rewind kept (or brought back) that inode, else it was moved away.
-        // Taken before any slot changes them: two descriptors may hold one object.
-        let held_before: BTreeMap<u64, Node> = self
-            .fds
-            .iter()
-            .flatten()
-            .map(|h| (h.node, pre.nodes.get(&h.node).or_else(|| self.orphans.get(&h.node)).cloned().expect("held")))
-            .collect();
-        for slot in 0..SLOTS {
-            let Some(h) = &self.fds[slot] else { continue };
-            let x = h.node;
-            let before = held_before[&x].clone();
-            let ino = h.file.metadata().map(|m| m.ino()).or_else(|e| fail("fd", format!("fstat: {e}")))?;
-            let here = self.model.entries.iter().find(|(_, id)| **id == x).map(|(p, _)| p.clone());
-            let attached = match &here {
-                Some(p) => std::fs::symlink_metadata(self.m(p)).map(|m| m.ino() == ino).unwrap_or(false),
-                None => false,
-            };
-            if attached {
-                self.orphans.remove(&x);
-                continue;
-            }
-            if here.is_some() {
-                // Another inode now stands for the object in the tree: it
-                // gets a new identity, the descriptor keeps the old one (a
-                // later rewind may bring that inode back).
-                self.next_id += 1;
-                let node = self.model.nodes.remove(&x).expect("in the tree");
-                self.model.nodes.insert(self.next_id, node);
-                self.model.entries.values_mut().filter(|id| **id == x).for_each(|id| *id = self.next_id);
-            }
-            self.orphans.insert(x, before);
-        }
-        self.forget_orphans();
+        let held: Vec<&Held> = self.fds.iter().flatten().collect();
+        let nodes: Vec<u64> = held.iter().map(|h| h.node).collect();
+        let mnt = self.fx.mnt.clone();
+        reattach(&mut self.model, &pre, &mut self.orphans, &nodes, &mut self.next_id, |i, p| {
+            let ino = held[i].file.metadata().map(|m| m.ino()).map_err(|e| format!("fstat: {e}"))?;
+            Ok(std::fs::symlink_metadata(mnt.join(p)).map(|m| m.ino() == ino).unwrap_or(false))
+        })
+        .or_else(|e| fail("fd", e))?;
         self.sealed(v["result_checkpoint"].as_i64(), self.model.clone(), "rewind (result)")?;
         self.last_safety = Some(s);
         Ok(())
@@ -472,17 +444,8 @@ impl Runner {
             let mut got = vec![0u8; want.len() + 1];
             let n = read_full_at(&h.file, &mut got).or_else(|e| fail("fd", format!("pread: {e}")))?;
             got.truncate(n);
-            if size != want.len() as u64 || got != *want {
-                return fail(
-                    "fd",
-                    format!(
-                        "descriptor {slot}: size {size}, reads {} bytes (blake3 {}); model: {} bytes (blake3 {})",
-                        got.len(),
-                        &blake3::hash(&got).to_hex()[..10],
-                        want.len(),
-                        &blake3::hash(want).to_hex()[..10]
-                    ),
-                );
+            if let Some(wrong) = fd_mismatch(slot, size, &got, want) {
+                return fail("fd", wrong);
             }
         }
         Ok(())
@@ -549,48 +512,22 @@ impl Runner {
         let Some(a) = self.snaps.get(&(n - 1)) else { return Ok(()) };
         let want = expected_diff(a, &self.snaps[&n]);
         let v = self.cli_json(&["diff", &(n - 1).to_string(), &n.to_string()])?;
-        let got = parse_changes(&v["changes"]);
-        if want != got {
-            let missing: Vec<_> = want.difference(&got).collect();
-            let extra: Vec<_> = got.difference(&want).collect();
-            return fail(
-                "diff",
-                format!("diff {} {n}: missing (path, change, +, -, binary) {missing:?}; unexpected {extra:?}", n - 1),
-            );
+        match diff_mismatch(&want, &v["changes"]) {
+            Some(wrong) => fail("diff", format!("diff {} {n}: {wrong}", n - 1)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// `history PATH` lists the turns whose changes (checkpoint to the next
     /// by number, or to the live tree) touched PATH.
     fn check_path_history(&self, p: &str) -> Res<()> {
-        let mut want = Vec::new();
-        let cps: Vec<i64> = self.snaps.keys().copied().collect();
-        for (i, c) in cps.iter().enumerate() {
-            let next = cps.get(i + 1).map(|n| &self.snaps[n]).unwrap_or(&self.model);
-            let (a, b) = (self.snaps[c].observe().remove(p), next.observe().remove(p));
-            let change = match (&a, &b) {
-                (None, Some(_)) => "added",
-                (Some(_), None) => "deleted",
-                (Some(x), Some(y)) if !same_state(x, y) => "modified",
-                _ => continue,
-            };
-            want.push((*c, change.to_string()));
-        }
+        let want = expected_history(&self.snaps, &self.model, p);
         let target = self.m(p).to_string_lossy().into_owned();
         let v = self.cli_json(&["history", &target])?;
-        let got: Vec<(i64, String)> = v
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|e| (e["checkpoint"].as_i64().unwrap_or(-1), e["change"].as_str().unwrap_or("?").to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if got != want {
-            return fail("history", format!("history {p}: want {want:?}, got {got:?}"));
+        match history_mismatch(&v, &want) {
+            Some(wrong) => fail("history", format!("history {p}: {wrong}")),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// At the end of a sequence: `fsck` finds nothing wrong (every store
@@ -603,22 +540,10 @@ impl Runner {
         self.check_fsck()?;
         let v = self.cli_json(&["log"])?;
         let rows = v.as_array().cloned().unwrap_or_default();
-        let listed: Vec<i64> = rows.iter().filter_map(|r| r["checkpoint"].as_i64()).collect();
-        let known: Vec<i64> = self.snaps.keys().copied().collect();
-        if listed != known {
-            return fail("checkpoints", format!("log lists checkpoints {listed:?}, the test made {known:?}"));
+        match log_mismatch(&rows, &self.snaps, &self.model, self.opts.check_log) {
+            Some((kind, wrong)) => fail(kind, wrong),
+            None => Ok(()),
         }
-        if !self.opts.check_log {
-            return Ok(());
-        }
-        for (i, row) in rows.iter().enumerate() {
-            let c = known[i];
-            let next = known.get(i + 1).map(|n| &self.snaps[n]).unwrap_or(&self.model);
-            if let Some(wrong) = log_row_mismatch(row, &expected_diff(&self.snaps[&c], next)) {
-                return fail("log", format!("log row {c}: {wrong}"));
-            }
-        }
-        Ok(())
     }
 
     /// `fsck` through the daemon: exit 0 and no problem listed. Its exit
@@ -644,164 +569,18 @@ impl Runner {
 
     /// A step the generator picks for the current state (mostly valid ones).
     pub fn gen_step(&mut self, rng: &mut Rng) -> Step {
-        const WEIGHTS: [(u8, usize); 27] = [
-            (0, 8),   // create
-            (1, 8),   // write
-            (2, 5),   // append
-            (3, 4),   // trunc
-            (4, 8),   // mv
-            (5, 2),   // mvx
-            (6, 2),   // mvn
-            (7, 4),   // link
-            (8, 5),   // rm
-            (9, 7),   // mkdir
-            (10, 2),  // rmdir
-            (11, 3),  // rmrf
-            (12, 3),  // symlink
-            (13, 3),  // chmod
-            (14, 2),  // chown
-            (15, 1),  // utime
-            (16, 3),  // setx
-            (17, 1),  // rmx
-            (18, 2),  // open
-            (19, 3),  // fdwrite
-            (20, 1),  // close
-            (21, 12), // turn
-            (22, 4),  // rewind
-            (23, 2),  // undo
-            (24, 3),  // restore
-            (25, 1),  // remount
-            (26, 1),  // kill
-        ];
-        let total: usize = WEIGHTS.iter().map(|w| w.1).sum();
-        let mut x = rng.below(total);
-        let mut op = 0;
-        for (o, w) in WEIGHTS {
-            if x < w {
-                op = o;
-                break;
-            }
-            x -= w;
-        }
-        let m = &self.model;
-        let files = m.paths(|k| k == Kind::File);
-        let any = m.paths(|_| true);
-        let attr_able = m.paths(|k| k != Kind::Symlink);
-        let file_or = |rng: &mut Rng| rng.pick(&files).cloned().unwrap_or_else(|| "a".into());
-        let any_or = |rng: &mut Rng| rng.pick(&any).cloned().unwrap_or_else(|| "a".into());
-        let seed = rng.next() % 100_000;
-        let len = |rng: &mut Rng| if rng.below(10) == 0 { 20_000 + rng.below(80_000) } else { rng.below(300) };
-        use Step::*;
-        match op {
-            0 => {
-                let path = if rng.below(3) == 0 { file_or(rng) } else { new_path(m, rng) };
-                Create { path, len: len(rng), seed }
-            }
-            1 => {
-                let path = file_or(rng);
-                let size = m.node(&path).map(|n| n.data.len()).unwrap_or(0);
-                Write { path, off: rng.below(size + 100) as u64, len: 1 + rng.below(400), seed }
-            }
-            2 => Append { path: file_or(rng), len: 1 + rng.below(200), seed },
-            3 => {
-                let path = file_or(rng);
-                let size = m.node(&path).map(|n| n.data.len()).unwrap_or(0);
-                Trunc { path, len: rng.below(size + 3000) as u64 }
-            }
-            4..=6 => {
-                let from = any_or(rng);
-                let to = if op == 5 || rng.below(4) == 0 { any_or(rng) } else { new_path(m, rng) };
-                let flag = [Flag::Plain, Flag::Exchange, Flag::NoReplace][op as usize - 4];
-                Rename { from, to, flag }
-            }
-            7 => Link { from: file_or(rng), to: new_path(m, rng) },
-            8 => Unlink(rng.pick(&m.paths(|k| k != Kind::Dir)).cloned().unwrap_or_else(|| "a".into())),
-            9 => Mkdir(new_path(m, rng)),
-            10 => {
-                let empty: Vec<String> =
-                    m.paths(|k| k == Kind::Dir).into_iter().filter(|d| m.children(d).is_empty()).collect();
-                Rmdir(rng.pick(&empty).cloned().unwrap_or_else(|| "b".into()))
-            }
-            11 => RmRf(any_or(rng)),
-            12 => {
-                let target = match rng.below(4) {
-                    0 => any_or(rng),
-                    1 => format!("../{}", NAMES[rng.below(4)]),
-                    2 => "nowhere/x".to_string(),
-                    _ => "/nonexistent-rewindfs-target".to_string(),
-                };
-                Symlink { target, path: new_path(m, rng) }
-            }
-            13 => {
-                let path = rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into());
-                let modes: &[u32] = if m.kind(&path) == Some(Kind::Dir) {
-                    &[0o755, 0o700, 0o750, 0o555]
-                } else {
-                    &[0o644, 0o600, 0o755, 0o444, 0o640]
-                };
-                Chmod { path, mode: *rng.pick(modes).expect("modes") }
-            }
-            14 => Chown {
-                path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()),
-                uid: [0, 1000, 1234][rng.below(3)],
-                gid: [0, 1000, 4321][rng.below(3)],
-            },
-            15 => Utime { path: any_or(rng), secs: 1_000_000_000 + rng.below(900_000_000) as i64 },
-            16 => SetX {
-                path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()),
-                name: rng.below(3) as u8,
-                len: rng.below(40),
-                seed,
-            },
-            17 => RmX { path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()), name: rng.below(3) as u8 },
-            18 => Open(file_or(rng)),
-            19 => {
-                let slot = rng.below(SLOTS);
-                let size = self.fds[slot]
+        let sizes: Vec<usize> = (0..SLOTS)
+            .map(|slot| {
+                self.fds[slot]
                     .as_ref()
-                    .and_then(|h| m.nodes.get(&h.node).or_else(|| self.orphans.get(&h.node)))
+                    .and_then(|h| self.model.nodes.get(&h.node).or_else(|| self.orphans.get(&h.node)))
                     .map(|n| n.data.len())
-                    .unwrap_or(0);
-                FdWrite { slot, off: rng.below(size + 50) as u64, len: 1 + rng.below(300), seed }
-            }
-            20 => Close(rng.below(SLOTS)),
-            21 => {
-                if rng.below(10) < 7 {
-                    self.turn_ids += 1;
-                    Turn(Some(format!("m{}", self.turn_ids)))
-                } else {
-                    Turn(None)
-                }
-            }
-            22 => {
-                let cps: Vec<i64> = self.snaps.keys().copied().collect();
-                Rewind(*rng.pick(&cps).expect("checkpoint 0"))
-            }
-            23 => Undo,
-            24 => {
-                let cps: Vec<i64> = self.snaps.keys().copied().collect();
-                let cp = *rng.pick(&cps).expect("checkpoint 0");
-                let then: Vec<String> = self.snaps[&cp].entries.keys().cloned().collect();
-                let path = match rng.below(3) {
-                    0 => any_or(rng),
-                    1 => rng.pick(&then).cloned().unwrap_or_else(|| "a".into()),
-                    _ => new_path(m, rng),
-                };
-                Restore { cp, path }
-            }
-            25 => Remount,
-            _ => kill_rewind::kill_step(&self.snaps, rng),
-        }
+                    .unwrap_or(0)
+            })
+            .collect();
+        let snaps = &self.snaps;
+        gen_step(rng, &self.model, snaps, &sizes, &mut self.turn_ids, |rng| kill_rewind::kill_step(snaps, rng))
     }
-}
-
-/// A path in an existing directory (not too deep), with a name from the
-/// small pool, so that names collide often.
-fn new_path(m: &Model, rng: &mut Rng) -> String {
-    let mut dirs = vec![String::new()];
-    dirs.extend(m.paths(|k| k == Kind::Dir).into_iter().filter(|d| d.split('/').count() < MAX_DEPTH));
-    let dir = rng.pick(&dirs).cloned().unwrap_or_default();
-    join(&dir, NAMES[rng.below(NAMES.len())])
 }
 
 fn read_full_at(f: &File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -927,82 +706,4 @@ fn user_xattrs(p: &Path) -> Result<BTreeMap<String, Vec<u8>>, rustix::io::Errno>
         out.insert(name, v);
     }
     Ok(out)
-}
-
-/// As src/report's `same_state`: kind, mode, owner, target and content.
-fn same_state(a: &Seen, b: &Seen) -> bool {
-    a.kind == b.kind && a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.data == b.data
-}
-
-fn is_binary(data: &[u8]) -> bool {
-    data.iter().take(8000).any(|b| *b == 0) || std::str::from_utf8(data).is_err()
-}
-
-/// (path, change, lines added, lines removed, binary)
-pub type Change = (String, String, u64, u64, bool);
-
-/// What `diff A B` must list: every non-directory path added, deleted or
-/// changed, with line counts as `diff` computes them.
-pub fn expected_diff(a: &Model, b: &Model) -> BTreeSet<Change> {
-    let nondir =
-        |t: SeenTree| -> BTreeMap<String, Seen> { t.into_iter().filter(|(_, s)| s.kind != Kind::Dir).collect() };
-    let (ta, tb) = (nondir(a.observe()), nondir(b.observe()));
-    let mut out = BTreeSet::new();
-    let paths: BTreeSet<&String> = ta.keys().chain(tb.keys()).collect();
-    for p in paths {
-        let (x, y) = (ta.get(p), tb.get(p));
-        let change = match (x, y) {
-            (None, Some(_)) => "added",
-            (Some(_), None) => "deleted",
-            (Some(x), Some(y)) if !same_state(x, y) => "modified",
-            _ => continue,
-        };
-        let old = x.map(|s| s.data.as_slice()).unwrap_or(&[]);
-        let new = y.map(|s| s.data.as_slice()).unwrap_or(&[]);
-        let (mut add, mut del, binary) = (0, 0, is_binary(old) || is_binary(new));
-        if !binary {
-            let (o, n) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
-            let diff = similar::TextDiff::from_lines(o.as_ref(), n.as_ref());
-            for op in diff.ops() {
-                for c in diff.iter_changes(op) {
-                    match c.tag() {
-                        similar::ChangeTag::Insert => add += 1,
-                        similar::ChangeTag::Delete => del += 1,
-                        similar::ChangeTag::Equal => {}
-                    }
-                }
-            }
-        }
-        out.insert((p.clone(), change.to_string(), add, del, binary));
-    }
-    out
-}
-
-/// How a `log --json` row's statistics differ from the model's diff of
-/// its turn, if they do.
-fn log_row_mismatch(row: &serde_json::Value, d: &BTreeSet<Change>) -> Option<String> {
-    let count = |k: &str| d.iter().filter(|x| x.1 == k).count() as u64;
-    let want =
-        [count("added"), count("modified"), count("deleted"), d.iter().map(|x| x.2).sum(), d.iter().map(|x| x.3).sum()];
-    let keys = ["files_added", "files_modified", "files_deleted", "lines_added", "lines_removed"];
-    let got: Vec<u64> = keys.iter().map(|k| row[k].as_u64().unwrap_or(u64::MAX)).collect();
-    (got != want).then(|| format!("{keys:?} want {want:?}, got {got:?}"))
-}
-
-fn parse_changes(v: &serde_json::Value) -> BTreeSet<Change> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|c| {
-                    (
-                        c["path"].as_str().unwrap_or("?").to_string(),
-                        c["change"].as_str().unwrap_or("?").to_string(),
-                        c["lines_added"].as_u64().unwrap_or(u64::MAX),
-                        c["lines_removed"].as_u64().unwrap_or(u64::MAX),
-                        c["binary"].as_bool().unwrap_or(false),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }

@@ -2,8 +2,14 @@
 //! have identities, so hard links, descriptors and rewinds that bring an
 //! object back are modelled; a checkpoint's snapshot is a clone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+/// The pool of names: small, so that renames over things and reuse of names are common.
+pub const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+pub const MAX_DEPTH: usize = 3;
+/// Descriptors held at once.
+pub const SLOTS: usize = 2;
 
 /// splitmix64: small, seedable, and the same on every platform.
 #[derive(Clone)]
@@ -445,6 +451,14 @@ pub enum Step {
         to: i64,
         at: u64,
     },
+    /// `gc --keep-count N` (the in-process tier only).
+    Gc(u64),
+    /// `forget K` (the in-process tier only).
+    Forget(i64),
+    /// `snapshot NAME [--at K]` (the in-process tier only).
+    Snapshot(Option<i64>),
+    /// `reset --confirm` (the in-process tier only).
+    Reset,
 }
 
 impl fmt::Display for Step {
@@ -485,6 +499,11 @@ impl fmt::Display for Step {
             Remount => write!(f, "remount"),
             Kill => write!(f, "kill"),
             KillRewind { to, at } => write!(f, "killrewind {to} {at}"),
+            Gc(keep) => write!(f, "gc {keep}"),
+            Forget(k) => write!(f, "forget {k}"),
+            Snapshot(None) => write!(f, "snapshot"),
+            Snapshot(Some(k)) => write!(f, "snapshot {k}"),
+            Reset => write!(f, "reset"),
         }
     }
 }
@@ -526,6 +545,10 @@ impl Step {
             "remount" => Remount,
             "kill" => Kill,
             "killrewind" => KillRewind { to: i(1)?, at: n(2)? },
+            "gc" => Gc(n(1)?),
+            "forget" => Forget(i(1)?),
+            "snapshot" => Snapshot(w.get(1).map(|_| i(1)).transpose()?),
+            "reset" => Reset,
             _ => return Err(bad()),
         };
         Ok(step)
@@ -541,6 +564,10 @@ impl Step {
                 | Step::Remount
                 | Step::Kill
                 | Step::KillRewind { .. }
+                | Step::Gc(_)
+                | Step::Forget(_)
+                | Step::Snapshot(_)
+                | Step::Reset
         )
     }
 }
@@ -717,4 +744,464 @@ pub fn write_at(data: &mut Vec<u8>, off: u64, bytes: &[u8]) {
         data.resize(off + bytes.len(), 0);
     }
     data[off..off + bytes.len()].copy_from_slice(bytes);
+}
+
+/// A step the generator picks for the state (mostly valid ones): the
+/// model, the checkpoints' snapshots, the sizes of the objects the
+/// descriptor slots hold; `kill` makes the step of the last kind (a crash).
+pub fn gen_step(
+    rng: &mut Rng,
+    m: &Model,
+    snaps: &BTreeMap<i64, Model>,
+    fd_sizes: &[usize],
+    turn_ids: &mut u64,
+    kill: impl FnOnce(&Rng) -> Step,
+) -> Step {
+    const WEIGHTS: [(u8, usize); 27] = [
+        (0, 8),   // create
+        (1, 8),   // write
+        (2, 5),   // append
+        (3, 4),   // trunc
+        (4, 8),   // mv
+        (5, 2),   // mvx
+        (6, 2),   // mvn
+        (7, 4),   // link
+        (8, 5),   // rm
+        (9, 7),   // mkdir
+        (10, 2),  // rmdir
+        (11, 3),  // rmrf
+        (12, 3),  // symlink
+        (13, 3),  // chmod
+        (14, 2),  // chown
+        (15, 1),  // utime
+        (16, 3),  // setx
+        (17, 1),  // rmx
+        (18, 2),  // open
+        (19, 3),  // fdwrite
+        (20, 1),  // close
+        (21, 12), // turn
+        (22, 4),  // rewind
+        (23, 2),  // undo
+        (24, 3),  // restore
+        (25, 1),  // remount
+        (26, 1),  // kill
+    ];
+    let total: usize = WEIGHTS.iter().map(|w| w.1).sum();
+    let mut x = rng.below(total);
+    let mut op = 0;
+    for (o, w) in WEIGHTS {
+        if x < w {
+            op = o;
+            break;
+        }
+        x -= w;
+    }
+    let files = m.paths(|k| k == Kind::File);
+    let any = m.paths(|_| true);
+    let attr_able = m.paths(|k| k != Kind::Symlink);
+    let file_or = |rng: &mut Rng| rng.pick(&files).cloned().unwrap_or_else(|| "a".into());
+    let any_or = |rng: &mut Rng| rng.pick(&any).cloned().unwrap_or_else(|| "a".into());
+    let seed = rng.next() % 100_000;
+    let len = |rng: &mut Rng| if rng.below(10) == 0 { 20_000 + rng.below(80_000) } else { rng.below(300) };
+    use Step::*;
+    match op {
+        0 => {
+            let path = if rng.below(3) == 0 { file_or(rng) } else { new_path(m, rng) };
+            Create { path, len: len(rng), seed }
+        }
+        1 => {
+            let path = file_or(rng);
+            let size = m.node(&path).map(|n| n.data.len()).unwrap_or(0);
+            Write { path, off: rng.below(size + 100) as u64, len: 1 + rng.below(400), seed }
+        }
+        2 => Append { path: file_or(rng), len: 1 + rng.below(200), seed },
+        3 => {
+            let path = file_or(rng);
+            let size = m.node(&path).map(|n| n.data.len()).unwrap_or(0);
+            Trunc { path, len: rng.below(size + 3000) as u64 }
+        }
+        4..=6 => {
+            let from = any_or(rng);
+            let to = if op == 5 || rng.below(4) == 0 { any_or(rng) } else { new_path(m, rng) };
+            let flag = [Flag::Plain, Flag::Exchange, Flag::NoReplace][op as usize - 4];
+            Rename { from, to, flag }
+        }
+        7 => Link { from: file_or(rng), to: new_path(m, rng) },
+        8 => Unlink(rng.pick(&m.paths(|k| k != Kind::Dir)).cloned().unwrap_or_else(|| "a".into())),
+        9 => Mkdir(new_path(m, rng)),
+        10 => {
+            let empty: Vec<String> =
+                m.paths(|k| k == Kind::Dir).into_iter().filter(|d| m.children(d).is_empty()).collect();
+            Rmdir(rng.pick(&empty).cloned().unwrap_or_else(|| "b".into()))
+        }
+        11 => RmRf(any_or(rng)),
+        12 => {
+            let target = match rng.below(4) {
+                0 => any_or(rng),
+                1 => format!("../{}", NAMES[rng.below(4)]),
+                2 => "nowhere/x".to_string(),
+                _ => "/nonexistent-rewindfs-target".to_string(),
+            };
+            Symlink { target, path: new_path(m, rng) }
+        }
+        13 => {
+            let path = rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into());
+            let modes: &[u32] = if m.kind(&path) == Some(Kind::Dir) {
+                &[0o755, 0o700, 0o750, 0o555]
+            } else {
+                &[0o644, 0o600, 0o755, 0o444, 0o640]
+            };
+            Chmod { path, mode: *rng.pick(modes).expect("modes") }
+        }
+        14 => Chown {
+            path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()),
+            uid: [0, 1000, 1234][rng.below(3)],
+            gid: [0, 1000, 4321][rng.below(3)],
+        },
+        15 => Utime { path: any_or(rng), secs: 1_000_000_000 + rng.below(900_000_000) as i64 },
+        16 => SetX {
+            path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()),
+            name: rng.below(3) as u8,
+            len: rng.below(40),
+            seed,
+        },
+        17 => RmX { path: rng.pick(&attr_able).cloned().unwrap_or_else(|| "a".into()), name: rng.below(3) as u8 },
+        18 => Open(file_or(rng)),
+        19 => {
+            let slot = rng.below(SLOTS);
+            let size = fd_sizes.get(slot).copied().unwrap_or(0);
+            FdWrite { slot, off: rng.below(size + 50) as u64, len: 1 + rng.below(300), seed }
+        }
+        20 => Close(rng.below(SLOTS)),
+        21 => {
+            if rng.below(10) < 7 {
+                *turn_ids += 1;
+                Turn(Some(format!("m{turn_ids}")))
+            } else {
+                Turn(None)
+            }
+        }
+        22 => {
+            let cps: Vec<i64> = snaps.keys().copied().collect();
+            Rewind(*rng.pick(&cps).expect("checkpoint 0"))
+        }
+        23 => Undo,
+        24 => {
+            let cps: Vec<i64> = snaps.keys().copied().collect();
+            let cp = *rng.pick(&cps).expect("checkpoint 0");
+            let then: Vec<String> = snaps[&cp].entries.keys().cloned().collect();
+            let path = match rng.below(3) {
+                0 => any_or(rng),
+                1 => rng.pick(&then).cloned().unwrap_or_else(|| "a".into()),
+                _ => new_path(m, rng),
+            };
+            Restore { cp, path }
+        }
+        25 => Remount,
+        _ => kill(rng),
+    }
+}
+
+/// A path in an existing directory (not too deep), with a name from the
+/// small pool, so that names collide often.
+fn new_path(m: &Model, rng: &mut Rng) -> String {
+    let mut dirs = vec![String::new()];
+    dirs.extend(m.paths(|k| k == Kind::Dir).into_iter().filter(|d| d.split('/').count() < MAX_DEPTH));
+    let dir = rng.pick(&dirs).cloned().unwrap_or_default();
+    join(&dir, NAMES[rng.below(NAMES.len())])
+}
+
+/// As src/report's `same_state`: kind, mode, owner, target and content.
+pub fn same_state(a: &Seen, b: &Seen) -> bool {
+    a.kind == b.kind && a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.data == b.data
+}
+
+fn is_binary(data: &[u8]) -> bool {
+    data.iter().take(8000).any(|b| *b == 0) || std::str::from_utf8(data).is_err()
+}
+
+/// (path, change, lines added, lines removed, binary)
+pub type Change = (String, String, u64, u64, bool);
+
+/// What `diff A B` must list: every non-directory path added, deleted or
+/// changed, with line counts as `diff` computes them.
+pub fn expected_diff(a: &Model, b: &Model) -> BTreeSet<Change> {
+    let nondir =
+        |t: SeenTree| -> BTreeMap<String, Seen> { t.into_iter().filter(|(_, s)| s.kind != Kind::Dir).collect() };
+    let (ta, tb) = (nondir(a.observe()), nondir(b.observe()));
+    let mut out = BTreeSet::new();
+    let paths: BTreeSet<&String> = ta.keys().chain(tb.keys()).collect();
+    for p in paths {
+        let (x, y) = (ta.get(p), tb.get(p));
+        let change = match (x, y) {
+            (None, Some(_)) => "added",
+            (Some(_), None) => "deleted",
+            (Some(x), Some(y)) if !same_state(x, y) => "modified",
+            _ => continue,
+        };
+        let old = x.map(|s| s.data.as_slice()).unwrap_or(&[]);
+        let new = y.map(|s| s.data.as_slice()).unwrap_or(&[]);
+        let (mut add, mut del, binary) = (0, 0, is_binary(old) || is_binary(new));
+        if !binary {
+            let (o, n) = (String::from_utf8_lossy(old), String::from_utf8_lossy(new));
+            let diff = similar::TextDiff::from_lines(o.as_ref(), n.as_ref());
+            for op in diff.ops() {
+                for c in diff.iter_changes(op) {
+                    match c.tag() {
+                        similar::ChangeTag::Insert => add += 1,
+                        similar::ChangeTag::Delete => del += 1,
+                        similar::ChangeTag::Equal => {}
+                    }
+                }
+            }
+        }
+        out.insert((p.clone(), change.to_string(), add, del, binary));
+    }
+    out
+}
+
+/// How a `log --json` row's statistics differ from the model's diff of
+/// its turn, if they do.
+pub fn log_row_mismatch(row: &serde_json::Value, d: &BTreeSet<Change>) -> Option<String> {
+    let count = |k: &str| d.iter().filter(|x| x.1 == k).count() as u64;
+    let want =
+        [count("added"), count("modified"), count("deleted"), d.iter().map(|x| x.2).sum(), d.iter().map(|x| x.3).sum()];
+    let keys = ["files_added", "files_modified", "files_deleted", "lines_added", "lines_removed"];
+    let got: Vec<u64> = keys.iter().map(|k| row[k].as_u64().unwrap_or(u64::MAX)).collect();
+    (got != want).then(|| format!("{keys:?} want {want:?}, got {got:?}"))
+}
+
+pub fn parse_changes(v: &serde_json::Value) -> BTreeSet<Change> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c["path"].as_str().unwrap_or("?").to_string(),
+                        c["change"].as_str().unwrap_or("?").to_string(),
+                        c["lines_added"].as_u64().unwrap_or(u64::MAX),
+                        c["lines_removed"].as_u64().unwrap_or(u64::MAX),
+                        c["binary"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A sequence as a regression test replays it.
+pub fn listing(steps: &[Step]) -> String {
+    let quoted: Vec<String> = steps.iter().map(|s| format!("    \"{s}\",")).collect();
+    format!("replay(&[\n{}\n]);", quoted.join("\n"))
+}
+
+/// Delta debugging over the step list: drops chunks, then single steps,
+/// while `run` (a replay of a candidate on a fresh workspace) still fails
+/// with the same kind; stops at `budget`. Returns the shortest list, its
+/// failure (kind, message; None if it did not fail again) and the replays.
+pub fn shrink(
+    steps: Vec<Step>,
+    kind: &'static str,
+    budget: std::time::Duration,
+    mut run: impl FnMut(&[Step]) -> Option<(&'static str, String)>,
+) -> (Vec<Step>, Option<(&'static str, String)>, usize) {
+    let started = std::time::Instant::now();
+    let mut cur = steps;
+    let mut last = run(&cur);
+    let mut runs = 1;
+    let mut parts = 2usize;
+    while cur.len() > 1 && started.elapsed() < budget {
+        let chunk = cur.len().div_ceil(parts);
+        let mut reduced = false;
+        let tries = parts;
+        for i in 0..tries {
+            if started.elapsed() >= budget {
+                break;
+            }
+            let (lo, hi) = (i * chunk, ((i + 1) * chunk).min(cur.len()));
+            if lo >= hi {
+                continue;
+            }
+            let cand: Vec<Step> = cur[..lo].iter().chain(&cur[hi..]).cloned().collect();
+            runs += 1;
+            if let Some(f) = run(&cand).filter(|f| f.0 == kind) {
+                cur = cand;
+                last = Some(f);
+                parts = (parts - 1).max(2);
+                reduced = true;
+                break;
+            }
+        }
+        if !reduced {
+            if parts >= cur.len() {
+                break;
+            }
+            parts = (parts * 2).min(cur.len());
+        }
+    }
+    (cur, last, runs)
+}
+
+/// What `history PATH` must list: the checkpoints whose turn (to the next
+/// checkpoint, or to the live tree `live`) changed PATH, and how.
+pub fn expected_history(snaps: &BTreeMap<i64, Model>, live: &Model, p: &str) -> Vec<(i64, String)> {
+    let mut want = Vec::new();
+    let cps: Vec<i64> = snaps.keys().copied().collect();
+    for (i, c) in cps.iter().enumerate() {
+        let next = cps.get(i + 1).map(|n| &snaps[n]).unwrap_or(live);
+        let (a, b) = (snaps[c].observe().remove(p), next.observe().remove(p));
+        let change = match (&a, &b) {
+            (None, Some(_)) => "added",
+            (Some(_), None) => "deleted",
+            (Some(x), Some(y)) if !same_state(x, y) => "modified",
+            _ => continue,
+        };
+        want.push((*c, change.to_string()));
+    }
+    want
+}
+
+/// How a `history --json` answer differs from [`expected_history`], if it does.
+pub fn history_mismatch(v: &serde_json::Value, want: &[(i64, String)]) -> Option<String> {
+    let got: Vec<(i64, String)> = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| (e["checkpoint"].as_i64().unwrap_or(-1), e["change"].as_str().unwrap_or("?").to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    (got != want).then(|| format!("want {want:?}, got {got:?}"))
+}
+
+/// How the changes of a `diff --json` answer differ from the model's diff, if they do.
+pub fn diff_mismatch(want: &BTreeSet<Change>, changes: &serde_json::Value) -> Option<String> {
+    let got = parse_changes(changes);
+    if *want == got {
+        return None;
+    }
+    let missing: Vec<_> = want.difference(&got).collect();
+    let extra: Vec<_> = got.difference(want).collect();
+    Some(format!("missing (path, change, +, -, binary) {missing:?}; unexpected {extra:?}"))
+}
+
+/// How `log --json` rows differ from the checkpoints made (`snaps`), and,
+/// with `stats`, each turn's statistics from the model's diff of its
+/// checkpoint to the next (or to the live tree): the kind and what.
+pub fn log_mismatch(
+    rows: &[serde_json::Value],
+    snaps: &BTreeMap<i64, Model>,
+    live: &Model,
+    stats: bool,
+) -> Option<(&'static str, String)> {
+    let listed: Vec<i64> = rows.iter().filter_map(|r| r["checkpoint"].as_i64()).collect();
+    let known: Vec<i64> = snaps.keys().copied().collect();
+    if listed != known {
+        return Some(("checkpoints", format!("log lists checkpoints {listed:?}, the test made {known:?}")));
+    }
+    if !stats {
+        return None;
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let c = known[i];
+        let next = known.get(i + 1).map(|n| &snaps[n]).unwrap_or(live);
+        if let Some(wrong) = log_row_mismatch(row, &expected_diff(&snaps[&c], next)) {
+            return Some(("log", format!("log row {c}: {wrong}")));
+        }
+    }
+    None
+}
+
+/// The steps of a printed sequence (`replay(&[...])`, or steps separated
+/// by `;` or newlines; quotes and commas allowed).
+pub fn replay_lines(list: &str) -> Vec<String> {
+    list.split([';', '\n'])
+        .map(|l| l.trim().trim_end_matches(',').trim_matches('"').to_string())
+        .filter(|l| !l.is_empty() && !l.starts_with("replay") && !l.starts_with(']'))
+        .collect()
+}
+
+/// After a rewind from `pre` (the model is the checkpoint's tree now): a
+/// held descriptor keeps its object, which is in the tree if the rewind
+/// kept (or brought back) that inode, else moved away. `held` lists the
+/// objects the descriptors hold, in slot order; `attached(i, path)` says
+/// whether the `i`-th one's inode is the one at `path` now. Detached
+/// objects go to `orphans` with their bytes before the rewind.
+pub fn reattach(
+    model: &mut Model,
+    pre: &Model,
+    orphans: &mut BTreeMap<u64, Node>,
+    held: &[u64],
+    next_id: &mut u64,
+    mut attached: impl FnMut(usize, &str) -> Result<bool, String>,
+) -> Result<(), String> {
+    // Taken before any slot changes them: two descriptors may hold one object.
+    let before: BTreeMap<u64, Node> =
+        held.iter().map(|x| (*x, pre.nodes.get(x).or_else(|| orphans.get(x)).cloned().expect("held"))).collect();
+    for (i, &x) in held.iter().enumerate() {
+        let here = model.entries.iter().find(|(_, id)| **id == x).map(|(p, _)| p.clone());
+        let on = match &here {
+            Some(p) => attached(i, p)?,
+            None => false,
+        };
+        if on {
+            orphans.remove(&x);
+            continue;
+        }
+        if here.is_some() {
+            // Another inode now stands for the object in the tree: it gets
+            // a new identity, the descriptor keeps the old one (a later
+            // rewind may bring that inode back).
+            *next_id += 1;
+            let node = model.nodes.remove(&x).expect("in the tree");
+            model.nodes.insert(*next_id, node);
+            model.entries.values_mut().filter(|id| **id == x).for_each(|id| *id = *next_id);
+        }
+        orphans.insert(x, before[&x].clone());
+    }
+    let held: std::collections::BTreeSet<u64> = held.iter().copied().collect();
+    orphans.retain(|id, _| held.contains(id));
+    Ok(())
+}
+
+/// How a descriptor's reads differ from its object's bytes, if they do.
+pub fn fd_mismatch(slot: usize, size: u64, got: &[u8], want: &[u8]) -> Option<String> {
+    (size != want.len() as u64 || got != want).then(|| {
+        format!(
+            "descriptor {slot}: size {size}, reads {} bytes (blake3 {}); model: {} bytes (blake3 {})",
+            got.len(),
+            &blake3::hash(got).to_hex()[..10],
+            want.len(),
+            &blake3::hash(want).to_hex()[..10]
+        )
+    })
+}
+
+/// The seeds a run takes from its environment, `PREFIX_*`: `_SEED=N` that
+/// one alone; else `fixed` (unless `_FIXED=0`) and `_SEQUENCES=N` random
+/// ones (default `random`), derived from `_BASE_SEED` if set, else from
+/// the clock. The random ones are written straight to stderr, not through
+/// the test's captured output: a run that is aborted still says how to
+/// replay them.
+pub fn seeds_from_env(prefix: &str, fixed: impl IntoIterator<Item = u64>, random: u64) -> Vec<u64> {
+    let var = |name: &str| std::env::var(format!("{prefix}_{name}")).ok();
+    let num = |name: &str| var(name).and_then(|s| s.parse::<u64>().ok());
+    if let Some(s) = num("SEED") {
+        return vec![s];
+    }
+    let mut seeds: Vec<u64> = Vec::new();
+    if var("FIXED").is_none_or(|v| v != "0") {
+        seeds.extend(fixed);
+    }
+    let base = num("BASE_SEED").unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        now as u64 ^ u64::from(std::process::id()) << 32
+    });
+    let random: Vec<u64> =
+        (0..num("SEQUENCES").unwrap_or(random)).map(|i| Rng(base.wrapping_add(i)).next() % 1_000_000_000).collect();
+    use std::io::Write;
+    let name = prefix.to_lowercase();
+    let _ = writeln!(std::io::stderr(), "{name}: random seeds {random:?} (replay one: {prefix}_SEED=N)");
+    seeds.extend(random);
+    seeds
 }

@@ -1,0 +1,239 @@
+//! The model test without FUSE: the generator of tests/history_model.rs
+//! drives the core (`engine::Workspace` and the `LiveTree` calls the FUSE
+//! adapter makes) in process, with the same model and the same checks of
+//! the live tree, every checkpoint's view, `diff`, `history`, `log` and
+//! `fsck`, so thousands of sequences run where the mounted tier runs a few.
+//! On top of the mounted tier's steps: crashes at the rewind's fault points
+//! (everything in memory dropped, the workspace opened again from what is
+//! durable), `gc`, `forget`, `snapshot` and `reset`, a reader of views and
+//! `log` racing every rewind, and rewinds tried with the store's reads
+//! failing. The chunk store rotates over the pack files of the store
+//! directory, an in-memory store and the fault-injecting store (the
+//! in-memory ones are kept across a crash, as a disk is).
+//!
+//! The live tree opens files by handle (`open_by_handle_at`), which needs
+//! CAP_DAC_READ_SEARCH: the test runs as root, and fails (does not skip)
+//! without it. Steps that need a kernel are mapped to their analogue:
+//! `remount` and `kill` reopen the workspace; descriptors are open files of
+//! the core, read and written through it.
+//!
+//! Environment: HISTORY_ENGINE_SEED=N runs that seed only;
+//! HISTORY_ENGINE_SEQUENCES=N random sequences (default 60) after the
+//! fixed seeds 1-20 (HISTORY_ENGINE_FIXED=0 leaves those out), their seeds
+//! derived from HISTORY_ENGINE_BASE_SEED if set, else printed on stderr
+//! outside the output capture; HISTORY_ENGINE_STEPS=N steps per sequence
+//! (default 80); HISTORY_ENGINE_BACKEND=pack|memory|faulty (default: by
+//! seed, in turn); HISTORY_ENGINE_SHRINK_SECS=N (default 60);
+//! HISTORY_ENGINE_REPLAY='step; step; ...' replays one printed sequence;
+//! HISTORY_ENGINE_THREADS=N sequences at once (default: the cores, at most 4).
+
+#[path = "history_engine/harness.rs"]
+mod harness;
+#[path = "history_model/model.rs"]
+#[allow(dead_code)]
+mod model;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use harness::{Backend, Failure, Runner};
+use model::{Rng, Step, listing};
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+fn setup() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "the in-process model tier opens the workspace's files by handle (open_by_handle_at), which needs \
+         CAP_DAC_READ_SEARCH: run it as root"
+    );
+    // As the daemon: modes are the ones asked for.
+    rustix::process::umask(rustix::fs::Mode::empty());
+    // A simulated crash unwinds with `faults::Crash`: not worth a line each.
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<rewindfs::faults::Crash>().is_none() {
+                previous(info);
+            }
+        }));
+    });
+}
+
+fn backend_for(seed: u64) -> Backend {
+    match std::env::var("HISTORY_ENGINE_BACKEND").as_deref() {
+        Ok("pack") => Backend::Pack,
+        Ok("memory") => Backend::Memory,
+        Ok("faulty") => Backend::Faulty,
+        _ => [Backend::Pack, Backend::Memory, Backend::Faulty][(seed % 3) as usize],
+    }
+}
+
+/// Runs `f`, turning a panic into a failure of kind "panic".
+fn guarded<T>(f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(Failure { kind: "panic", msg })
+        }
+    }
+}
+
+/// Generates and runs one sequence of `n` steps from `seed`: the steps run
+/// (up to the failing one) and the failure, if any.
+fn run_seed(seed: u64, n: usize, backend: Backend) -> (Vec<Step>, Option<Failure>, Tally) {
+    let mut rng = Rng(seed);
+    let mut steps: Vec<Step> = Vec::new();
+    let mut tally = Tally::default();
+    let result = guarded(|| {
+        let mut r = Runner::new(backend)?;
+        let mut tries = 0;
+        let ran = (|| {
+            while steps.len() < n && tries < n * 20 {
+                tries += 1;
+                let step = r.gen_step(&mut rng);
+                steps.push(step.clone());
+                if !r.exec(&step)? {
+                    steps.pop();
+                }
+            }
+            r.check_end()
+        })();
+        tally.reads = r.racing_reads;
+        tally.events = std::mem::take(&mut r.events);
+        ran
+    });
+    (steps, result.err(), tally)
+}
+
+/// A sequence that failed: its seed, store and steps, and the failure.
+type Failed = (u64, Backend, Vec<Step>, Failure);
+
+/// What the sequences did, summed for the summary line.
+#[derive(Default)]
+struct Tally {
+    reads: u64,
+    events: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.reads += other.reads;
+        for (k, n) in other.events {
+            *self.events.entry(k).or_default() += n;
+        }
+    }
+}
+
+/// Runs a given list of steps on a fresh workspace (steps that do not apply are left out).
+fn run_steps(steps: &[Step], backend: Backend) -> Result<(), Failure> {
+    guarded(|| {
+        let mut r = Runner::new(backend)?;
+        for step in steps {
+            r.exec(step)?;
+        }
+        r.check_end()
+    })
+}
+
+fn report(seed: Option<u64>, backend: Backend, steps: &[Step], f: &Failure, budget: Duration) -> String {
+    let (short, last, runs) =
+        model::shrink(steps.to_vec(), f.kind, budget, |cand| run_steps(cand, backend).err().map(|f| (f.kind, f.msg)));
+    let (kind, msg) = last.unwrap_or((f.kind, "(did not fail again on replay)".into()));
+    let seed = seed.map(|s| format!("HISTORY_ENGINE_SEED={s} ")).unwrap_or_default();
+    format!(
+        "{seed}HISTORY_ENGINE_BACKEND={} failed at step {} `{}` ({}): {}\nshrunk to {} steps ({runs} \
+         replays), failing with ({kind}): {msg}\n{}",
+        backend.name(),
+        steps.len().saturating_sub(1),
+        steps.last().map(|s| s.to_string()).unwrap_or_default(),
+        f.kind,
+        f.msg,
+        short.len(),
+        listing(&short)
+    )
+}
+
+/// Replays a regression sequence on every backend; panics with the failure.
+#[allow(dead_code)]
+fn replay(lines: &[&str]) {
+    setup();
+    let steps: Vec<Step> = lines.iter().map(|l| Step::parse(l).unwrap_or_else(|e| panic!("{e}"))).collect();
+    for backend in [Backend::Pack, Backend::Memory, Backend::Faulty] {
+        if let Err(f) = run_steps(&steps, backend) {
+            panic!("({}) on {}: {}\nsequence:\n{}", f.kind, backend.name(), f.msg, listing(&steps));
+        }
+    }
+}
+
+/// Fixed seeds 1-20 and 60 random ones (HISTORY_ENGINE_SEQUENCES=N), 80
+/// steps each; every failure is shrunk and printed as a replayable list.
+#[test]
+fn random_sequences_against_the_model_in_process() {
+    setup();
+    let steps = env_u64("HISTORY_ENGINE_STEPS").unwrap_or(80) as usize;
+    let shrink_budget = Duration::from_secs(env_u64("HISTORY_ENGINE_SHRINK_SECS").unwrap_or(60));
+    if let Ok(list) = std::env::var("HISTORY_ENGINE_REPLAY") {
+        let lines = model::replay_lines(&list);
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        replay(&refs);
+        return;
+    }
+    let seeds = model::seeds_from_env("HISTORY_ENGINE", 1..=20, 60);
+    // Sequences run on a few threads (each its own workspace); failures
+    // are shrunk after, one at a time.
+    let workers = env_u64("HISTORY_ENGINE_THREADS")
+        .map(|n| n as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()).min(4))
+        .max(1);
+    let started = Instant::now();
+    let next = AtomicUsize::new(0);
+    let done: Mutex<(usize, Tally, Vec<Failed>)> = Mutex::default();
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                loop {
+                    let Some(&seed) = seeds.get(next.fetch_add(1, Ordering::SeqCst)) else { return };
+                    let backend = backend_for(seed);
+                    let (ran, failed, tally) = run_seed(seed, steps, backend);
+                    let mut d = done.lock().unwrap_or_else(|p| p.into_inner());
+                    d.0 += ran.len();
+                    d.1.add(tally);
+                    if let Some(f) = failed {
+                        eprintln!("history_engine: seed {seed} failed ({}): {}", f.kind, f.msg);
+                        d.2.push((seed, backend, ran, f));
+                    }
+                }
+            });
+        }
+    });
+    let ran_for = started.elapsed().as_secs_f64();
+    let (total_steps, tally, failed) = done.into_inner().unwrap_or_else(|p| p.into_inner());
+    let shrink_until = Instant::now() + shrink_budget;
+    let mut failures = Vec::new();
+    for (seed, backend, ran, f) in &failed {
+        let text = report(Some(*seed), *backend, ran, f, shrink_until.saturating_duration_since(Instant::now()));
+        eprintln!("{text}");
+        failures.push(text);
+    }
+    let events: Vec<String> = tally.events.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    eprintln!(
+        "history_engine: {} sequences, {total_steps} steps ({}), {} reads racing a rewind, {} failures in {ran_for:.1} s \
+         on {workers} threads ({:.0} sequences a minute)",
+        seeds.len(),
+        events.join(", "),
+        tally.reads,
+        failures.len(),
+        seeds.len() as f64 * 60.0 / ran_for.max(0.001)
+    );
+    assert!(failures.is_empty(), "{} sequences failed:\n\n{}", failures.len(), failures.join("\n\n"));
+}
