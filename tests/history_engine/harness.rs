@@ -846,7 +846,7 @@ impl Runner {
         // Reading every view is most of a sequence's time: every one after
         // every fourth history step (and at the end), else the new ones and
         // two others (HISTORY_ENGINE_ALL_VIEWS=1: every one, every time).
-        let all = self.checks % 4 == 0 || std::env::var("HISTORY_ENGINE_ALL_VIEWS").is_ok_and(|v| v == "1");
+        let all = self.checks.is_multiple_of(4) || std::env::var("HISTORY_ENGINE_ALL_VIEWS").is_ok_and(|v| v == "1");
         let older: Vec<i64> = self.snaps.keys().copied().filter(|n| !self.new_cps.contains(n)).collect();
         let mut some: BTreeSet<i64> = self.new_cps.iter().copied().filter(|n| self.snaps.contains_key(n)).collect();
         for _ in 0..2 {
