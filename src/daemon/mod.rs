@@ -69,7 +69,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
         }
     };
     match start(&spec) {
-        Ok((session, info, _locks, journal, ctx)) => {
+        Ok((session, info, _locks, ctx)) => {
             // The rings register once the session runs: the mount is ready
             // (or, on `--transport uring`, failed) only after that.
             let serving = std::thread::Builder::new()
@@ -103,28 +103,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
                     let _ = sys::umount(&view.mountpoint, true);
                 }
             }
-            // The workspace on disk must be the rewound tree once unmounted.
-            loop {
-                match ctx.ws.settle_one() {
-                    Ok(true) => continue,
-                    Ok(false) => break,
-                    Err(e) => {
-                        warn!("cannot finish writing rewound files ({e}); the next mount resumes");
-                        break;
-                    }
-                }
-            }
-            for u in ctx.ws.tree().pending().unsettled() {
-                warn!(
-                    "{} could not be settled and stays pending for the next mount: {}",
-                    crate::workspace::pending::shown_path(u.path.as_deref()),
-                    u.reason
-                );
-            }
-            match journal.sync().and_then(|_| journal.mark_clean_unmount()) {
-                Ok(()) => {}
-                Err(e) => warn!("could not make the journal durable at unmount: {e}"),
-            }
+            ctx.ws.close();
             // Answer the unmount request before exiting.
             control::drain(Duration::from_secs(5));
             registry::withdraw(&spec.mountpoint);
@@ -141,7 +120,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
     }
 }
 
-type Started = (MountedSession, MountInfo, Vec<registry::Lock>, Arc<Journal>, Arc<Ctx>);
+type Started = (MountedSession, MountInfo, Vec<registry::Lock>, Arc<Ctx>);
 
 fn set_mode(path: &Path, mode: u32) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -173,7 +152,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         record: spec.record,
         abandon_interrupted: spec.abandon_interrupted,
     })?);
-    let (journal, tree) = (ws.journal().clone(), ws.tree().clone());
+    let tree = ws.tree().clone();
     let recovered = ws.recovered().to_vec();
     spawn_settler(ws.clone());
     let fs = LiveFs::new(
@@ -258,7 +237,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         spawn_auto_turn(ctx.clone(), quiet);
     }
     auto_gc::spawn(ctx.clone());
-    Ok((session, info, vec![store_lock, ws_lock], journal, ctx))
+    Ok((session, info, vec![store_lock, ws_lock], ctx))
 }
 
 /// What the control handlers work with.

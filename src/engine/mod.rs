@@ -278,6 +278,34 @@ impl Workspace {
         self.tree.settler().settle_one()
     }
 
+    /// The end of a session over the workspace: the rewound files' bytes
+    /// written (the workspace on disk must be the rewound tree once
+    /// closed; what cannot be settled stays pending for the next open),
+    /// the journal made durable and the close marked clean, so the next
+    /// open looks for outside changes only since now.
+    pub fn close(&self) {
+        loop {
+            match self.settle_one() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    warn!("cannot finish writing rewound files ({e}); the next mount resumes");
+                    break;
+                }
+            }
+        }
+        for u in self.tree.pending().unsettled() {
+            warn!(
+                "{} could not be settled and stays pending for the next mount: {}",
+                crate::workspace::pending::shown_path(u.path.as_deref()),
+                u.reason
+            );
+        }
+        if let Err(e) = self.journal.sync().and_then(|_| self.journal.mark_clean_unmount()) {
+            warn!("could not make the journal durable at unmount: {e}");
+        }
+    }
+
     /// Completes the rewinds and restores the previous daemon died in,
     /// before anything is served. A failure stops the open: a half-changed
     /// tree is never served as if it were whole. With `abandon`, they are

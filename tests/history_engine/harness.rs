@@ -478,7 +478,8 @@ impl Runner {
             Step::Turn(_) => "turn",
             Step::Rewind(_) | Step::Undo => "rewind",
             Step::Restore { .. } => "restore",
-            Step::Remount | Step::Kill => "crash between steps",
+            Step::Remount => "close and open",
+            Step::Kill => "crash between steps",
             Step::KillRewind { .. } => "crash in a rewind",
             Step::Gc(_) => "gc",
             Step::Forget(_) => "forget",
@@ -514,9 +515,23 @@ impl Runner {
                 self.collect_orphans();
                 self.sealed(reply.result_checkpoint, self.model.clone(), "restore (after)")?;
             }
-            // No kernel here: closing and opening again is a crash without
-            // the crash (nothing is lost either way between steps).
-            Step::Remount | Step::Kill => {
+            // As an unmount does: what cannot be settled is put back, the
+            // journal made durable, the close marked clean; then opened again.
+            Step::Remount => {
+                self.close_all();
+                let put_back = {
+                    let history = self.ws().history();
+                    self.ws().put_back_unsettled(&history)
+                };
+                if let Some(message) = self.engine("put back", put_back)? {
+                    return fail("remount", format!("files were put back, the store being healthy: {message}"));
+                }
+                self.ws().close();
+                self.crash_and_reopen()?;
+                let m = self.ws().journal().current_turn();
+                self.sealed(Some(m), self.model.clone(), "open")?;
+            }
+            Step::Kill => {
                 self.crash_and_reopen()?;
                 let m = self.ws().journal().current_turn();
                 self.sealed(Some(m), self.model.clone(), "open")?;
