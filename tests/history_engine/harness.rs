@@ -83,6 +83,8 @@ pub struct Runner {
     last_safety: Option<i64>,
     turn_ids: u64,
     snapshot_names: u64,
+    /// Checkpoints named by a snapshot (a checkpoint has one name).
+    named: BTreeSet<i64>,
     checks: u64,
     /// The newest checkpoint number sealed (forgotten ones included).
     last_sealed: i64,
@@ -166,6 +168,7 @@ impl Runner {
             last_safety: None,
             turn_ids: 0,
             snapshot_names: 0,
+            named: BTreeSet::new(),
             checks: 0,
             last_sealed: -1,
             new_cps: Vec::new(),
@@ -481,6 +484,7 @@ impl Runner {
             Step::Remount => "close and open",
             Step::Kill => "crash between steps",
             Step::KillRewind { .. } => "crash in a rewind",
+            Step::KillRestore { .. } => "crash in a restore",
             Step::Gc(_) => "gc",
             Step::Forget(_) => "forget",
             Step::Snapshot(_) => "snapshot",
@@ -542,6 +546,12 @@ impl Runner {
                 }
                 self.crash_in_rewind(*to, *at)?;
             }
+            Step::KillRestore { cp, path, at } => {
+                if !self.snaps.contains_key(cp) || path.is_empty() {
+                    return Ok(false);
+                }
+                self.crash_in_restore(*cp, path, *at)?;
+            }
             Step::Gc(keep) => {
                 let gc = self.ws().gc(false, Some(*keep), Some(0), None, &|_| {});
                 let reply = self.engine("gc", gc)?;
@@ -565,7 +575,15 @@ impl Runner {
                 self.snapshot_names += 1;
                 let name = format!("s{:06}", self.snapshot_names);
                 let at_ref = at.map(|k| k.to_string());
-                let reply = self.engine("snapshot", self.ws().snapshot(&name, None, at_ref.as_deref()))?;
+                let named = self.ws().snapshot(&name, None, at_ref.as_deref());
+                if let Some(k) = at.filter(|k| self.named.contains(k)) {
+                    return match named {
+                        Err(f) if f.kind == rewindfs::error::ErrorKind::Usage => Ok(false),
+                        other => fail("snapshot", format!("a second name for checkpoint {k}: {other:?}")),
+                    };
+                }
+                let reply = self.engine("snapshot", named)?;
+                self.named.insert(reply.checkpoint);
                 if reply.sealed {
                     self.sealed(Some(reply.checkpoint), self.model.clone(), "snapshot")?;
                 } else if Some(reply.checkpoint) != *at {
@@ -595,6 +613,7 @@ impl Runner {
     /// must read as before (checked by the caller).
     fn forgotten(&mut self, gone: &[i64], what: &'static str) -> Res<()> {
         for n in gone {
+            self.named.remove(n);
             if self.snaps.remove(n).is_none() {
                 return fail(what, format!("{what} forgot checkpoint {n}, which the test did not know"));
             }
@@ -822,6 +841,96 @@ impl Runner {
         Ok(())
     }
 
+    /// A crash at the `at`-th journal record of a restore of `path` from
+    /// `cp` (after it if it has fewer), then an open, which completes it
+    /// from the tree the crash left, or finds it done.
+    fn crash_in_restore(&mut self, cp: i64, path: &str, at: u64) -> Res<()> {
+        self.close_all();
+        let pre = self.model.clone();
+        let newest = self.newest();
+        rewindfs::faults::crash_at(Some(("restore-record", at)));
+        let ws = self.ws.take().expect("open");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ws.restore(&cp.to_string(), &[PathBuf::from(path)], false)
+        }));
+        rewindfs::faults::crash_at(None);
+        match &outcome {
+            Ok(Ok(_)) => {}
+            Ok(Err(f)) => return fail("killrestore", format!("restore failed before the crash: {}", f.message)),
+            Err(p) if p.downcast_ref::<rewindfs::faults::Crash>().is_some() => {}
+            Err(p) => return fail("panic", format!("restore panicked: {}", panic_text(p.as_ref()))),
+        }
+        drop(outcome);
+        drop(ws);
+        self.open()?;
+        let recovered = self.ws().recovered().to_vec();
+        let fresh: Vec<rewindfs::meta::Checkpoint> = self
+            .ws()
+            .journal()
+            .with_meta(|m| m.checkpoints())
+            .or_else(|e| fail("killrestore", e.to_string()))?
+            .into_iter()
+            .filter(|c| c.checkpoint > newest)
+            .collect();
+        let k = self.snaps[&cp].clone();
+        match recovered.as_slice() {
+            [] => {
+                // Done before the crash: before, result, and the open's.
+                self.note("crash after a restore");
+                let mut done = pre.clone();
+                done.restore(&k, path, &mut self.next_id);
+                let result = fresh.iter().find(|c| c.label.as_deref().is_some_and(|l| l.starts_with("restored ")));
+                let Some(result) = result.map(|c| c.checkpoint) else {
+                    return fail("killrestore", format!("nothing recovered and no result sealed: {fresh:?}"));
+                };
+                for c in &fresh {
+                    let model = if c.checkpoint < result { pre.clone() } else { done.clone() };
+                    self.sealed(Some(c.checkpoint), model, "after a crash during a restore")?;
+                }
+                self.model = done;
+            }
+            [r] => {
+                self.note("crash part-way through a restore, completed at open");
+                if r.op != rewindfs::meta::IntentOp::Restore || r.checkpoint != cp {
+                    return fail("killrestore", format!("recovered something else than the restore from {cp}: {r:?}"));
+                }
+                let mut result = None;
+                for c in &fresh {
+                    let n = c.checkpoint;
+                    let model = if n == r.undo_checkpoint {
+                        pre.clone()
+                    } else if n == r.interrupted_checkpoint {
+                        let seen = observe_view(&self.ws().read(), n)
+                            .or_else(|e| fail("view", format!("reading the interrupted checkpoint {n}: {e}")))?;
+                        let half = Model::of_seen(&seen, &mut self.next_id);
+                        // Completing it is restoring the path from the
+                        // tree the crash left, its temporary files put away.
+                        let mut done = half.clone();
+                        done.entries.retain(|p, _| !is_temporary(p));
+                        done.gc();
+                        done.restore(&k, path, &mut self.next_id);
+                        result = Some(done);
+                        half
+                    } else if n == r.result_checkpoint {
+                        match &result {
+                            Some(done) => done.clone(),
+                            None => return fail("killrestore", "the result was sealed before the interrupted tree"),
+                        }
+                    } else {
+                        return fail("killrestore", format!("an unexpected checkpoint after the recovery: {c:?}"));
+                    };
+                    self.sealed(Some(n), model, "after a recovered restore")?;
+                }
+                match result {
+                    Some(done) => self.model = done,
+                    None => return fail("killrestore", "no interrupted checkpoint after the recovery"),
+                }
+            }
+            _ => return fail("killrestore", format!("more than one thing recovered: {recovered:?}")),
+        }
+        Ok(())
+    }
+
     /// The live tree equals the model.
     pub fn check_live(&self) -> Res<()> {
         let got = {
@@ -967,11 +1076,17 @@ impl Runner {
             // As the mounted tier: half of the crashes land in a rewind.
             let mut own = Rng(rng.0 ^ 0x6b69_6c6c_7265_7731);
             own.next();
-            if own.below(2) == 0 {
-                return Step::Kill;
-            }
             let cps: Vec<i64> = snaps.keys().copied().collect();
-            Step::KillRewind { to: *own.pick(&cps).expect("checkpoint 0"), at: own.below(9) as u64 }
+            let cp = *own.pick(&cps).expect("checkpoint 0");
+            match own.below(4) {
+                0 | 1 => Step::Kill,
+                2 => Step::KillRewind { to: cp, at: own.below(9) as u64 },
+                _ => {
+                    let then: Vec<String> = snaps[&cp].entries.keys().cloned().collect();
+                    let path = own.pick(&then).cloned().unwrap_or_else(|| "a".into());
+                    Step::KillRestore { cp, path, at: 1 + own.below(6) as u64 }
+                }
+            }
         })
     }
 }
@@ -1043,6 +1158,12 @@ fn resolve_in(tree: &LiveTree, path: &str) -> Result<Option<Ino>, rewindfs::erro
         }
     }
     Ok(Some(ino))
+}
+
+/// A file a rewind or restore writes before renaming it into place.
+fn is_temporary(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with(".rewindfs-restore-") || name.starts_with(".rewindfs-rewind-")
 }
 
 /// What a path shows, from its attributes and contents.

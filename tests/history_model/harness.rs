@@ -387,7 +387,9 @@ impl Runner {
                 self.remounted()?;
             }
             // Steps of the in-process tier (tests/history_engine.rs).
-            Step::Gc(_) | Step::Forget(_) | Step::Snapshot(_) | Step::Reset => return Ok(false),
+            Step::KillRestore { .. } | Step::Gc(_) | Step::Forget(_) | Step::Snapshot(_) | Step::Reset => {
+                return Ok(false);
+            }
             _ => unreachable!(),
         }
         self.check_history_state()?;

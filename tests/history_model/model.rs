@@ -451,6 +451,14 @@ pub enum Step {
         to: i64,
         at: u64,
     },
+    /// A crash during a restore of `path` from `cp`, at its `at`-th journal
+    /// record (after it, if it has fewer), then an open (the in-process
+    /// tier only).
+    KillRestore {
+        cp: i64,
+        path: String,
+        at: u64,
+    },
     /// `gc --keep-count N` (the in-process tier only).
     Gc(u64),
     /// `forget K` (the in-process tier only).
@@ -499,6 +507,7 @@ impl fmt::Display for Step {
             Remount => write!(f, "remount"),
             Kill => write!(f, "kill"),
             KillRewind { to, at } => write!(f, "killrewind {to} {at}"),
+            KillRestore { cp, path, at } => write!(f, "killrestore {cp} {path} {at}"),
             Gc(keep) => write!(f, "gc {keep}"),
             Forget(k) => write!(f, "forget {k}"),
             Snapshot(None) => write!(f, "snapshot"),
@@ -545,6 +554,7 @@ impl Step {
             "remount" => Remount,
             "kill" => Kill,
             "killrewind" => KillRewind { to: i(1)?, at: n(2)? },
+            "killrestore" => KillRestore { cp: i(1)?, path: s(2)?, at: n(3)? },
             "gc" => Gc(n(1)?),
             "forget" => Forget(i(1)?),
             "snapshot" => Snapshot(w.get(1).map(|_| i(1)).transpose()?),
@@ -564,6 +574,7 @@ impl Step {
                 | Step::Remount
                 | Step::Kill
                 | Step::KillRewind { .. }
+                | Step::KillRestore { .. }
                 | Step::Gc(_)
                 | Step::Forget(_)
                 | Step::Snapshot(_)
