@@ -757,6 +757,41 @@ impl Runner {
         found.or_else(|e| fail("fd", e))
     }
 
+    /// Runs `op` with a crash armed at `point` (the N-th reach of a kill
+    /// point), then drops everything in memory and opens the workspace
+    /// again: what the open recovered, and the checkpoints after `newest`.
+    fn crash_during(
+        &mut self,
+        what: &'static str,
+        point: (&str, u64),
+        newest: i64,
+        op: impl FnOnce(&Workspace) -> Result<(), rewindfs::error::Failure>,
+    ) -> Res<(Vec<rewindfs::rewind::recovery::Recovered>, Vec<rewindfs::meta::Checkpoint>)> {
+        rewindfs::faults::crash_at(Some(point));
+        let ws = self.ws.take().expect("open");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(&ws)));
+        rewindfs::faults::crash_at(None);
+        match &outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(f)) => return fail(what, format!("failed before the crash: {}", f.message)),
+            Err(p) if p.downcast_ref::<rewindfs::faults::Crash>().is_some() => {}
+            Err(p) => return fail("panic", format!("{what} panicked: {}", panic_text(p.as_ref()))),
+        }
+        drop(outcome);
+        drop(ws);
+        self.open()?;
+        let recovered = self.ws().recovered().to_vec();
+        let fresh = self
+            .ws()
+            .journal()
+            .with_meta(|m| m.checkpoints())
+            .or_else(|e| fail(what, e.to_string()))?
+            .into_iter()
+            .filter(|c| c.checkpoint > newest)
+            .collect();
+        Ok((recovered, fresh))
+    }
+
     /// A crash at the `at`-th journal record of a rewind to `to` (0: just
     /// after its result was sealed; after the rewind if it has fewer),
     /// then an open, which completes it or finds it not begun or done.
@@ -766,28 +801,8 @@ impl Runner {
         let target = self.snaps[&to].clone();
         let newest = self.newest();
         let point = if at == 0 { ("rewind-sealed", 1) } else { ("rewind-record", at) };
-        rewindfs::faults::crash_at(Some(point));
-        let ws = self.ws.take().expect("open");
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ws.rewind(&to.to_string(), false)));
-        rewindfs::faults::crash_at(None);
-        match &outcome {
-            Ok(Ok(_)) => {}
-            Ok(Err(f)) => return fail("killrewind", format!("rewind {to} failed before the crash: {}", f.message)),
-            Err(p) if p.downcast_ref::<rewindfs::faults::Crash>().is_some() => {}
-            Err(p) => return fail("panic", format!("rewind {to} panicked: {}", panic_text(p.as_ref()))),
-        }
-        drop(outcome);
-        drop(ws);
-        self.open()?;
-        let recovered = self.ws().recovered().to_vec();
-        let fresh: Vec<rewindfs::meta::Checkpoint> = self
-            .ws()
-            .journal()
-            .with_meta(|m| m.checkpoints())
-            .or_else(|e| fail("killrewind", e.to_string()))?
-            .into_iter()
-            .filter(|c| c.checkpoint > newest)
-            .collect();
+        let (recovered, fresh) =
+            self.crash_during("killrewind", point, newest, |ws| ws.rewind(&to.to_string(), false).map(|_| ()))?;
         let safety_label = format!("safety checkpoint before rewind to {to}");
         let is_safety =
             |c: &rewindfs::meta::Checkpoint| c.label.as_deref().is_some_and(|l| l.starts_with(&safety_label));
@@ -848,30 +863,9 @@ impl Runner {
         self.close_all();
         let pre = self.model.clone();
         let newest = self.newest();
-        rewindfs::faults::crash_at(Some(("restore-record", at)));
-        let ws = self.ws.take().expect("open");
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            ws.restore(&cp.to_string(), &[PathBuf::from(path)], false)
-        }));
-        rewindfs::faults::crash_at(None);
-        match &outcome {
-            Ok(Ok(_)) => {}
-            Ok(Err(f)) => return fail("killrestore", format!("restore failed before the crash: {}", f.message)),
-            Err(p) if p.downcast_ref::<rewindfs::faults::Crash>().is_some() => {}
-            Err(p) => return fail("panic", format!("restore panicked: {}", panic_text(p.as_ref()))),
-        }
-        drop(outcome);
-        drop(ws);
-        self.open()?;
-        let recovered = self.ws().recovered().to_vec();
-        let fresh: Vec<rewindfs::meta::Checkpoint> = self
-            .ws()
-            .journal()
-            .with_meta(|m| m.checkpoints())
-            .or_else(|e| fail("killrestore", e.to_string()))?
-            .into_iter()
-            .filter(|c| c.checkpoint > newest)
-            .collect();
+        let (recovered, fresh) = self.crash_during("killrestore", ("restore-record", at), newest, |ws| {
+            ws.restore(&cp.to_string(), &[PathBuf::from(path)], false).map(|_| ())
+        })?;
         let k = self.snaps[&cp].clone();
         match recovered.as_slice() {
             [] => {
