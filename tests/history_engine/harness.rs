@@ -400,7 +400,7 @@ impl Runner {
     fn remove_all(&self, p: &str) -> Result<(), rewindfs::error::Errno> {
         let tree = self.tree();
         let (dir, name) = self.parent_of(p)?;
-        let attr = tree.child(dir, &name)?.ok_or(rewindfs::error::Errno(libc::ENOENT))?;
+        let attr = tree.lookup(dir, &name)?;
         if attr.kind != LiveKind::Dir {
             return tree.unlink(dir, &name, CALLER);
         }
@@ -1139,16 +1139,19 @@ fn user_xattrs(all: Vec<(Vec<u8>, Vec<u8>)>) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// The inode number of `path` in `tree` (the root for ""), looked up name
-/// by name; None when a component is missing.
+/// by name as the kernel does, each lookup a reference the kernel keeps
+/// (as a kernel with memory to spare keeps its entries); None when a
+/// component is missing.
 fn resolve_in(tree: &LiveTree, path: &str) -> Result<Option<Ino>, rewindfs::error::Errno> {
     let mut ino = Ino::ROOT;
     if path.is_empty() {
         return Ok(Some(ino));
     }
     for c in path.split('/') {
-        match tree.child(ino, os(c))? {
-            Some(a) => ino = a.ino,
-            None => return Ok(None),
+        match tree.lookup(ino, os(c)) {
+            Ok(a) => ino = a.ino,
+            Err(e) if e.0 == libc::ENOENT => return Ok(None),
+            Err(e) => return Err(e),
         }
     }
     Ok(Some(ino))
@@ -1196,10 +1199,7 @@ fn walk_live(
     names.sort();
     for name in names {
         let p = join(rel, &name.to_string_lossy());
-        let attr = tree
-            .child(dir, &name)
-            .map_err(|e| format!("lookup {p}: {}", errno_text(e)))?
-            .ok_or_else(|| format!("{p} is listed but cannot be looked up"))?;
+        let attr = tree.lookup(dir, &name).map_err(|e| format!("lookup {p}: {}", errno_text(e)))?;
         let attr = tree.getattr(attr.ino, None).map_err(|e| format!("getattr {p}: {}", errno_text(e)))?;
         let kind = kind_of(attr.kind);
         let data = match kind {
