@@ -7,6 +7,8 @@
 //! - [`workspace`]: the live tree: object table, backing-tree operations.
 //! - [`store`]: the content-addressed chunk store.
 //! - [`store_dir`]: a store directory's parts and the checks that they belong together.
+//! - [`sqlite`]: what the chunk index and the metadata share as SQLite
+//!   databases (errno of a failure, giving free pages back).
 //! - [`meta`]: the SQLite metadata (objects, checkpoints, pre-images).
 //! - [`journal`]: turns, checkpoints, recording pre-images.
 //! - [`view`]: the tree at a checkpoint, resolved on demand.
@@ -38,6 +40,7 @@ pub mod name_json;
 pub mod report;
 pub mod restore;
 pub mod rewind;
+pub mod sqlite;
 pub mod store;
 pub mod store_dir;
 #[allow(unsafe_code)]

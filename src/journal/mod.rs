@@ -1421,6 +1421,33 @@ pub fn ns(sec: i64, nsec: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]).
+    #[test]
+    fn errno_mapping_table() {
+        use crate::error::{AsErrno, Errno};
+        use crate::meta::sqlite_failure;
+        use crate::store::StoreError;
+        let io = |n| std::io::Error::from_raw_os_error(n);
+        let cases: Vec<(Box<dyn AsErrno>, i32, &str)> = vec![
+            (Box::new(JournalError::from(sqlite_failure(8))), libc::EROFS, "journal meta"),
+            (Box::new(JournalError::from(StoreError::io("a", io(libc::ENOSPC)))), libc::ENOSPC, "journal store"),
+            (
+                Box::new(JournalError::NotDurable { checkpoint: 3, source: sqlite_failure(13) }),
+                libc::ENOSPC,
+                "journal sealed, not durable",
+            ),
+            (Box::new(JournalError::Read { what: "log".into(), source: io(libc::EIO) }), libc::EIO, "journal read"),
+            (
+                Box::new(JournalError::UnknownCheckpoint { reference: "x".into(), known: String::new() }),
+                libc::EIO,
+                "journal unknown checkpoint",
+            ),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
+    }
     use crate::meta::MetaResult;
     use crate::store::MemoryStore;
 

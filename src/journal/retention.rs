@@ -769,7 +769,7 @@ impl Journal {
     }
 
     /// After a collection: gives the pages the databases no longer use back
-    /// to the filesystem and empties their logs ([`crate::meta::shrink`]),
+    /// to the filesystem and empties their logs ([`crate::sqlite::shrink`]),
     /// holding the turn gate (a `VACUUM` rewrites the whole file). Best
     /// effort: what failed is logged, the collection stands.
     pub fn shrink(&self) {

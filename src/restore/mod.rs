@@ -552,3 +552,20 @@ pub fn random_u64(salt: u64) -> u64 {
     h.write_u64(salt);
     h.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]).
+    #[test]
+    fn errno_mapping_table() {
+        let cases: Vec<(RestoreError, i32, &str)> = vec![
+            (RestoreError::Live { path: "a".into(), errno: Errno::EEXIST }, libc::EEXIST, "restore live"),
+            (RestoreError::BadPath("..".into()), libc::EINVAL, "restore bad path"),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
+    }
+}

@@ -620,3 +620,29 @@ impl<'a> TreeView<'a> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::AsErrno;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]):
+    /// the errno of the store or the database behind it, not EIO.
+    #[test]
+    fn errno_mapping_table() {
+        let io = |n| std::io::Error::from_raw_os_error(n);
+        let cases: Vec<(ViewError, i32, &str)> = vec![
+            (ViewError::Io(io(libc::ENOTDIR)), libc::ENOTDIR, "view io"),
+            (
+                ViewError::Store(crate::store::StoreError::io("a", io(libc::ENOSPC))),
+                libc::ENOSPC,
+                "view store (was EIO)",
+            ),
+            (ViewError::Meta(crate::meta::sqlite_failure(8)), libc::EROFS, "view meta (was EIO)"),
+            (ViewError::Lost(ObjectId(1)), libc::EIO, "view lost"),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
+    }
+}
