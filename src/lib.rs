@@ -6,7 +6,7 @@
 //!   the rest of the crate is `#![deny(unsafe_code)]`.
 //! - [`workspace`]: the live tree: object table, backing-tree operations.
 //! - [`store`]: the content-addressed chunk store.
-//! - [`store_dir`]: a store directory's parts and the checks that they belong together.
+//! - [`store_dir`]: a store directory's layout: its parts, named once.
 //! - [`sqlite`]: what the chunk index and the metadata share as SQLite
 //!   databases (errno of a failure, giving free pages back).
 //! - [`meta`]: the SQLite metadata (objects, checkpoints, pre-images).

@@ -33,7 +33,7 @@ use crate::view::TreeView;
 use crate::workspace::LiveTree;
 use crate::workspace::backing;
 
-pub use crate::store_dir::{StoreDamage, store_damage, store_damage_thorough};
+pub use crate::journal::store_check::{StoreDamage, store_damage, store_damage_thorough};
 
 /// Errors that stop a check (as opposed to problems it finds).
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,8 @@ pub use bypass::{end_of_ms, written_at};
 pub mod record_log;
 mod reference;
 pub mod retention;
+pub mod store_check;
+pub mod store_identity;
 
 use crate::error::{AsErrno, Errno};
 use crate::meta::{
@@ -602,11 +604,11 @@ impl Journal {
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
     /// after checking that they are sound and belong together
-    /// ([`crate::store_dir`]).
+    /// ([`store_check`], [`store_identity`]).
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
         // Before anything writes: an empty or damaged database would
         // otherwise be recreated or used as if it were the history.
-        let damage = crate::store_dir::store_damage(dir);
+        let damage = store_check::store_damage(dir);
         if !damage.is_empty() {
             let what: Vec<String> = damage.into_iter().map(|d| d.detail).collect();
             return Err(crate::Error::kind_of(
@@ -619,7 +621,7 @@ impl Journal {
                 ),
             ));
         }
-        let meta = crate::store_dir::open_checked(dir)?;
+        let meta = store_identity::open_checked(dir)?;
         let store = crate::store::Address::pack(&crate::store_dir::StoreDir::new(dir).chunks())
             .open()
             .map_err(|e| crate::Error::Daemon(e.to_string()))?;
