@@ -2,7 +2,7 @@
 //! recorded (see `meta/bypass.rs` and docs/design.md, "Processes already
 //! inside the workspace").
 
-use crate::meta::ObjectId;
+use crate::meta::{ObjectId, end_of_ms};
 
 use super::{Journal, JournalResult};
 
@@ -157,10 +157,4 @@ impl Journal {
         }
         Ok(Some(ms))
     }
-}
-
-/// The end (ns) of millisecond `ms`: `created_at` has ms, and a change in
-/// the same millisecond as a seal may be before or after it.
-pub fn end_of_ms(ms: i64) -> i64 {
-    ms.saturating_add(1).saturating_mul(1_000_000)
 }

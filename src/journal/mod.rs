@@ -17,7 +17,7 @@ use log::info;
 use serde::Serialize;
 
 mod bypass;
-pub use bypass::{end_of_ms, written_at};
+pub use bypass::written_at;
 pub mod record_log;
 mod reference;
 pub mod retention;

@@ -113,6 +113,12 @@ impl Reason {
     }
 }
 
+/// The end (ns) of millisecond `ms`: `created_at` has ms, and a change in
+/// the same millisecond as a seal may be before or after it.
+pub fn end_of_ms(ms: i64) -> i64 {
+    ms.saturating_add(1).saturating_mul(1_000_000)
+}
+
 /// One checkpoint row.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Checkpoint {

@@ -912,7 +912,7 @@ mod tests {
         );
         let after = answers(&m);
         for ((ns, was), now) in grid.iter().zip(&before).zip(&after) {
-            if *ns > crate::journal::end_of_ms(30) {
+            if *ns > crate::meta::end_of_ms(30) {
                 assert_eq!(now, was, "a question a kept checkpoint asks, at {ns} ns");
             }
         }

@@ -12,8 +12,8 @@ use std::os::unix::ffi::OsStrExt;
 use rustix::fs::{Mode, OFlags};
 
 use crate::error::Errno;
-use crate::journal::{Journal, Mark, end_of_ms, ns};
-use crate::meta::{ObjectId, decode_xattrs};
+use crate::journal::{Journal, Mark, ns};
+use crate::meta::{ObjectId, decode_xattrs, end_of_ms};
 use crate::store::{ContentRef, read_content_at};
 use crate::sys::FileHandle;
 use crate::workspace::Kind;
