@@ -21,7 +21,7 @@
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
-//! - [`text`]: names and byte counts made safe and readable to print (used by cli, daemon, fsck, report, rewind).
+//! - [`text`]: names, byte counts and times made safe and readable to print (for every layer).
 //! - [`name_json`]: file names in JSON without loss (UTF-8 as strings, other bytes as base64).
 //! - [`faults`]: fault-injection and pause points for the tests (no-ops unless
 //!   the `test-hooks` feature is on); the bottom layer, importing nothing.

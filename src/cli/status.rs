@@ -96,7 +96,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
                 Some(r) => format!(
                     "last ran {}: forgot {} checkpoints, freed {} and {} attic files, {} back on disk; \
                      writes waited at most {:.1} ms",
-                    crate::report::rfc3339(r.at),
+                    crate::text::rfc3339(r.at),
                     r.forgotten,
                     crate::text::human_bytes(r.bytes_freed),
                     r.attic_files_freed,

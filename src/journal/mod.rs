@@ -124,7 +124,7 @@ fn forgotten_message(reference: &str, f: &crate::meta::Forgotten) -> String {
         return format!(
             "checkpoint {} was deleted at {} by `rewindfs reset`, with all the history before it (a reset cannot be undone)",
             f.checkpoint,
-            crate::report::rfc3339(f.at)
+            crate::text::rfc3339(f.at)
         );
     }
     let how = if f.by == "retention" {
@@ -140,7 +140,7 @@ fn forgotten_message(reference: &str, f: &crate::meta::Forgotten) -> String {
         Some(p) => format!("; its changes are now part of checkpoint {p}'s turn"),
         None => String::new(),
     };
-    format!("{named} was {how} at {}{into}", crate::report::rfc3339(f.at))
+    format!("{named} was {how} at {}{into}", crate::text::rfc3339(f.at))
 }
 
 /// At most 64 characters of `s`, for an error message.
@@ -1407,7 +1407,7 @@ impl Journal {
                 Some((n, at)) => format!(
                     "{known}; checkpoints up to {n} and their names were deleted at {} by `rewindfs reset` \
                      (a reset cannot be undone)",
-                    crate::report::rfc3339(at)
+                    crate::text::rfc3339(at)
                 ),
                 None => known,
             },
