@@ -343,7 +343,7 @@ impl Ctx<'_> {
         }
         let wanted_names: BTreeSet<OsString> = wanted.iter().map(|(n, _)| n.clone()).collect();
         for name in self.tree.names(ino).map_err(|e| live_err(&path, e))? {
-            if ino == Ino::ROOT && name == crate::view::browse::HIDDEN_DIR {
+            if ino == Ino::ROOT && name == crate::workspace::HIDDEN_DIR {
                 continue;
             }
             if !wanted_names.contains(&name) {
@@ -365,7 +365,7 @@ impl Ctx<'_> {
             Some(a) => a,
             None => self.tree.getattr(ino, None).map_err(|e| live_err(path, e))?,
         };
-        let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
+        let mtime = crate::workspace::attr::time_of_ns(state.mtime_ns);
         let mut set = owner_and_mode_changes(&live, state);
         let live_x = self.tree.xattrs_of(ino);
         let xattrs_differ = live_x != state.xattrs;

@@ -897,7 +897,7 @@ impl Rewinder<'_> {
         let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
         let live = self.tree.getattr(ino, None).map_err(|e| err("stat".into(), e))?;
         let mut set = crate::restore::owner_and_mode_changes(&live, &state);
-        let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
+        let mtime = crate::workspace::attr::time_of_ns(state.mtime_ns);
         if live.kind != Kind::Symlink && live.mtime != mtime {
             set.mtime = Some(SetTime::At(mtime));
         }
