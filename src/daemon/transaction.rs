@@ -11,7 +11,7 @@
 use crate::error::{AsErrno, Failure};
 use crate::journal::TurnInfo;
 use crate::meta::{IntentOp, Reason};
-use crate::restore::Touched;
+use crate::world::Touched;
 use crate::world::{Frozen, HistoryOp, Thawed};
 
 use super::{Ctx, seal};

@@ -18,6 +18,7 @@ use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::live::Created;
 use crate::workspace::{Attr, Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
+use crate::world::Touched;
 
 /// Errors while restoring.
 #[derive(Debug, thiserror::Error)]
@@ -70,13 +71,6 @@ pub enum Action {
     Restore,
     /// Only mode, owner, times or xattrs differ.
     Attributes,
-}
-
-/// Kernel cache entries a restore made stale.
-#[derive(Default, Debug)]
-pub struct Touched {
-    pub entries: BTreeSet<(Ino, OsString)>,
-    pub inodes: BTreeSet<Ino>,
 }
 
 struct Ctx<'a> {

@@ -30,7 +30,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::error::Errno;
 use crate::journal::Journal;
 use crate::meta::ObjectId;
-use crate::restore::{Action, Planned, RestoreError, Touched};
+use crate::restore::{Action, Planned, RestoreError};
 use crate::store::ContentRef;
 use crate::sys::FileHandle;
 use crate::view::{Content, Node, NodeState, TreeView};
@@ -38,6 +38,7 @@ use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::rewind_ops::{Aside, NewFile, RewindOps};
 use crate::workspace::{Caller, Kind, LiveTree, SetTime};
+use crate::world::Touched;
 
 pub mod recovery;
 

@@ -28,11 +28,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::Errno;
 use crate::journal::Journal;
 use crate::meta::{Intent, IntentOp};
-use crate::restore::{Planned, RestoreError, Touched};
+use crate::restore::{Planned, RestoreError};
 use crate::rewind::preflight::{self, Checked, Unreadable};
 use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Caller, Kind, LiveTree};
+use crate::world::Touched;
 
 /// Name prefixes of the temporary files of rewind and restore.
 const TEMP_PREFIXES: [&[u8]; 2] = [b".rewindfs-rewind-", b".rewindfs-restore-"];
