@@ -751,7 +751,8 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
         Request::Snapshot(op) => answer(op, |op| snapshot(ctx, op)),
         Request::Du(op) => answer(op, |_| {
             let _history = ctx.world.history();
-            crate::journal::retention::du(journal, tree, &info.store).map_err(journal_failure)
+            let attic = |id, handle: &[u8], _| tree.attic().remove_unreachable_stored(id, handle, true);
+            crate::journal::retention::du(journal, &attic, &info.store).map_err(journal_failure)
         }),
         Request::Forget(op) => answer(op, |protocol::Forget { checkpoints, dry_run }| {
             let _history = ctx.world.history();

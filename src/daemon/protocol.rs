@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::daemon::registry::MountInfo;
 use crate::error::Failure;
 use crate::journal::TurnInfo;
+use crate::journal::retention::DuReply;
 use crate::report::{FileChange, PathEvent, TurnSummary};
 use crate::restore::Planned;
 
@@ -89,46 +90,6 @@ pub struct ProgressLine {
 /// Where the store's bytes are.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Du;
-
-/// `du`: bytes on disk by part, logical bytes, ratios, per turn, and what
-/// `gc` would free under the stored policy.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DuReply {
-    /// Everything in the store directory.
-    pub disk_bytes: u64,
-    pub packs_bytes: u64,
-    /// Bytes of the packs the index points at (the rest is released or
-    /// never indexed: compaction's to take back).
-    pub packs_live_bytes: u64,
-    pub index_bytes: u64,
-    pub metadata_bytes: u64,
-    /// Removed files kept in the attic (allocated bytes).
-    pub attic_bytes: u64,
-    pub attic_entries: u64,
-    /// Distinct chunks, their bytes decoded and as stored.
-    pub chunks: u64,
-    pub unique_bytes: u64,
-    pub stored_bytes: u64,
-    /// Bytes of content the records refer to (each file version counted
-    /// whole, as a copy would take).
-    pub logical_bytes: u64,
-    /// logical / unique (what content-addressing saves).
-    pub dedup_ratio: f64,
-    /// unique / stored (what zstd saves).
-    pub compression_ratio: f64,
-    pub turns: Vec<TurnUsage>,
-    /// `gc --dry-run` under the stored policy.
-    pub gc_would_free: crate::journal::retention::Collected,
-}
-
-/// What one turn's records hold.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TurnUsage {
-    pub checkpoint: i64,
-    pub records: u64,
-    /// Bytes of content captured (file versions, counted whole).
-    pub content_bytes: u64,
-}
 
 /// Name a checkpoint: `at` (a reference), or a new one sealed now.
 #[derive(Clone, Debug, Serialize, Deserialize)]
