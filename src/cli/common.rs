@@ -546,3 +546,17 @@ pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     outln!("{text}");
     Ok(())
 }
+
+/// A checkpoint reference as the daemon resolves it, as a number: when it
+/// matched abandoned checkpoints too and the one on the current branch was
+/// taken, stderr says so. Numbers and `~N` go as they are.
+pub fn reference(info: &MountInfo, reference: String) -> Result<String> {
+    if reference.starts_with('~') || reference.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(reference);
+    }
+    let reply = ask(info, crate::daemon::control::Resolve { reference })?;
+    if let Some(note) = reply.note {
+        eprintln!("rewindfs: {note}");
+    }
+    Ok(reply.checkpoint.to_string())
+}

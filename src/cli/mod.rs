@@ -387,6 +387,10 @@ pub struct LogArgs {
     /// `x` on abandoned branches.
     #[arg(long)]
     pub graph: bool,
+    /// Also list mount checkpoints whose turn changed nothing (hidden
+    /// otherwise).
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Args, Debug)]

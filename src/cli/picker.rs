@@ -29,7 +29,8 @@ pub fn pick(info: &MountInfo) -> Result<Option<i64>> {
     if choices.is_empty() {
         return Err(Error::Usage("there is no earlier checkpoint to rewind to".into()));
     }
-    let items: Vec<String> = choices.iter().map(|t| item(t)).collect();
+    let branch = crate::cli::history::current_branch(&turns);
+    let items: Vec<String> = choices.iter().map(|t| item(t, branch.contains(&t.checkpoint))).collect();
     let picked = dialoguer::Select::with_theme(&dialoguer::theme::SimpleTheme)
         .with_prompt("Rewind the whole workspace to the state before which prompt? (Esc to cancel)")
         .items(&items)
@@ -50,7 +51,11 @@ fn candidates(turns: &[TurnSummary]) -> Vec<&TurnSummary> {
     turns.iter().rev().filter(|t| !t.current).take(SHOWN).collect()
 }
 
-fn item(t: &TurnSummary) -> String {
+/// How the picker marks a checkpoint that is not on the current branch.
+pub const ABANDONED: &str = "(abandoned by a rewind)";
+
+/// One line of the list; `on_branch`: on the current branch.
+fn item(t: &TurnSummary, on_branch: bool) -> String {
     let what = match (&t.label, &t.message_id) {
         (Some(l), _) => quote(l),
         (None, Some(m)) => format!("message {}", quote(m)),
@@ -59,7 +64,10 @@ fn item(t: &TurnSummary) -> String {
             serde_json::to_value(t.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
         ),
     };
-    let by = if t.by_agent { format!("  {}", crate::cli::history::AGENT_MARK) } else { String::new() };
+    let mut by = if t.by_agent { format!("  {}", crate::cli::history::AGENT_MARK) } else { String::new() };
+    if !on_branch {
+        by.push_str(&format!("  {ABANDONED}"));
+    }
     format!(
         "{:>4}  {}  {what}  (its turn: +{} ~{} -{} files){by}",
         t.checkpoint, t.created_at, t.files_added, t.files_modified, t.files_deleted
@@ -85,7 +93,7 @@ mod tests {
         let turns = [turn(0, None, false), turn(1, Some("p1"), false), turn(2, None, false), turn(3, Some("p2"), true)];
         let offered: Vec<i64> = candidates(&turns).iter().map(|t| t.checkpoint).collect();
         assert_eq!(offered, [3, 1]);
-        assert_eq!(item(&turns[1]), "   1  2026-12-03T10:00:00Z  message p1  (its turn: +1 ~2 -3 files)");
+        assert_eq!(item(&turns[1], true), "   1  2026-12-03T10:00:00Z  message p1  (its turn: +1 ~2 -3 files)");
         let plain = [turn(0, None, false), turn(1, None, true)];
         let offered: Vec<i64> = candidates(&plain).iter().map(|t| t.checkpoint).collect();
         assert_eq!(offered, [0], "without prompts, every checkpoint but the current one");
@@ -97,7 +105,7 @@ mod tests {
         let mut t = turn(1, Some("p1"), false);
         t.by_agent = true;
         assert_eq!(
-            item(&t),
+            item(&t, true),
             "   1  2026-12-03T10:00:00Z  message p1  (its turn: +1 ~2 -3 files)  (sealed by the agent)"
         );
     }

@@ -22,7 +22,8 @@ pub fn run(args: ShowArgs) -> Result<()> {
     if mp.starts_with(&info.mountpoint) || mp.starts_with(&info.workspace) {
         return Err(Error::path(&mp, "a view cannot be mounted inside the workspace it shows"));
     }
-    let reply = common::ask(&info, op::Show { checkpoint: args.checkpoint, mountpoint: mp.clone() })?;
+    let checkpoint = common::reference(&info, args.checkpoint)?;
+    let reply = common::ask(&info, op::Show { checkpoint, mountpoint: mp.clone() })?;
     if args.target.json {
         return common::print_json(&reply);
     }

@@ -672,6 +672,10 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
                 Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}"))
             })
         }),
+        Request::Resolve(op) => answer(op, |protocol::Resolve { reference }| {
+            let (c, note) = journal.resolve_noted(&reference).map_err(journal_failure)?;
+            Ok(protocol::ResolveReply { checkpoint: c.0, note })
+        }),
         Request::Log(op) => answer(op, |_| {
             let _op = ctx.world.op();
             let mut turns =

@@ -67,6 +67,7 @@ ops! {
     Gc "gc" => GcReply,
     Du "du" => DuReply,
     Reset "reset" => ResetReply,
+    Resolve "resolve" => ResolveReply,
 }
 
 /// How far a long request (`gc`, `forget`, `reset`) is. Sent as a line
@@ -163,6 +164,21 @@ pub struct ResetReply {
 pub struct SnapshotRow {
     pub name: String,
     pub checkpoint: i64,
+}
+
+/// Which checkpoint a reference names, as every command taking one
+/// would resolve it (the CLI asks first, to tell the user `note`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Resolve {
+    pub reference: String,
+}
+
+/// `resolve`: the checkpoint, and why that one when the reference matched
+/// abandoned checkpoints too.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResolveReply {
+    pub checkpoint: i64,
+    pub note: Option<String>,
 }
 
 /// Every checkpoint's row (number, parent, message id, session, label),

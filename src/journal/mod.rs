@@ -19,7 +19,7 @@ use serde::Serialize;
 mod bypass;
 pub use bypass::written_at;
 pub mod record_log;
-mod reference;
+pub mod reference;
 pub mod retention;
 pub mod store_check;
 pub mod store_identity;
@@ -113,6 +113,8 @@ fn refusal(id: &str) -> Option<String> {
         Some("it is all digits, the form of a checkpoint number".to_string())
     } else if id.starts_with('~') {
         Some("it starts with '~', the form of a ~N reference".to_string())
+    } else if id.starts_with(reference::EXACT) {
+        Some("it starts with '=', the form of an exact label reference".to_string())
     } else {
         None
     }
@@ -1332,6 +1334,13 @@ impl Journal {
     /// name one checkpoint by all of them together, or it is ambiguous. A
     /// forgotten checkpoint's number or message id is refused saying so.
     pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
+        self.resolve_noted(reference).map(|(c, _)| c)
+    }
+
+    /// [`Journal::resolve`], with the sentence to tell the user when the
+    /// reference matched checkpoints of abandoned branches too and the
+    /// one on the current branch was taken (`reference::prefer_current_branch`).
+    pub fn resolve_noted(&self, reference: &str) -> JournalResult<(CheckpointId, Option<String>)> {
         // Numbers and `~N` are indexed lookups; any other reference reads
         // every checkpoint, since it may mean one by several readings.
         if let Some(back) = reference.strip_prefix('~') {
@@ -1340,7 +1349,7 @@ impl Journal {
                 Err(_) => None,
             };
             return match found {
-                Some(c) => Ok(CheckpointId(c.checkpoint)),
+                Some(c) => Ok((CheckpointId(c.checkpoint), None)),
                 None => Err(self.unknown_checkpoint(reference, &self.with_meta(|m| m.checkpoints())?)?),
             };
         }
@@ -1356,7 +1365,7 @@ impl Journal {
             matches.sort_unstable();
             matches.dedup();
             return match matches.as_slice() {
-                [one] => Ok(CheckpointId(*one)),
+                [one] => Ok((CheckpointId(*one), None)),
                 many => {
                     let all = self.with_meta(|m| m.checkpoints())?;
                     Err(JournalError::Ambiguous {
@@ -1380,12 +1389,15 @@ impl Journal {
             return Err(JournalError::Forgotten { reference: reference.to_string(), forgotten: Box::new(forgotten) });
         }
         match matches.as_slice() {
-            [one] => Ok(CheckpointId(*one)),
+            [one] => Ok((CheckpointId(*one), None)),
             [] => Err(self.unknown_checkpoint(reference, &all)?),
-            many => Err(JournalError::Ambiguous {
-                reference: reference.to_string(),
-                matches: reference::describe(&all, many),
-            }),
+            many => match reference::prefer_current_branch(&all, many, self.current_turn()) {
+                Some((n, note)) => Ok((CheckpointId(n), Some(note))),
+                None => Err(JournalError::Ambiguous {
+                    reference: reference.to_string(),
+                    matches: reference::describe(&all, many),
+                }),
+            },
         }
     }
 
