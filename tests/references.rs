@@ -76,6 +76,42 @@ fn a_prompt_sent_again_after_a_rewind_is_found_on_the_current_branch() {
     assert_eq!(mark("r000004").as_deref(), Some("*"), "{log}");
 }
 
+/// After `rewindfs run` ends, the reading commands find the workspace's
+/// store (the default one) and read it; `rewind` says how to get a mount.
+#[test]
+fn the_history_of_an_unmounted_workspace_is_read_from_its_store() {
+    let fx = MountFixture::unmounted();
+    let ws = fx.ws.to_str().expect("utf-8 path").to_string();
+    let script = format!(
+        "{rw} turn --message-id r000001 --label 'Bump the greeting' >/dev/null && echo v1 > app.py && \
+         {rw} turn --message-id r000002 --label 'Package it' >/dev/null && mkdir dist && echo x > dist/app",
+        rw = bin()
+    );
+    ok(&fx, &["run", &ws, "--", "sh", "-c", &script]);
+    assert!(!is_mounted(&fx.ws));
+
+    let (log, err) = ok(&fx, &["log", "-C", &ws]);
+    assert!(log.contains("r000001") && log.contains("Package it"), "{log}");
+    assert!(err.contains("is not mounted: the history is read from its store"), "{err}");
+    let (stat, _) = ok(&fx, &["diff", "-C", &ws, "--stat", "BUMP greeting", "r000002"]);
+    assert!(stat.contains("app.py | +1 -0 (added)"), "{stat}");
+    let (live, _) = ok(&fx, &["diff", "-C", &ws, "--stat", "package"]);
+    assert!(live.contains("dist/app | +1 -0 (added)"), "{live}");
+    // From inside the workspace, without -C.
+    let out =
+        check(run_with_timeout(fx.command().args(["history", "app.py"]).current_dir(&fx.ws), CHILD_TIMEOUT), "history");
+    assert!(stdout(&out).contains("turn 1 (message r000001): added"), "{}", stdout(&out));
+    let (du, _) = ok(&fx, &["du", "-C", &ws]);
+    assert!(du.starts_with("on disk:"), "{du}");
+
+    let out = fx.rewindfs(&["rewind", "-C", &ws, "r000001"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe_status(&out));
+    assert!(stderr(&out).contains(&format!("`rewindfs run {ws} -- rewindfs rewind ...`")), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(fx.ws.join("app.py")).expect("app.py"), "v1\n", "nothing changed");
+    // Nothing the reads did keeps the store: a mount works at once.
+    ok(&fx, &["run", &ws, "--", "true"]);
+}
+
 /// A mount's row holds the changes made after mounting, before the next
 /// checkpoint, and says so; a mount where nothing changed gets no row
 /// unless `--all`.

@@ -1,9 +1,10 @@
 //! `rewindfs log`, `diff` and `history`: reading the record.
 
 use crate::cli::common;
+use crate::cli::offline::{self, Source};
 use crate::cli::{DiffArgs, HistoryArgs, LogArgs};
 use crate::daemon::control::{self as op, RewindReply};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::report::{ChangeKind, TurnSummary};
 use crate::text::{quote, quote_name, quoted};
 
@@ -20,8 +21,10 @@ fn human_bytes(n: i64) -> String {
 /// Exits 1 when some turn's statistics are unavailable (every row is
 /// still printed, and stderr says which and why), so that scripts notice.
 pub fn log(args: LogArgs) -> Result<i32> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
-    let turns = common::ask(&info, op::Log)?;
+    let turns = match offline::mount_or_store(args.target.mount.as_deref(), "the history is")? {
+        Source::Mounted(info) => common::ask(&info, op::Log)?,
+        Source::Store(o) => crate::report::log(&o.tree, &o.journal).map_err(|e| view_failed("the history", e))?,
+    };
     let unavailable: Vec<String> = turns
         .iter()
         .filter_map(|t| t.stats_unavailable.as_ref().map(|why| format!("turn {}: {why}", t.checkpoint)))
@@ -173,9 +176,26 @@ fn short_id(id: &str, all: &[&str]) -> String {
 }
 
 pub fn diff(args: DiffArgs) -> Result<i32> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
-    let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
-    let reply = common::ask(&info, op::Diff { from: args.from, to: args.to, paths, patch: !args.stat })?;
+    let reply = match offline::mount_or_store(args.target.mount.as_deref(), "the diff is")? {
+        Source::Mounted(info) => {
+            let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
+            let from = common::reference(&info, args.from)?;
+            let to = args.to.map(|t| common::reference(&info, t)).transpose()?;
+            common::ask(&info, op::Diff { from, to, paths, patch: !args.stat })?
+        }
+        Source::Store(o) => {
+            let paths = args.paths.iter().map(|p| common::path_in_mount(&o.info, p)).collect::<Result<Vec<_>>>()?;
+            let from = offline_reference(&o, &args.from)?;
+            let to = args.to.as_deref().map(|t| offline_reference(&o, t)).transpose()?;
+            let view = |n: Option<i64>| match n {
+                Some(n) => crate::view::TreeView::at(&o.tree, &o.journal, n),
+                None => crate::view::TreeView::live(&o.tree, &o.journal),
+            };
+            let changes = crate::report::diff(&view(Some(from)), &view(to), &paths, !args.stat)
+                .map_err(|e| view_failed("the diff", e))?;
+            op::DiffReply { from, to, changes }
+        }
+    };
     if args.target.json {
         common::print_json(&reply)?;
         return Ok(0);
@@ -210,9 +230,18 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
 }
 
 pub fn history(args: HistoryArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
-    let path = common::path_in_mount(&info, &args.path)?;
-    let events = common::ask(&info, op::History { path: path.clone() })?;
+    let (path, events) = match offline::mount_or_store(args.target.mount.as_deref(), "the history is")? {
+        Source::Mounted(info) => {
+            let path = common::path_in_mount(&info, &args.path)?;
+            (path.clone(), common::ask(&info, op::History { path })?)
+        }
+        Source::Store(o) => {
+            let path = common::path_in_mount(&o.info, &args.path)?;
+            let events =
+                crate::report::history(&o.tree, &o.journal, &path).map_err(|e| view_failed("the history", e))?;
+            (path, events)
+        }
+    };
     if args.target.json {
         return common::print_json(&events);
     }
@@ -226,8 +255,42 @@ pub fn history(args: HistoryArgs) -> Result<()> {
     Ok(())
 }
 
+/// A reference resolved in a store read offline; stderr says when the
+/// current branch was preferred, as through a daemon.
+fn offline_reference(o: &offline::Offline, reference: &str) -> Result<i64> {
+    use crate::journal::JournalError;
+    match o.journal.resolve_noted(reference) {
+        Ok((c, note)) => {
+            if let Some(note) = note {
+                eprintln!("rewindfs: {note}");
+            }
+            Ok(c.0)
+        }
+        Err(
+            e @ (JournalError::UnknownCheckpoint { .. }
+            | JournalError::Ambiguous { .. }
+            | JournalError::Forgotten { .. }),
+        ) => Err(Error::Usage(e.to_string())),
+        Err(e) => Err(Error::Daemon(format!("cannot read the checkpoints: {e}"))),
+    }
+}
+
+/// A view that could not be read from a store read offline.
+fn view_failed(what: &str, e: crate::view::ViewError) -> Error {
+    Error::kind_of(crate::error::ErrorKind::Failed, format!("cannot read {what}: {e}"))
+}
+
+/// The mount of a command that changes the tree, or, outside any, how to
+/// get to one (`offline::needs_mount`).
+pub fn mount_for(explicit: Option<&std::path::Path>, command: &str) -> Result<crate::daemon::registry::MountInfo> {
+    common::find_mount(explicit).map_err(|e| match e.kind() {
+        crate::error::ErrorKind::NoMount => offline::needs_mount(explicit, e, command),
+        _ => e,
+    })
+}
+
 pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
+    let info = mount_for(args.target.mount.as_deref(), "restore")?;
     let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
     let checkpoint = common::reference(&info, args.checkpoint)?;
     let reply = common::ask(&info, op::Restore { checkpoint, paths, dry_run: args.dry_run })?;
@@ -249,7 +312,7 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
 }
 
 pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
+    let info = mount_for(args.target.mount.as_deref(), "rewind")?;
     let checkpoint = match args.checkpoint {
         Some(c) => common::reference(&info, c)?,
         None => match crate::cli::picker::pick(&info)? {

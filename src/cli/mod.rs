@@ -23,6 +23,7 @@ mod hook;
 mod hooks;
 mod mount;
 mod occupants;
+mod offline;
 mod picker;
 mod run;
 mod safe_file;

@@ -6,7 +6,7 @@ use crate::daemon::control as op;
 use crate::error::{Error, Result};
 
 pub fn run(args: ShowArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
+    let info = crate::cli::history::mount_for(args.target.mount.as_deref(), "show")?;
     let mp = common::absolute_no_follow(&args.mountpoint)?;
     // mount(2) follows a final symlink: one the agent planted would put the
     // view somewhere else than the path printed.
