@@ -389,6 +389,35 @@ fn agent_end_to_end(spec: &AgentSpec) {
     let undo = safety.expect("a rewind").to_string();
     scene.rewindfs(&["rewind", "-C", &ws, &undo]);
     assert_same_tree(&final_copy, &scene.fx.ws, "the first rewind undone");
+    // A rewind to a prompt says how to take the agent's conversation back
+    // to it too, with the agent's own command (the prompts above resumed
+    // the session the same way).
+    let out = scene.rewindfs(&["rewind", "-C", &ws, &references[1]]);
+    let resume = match spec.name {
+        "codex" => format!("`codex resume {session}`"),
+        name => format!("`{name} --resume {session}`"),
+    };
+    assert!(out.contains(&resume) && out.contains(&format!("\"{}\"", PROMPTS[1])), "{out}");
+
+    // The same prompt sent again after the rewind: two checkpoints of one
+    // label; a reference by its words takes the one on the current branch
+    // and says so, and `log` marks the abandoned one.
+    let args = (spec.args)(PROMPTS[1], Some(&session));
+    scene.offline(spec.api, &args.iter().map(OsStr::new).collect::<Vec<_>>());
+    let again = prompt_checkpoints(&scene.log_json(), &session);
+    let resent = again.last().expect("the prompt sent again")["checkpoint"].as_i64().expect("number");
+    let old = mine[1]["checkpoint"].as_i64().expect("number");
+    assert_eq!(again.last().map(|t| t["label"].clone()), Some(PROMPTS[1].into()), "{again:#?}");
+    let out = check(
+        run_with_timeout(scene.command(bin()).args(["diff", "-C", &ws, "--stat", "greeting BUMP"]), CHILD_TIMEOUT),
+        "diff by the label's words",
+    );
+    let note =
+        format!("checkpoint {resent} is on the current branch; checkpoint {old} matched too, abandoned by a rewind");
+    assert!(stderr(&out).contains(&note), "{}", stderr(&out));
+    let text_log = scene.rewindfs(&["log", "-C", &ws]);
+    let mark = |n: i64| text_log.lines().find(|l| l.get(1..4) == Some(&format!("{n:>3}"))).map(|l| &l[..1]);
+    assert_eq!((mark(old), mark(resent)), (Some("x"), Some("*")), "{text_log}");
 
     mounted.done();
     let removed = scene.rewindfs(&["hooks", "uninstall", spec.name]);
@@ -467,8 +496,9 @@ fn gemini_cli_prompts_are_checkpoints() {
             // An explicit model: the default asks a router model first.
             let mut a: Vec<String> = vec!["gemini".into(), "-p".into(), prompt.into()];
             a.extend(["--output-format", "json", "--yolo", "-m", "gemini-2.5-flash"].map(String::from));
-            if resume.is_some() {
-                a.extend(["--resume".into(), "latest".into()]);
+            // By the session's id, as `rewindfs rewind` tells the user.
+            if let Some(s) = resume {
+                a.extend(["--resume".into(), s.into()]);
             }
             a
         },
@@ -662,7 +692,8 @@ fn hook_is_silent_outside_a_mount_and_keys_codex_prompts_by_turn_id() {
 
 /// `rewind` without a checkpoint: refused without a terminal; on one (a
 /// tmux pane), a list of the prompts, newest first, where Down and Enter
-/// pick the older one and the workspace is rewound there.
+/// pick the older one; what the rewind would change is shown, and on `y`
+/// the workspace is rewound there.
 #[test]
 fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
     let fx = MountFixture::new();
@@ -711,6 +742,16 @@ fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
     check(tmux(&["send-keys", "Down"]), "send Down");
     std::thread::sleep(Duration::from_millis(300));
     check(tmux(&["send-keys", "Enter"]), "send Enter");
+    // Before anything is done, what the rewind would change, and a question.
+    while !screen().contains("Rewind? (n: back to the list") {
+        assert!(Instant::now() < deadline, "no preview on the terminal:\n{}", screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let preview = screen();
+    assert!(preview.contains("rewind to checkpoint 1 would change 2 files (+0 -2 lines)"), "{preview}");
+    assert!(preview.contains("delete    a.txt  (+0 -1)") && preview.contains("delete    b.txt"), "{preview}");
+    assert!(fx.path().join("b.txt").exists() && !rc.exists(), "rewound before the answer");
+    check(tmux(&["send-keys", "y"]), "send y");
     while !rc.exists() {
         assert!(Instant::now() < deadline, "rewind did not finish:\n{}", screen());
         std::thread::sleep(Duration::from_millis(100));

@@ -326,35 +326,65 @@ pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
     }
     match reply {
         RewindReply::Preview(p) => {
-            // From the live tree to the checkpoint: "added" comes back, "deleted" goes away.
-            let (mut plus, mut minus) = (0, 0);
-            for c in &p.changes {
-                let what = match c.change {
-                    ChangeKind::Added => "recreate",
-                    ChangeKind::Deleted => "delete",
-                    _ => "restore",
-                };
-                let (a, r) = (c.lines_added, c.lines_removed);
-                plus += a;
-                minus += r;
-                let lines = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
-                outln!("{what:<9} {}  ({lines})", quote_name(&c.path));
+            let (lines, total) = preview(&p.changes, p.checkpoint);
+            for l in lines {
+                outln!("{l}");
             }
-            outln!(
-                "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",
-                p.checkpoint,
-                p.changes.len()
-            );
+            outln!("{total}; nothing changed");
         }
-        RewindReply::Done(d) => outln!(
-            "rewound to checkpoint {}: {} changes in {:.1} ms; undo with `rewindfs rewind {}`",
-            d.checkpoint,
-            d.changes.len(),
-            d.elapsed_ms,
-            d.safety_checkpoint
-        ),
+        RewindReply::Done(d) => {
+            outln!(
+                "rewound to checkpoint {}: {} changes in {:.1} ms; undo with `rewindfs rewind {}`",
+                d.checkpoint,
+                d.changes.len(),
+                d.elapsed_ms,
+                d.safety_checkpoint
+            );
+            if let Some(hint) = conversation_hint(&info, d.checkpoint) {
+                outln!("{hint}");
+            }
+        }
     }
     Ok(())
+}
+
+/// For a checkpoint an agent's prompt hook sealed: how to take the agent's
+/// conversation back to the same prompt (the files are rewound; the
+/// conversation is the agent's), with the agent's own command.
+pub fn conversation_hint(info: &crate::daemon::registry::MountInfo, checkpoint: i64) -> Option<String> {
+    let rows = common::ask(info, op::Checkpoints).ok()?;
+    let row = rows.iter().find(|c| c.checkpoint == checkpoint)?;
+    let (id, session) = (row.message_id.as_deref()?, row.session.as_deref()?);
+    let agent = crate::cli::agents::Agent::of_prompt(id, session)?;
+    let label = row.label.as_deref().unwrap_or(id);
+    Some(format!(
+        "to take {}'s conversation back to that prompt too: {}",
+        agent.name(),
+        agent.conversation_rewind(session, label)
+    ))
+}
+
+/// What a rewind to `checkpoint` would change (`--dry-run`, and the
+/// picker before it asks): one line per file, from the live tree to the
+/// checkpoint ("added" comes back, "deleted" goes away), and the total.
+pub fn preview(changes: &[crate::report::FileChange], checkpoint: i64) -> (Vec<String>, String) {
+    let (mut plus, mut minus) = (0, 0);
+    let mut lines = Vec::new();
+    for c in changes {
+        let what = match c.change {
+            ChangeKind::Added => "recreate",
+            ChangeKind::Deleted => "delete",
+            _ => "restore",
+        };
+        let (a, r) = (c.lines_added, c.lines_removed);
+        plus += a;
+        minus += r;
+        let count = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
+        lines.push(format!("{what:<9} {}  ({count})", quote_name(&c.path)));
+    }
+    let total =
+        format!("rewind to checkpoint {checkpoint} would change {} files (+{plus} -{minus} lines)", changes.len());
+    (lines, total)
 }
 
 /// The wire name of a serde enum value (`added`, `turn`, ...): the text

@@ -31,15 +31,51 @@ pub fn pick(info: &MountInfo) -> Result<Option<i64>> {
     }
     let branch = crate::cli::history::current_branch(&turns);
     let items: Vec<String> = choices.iter().map(|t| item(t, branch.contains(&t.checkpoint))).collect();
-    let picked = dialoguer::Select::with_theme(&dialoguer::theme::SimpleTheme)
-        .with_prompt("Rewind the whole workspace to the state before which prompt? (Esc to cancel)")
-        .items(&items)
-        .default(0)
-        .max_length(15)
-        .interact_opt()
-        .map_err(|e| Error::io("cannot read the choice from the terminal", std::io::Error::other(e)))?;
-    Ok(picked.map(|i| choices[i].checkpoint))
+    let terminal =
+        |e: dialoguer::Error| Error::io("cannot read the choice from the terminal", std::io::Error::other(e));
+    let mut at = 0;
+    loop {
+        let picked = dialoguer::Select::with_theme(&dialoguer::theme::SimpleTheme)
+            .with_prompt("Rewind the whole workspace to the state before which prompt? (Esc to cancel)")
+            .items(&items)
+            .default(at)
+            .max_length(15)
+            .interact_opt()
+            .map_err(terminal)?;
+        let Some(i) = picked else { return Ok(None) };
+        at = i;
+        let n = choices[i].checkpoint;
+        // What it would do, as `--dry-run` says, before anything is done.
+        let reply = common::ask(info, op::Rewind { checkpoint: n.to_string(), dry_run: true })?;
+        let changes = match &reply {
+            op::RewindReply::Preview(p) => p.changes.as_slice(),
+            op::RewindReply::Done(_) => &[],
+        };
+        let (lines, total) = crate::cli::history::preview(changes, n);
+        for l in lines.iter().take(PREVIEWED) {
+            eprintln!("  {l}");
+        }
+        if lines.len() > PREVIEWED {
+            eprintln!("  ... and {} more files", lines.len() - PREVIEWED);
+        }
+        if let Some(hint) = crate::cli::history::conversation_hint(info, n) {
+            eprintln!("  ({hint})");
+        }
+        let confirmed = dialoguer::Confirm::with_theme(&dialoguer::theme::SimpleTheme)
+            .with_prompt(format!("{total}. Rewind? (n: back to the list, Esc: cancel)"))
+            .default(false)
+            .interact_opt()
+            .map_err(terminal)?;
+        match confirmed {
+            Some(true) => return Ok(Some(n)),
+            Some(false) => continue,
+            None => return Ok(None),
+        }
+    }
 }
+
+/// How many files of a preview the picker lists before asking.
+const PREVIEWED: usize = 12;
 
 /// The checkpoints offered, newest first: those of prompts (a message id)
 /// when there are any, else every checkpoint but the current one.
