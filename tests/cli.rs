@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{CHILD_TIMEOUT, MountFixture, describe_status, is_mounted, stderr, wait_child};
+use common::{
+    CHILD_TIMEOUT, MountFixture, check, describe_status, is_mounted, run_with_timeout, stderr, stdout, wait_child,
+};
 
 /// Exit statuses of docs/cli.md ("Exit status").
 const FAILED: i32 = 1;
@@ -451,4 +453,33 @@ fn unmount_waits_a_moment_for_a_file_being_closed() {
         assert!(!is_mounted(&mp), "{} is still mounted", mp.display());
     }
     fx.forget_mount();
+}
+
+/// `rewindfs run` without a workspace runs a demo that shows each command
+/// before its output, where the past is as a folder and what to try next,
+/// then removes its scratch workspace and store.
+#[test]
+fn the_demo_shows_its_commands_and_cleans_up() {
+    let fx = MountFixture::unmounted();
+    let tmp = fx.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).expect("mkdir tmp");
+    let out = check(run_with_timeout(fx.command().arg("run").env("TMPDIR", &tmp), CHILD_TIMEOUT), "the demo");
+    let (text, err) = (stdout(&out), stderr(&out));
+    for line in [
+        "$ rewindfs turn --message-id prompt-1",
+        "$ rewindfs diff --stat prompt-1 prompt-2",
+        " hello.py | +1 -0 (added)",
+        "$ cat .rewindfs/messages/prompt-1/README.txt\nhello world\n",
+        "$ rewindfs rewind prompt-1\nrewound to checkpoint 1",
+        "# Try it on your own project",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from the demo:\n{text}");
+    }
+    assert!(text.contains("/.rewindfs/messages/prompt-1/ (and .rewindfs/checkpoints/N/)"), "{text}");
+    assert!(err.contains("removed the demo workspace"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").collect();
+    assert!(left.is_empty(), "the demo left {left:?}");
+    let stores = fx.dir.path().join("home/stores");
+    let stores_left: Vec<_> = std::fs::read_dir(&stores).map(|d| d.collect()).unwrap_or_default();
+    assert!(stores_left.is_empty(), "the demo left stores: {stores_left:?}");
 }

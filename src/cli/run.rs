@@ -16,30 +16,39 @@ use crate::cli::unmount;
 use crate::error::{Error, Result};
 use crate::sys;
 
-/// A short demonstration run when no workspace is given.
+/// A short demonstration run when no workspace is given: each command is
+/// shown before its output, with a sentence on what it shows, and it ends
+/// with what to try next. `run` removes the workspace and its store after.
 const DEMO_SCRIPT: &str = r#"set -e
 R="${REWINDFS:-rewindfs}"
-echo "== inside $(pwd), mounted by rewindfs"
-ls -la
-"$R" turn --message-id before-agent
-echo "== an agent edits, builds, deletes (shell commands included):"
-echo 'print("hello from the agent")' > hello.py
-mkdir -p build && for i in 1 2 3; do echo "object $i" > build/obj$i.o; done
-sed -i 's/world/rewindfs/' README.txt
-rm -f old-notes.txt
-ls -la . build
-"$R" turn --message-id after-agent
-echo "== what changed since message before-agent:"
-"$R" diff before-agent --stat
-echo "== the past, as a plain folder:"
-ls -la .rewindfs/messages/before-agent/
-cat .rewindfs/messages/before-agent/README.txt
-echo "== rewind the whole tree:"
-"$R" rewind before-agent
-ls -la
-echo "== history (x = abandoned branch, still browsable):"
-"$R" log --graph
-"$R" status
+rewindfs() { "$R" "$@"; }
+say() { printf '\n# %s\n' "$*"; }
+run() { printf '$ %s\n' "$1"; eval "$1"; }
+say "A scratch workspace, mounted in place by rewindfs: $(pwd)"
+run "ls"
+say "A coding agent's prompt hook seals a checkpoint before each prompt; here by hand:"
+run "rewindfs turn --message-id prompt-1 --label 'Edit, build and clean up'"
+say "The agent edits, builds and deletes, with its own tools or shell commands: all of it is recorded."
+run "echo 'print(\"hello from the agent\")' > hello.py"
+run "mkdir -p build && for i in 1 2 3; do echo \"object \$i\" > build/obj\$i.o; done"
+run "sed -i 's/hello world/hello rewindfs/' README.txt"
+run "rm old-notes.txt"
+run "rewindfs turn --message-id prompt-2 --label 'The next prompt'"
+say "One row per checkpoint; row prompt-1 is what that prompt changed:"
+run "rewindfs log"
+run "rewindfs diff --stat prompt-1 prompt-2"
+say "The past, as a plain read-only folder: $(pwd)/.rewindfs/messages/prompt-1/ (and .rewindfs/checkpoints/N/)"
+run "ls .rewindfs/messages/prompt-1/"
+run "cat .rewindfs/messages/prompt-1/README.txt"
+say "Rewind the whole tree to before prompt-1; the rewind itself can be undone:"
+run "rewindfs rewind --dry-run prompt-1"
+run "rewindfs rewind prompt-1"
+run "ls"
+run "rewindfs log --graph"
+say "Try it on your own project, with your agent (claude, gemini or codex):"
+echo "  mount-scripts/rewindfs-run ~/project -- claude     (rewindfs run ~/project -- claude once it is on PATH)"
+echo "  then, in ~/project: rewindfs log; rewindfs rewind (a list of the prompts to pick from); ls .rewindfs/messages/"
+echo "  more in README.md and docs/cli.md"
 "#;
 
 /// A new scratch directory in the temporary directory, which anyone may
@@ -68,6 +77,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         args.opts.agent_user = Some(user.clone());
     }
     let run_as = args.as_user.as_deref().map(common::user_ids).transpose()?;
+    let mut demo = false;
     let (workspace, command) = match args.workspace {
         Some(ws) => {
             let cmd = if args.command.is_empty() {
@@ -80,8 +90,8 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         None => {
             let ws = demo_workspace()?;
             eprintln!("rewindfs: no workspace given; running a demo on scratch workspace {}", ws.display());
-            let cmd =
-                if args.command.is_empty() { vec!["sh".into(), "-c".into(), DEMO_SCRIPT.into()] } else { args.command };
+            demo = args.command.is_empty();
+            let cmd = if demo { vec!["sh".into(), "-c".into(), DEMO_SCRIPT.into()] } else { args.command };
             (ws, cmd)
         }
     };
@@ -105,6 +115,15 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     let code = status?;
     unmounted?;
     eprintln!("rewindfs: unmounted {}", info.mountpoint.display());
+    if demo {
+        // The demo's workspace and history are of no use after it.
+        for dir in [&spec.workspace, &spec.store] {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                warn!("cannot remove the demo's {}: {e}", dir.display());
+            }
+        }
+        eprintln!("rewindfs: removed the demo workspace {} and its store", spec.workspace.display());
+    }
     Ok(code)
 }
 
