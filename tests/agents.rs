@@ -761,3 +761,61 @@ fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
     assert!(done.starts_with("rewound to checkpoint 1:"), "{done}");
     assert!(!fx.path().join("a.txt").exists() && !fx.path().join("b.txt").exists(), "not rewound to p-one");
 }
+
+/// Wiring that lasts and says what it does: `hooks install` names the
+/// `rewindfs` on PATH (not the build's own path, which `cargo clean`
+/// removes) and warns when there is none; `run` finds the agent behind
+/// `env VAR=1`, warns about a wrapper it cannot see into, and wires one
+/// named with `--agent`; a settings file in another layout is rewritten
+/// with a note saying so.
+#[test]
+fn wiring_names_a_lasting_binary_and_says_what_it_cannot_see() {
+    let fx_dir = tempfile::tempdir().expect("tempdir");
+    let fake = fx_dir.path().join("claude");
+    let args_file = fx_dir.path().join("args");
+    std::fs::write(&fake, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n", args_file.display())).expect("write");
+    let wrapper = fx_dir.path().join("claude-wrapper.sh");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} \"$@\"\n", fake.display())).expect("write");
+    for f in [&fake, &wrapper] {
+        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    }
+    let scene = Scene::new(&fake);
+    let (ws, store) = (scene.fx.ws.to_str().expect("utf-8"), scene.fx.store.to_str().expect("utf-8"));
+    let run = |command: &[&str]| -> (Vec<String>, String) {
+        let _ = std::fs::remove_file(&args_file);
+        let mut args = vec!["run", ws, "--store", store];
+        args.extend_from_slice(command);
+        let out = check(run_with_timeout(scene.command(bin()).args(&args), CHILD_TIMEOUT), "rewindfs run");
+        let seen = std::fs::read_to_string(&args_file).unwrap_or_default().lines().map(String::from).collect();
+        (seen, stderr(&out))
+    };
+    let (seen, _) = run(&["--", "env", "FOO=1", "claude", "-p", "hi"]);
+    assert_eq!(seen.first().map(String::as_str), Some("--settings"), "env FOO=1 claude is not wired: {seen:?}");
+    let wrapper = wrapper.to_str().expect("utf-8");
+    let (seen, err) = run(&["--", wrapper, "-p", "hi"]);
+    assert_eq!(seen, ["-p", "hi"], "{seen:?}");
+    assert!(err.contains("cannot tell whether") && err.contains("--agent claude"), "{err}");
+    let (seen, err) = run(&["--agent", "claude", "--", wrapper, "-p", "hi"]);
+    assert_eq!(seen.first().map(String::as_str), Some("--settings"), "--agent claude is not wired: {seen:?}");
+    assert!(!err.contains("cannot tell"), "{err}");
+
+    // The hook names the rewindfs on PATH (the scene's bin directory).
+    let settings = scene.home.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&settings, "{\n    \"model\": \"x\"\n}\n").expect("write settings");
+    let out =
+        check(run_with_timeout(scene.command(bin()).args(["hooks", "install", "claude"]), CHILD_TIMEOUT), "install");
+    let text = std::fs::read_to_string(&settings).expect("settings");
+    let on_path = format!("{}/rewindfs hook claude", scene.bin_dir.display());
+    assert!(text.contains(&on_path), "the hook does not name {on_path}: {text}");
+    assert!(stdout(&out).contains("was not laid out as 2-space JSON"), "{}", stdout(&out));
+    assert!(!stderr(&out).contains("not the `rewindfs` on PATH"), "{}", stderr(&out));
+    let out = check(
+        run_with_timeout(
+            scene.command(bin()).env("PATH", "/usr/bin:/bin").args(["hooks", "install", "gemini"]),
+            CHILD_TIMEOUT,
+        ),
+        "install without rewindfs on PATH",
+    );
+    assert!(stderr(&out).contains("not the `rewindfs` on PATH"), "{}", stderr(&out));
+}

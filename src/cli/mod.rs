@@ -506,6 +506,10 @@ pub struct RunArgs {
     /// history, but not rewind or restore. Needs `setpriv` (util-linux).
     #[arg(long = "as", value_name = "USER")]
     pub as_user: Option<String>,
+    /// The agent COMMAND starts (claude, gemini, codex), when its name does
+    /// not say it (a wrapper script); `none` wires nothing.
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
     /// The command to run and its arguments (after `--`). Default: $SHELL.
     #[arg(last = true)]
     pub command: Vec<OsString>,

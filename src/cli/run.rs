@@ -96,7 +96,12 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         }
     };
     let mut command = command;
-    let wiring = wire_agent(&mut command, &workspace);
+    // The demo names agents only in what it prints.
+    let found = if demo { None } else { agent_of(&command, args.agent.as_deref())? };
+    let wiring = match found {
+        Some(found) => wire_agent(&mut command, &workspace, found),
+        None => Wiring::default(),
+    };
     let spec = common::prepare(&workspace, None, &args.opts)?;
     // The shell that started `run` waits for it; the command itself starts
     // inside the mount.
@@ -127,6 +132,57 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     Ok(code)
 }
 
+/// Which agent COMMAND starts, and where its options go: the program
+/// itself, or the one `env` runs (past its options and assignments);
+/// `declared` (`--agent`) says it for a wrapper script, whose options are
+/// then put right after it (it must pass them on). A command line that
+/// names an agent it cannot place is warned about, not wired.
+fn agent_of(command: &[OsString], declared: Option<&str>) -> Result<Option<(Agent, usize)>> {
+    let base = |a: &OsString| std::path::Path::new(a).file_name().map(|n| n.to_string_lossy().into_owned());
+    let mut at = 0;
+    if command.first().and_then(base).as_deref() == Some("env") {
+        at = 1;
+        while let Some(a) = command.get(at).map(|a| a.to_string_lossy()) {
+            if matches!(a.as_ref(), "-u" | "--unset" | "-C" | "--chdir" | "-S" | "--split-string") {
+                at += 2;
+            } else if a.starts_with('-') || (a.contains('=') && !a.starts_with('=')) {
+                at += 1;
+            } else {
+                break;
+            }
+        }
+    }
+    let program = command.get(at);
+    match declared {
+        Some("none") => return Ok(None),
+        Some(name) => {
+            let agent = Agent::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
+                Error::Usage(format!("--agent {name:?}: the agents are claude, gemini and codex (or none)"))
+            })?;
+            return Ok(program.map(|_| (agent, at + 1)));
+        }
+        None => {}
+    }
+    if let Some(agent) = program.and_then(|p| p.to_str()).and_then(Agent::of_program) {
+        return Ok(Some((agent, at + 1)));
+    }
+    let named = command.iter().find_map(|a| {
+        let a = a.to_string_lossy().to_lowercase();
+        Agent::ALL.into_iter().find(|g| a.contains(g.name()))
+    });
+    if let (Some(agent), Some(program)) = (named, program) {
+        eprintln!(
+            "rewindfs: warning: cannot tell whether {} starts {} (not its program's name), so its prompts are \
+             not wired to checkpoints for this run; say which agent it starts with `rewindfs run --agent {} ...` \
+             (a wrapper must pass its arguments on), or `--agent none`",
+            crate::text::quote_name(program),
+            agent.name(),
+            agent.name()
+        );
+    }
+    Ok(None)
+}
+
 /// What `run` adds to COMMAND so that a recognized agent calls our prompt
 /// hook for this run, without touching the user's settings.
 #[derive(Default)]
@@ -145,16 +201,14 @@ struct Wiring {
 /// GEMINI_CLI_SYSTEM_SETTINGS_PATH, so the run gets a copy of those with
 /// the hook added, unless the user's or the project's settings already
 /// hold it (Gemini's message ids count prompts: one call per prompt).
-fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wiring {
-    let Some(agent) = command.first().and_then(|p| p.to_str()).and_then(Agent::of_program) else {
-        return Wiring::default();
-    };
+/// The options go right after the agent's program (`at`).
+fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path, (agent, at): (Agent, usize)) -> Wiring {
     let Ok(exe) = std::env::current_exe() else { return Wiring::default() };
     let hook = agents::hook_command(&exe, agent);
     match agent {
         Agent::Claude => {
             if let Ok(json) = serde_json::to_string(&agents::run_settings(agent, &hook)) {
-                command.splice(1..1, [OsString::from("--settings"), OsString::from(json)]);
+                command.splice(at..at, [OsString::from("--settings"), OsString::from(json)]);
             }
             Wiring::default()
         }
@@ -163,7 +217,7 @@ fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wirin
         // entry, for this run only.
         Agent::Codex => {
             if !hooks::codex_wired(workspace) {
-                command.splice(1..1, agents::codex::run_overrides(&hook).map(OsString::from));
+                command.splice(at..at, agents::codex::run_overrides(&hook).map(OsString::from));
             }
             Wiring::default()
         }
