@@ -483,3 +483,38 @@ fn the_demo_shows_its_commands_and_cleans_up() {
     let stores_left: Vec<_> = std::fs::read_dir(&stores).map(|d| d.collect()).unwrap_or_default();
     assert!(stores_left.is_empty(), "the demo left stores: {stores_left:?}");
 }
+
+/// `rewindfs stores` lists the default stores with their workspaces, and
+/// says which workspace is gone; the runtime directory keeps no lock file
+/// of a workspace after its mount ends, and a mount removes those left.
+#[test]
+fn stores_are_listed_and_workspace_locks_do_not_pile_up() {
+    let fx = MountFixture::unmounted();
+    let ws = fx.ws.to_str().expect("utf-8 path").to_string();
+    let scratch = fx.dir.path().join("scratch");
+    std::fs::create_dir(&scratch).expect("mkdir");
+    let leftover = fx.run.join("workspace-1-2.lock");
+    std::fs::write(&leftover, "").expect("a lock left by a killed daemon");
+    for w in [&scratch, &fx.ws] {
+        check(fx.rewindfs(&["run", w.to_str().expect("utf-8"), "--", "true"]), "rewindfs run");
+    }
+    let locks: Vec<String> = std::fs::read_dir(&fx.run)
+        .expect("runtime dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("workspace-"))
+        .collect();
+    assert!(locks.is_empty(), "lock files left: {locks:?}");
+    std::fs::remove_dir(&scratch).expect("rmdir scratch");
+
+    let out = check(fx.rewindfs(&["stores"]), "rewindfs stores");
+    let text = stdout(&out);
+    let row = |w: &str| text.lines().find(|l| l.contains(&format!("  {w} -> "))).map(String::from);
+    assert!(row(&ws).is_some_and(|r| !r.contains("gone")), "{text}");
+    assert!(row(scratch.to_str().expect("utf-8")).is_some_and(|r| r.contains("  gone  ")), "{text}");
+    assert!(text.contains("2 stores,"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&check(fx.rewindfs(&["stores", "--json"]), "stores --json"))).expect("json");
+    assert_eq!(json.as_array().map(Vec::len), Some(2), "{json}");
+    assert!(json[0]["bytes"].as_u64().is_some_and(|b| b > 0), "{json}");
+}

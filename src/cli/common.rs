@@ -31,6 +31,13 @@ pub fn absolute_no_follow(path: &Path) -> Result<PathBuf> {
 
 /// The default store of a workspace: `$REWINDFS_HOME/stores/<name>-<hash>`.
 pub fn default_store(workspace: &Path) -> PathBuf {
+    let name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
+    let hash = blake3::hash(workspace.as_os_str().as_encoded_bytes()).to_hex();
+    stores_dir().join(format!("{name}-{}", &hash[..12]))
+}
+
+/// Where default stores are made: `$REWINDFS_HOME/stores`.
+pub fn stores_dir() -> PathBuf {
     let home = std::env::var_os("REWINDFS_HOME").map(PathBuf::from).unwrap_or_else(|| {
         let base = std::env::var_os("XDG_DATA_HOME")
             .map(PathBuf::from)
@@ -38,9 +45,7 @@ pub fn default_store(workspace: &Path) -> PathBuf {
             .unwrap_or_else(|| PathBuf::from("/var/lib"));
         base.join("rewindfs")
     });
-    let name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
-    let hash = blake3::hash(workspace.as_os_str().as_encoded_bytes()).to_hex();
-    home.join("stores").join(format!("{name}-{}", &hash[..12]))
+    home.join("stores")
 }
 
 fn check_fuse_available() -> Result<()> {

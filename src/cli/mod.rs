@@ -30,6 +30,7 @@ mod safe_file;
 mod show;
 mod snapshot;
 mod status;
+mod stores;
 mod turn;
 mod unmount;
 
@@ -157,6 +158,8 @@ pub enum Command {
     /// mounted workspace it asks the daemon; --repair needs the store
     /// unmounted.
     Fsck(FsckArgs),
+    /// List every store under $REWINDFS_HOME/stores: workspace, size, last use.
+    Stores(StoresArgs),
     /// Wire a coding agent's prompt hook to rewindfs (install, uninstall, status).
     ///
     /// With the hook installed, each prompt seals a checkpoint named by the
@@ -516,6 +519,13 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct StoresArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     /// The mount to act on; default: the rewindfs mount containing the
     /// current directory, or every mount when there is none.
@@ -547,6 +557,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Du(a) => du::run(a).map(|_| 0),
         Command::Reset(a) => snapshot::reset(a).map(|_| 0),
         Command::Hooks(a) => hooks::run(a).map(|_| 0),
+        Command::Stores(a) => stores::run(a).map(|_| 0),
         Command::Hook { agent } => return hook::run(agent),
     };
     match result {

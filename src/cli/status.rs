@@ -39,7 +39,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
         };
     }
     if statuses.is_empty() {
-        outln!("no rewindfs mounts");
+        outln!("no rewindfs mounts (`rewindfs stores` lists the stores of unmounted workspaces)");
         return Ok(());
     }
     for s in statuses {

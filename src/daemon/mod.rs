@@ -164,7 +164,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .map_err(|e| Error::io(format!("cannot stat workspace {}", spec.workspace.display()), e))?;
         (meta.dev(), meta.ino())
     };
-    let ws_lock = registry::lock(
+    let ws_lock = registry::lock_transient(
         &registry::workspace_lock_path(workspace_id)?,
         &format!("workspace {}", spec.workspace.display()),
     )?;
