@@ -1,4 +1,4 @@
-//! Issue 12: `rewindfs fsck` through the real binary. A clean store passes
+//! `rewindfs fsck` through the real binary. A clean store passes
 //! (mounted, through the daemon, and unmounted, read-only); a flipped byte
 //! in a pack, a truncated pack, a missing pack, an attic file removed and
 //! a row deleted with sqlite3 are each found and named by checkpoint and
@@ -246,7 +246,7 @@ fn restore_db(fx: &MountFixture, saved: &Path) {
     );
 }
 
-/// Issue 12, item 4: a database truncated to nothing, or with bytes flipped
+/// A database truncated to nothing, or with bytes flipped
 /// in a table, is refused at mount with a message naming fsck (it used to
 /// mount as an empty or wrong history), and fsck says what it is.
 #[test]
@@ -294,7 +294,7 @@ fn a_truncated_or_damaged_database_is_refused_at_mount_and_named_by_fsck() {
     assert_eq!(std::fs::read(cps.join("1/src/app.py")).expect("checkpoint 1"), b"version-one-of-app");
 }
 
-/// Issue 26, item 7: a file created, changed in its attributes and removed
+/// A file created, changed in its attributes and removed
 /// within one turn was never in a checkpoint; its record of the turn (the
 /// chmod's) made fsck ask for its inode ("checkpoints 0, 1: object 2: the
 /// recorded inode is gone", exit 6) although no view ever reads it.
@@ -314,7 +314,7 @@ fn a_file_born_and_removed_in_one_turn_is_no_damage() {
     assert!(out.status.success(), "fsck --store: {}: {}", describe_status(&out), stdout(&out));
 }
 
-/// Issue 26, item 7: a real loss is still reported. A file that checkpoint
+/// A real loss is still reported. A file that checkpoint
 /// 1 shows, changed in its attributes only in turn 1 (a record without
 /// content: views read its bytes from the inode) and removed in turn 2
 /// into the attic, then taken out of the attic by hand.
@@ -345,7 +345,7 @@ fn a_lost_inode_of_a_checkpointed_file_is_still_reported() {
     }
 }
 
-/// Issue 26, item 7: a store made by an ordinary workload over several
+/// A store made by an ordinary workload over several
 /// turns passes fsck, mounted and unmounted: files and directories
 /// created, changed, renamed and removed (within a turn and across
 /// turns), hard links, symlinks, a git repository, a rewind and its undo.

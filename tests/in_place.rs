@@ -1,5 +1,5 @@
-//! An in-place mount and the processes already inside the workspace
-//! (issue 12, item 5): they would keep using the directory under the mount,
+//! An in-place mount and the processes already inside the workspace:
+//! they would keep using the directory under the mount,
 //! unrecorded, so the mount is refused and names them; `rewindfs run`
 //! started from inside the workspace is fine (its shell only waits).
 
@@ -74,7 +74,7 @@ fn an_open_file_inside_the_workspace_blocks_an_in_place_mount() {
     assert!(err.contains(&format!("pid {pid}")) && err.contains("open file"), "the refusal does not name it: {err}");
 }
 
-/// Issue 26, item 5: a process that mapped a workspace file shared and
+/// A process that mapped a workspace file shared and
 /// closed its descriptor writes the file through the mapping with nothing
 /// else inside the workspace (its working directory elsewhere): the
 /// in-place mount is refused and names the mapping, as for an open file.
@@ -154,7 +154,7 @@ fn mount_in_place_and_find_under(fx: &mut MountFixture) -> std::path::PathBuf {
         .expect("the daemon holds the directory under the mount")
 }
 
-/// Issue 12, item 5: a process whose working directory is the directory
+/// A process whose working directory is the directory
 /// under an in-place mount (as an agent's is when it was there before the
 /// mount) writes through it, bypassing the mount. The mount refuses to start
 /// beside such a process, so the test makes one afterwards, entering the
@@ -201,7 +201,7 @@ fn a_write_that_bypassed_an_in_place_mount_is_not_shown_as_the_past() {
     assert_eq!(read(third, "new.txt").expect("new.txt after the write"), "new\n");
 }
 
-/// Issue 12, item 5: a write that bypassed the mount, followed by a change
+/// A write that bypassed the mount, followed by a change
 /// of the same file through it. The pre-image recorded by that change is
 /// the bypassed state, which the checkpoints sealed before the bypass never
 /// had: their views must show the file unknown (EIO, "unknown" in `diff`),
@@ -256,7 +256,7 @@ fn a_bypassing_write_then_a_change_through_the_mount_is_not_recorded_as_the_past
     assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "the refused rewind changed the tree");
 }
 
-/// Issue 12, item 5: changes that bypassed the mount and left mtime at or
+/// Changes that bypassed the mount and left mtime at or
 /// before the checkpoint's seal: attributes alone (chmod, chown, an xattr)
 /// and a write whose mtime was then set back (`touch -d`). Only ctime shows
 /// them, and a user cannot set it back. The views of the checkpoint sealed
@@ -321,7 +321,7 @@ fn an_attribute_change_or_an_mtime_set_back_that_bypassed_the_mount_is_not_shown
     assert_eq!(read(k, "r.txt").expect("r.txt at k, once sealed"), "one\n");
 }
 
-/// Issue 12, item 5: an attribute change that bypassed the mount, then a
+/// An attribute change that bypassed the mount, then a
 /// change of the same file through it: the pre-image then recorded holds
 /// the bypassed mode, which the checkpoint sealed before never had.
 #[test]
@@ -353,7 +353,7 @@ fn a_bypassing_chmod_then_a_write_through_the_mount_is_not_recorded_as_the_past(
     assert_eq!(std::fs::read_to_string(views.join(b.to_string()).join("f.txt")).expect("f.txt at b"), "one\nafter\n");
 }
 
-/// Issue 12, item 5: a file removed under the mount (bypassing it), with
+/// A file removed under the mount (bypassing it), with
 /// nothing recorded of it since the checkpoint. A view of that checkpoint
 /// that had already met the file (a name the kernel keeps, a descriptor
 /// held open) must say its state is unknown (EIO), never ESTALE, ENOENT
@@ -385,7 +385,7 @@ fn a_file_removed_under_the_mount_is_unknown_in_a_view_that_knew_it() {
     );
 }
 
-/// Issue 12, item 5: a file removed under the mount, in a directory that
+/// A file removed under the mount, in a directory that
 /// no view had listed yet. A fresh listing of the checkpoint must not show
 /// the directory without the file as its past: nothing says which name
 /// went, so the listing is unknown (EIO), as for a directory changed

@@ -1,4 +1,4 @@
-//! Issue 15: named snapshots, `forget`, and `gc` by the retention policy,
+//! Named snapshots, `forget`, and `gc` by the retention policy,
 //! on a mounted workspace. After every collection: the views of every kept
 //! checkpoint equal the copies taken when they were sealed, references to
 //! forgotten ones fail saying so, a rewind to a kept one is exact, and
@@ -669,7 +669,7 @@ fn bypassed(c: &Case) -> Vec<(i64, i64)> {
     rows.collect::<rusqlite::Result<_>>().expect("read bypassed")
 }
 
-/// Issue 15, a bounded store: a change that bypassed the mount (a write to
+/// A change that bypassed the mount (a write to
 /// the mount's source) and then a change through it leave checkpoints
 /// 0..=b unknown for that file (`bypassed`). Forgetting some of them keeps
 /// the range while a kept checkpoint lies in it, and that checkpoint's view
@@ -761,7 +761,7 @@ fn disk_usage(dir: &Path) -> u64 {
     total
 }
 
-/// Issue 26, item 8: what `gc` frees shows in `du` of the store, not only
+/// What `gc` frees shows in `du` of the store, not only
 /// in the packs: the SQLite logs are truncated and the databases give
 /// their freed pages back.
 #[test]

@@ -1393,7 +1393,7 @@ mod tests {
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
     }
 
-    /// Issue 26: a restore of many paths names a few in its labels and
+    /// A restore of many paths names a few in its labels and
     /// counts the rest.
     #[test]
     fn a_restore_of_many_paths_is_summarized() {

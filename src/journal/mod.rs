@@ -1653,7 +1653,7 @@ mod tests {
         assert_eq!(j.resolve("2").unwrap(), CheckpointId(2), "numbers come first");
     }
 
-    /// Issue 26, item 2: a message id that is a prefix of another (at
+    /// A message id that is a prefix of another (at
     /// least `MIN_PREFIX` characters) or begins with one is refused at
     /// seal, so a prefix reference never comes to mean another checkpoint.
     #[test]
@@ -1681,7 +1681,7 @@ mod tests {
         turn(&j, "été").unwrap();
     }
 
-    /// Issue 26, item 2: an exact message id no longer beats label words
+    /// An exact message id no longer beats label words
     /// or a prefix: an id equal to another checkpoint's label words makes
     /// the reference ambiguous (both listed, quoted), never the agent's.
     #[test]
@@ -1707,7 +1707,7 @@ mod tests {
         assert_eq!(j.resolve("1").unwrap(), owner);
     }
 
-    /// Issue 26, smaller ones: ids with bidi overrides or zero-width
+    /// Ids with bidi overrides or zero-width
     /// characters are printed escaped in "unknown" and "ambiguous" errors.
     #[test]
     fn invisible_characters_are_escaped_in_reference_errors() {
