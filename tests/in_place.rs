@@ -480,3 +480,84 @@ fn an_in_place_rewind_never_looks_a_path_up_through_its_own_mount() {
     assert_eq!(std::fs::read_to_string(fx.path().join("d/f2")).expect("d/f2"), "2\nmore\n");
     assert!(fx.path().join("d/f7-moved").exists() && fx.path().join("d/f6-link").exists());
 }
+
+/// The open turn, from `status`: a refused rewind or restore seals nothing.
+fn open_turn(fx: &MountFixture) -> i64 {
+    fx.status_json()["turn"].as_i64().expect("turn in status")
+}
+
+/// Asserts that `rewindfs ARGS` is refused (exit 1) naming each of
+/// `names` as unknown, and changes neither the tree nor the history.
+fn assert_refused(fx: &MountFixture, args: &[&str], names: &[&str]) -> String {
+    let live = common::read_tree(fx.path());
+    let turn = open_turn(fx);
+    let out = fx.rewindfs(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{args:?} must be refused: {} {err}", common::describe_status(&out));
+    for name in names {
+        assert!(err.contains(name) && err.contains("unknown"), "{args:?} does not name {name} as unknown: {err}");
+    }
+    assert!(err.contains("nothing was changed"), "{args:?}: {err}");
+    assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "{args:?} changed the tree");
+    assert_eq!(open_turn(fx), turn, "{args:?} sealed a checkpoint");
+    err
+}
+
+/// Issue 26, item 5: a file written and another created under the mount,
+/// with nothing recorded of either since checkpoint 0 (the mount's). A
+/// rewind visits what the journal recorded since the checkpoint, so it
+/// used to leave both as they were, print "0 changes" and exit 0, though
+/// `--dry-run` listed them as unknown. The rewind and its preview are both
+/// refused (exit 1) with the same message naming both files, with nothing
+/// changed and no checkpoint sealed; so is a restore of the written file.
+/// A checkpoint sealed after the change rewinds as usual.
+#[test]
+fn a_rewind_over_files_changed_under_the_mount_is_refused_with_nothing_changed() {
+    let mut fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    std::fs::write(fx.ws.join("g.txt"), "kept\n").expect("write");
+    let under = mount_in_place_and_find_under(&mut fx);
+    // Far enough past the mount's seal for the clock the kernel stamps files with.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    common::sh(
+        std::path::Path::new("/"),
+        &format!("cd '{}' && echo bypassed > f.txt && echo new > new.txt", s(&under)),
+    );
+    let mp = s(fx.path()).to_string();
+    let dry = assert_refused(&fx, &["rewind", "-C", &mp, "--dry-run", "0"], &["f.txt", "new.txt"]);
+    let real = assert_refused(&fx, &["rewind", "-C", &mp, "0"], &["f.txt", "new.txt"]);
+    assert_eq!(dry, real, "the preview and the rewind disagree");
+    assert_refused(&fx, &["restore", "-C", &mp, "0", "--", "f.txt"], &["f.txt"]);
+    assert_refused(&fx, &["restore", "-C", &mp, "--dry-run", "0", "--", "f.txt"], &["f.txt"]);
+    // After the change: its checkpoint holds it.
+    let after = fx.turn("after");
+    fx.sh("echo later > f.txt && rm new.txt");
+    check(fx.rewindfs(&["rewind", "-C", &mp, &after.to_string()]), "rewind to a checkpoint sealed after the change");
+    assert_eq!(std::fs::read_to_string(fx.path().join("f.txt")).expect("f.txt"), "bypassed\n");
+    assert_eq!(std::fs::read_to_string(fx.path().join("new.txt")).expect("new.txt"), "new\n");
+}
+
+/// Issue 26, item 5: a name removed under the mount. Nothing says what the
+/// file was, so a rewind to a checkpoint that had it cannot put it back:
+/// it used to leave it removed and report success. It is refused, naming
+/// the directory whose listing is unknown, and so is its preview.
+#[test]
+fn a_rewind_over_a_name_removed_under_the_mount_is_refused_with_nothing_changed() {
+    let mut fx = MountFixture::unmounted();
+    std::fs::create_dir(fx.ws.join("notes")).expect("mkdir");
+    for name in ["x.txt", "y.txt"] {
+        std::fs::write(fx.ws.join("notes").join(name), "one\n").expect("write");
+    }
+    let under = mount_in_place_and_find_under(&mut fx);
+    fx.sh("echo two > notes/y.txt");
+    let k = fx.turn("k");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    common::sh(std::path::Path::new("/"), &format!("cd '{}' && rm notes/x.txt", s(&under)));
+    fx.sh("echo three > notes/y.txt");
+    let mp = s(fx.path()).to_string();
+    let k = k.to_string();
+    let dry = assert_refused(&fx, &["rewind", "-C", &mp, "--dry-run", &k], &["notes"]);
+    let real = assert_refused(&fx, &["rewind", "-C", &mp, &k], &["notes"]);
+    assert_eq!(dry, real, "the preview and the rewind disagree");
+    assert_eq!(std::fs::read_to_string(fx.path().join("notes/y.txt")).expect("notes/y.txt"), "three\n");
+}

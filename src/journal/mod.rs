@@ -517,12 +517,7 @@ impl Journal {
             Some(n) => n + 1,
         };
         let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
-        let sealed_ns = meta.get_state(SEALED_NS)?.and_then(|v| v.parse::<i64>().ok());
-        // A store from before `sealed_ns` was kept: the newest checkpoint's
-        // time, a millisecond late so as not to take its own changes for
-        // outside ones (see SEALED_NS).
-        let last_created_ns = newest.map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
-        let outside_since_ns = clean.or(sealed_ns).or(last_created_ns);
+        let outside_since_ns = bypass::unserved_since_ns(&meta)?;
         let unclean = last.is_some() && clean.is_none();
         if unclean {
             log::warn!(
@@ -599,7 +594,8 @@ impl Journal {
     /// without changing anything. Any recording through it fails.
     pub fn read_only(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
         let turn = meta.checkpoint_back(0)?.map_or(0, |c| c.checkpoint);
-        Ok(Journal::assemble(meta, store, turn, None, false, None))
+        let outside_since_ns = bypass::unserved_since_ns(&meta)?;
+        Ok(Journal::assemble(meta, store, turn, outside_since_ns, false, None))
     }
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
@@ -1168,7 +1164,8 @@ impl Journal {
     }
 
     /// Since when (ns since the epoch) changes to the backing tree were not
-    /// seen by a daemon, if this is not the first mount.
+    /// seen by a daemon, if this is not the first mount (opened read-only:
+    /// since the last daemon stopped).
     pub fn outside_since_ns(&self) -> Option<i64> {
         self.lock().outside_since_ns
     }
