@@ -251,7 +251,7 @@ fn a_failing_operation_exits_1() {
     assert!(stderr(&out).contains("cannot compute the diff"), "{}", stderr(&out));
 }
 
-/// Issue 13: ENOSPC in the middle of a rewind was reported as a usage error
+/// ENOSPC in the middle of a rewind was reported as a usage error
 /// (exit 2). The store lives on a small ext4 image, filled up before the
 /// rewind, so the rewind cannot store the live content it moves aside.
 #[test]

@@ -135,7 +135,7 @@ mod tests {
         assert_eq!(offered, [0], "without prompts, every checkpoint but the current one");
     }
 
-    /// Issue 26, item 2: the agent's checkpoints are marked as its own.
+    /// The agent's checkpoints are marked as its own.
     #[test]
     fn the_agents_checkpoints_are_marked() {
         let mut t = turn(1, Some("p1"), false);

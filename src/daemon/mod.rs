@@ -818,8 +818,13 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
         Request::Fsck(op) => answer(op, |_| {
             let _op = ctx.world.op();
             let attic = info.store.join("attic");
-            let target =
-                crate::fsck::Target { journal, tree: Some(tree), attic: Some(&attic), store_dir: Some(&info.store) };
+            let target = crate::fsck::Target {
+                journal,
+                tree: Some(tree),
+                attic: Some(&attic),
+                store_dir: Some(&info.store),
+                unserved_since_ns: None,
+            };
             crate::fsck::check(&target, &mut |_| {})
                 .map_err(|e| Failure::failed(libc::EIO, format!("fsck could not finish: {e}")))
         }),
@@ -1397,7 +1402,7 @@ mod tests {
         assert_eq!(unescape_mountinfo("/plain"), "/plain");
     }
 
-    /// Issue 26: a restore of many paths names a few in its labels and
+    /// A restore of many paths names a few in its labels and
     /// counts the rest.
     #[test]
     fn a_restore_of_many_paths_is_summarized() {

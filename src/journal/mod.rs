@@ -519,12 +519,7 @@ impl Journal {
             Some(n) => n + 1,
         };
         let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
-        let sealed_ns = meta.get_state(SEALED_NS)?.and_then(|v| v.parse::<i64>().ok());
-        // A store from before `sealed_ns` was kept: the newest checkpoint's
-        // time, a millisecond late so as not to take its own changes for
-        // outside ones (see SEALED_NS).
-        let last_created_ns = newest.map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
-        let outside_since_ns = clean.or(sealed_ns).or(last_created_ns);
+        let outside_since_ns = bypass::unserved_since_ns(&meta)?;
         let unclean = last.is_some() && clean.is_none();
         if unclean {
             log::warn!(
@@ -601,7 +596,8 @@ impl Journal {
     /// without changing anything. Any recording through it fails.
     pub fn read_only(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
         let turn = meta.checkpoint_back(0)?.map_or(0, |c| c.checkpoint);
-        Ok(Journal::assemble(meta, store, turn, None, false, None))
+        let outside_since_ns = bypass::unserved_since_ns(&meta)?;
+        Ok(Journal::assemble(meta, store, turn, outside_since_ns, false, None))
     }
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
@@ -1170,7 +1166,8 @@ impl Journal {
     }
 
     /// Since when (ns since the epoch) changes to the backing tree were not
-    /// seen by a daemon, if this is not the first mount.
+    /// seen by a daemon, if this is not the first mount (opened read-only:
+    /// since the last daemon stopped).
     pub fn outside_since_ns(&self) -> Option<i64> {
         self.lock().outside_since_ns
     }
@@ -1665,7 +1662,7 @@ mod tests {
         assert_eq!(j.resolve("2").unwrap(), CheckpointId(2), "numbers come first");
     }
 
-    /// Issue 26, item 2: a message id that is a prefix of another (at
+    /// A message id that is a prefix of another (at
     /// least `MIN_PREFIX` characters) or begins with one is refused at
     /// seal, so a prefix reference never comes to mean another checkpoint.
     #[test]
@@ -1693,7 +1690,7 @@ mod tests {
         turn(&j, "été").unwrap();
     }
 
-    /// Issue 26, item 2: an exact message id no longer beats label words
+    /// An exact message id no longer beats label words
     /// or a prefix: an id equal to another checkpoint's label words makes
     /// the reference ambiguous (both listed, quoted), never the agent's.
     #[test]
@@ -1719,7 +1716,7 @@ mod tests {
         assert_eq!(j.resolve("1").unwrap(), owner);
     }
 
-    /// Issue 26, smaller ones: ids with bidi overrides or zero-width
+    /// Ids with bidi overrides or zero-width
     /// characters are printed escaped in "unknown" and "ambiguous" errors.
     #[test]
     fn invisible_characters_are_escaped_in_reference_errors() {

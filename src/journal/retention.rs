@@ -1234,7 +1234,7 @@ mod journal_tests {
 
     #[test]
     fn planning_with_nothing_to_forget_costs_the_same_on_a_long_history() {
-        // Issue 15: GC's cost is what it frees, not the history. Default
+        // GC's cost is what it frees, not the history. Default
         // policy (200 / 14 days), everything young: nothing goes.
         let cost = |n| {
             let (j, _, _) = long_history(n);
@@ -1254,9 +1254,9 @@ mod journal_tests {
         assert!(steps < whole / 2, "{} victims cost {steps} steps, the whole table {whole}", victims.len());
     }
 
-    /// Item 4 of session 9: a dry run (`du`, `gc --dry-run`) held the turn
-    /// gate, and so every recording FUSE operation, for its whole rolled
-    /// back transaction. On a database in a file it works on a copy: while
+    /// A dry run (`du`, `gc --dry-run`) must not hold the turn gate, and so
+    /// every recording FUSE operation, for a whole rolled back
+    /// transaction. On a database in a file it works on a copy: while
     /// it checks the attic entries it would free, writes can go on; and it
     /// says what the collection then does.
     #[test]

@@ -15,7 +15,7 @@ mod bypass;
 mod refs;
 mod retention;
 mod semantic;
-pub use bypass::Vouched;
+pub use bypass::{Records, Vouched};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
 

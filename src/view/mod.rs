@@ -409,12 +409,10 @@ impl<'a> TreeView<'a> {
     /// record in the records read after it.
     pub fn list(&self, dir: &Node) -> ViewResult<Vec<(OsString, Node)>> {
         let dir_id = self.id_of(dir)?;
-        if let Some(id) = dir_id {
-            self.check_outside(id, None)?;
-        }
+        let live = self.live_dir(dir);
+        self.check_listing_of(dir_id, live.as_ref().map(|(_, st)| st))?;
         let mut entries: std::collections::BTreeMap<Vec<u8>, Node> = std::collections::BTreeMap::new();
-        if let Some((fd, st)) = self.live_dir(dir) {
-            self.check_dir_bypassed(dir_id, &st)?;
+        if let Some((fd, _)) = live {
             let dirfd =
                 rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
             let mut listing = rustix::fs::Dir::new(dirfd)?;
@@ -452,6 +450,25 @@ impl<'a> TreeView<'a> {
             }
         }
         Ok(entries.into_iter().map(|(n, node)| (OsString::from(OsStr::from_bytes(&n)), node)).collect())
+    }
+
+    /// Fails when this view cannot list directory `dir` as it was at the
+    /// checkpoint (changed outside the mount, or a name created or removed
+    /// under it): the checks [`TreeView::list`] makes, without reading the
+    /// names.
+    pub fn check_listing(&self, dir: &Node) -> ViewResult<()> {
+        let live = self.live_dir(dir);
+        self.check_listing_of(self.id_of(dir)?, live.as_ref().map(|(_, st)| st))
+    }
+
+    fn check_listing_of(&self, id: Option<ObjectId>, live: Option<&rustix::fs::Stat>) -> ViewResult<()> {
+        if let Some(id) = id {
+            self.check_outside(id, None)?;
+        }
+        match live {
+            Some(st) => self.check_dir_bypassed(id, st),
+            None => Ok(()),
+        }
     }
 
     /// Resolves a path relative to the root, never following symlinks.
