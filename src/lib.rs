@@ -6,7 +6,9 @@
 //!   the rest of the crate is `#![deny(unsafe_code)]`.
 //! - [`workspace`]: the live tree: object table, backing-tree operations.
 //! - [`store`]: the content-addressed chunk store.
-//! - [`store_dir`]: a store directory's parts and the checks that they belong together.
+//! - [`store_dir`]: a store directory's layout: its parts, named once.
+//! - [`sqlite`]: what the chunk index and the metadata share as SQLite
+//!   databases (errno of a failure, giving free pages back).
 //! - [`meta`]: the SQLite metadata (objects, checkpoints, pre-images).
 //! - [`journal`]: turns, checkpoints, recording pre-images.
 //! - [`view`]: the tree at a checkpoint, resolved on demand.
@@ -19,7 +21,7 @@
 //! - [`fs`]: the FUSE adapter; no `fuser` type appears outside it.
 //! - [`daemon`]: mount lifecycle, control socket, registry of mounts.
 //! - [`cli`]: one file per subcommand.
-//! - [`text`]: names and byte counts made safe and readable to print (used by cli, daemon, fsck, report, rewind).
+//! - [`text`]: names, byte counts and times made safe and readable to print (for every layer).
 //! - [`name_json`]: file names in JSON without loss (UTF-8 as strings, other bytes as base64).
 //! - [`faults`]: fault-injection and pause points for the tests (no-ops unless
 //!   the `test-hooks` feature is on); the bottom layer, importing nothing.
@@ -39,6 +41,7 @@ pub mod name_json;
 pub mod report;
 pub mod restore;
 pub mod rewind;
+pub mod sqlite;
 pub mod store;
 pub mod store_dir;
 #[allow(unsafe_code)]

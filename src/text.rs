@@ -86,12 +86,31 @@ fn is_invisible(c: char) -> bool {
     matches!(c as u32, 0x200b..=0x200f | 0x202a..=0x202e | 0x2066..=0x2069 | 0xfeff)
 }
 
+/// Unix milliseconds as an RFC 3339 time in UTC, to the second
+/// (`2026-12-02T12:59:17Z`): how times are printed and sent.
+pub fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
 
-    use super::{quote, quote_name};
+    use super::{quote, quote_name, rfc3339};
 
     #[test]
     fn plain_names_are_printed_as_they_are() {
@@ -119,5 +138,11 @@ mod tests {
         assert_eq!(quote_name(OsStr::from_bytes(b"bad\xff\xfe.txt")), "\"bad\\377\\376.txt\"");
         assert_eq!(quote_name(OsStr::from_bytes(b"d\xe9j\xe0 vu/\xc3\xa9")), "\"d\\351j\\340 vu/\u{e9}\"");
         assert_eq!(quote_name(OsStr::new("src/app.py")), "src/app.py");
+    }
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_216_357_970), "2026-12-02T12:59:17Z");
     }
 }

@@ -21,14 +21,14 @@
 //! is kept until it has, so no command answers before the kernel's caches
 //! are right.
 
-use std::ffi::OsStr;
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use crate::restore::Touched;
 use crate::workspace::Ino;
 
 /// How long invalidation may make no progress while an operation waits
@@ -36,6 +36,14 @@ use crate::workspace::Ino;
 /// microseconds; a stalled one waits for a lock only a waiting request
 /// can give back).
 pub const STALL: Duration = Duration::from_millis(10);
+
+/// Kernel cache entries a restore or a rewind made stale, told to the
+/// kernel ([`KernelCache`]) when the tree is thawed.
+#[derive(Default, Debug)]
+pub struct Touched {
+    pub entries: BTreeSet<(Ino, OsString)>,
+    pub inodes: BTreeSet<Ino>,
+}
 
 /// Where the kernel's caches of the live mount are told what changed.
 pub trait KernelCache: Sync {

@@ -389,6 +389,35 @@ fn agent_end_to_end(spec: &AgentSpec) {
     let undo = safety.expect("a rewind").to_string();
     scene.rewindfs(&["rewind", "-C", &ws, &undo]);
     assert_same_tree(&final_copy, &scene.fx.ws, "the first rewind undone");
+    // A rewind to a prompt says how to take the agent's conversation back
+    // to it too, with the agent's own command (the prompts above resumed
+    // the session the same way).
+    let out = scene.rewindfs(&["rewind", "-C", &ws, &references[1]]);
+    let resume = match spec.name {
+        "codex" => format!("`codex resume {session}`"),
+        name => format!("`{name} --resume {session}`"),
+    };
+    assert!(out.contains(&resume) && out.contains(&format!("\"{}\"", PROMPTS[1])), "{out}");
+
+    // The same prompt sent again after the rewind: two checkpoints of one
+    // label; a reference by its words takes the one on the current branch
+    // and says so, and `log` marks the abandoned one.
+    let args = (spec.args)(PROMPTS[1], Some(&session));
+    scene.offline(spec.api, &args.iter().map(OsStr::new).collect::<Vec<_>>());
+    let again = prompt_checkpoints(&scene.log_json(), &session);
+    let resent = again.last().expect("the prompt sent again")["checkpoint"].as_i64().expect("number");
+    let old = mine[1]["checkpoint"].as_i64().expect("number");
+    assert_eq!(again.last().map(|t| t["label"].clone()), Some(PROMPTS[1].into()), "{again:#?}");
+    let out = check(
+        run_with_timeout(scene.command(bin()).args(["diff", "-C", &ws, "--stat", "greeting BUMP"]), CHILD_TIMEOUT),
+        "diff by the label's words",
+    );
+    let note =
+        format!("checkpoint {resent} is on the current branch; checkpoint {old} matched too, abandoned by a rewind");
+    assert!(stderr(&out).contains(&note), "{}", stderr(&out));
+    let text_log = scene.rewindfs(&["log", "-C", &ws]);
+    let mark = |n: i64| text_log.lines().find(|l| l.get(1..4) == Some(&format!("{n:>3}"))).map(|l| &l[..1]);
+    assert_eq!((mark(old), mark(resent)), (Some("x"), Some("*")), "{text_log}");
 
     mounted.done();
     let removed = scene.rewindfs(&["hooks", "uninstall", spec.name]);
@@ -467,8 +496,9 @@ fn gemini_cli_prompts_are_checkpoints() {
             // An explicit model: the default asks a router model first.
             let mut a: Vec<String> = vec!["gemini".into(), "-p".into(), prompt.into()];
             a.extend(["--output-format", "json", "--yolo", "-m", "gemini-2.5-flash"].map(String::from));
-            if resume.is_some() {
-                a.extend(["--resume".into(), "latest".into()]);
+            // By the session's id, as `rewindfs rewind` tells the user.
+            if let Some(s) = resume {
+                a.extend(["--resume".into(), s.into()]);
             }
             a
         },
@@ -662,7 +692,8 @@ fn hook_is_silent_outside_a_mount_and_keys_codex_prompts_by_turn_id() {
 
 /// `rewind` without a checkpoint: refused without a terminal; on one (a
 /// tmux pane), a list of the prompts, newest first, where Down and Enter
-/// pick the older one and the workspace is rewound there.
+/// pick the older one; what the rewind would change is shown, and on `y`
+/// the workspace is rewound there.
 #[test]
 fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
     let fx = MountFixture::new();
@@ -711,6 +742,16 @@ fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
     check(tmux(&["send-keys", "Down"]), "send Down");
     std::thread::sleep(Duration::from_millis(300));
     check(tmux(&["send-keys", "Enter"]), "send Enter");
+    // Before anything is done, what the rewind would change, and a question.
+    while !screen().contains("Rewind? (n: back to the list") {
+        assert!(Instant::now() < deadline, "no preview on the terminal:\n{}", screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let preview = screen();
+    assert!(preview.contains("rewind to checkpoint 1 would change 2 files (+0 -2 lines)"), "{preview}");
+    assert!(preview.contains("delete    a.txt  (+0 -1)") && preview.contains("delete    b.txt"), "{preview}");
+    assert!(fx.path().join("b.txt").exists() && !rc.exists(), "rewound before the answer");
+    check(tmux(&["send-keys", "y"]), "send y");
     while !rc.exists() {
         assert!(Instant::now() < deadline, "rewind did not finish:\n{}", screen());
         std::thread::sleep(Duration::from_millis(100));
@@ -719,4 +760,62 @@ fn rewind_without_a_checkpoint_offers_a_picker_on_a_terminal() {
     assert_eq!(std::fs::read_to_string(&rc).expect("rc").trim(), "0", "{done}\n{}", screen());
     assert!(done.starts_with("rewound to checkpoint 1:"), "{done}");
     assert!(!fx.path().join("a.txt").exists() && !fx.path().join("b.txt").exists(), "not rewound to p-one");
+}
+
+/// Wiring that lasts and says what it does: `hooks install` names the
+/// `rewindfs` on PATH (not the build's own path, which `cargo clean`
+/// removes) and warns when there is none; `run` finds the agent behind
+/// `env VAR=1`, warns about a wrapper it cannot see into, and wires one
+/// named with `--agent`; a settings file in another layout is rewritten
+/// with a note saying so.
+#[test]
+fn wiring_names_a_lasting_binary_and_says_what_it_cannot_see() {
+    let fx_dir = tempfile::tempdir().expect("tempdir");
+    let fake = fx_dir.path().join("claude");
+    let args_file = fx_dir.path().join("args");
+    std::fs::write(&fake, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n", args_file.display())).expect("write");
+    let wrapper = fx_dir.path().join("claude-wrapper.sh");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} \"$@\"\n", fake.display())).expect("write");
+    for f in [&fake, &wrapper] {
+        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    }
+    let scene = Scene::new(&fake);
+    let (ws, store) = (scene.fx.ws.to_str().expect("utf-8"), scene.fx.store.to_str().expect("utf-8"));
+    let run = |command: &[&str]| -> (Vec<String>, String) {
+        let _ = std::fs::remove_file(&args_file);
+        let mut args = vec!["run", ws, "--store", store];
+        args.extend_from_slice(command);
+        let out = check(run_with_timeout(scene.command(bin()).args(&args), CHILD_TIMEOUT), "rewindfs run");
+        let seen = std::fs::read_to_string(&args_file).unwrap_or_default().lines().map(String::from).collect();
+        (seen, stderr(&out))
+    };
+    let (seen, _) = run(&["--", "env", "FOO=1", "claude", "-p", "hi"]);
+    assert_eq!(seen.first().map(String::as_str), Some("--settings"), "env FOO=1 claude is not wired: {seen:?}");
+    let wrapper = wrapper.to_str().expect("utf-8");
+    let (seen, err) = run(&["--", wrapper, "-p", "hi"]);
+    assert_eq!(seen, ["-p", "hi"], "{seen:?}");
+    assert!(err.contains("cannot tell whether") && err.contains("--agent claude"), "{err}");
+    let (seen, err) = run(&["--agent", "claude", "--", wrapper, "-p", "hi"]);
+    assert_eq!(seen.first().map(String::as_str), Some("--settings"), "--agent claude is not wired: {seen:?}");
+    assert!(!err.contains("cannot tell"), "{err}");
+
+    // The hook names the rewindfs on PATH (the scene's bin directory).
+    let settings = scene.home.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&settings, "{\n    \"model\": \"x\"\n}\n").expect("write settings");
+    let out =
+        check(run_with_timeout(scene.command(bin()).args(["hooks", "install", "claude"]), CHILD_TIMEOUT), "install");
+    let text = std::fs::read_to_string(&settings).expect("settings");
+    let on_path = format!("{}/rewindfs hook claude", scene.bin_dir.display());
+    assert!(text.contains(&on_path), "the hook does not name {on_path}: {text}");
+    assert!(stdout(&out).contains("was not laid out as 2-space JSON"), "{}", stdout(&out));
+    assert!(!stderr(&out).contains("not the `rewindfs` on PATH"), "{}", stderr(&out));
+    let out = check(
+        run_with_timeout(
+            scene.command(bin()).env("PATH", "/usr/bin:/bin").args(["hooks", "install", "gemini"]),
+            CHILD_TIMEOUT,
+        ),
+        "install without rewindfs on PATH",
+    );
+    assert!(stderr(&out).contains("not the `rewindfs` on PATH"), "{}", stderr(&out));
 }

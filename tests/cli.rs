@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{CHILD_TIMEOUT, MountFixture, describe_status, is_mounted, stderr, wait_child};
+use common::{
+    CHILD_TIMEOUT, MountFixture, check, describe_status, is_mounted, run_with_timeout, stderr, stdout, wait_child,
+};
 
 /// Exit statuses of docs/cli.md ("Exit status").
 const FAILED: i32 = 1;
@@ -249,7 +251,7 @@ fn a_failing_operation_exits_1() {
     assert!(stderr(&out).contains("cannot compute the diff"), "{}", stderr(&out));
 }
 
-/// Issue 13: ENOSPC in the middle of a rewind was reported as a usage error
+/// ENOSPC in the middle of a rewind was reported as a usage error
 /// (exit 2). The store lives on a small ext4 image, filled up before the
 /// rewind, so the rewind cannot store the live content it moves aside.
 #[test]
@@ -451,4 +453,68 @@ fn unmount_waits_a_moment_for_a_file_being_closed() {
         assert!(!is_mounted(&mp), "{} is still mounted", mp.display());
     }
     fx.forget_mount();
+}
+
+/// `rewindfs run` without a workspace runs a demo that shows each command
+/// before its output, where the past is as a folder and what to try next,
+/// then removes its scratch workspace and store.
+#[test]
+fn the_demo_shows_its_commands_and_cleans_up() {
+    let fx = MountFixture::unmounted();
+    let tmp = fx.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).expect("mkdir tmp");
+    let out = check(run_with_timeout(fx.command().arg("run").env("TMPDIR", &tmp), CHILD_TIMEOUT), "the demo");
+    let (text, err) = (stdout(&out), stderr(&out));
+    for line in [
+        "$ rewindfs turn --message-id prompt-1",
+        "$ rewindfs diff --stat prompt-1 prompt-2",
+        " hello.py | +1 -0 (added)",
+        "$ cat .rewindfs/messages/prompt-1/README.txt\nhello world\n",
+        "$ rewindfs rewind prompt-1\nrewound to checkpoint 1",
+        "# Try it on your own project",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from the demo:\n{text}");
+    }
+    assert!(text.contains("/.rewindfs/messages/prompt-1/ (and .rewindfs/checkpoints/N/)"), "{text}");
+    assert!(err.contains("removed the demo workspace"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).expect("tmp").collect();
+    assert!(left.is_empty(), "the demo left {left:?}");
+    let stores = fx.dir.path().join("home/stores");
+    let stores_left: Vec<_> = std::fs::read_dir(&stores).map(|d| d.collect()).unwrap_or_default();
+    assert!(stores_left.is_empty(), "the demo left stores: {stores_left:?}");
+}
+
+/// `rewindfs stores` lists the default stores with their workspaces, and
+/// says which workspace is gone; the runtime directory keeps no lock file
+/// of a workspace after its mount ends, and a mount removes those left.
+#[test]
+fn stores_are_listed_and_workspace_locks_do_not_pile_up() {
+    let fx = MountFixture::unmounted();
+    let ws = fx.ws.to_str().expect("utf-8 path").to_string();
+    let scratch = fx.dir.path().join("scratch");
+    std::fs::create_dir(&scratch).expect("mkdir");
+    let leftover = fx.run.join("workspace-1-2.lock");
+    std::fs::write(&leftover, "").expect("a lock left by a killed daemon");
+    for w in [&scratch, &fx.ws] {
+        check(fx.rewindfs(&["run", w.to_str().expect("utf-8"), "--", "true"]), "rewindfs run");
+    }
+    let locks: Vec<String> = std::fs::read_dir(&fx.run)
+        .expect("runtime dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("workspace-"))
+        .collect();
+    assert!(locks.is_empty(), "lock files left: {locks:?}");
+    std::fs::remove_dir(&scratch).expect("rmdir scratch");
+
+    let out = check(fx.rewindfs(&["stores"]), "rewindfs stores");
+    let text = stdout(&out);
+    let row = |w: &str| text.lines().find(|l| l.contains(&format!("  {w} -> "))).map(String::from);
+    assert!(row(&ws).is_some_and(|r| !r.contains("gone")), "{text}");
+    assert!(row(scratch.to_str().expect("utf-8")).is_some_and(|r| r.contains("  gone  ")), "{text}");
+    assert!(text.contains("2 stores,"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&check(fx.rewindfs(&["stores", "--json"]), "stores --json"))).expect("json");
+    assert_eq!(json.as_array().map(Vec::len), Some(2), "{json}");
+    assert!(json[0]["bytes"].as_u64().is_some_and(|b| b > 0), "{json}");
 }

@@ -1,4 +1,4 @@
-//! Issue 11: the world lock and the panic policy. History operations run
+//! The world lock and the panic policy. History operations run
 //! one at a time (a restore sent during a rewind runs after it; auto-turn
 //! never seals inside a restore), a FUSE handler that panics costs one
 //! request and not the mount, and a rewind that fails part-way leaves no
@@ -148,7 +148,7 @@ fn a_panicking_fuse_handler_costs_one_request_not_the_mount() {
     assert_eq!(fx.sh("ls | wc -l").trim(), "12");
 }
 
-/// Issue 27, failure policy: a background thread of the daemon that panics
+/// Failure policy: a background thread of the daemon that panics
 /// (here the turn statistics, by a test hook) does not end in silence. The
 /// mount turns read-only and says why: `status` shows the failure, a
 /// change through the mount is refused (EROFS), a seal fails saying why,
@@ -308,7 +308,7 @@ fn show_read(r: &std::io::Result<Vec<u8>>) -> String {
 /// the one whose pre-image is recorded, so each is one race for one seal.
 const RACED_FILES: usize = 24;
 
-/// Issue 31: a checkpoint view read while the live file is overwritten
+/// A checkpoint view read while the live file is overwritten
 /// through the mount gives the checkpoint's bytes and size, exactly, every
 /// time; never EIO ("changed under the mount"), nothing, or the new bytes
 /// (kept by the kernel's page cache for a second read). The view of each
@@ -366,7 +366,7 @@ fn a_checkpoint_view_read_during_an_overwrite_gives_the_checkpoint_s_bytes() {
     assert!(rounds >= 50, "only {rounds} rounds ran; the race was hardly tried");
 }
 
-/// Issue 31: the statistics a sealed turn stores are those of the turn,
+/// The statistics a sealed turn stores are those of the turn,
 /// whatever is written right after the seal. A turn removes one name of
 /// each of a set of hard-linked files (or adds one back); right after its
 /// seal, the other name of each is overwritten, while the daemon computes
@@ -422,7 +422,7 @@ fn a_turn_s_stored_statistics_never_count_a_write_made_after_its_seal() {
     assert!(round >= 20, "only {round} rounds ran; the race was hardly tried");
 }
 
-/// Issue 27: the read-only mount of `rewindfs show` serves its requests as
+/// The read-only mount of `rewindfs show` serves its requests as
 /// ordinary operations of the live mount's world, as `.rewindfs/` does: a
 /// view reads the live tree and the records, and a rewind changes both
 /// while it holds the tree frozen, so a request that arrives meanwhile

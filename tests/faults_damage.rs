@@ -1,4 +1,4 @@
-//! Issue 12: random damage to the store, through the real binary. One seed
+//! Random damage to the store, through the real binary. One seed
 //! drives a random mix of file writes and removals, turns, rewinds,
 //! remounts, `log` and `diff`, and damage at random moments: a byte
 //! flipped in a pack file, a pack cut short, a pack deleted, a byte of
@@ -707,7 +707,7 @@ fn a_chunk_lost_with_a_cut_pack_is_named_as_damage() {
     ]);
 }
 
-/// Issue 12, item 4: a byte flipped inside a value of a row of `objects`
+/// A byte flipped inside a value of a row of `objects`
 /// (an object's file handle) keeps every page well formed, so `PRAGMA
 /// quick_check` passes it; the mount took it, and the object's records no
 /// longer matched its file. The mount's check compares each index with its
@@ -762,7 +762,7 @@ fn a_byte_flipped_in_a_row_value_of_the_objects_table_is_refused_at_mount() {
     assert!(text.contains("meta.sqlite is damaged"), "fsck does not report it: {text}");
 }
 
-/// Issue 12, item 4: a value that no index holds, changed to one that
+/// A value that no index holds, changed to one that
 /// cannot be (a pre-image's kind or size, a reference to an object that
 /// does not exist). Every page and index stays consistent, so `PRAGMA
 /// integrity_check` passes it, and the mount took it: views then showed a

@@ -1,4 +1,4 @@
-//! Issue 12, item 3: randomized fault injection for a full store, through
+//! Randomized fault injection for a full store, through
 //! the real binary. The store lives on a small loop-mounted ext4 (so there
 //! is no attic: removed and overwritten files are copied into the chunk
 //! store, and a rewind copies contents back); a filler file beside the
@@ -1005,7 +1005,7 @@ fn a_rewind_without_room_for_its_contents_is_refused() {
     );
 }
 
-/// Issue 26, item 6: the store alone on a filesystem filled to the last
+/// The store alone on a filesystem filled to the last
 /// byte (its history, and a plain file for the rest). The owner frees it
 /// with `gc`, seals a turn and unmounts, all through rewindfs; nothing a
 /// kept checkpoint shows is lost.

@@ -1,4 +1,4 @@
-//! Issue 12: `rewindfs fsck` through the real binary. A clean store passes
+//! `rewindfs fsck` through the real binary. A clean store passes
 //! (mounted, through the daemon, and unmounted, read-only); a flipped byte
 //! in a pack, a truncated pack, a missing pack, an attic file removed and
 //! a row deleted with sqlite3 are each found and named by checkpoint and
@@ -246,7 +246,7 @@ fn restore_db(fx: &MountFixture, saved: &Path) {
     );
 }
 
-/// Issue 12, item 4: a database truncated to nothing, or with bytes flipped
+/// A database truncated to nothing, or with bytes flipped
 /// in a table, is refused at mount with a message naming fsck (it used to
 /// mount as an empty or wrong history), and fsck says what it is.
 #[test]
@@ -294,7 +294,7 @@ fn a_truncated_or_damaged_database_is_refused_at_mount_and_named_by_fsck() {
     assert_eq!(std::fs::read(cps.join("1/src/app.py")).expect("checkpoint 1"), b"version-one-of-app");
 }
 
-/// Issue 26, item 7: a file created, changed in its attributes and removed
+/// A file created, changed in its attributes and removed
 /// within one turn was never in a checkpoint; its record of the turn (the
 /// chmod's) made fsck ask for its inode ("checkpoints 0, 1: object 2: the
 /// recorded inode is gone", exit 6) although no view ever reads it.
@@ -314,7 +314,7 @@ fn a_file_born_and_removed_in_one_turn_is_no_damage() {
     assert!(out.status.success(), "fsck --store: {}: {}", describe_status(&out), stdout(&out));
 }
 
-/// Issue 26, item 7: a real loss is still reported. A file that checkpoint
+/// A real loss is still reported. A file that checkpoint
 /// 1 shows, changed in its attributes only in turn 1 (a record without
 /// content: views read its bytes from the inode) and removed in turn 2
 /// into the attic, then taken out of the attic by hand.
@@ -345,7 +345,7 @@ fn a_lost_inode_of_a_checkpointed_file_is_still_reported() {
     }
 }
 
-/// Issue 26, item 7: a store made by an ordinary workload over several
+/// A store made by an ordinary workload over several
 /// turns passes fsck, mounted and unmounted: files and directories
 /// created, changed, renamed and removed (within a turn and across
 /// turns), hard links, symlinks, a git repository, a rewind and its undo.
@@ -380,4 +380,59 @@ fn a_store_made_by_an_ordinary_workload_passes() {
     fx.unmount();
     let out = fsck(&fx, &["--store", &store_arg(&fx)]);
     assert!(out.status.success(), "fsck --store: {}: {}", describe_status(&out), stdout(&out));
+}
+
+/// Issue 26, item 5: changes under the mount (here, straight to the
+/// workspace directory that a mount elsewhere serves) leave checkpoints
+/// whose views cannot read a file (EIO), and fsck said "no problems". It
+/// names them, with the path (exit 6): `f.txt`, written under the mount
+/// and not recorded since, unknown at 0 and 1; `g.txt`, written under the
+/// mount and then through it (its record holds the state it was given
+/// under the mount), unknown at 0 and 1 too. `h.txt`, changed only through
+/// the mount, is fine. Unmounted, the same; a change made while nothing
+/// is mounted is one between mounts (the next mount marks it, its label
+/// says so): no damage, and still none once mounted again.
+#[test]
+fn a_change_under_the_mount_is_named_with_the_checkpoints_it_made_unreadable() {
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "echo one > f.txt && echo one > g.txt && echo one > h.txt && echo one > i.txt");
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.sh("echo two > h.txt");
+    assert_eq!(fx.turn("t1"), 1);
+    // Far enough past the seal for the clock the kernel stamps files with.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    sh(&fx.ws, "echo under > f.txt && echo under > g.txt");
+    fx.sh("echo after > g.txt && echo three > h.txt");
+    assert_eq!(fx.turn("t2"), 2);
+    let views = fx.path().join(".rewindfs/checkpoints");
+    let f = std::fs::read_to_string(views.join("1/f.txt"));
+    assert_eq!(f.as_ref().map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)), "f.txt at 1: {f:?}");
+    let expected = ["checkpoints 0, 1 (message t1): f.txt: ", "checkpoints 0, 1 (message t1): g.txt: "];
+    let assert_named = |out: Output, what: &str| {
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(PROBLEMS), "{what} must fail: {} {text}", describe_status(&out));
+        for line in expected {
+            assert!(
+                text.lines().any(|l| l.starts_with(line) && l.contains("changed under the mount")),
+                "{what}: {line:?} is not reported: {text}"
+            );
+        }
+        assert!(
+            !text.contains("h.txt") && !text.contains("i.txt"),
+            "{what} names a file changed through the mount or between mounts: {text}"
+        );
+        assert_eq!(text.lines().count(), 3, "{what}: one summary line and one per file: {text}");
+    };
+    let mp = fx.mountpoint.to_str().expect("utf-8").to_string();
+    assert_named(fsck(&fx, &["-C", &mp]), "fsck through the daemon");
+    let v: serde_json::Value = serde_json::from_slice(&fsck(&fx, &["-C", &mp, "--json"]).stdout).expect("fsck --json");
+    assert!(
+        v["problems"].as_array().is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["kind"] == "changed_under_mount")),
+        "{v}"
+    );
+    fx.unmount();
+    sh(&fx.ws, "echo between > i.txt && echo between > h.txt");
+    assert_named(fsck(&fx, &["--store", &store_arg(&fx)]), "fsck of the unmounted store");
+    fx.mount(false, &["--auto-turn", "0"]);
+    assert_named(fsck(&fx, &["-C", &mp]), "fsck after the next mount");
 }

@@ -1,4 +1,4 @@
-//! Issue 10: a randomized, seeded model test of the whole history engine.
+//! A randomized, seeded model test of the whole history engine.
 //! A generator drives a mounted workspace and an in-memory model of the tree
 //! in lockstep: file operations (hard links, symlinks, renames with flags,
 //! attributes, xattrs, descriptors held across turns and rewinds) mixed
@@ -327,7 +327,7 @@ fn a_descriptor_held_on_a_hard_linked_file_keeps_its_bytes() {
 /// mount (its move into the attic changes ctime alone): the views' check
 /// for writes that bypassed the mount took the ctime for a write and hid
 /// the file from the checkpoint before the removal (soak seed 660676005,
-/// shrunk; also on main before the bypass work of session 7).
+/// shrunk).
 #[test]
 fn a_file_with_a_future_mtime_stays_in_the_views_after_its_removal() {
     replay(&["utime a 1843475908", "turn m6", "rmrf a", "turn"]);
@@ -358,7 +358,7 @@ fn a_killed_rewind_leaves_no_link_counted_outside_the_tree() {
     replay(&["mkdir d", "link a d/c", "turn m1", "mv d e", "killrewind 1 6"]);
 }
 
-/// Issue 12: `kill -9` of the daemon during a rewind (`killrewind K N`: at
+/// `kill -9` of the daemon during a rewind (`killrewind K N`: at
 /// its N-th journal record, 0 just after its result was sealed), then a
 /// mount, which completes it or finds it not begun or done; the live tree
 /// and every checkpoint's view (the interrupted one included) are checked

@@ -1,4 +1,4 @@
-//! Issue 10: short sequences that broke the history engine (views and
+//! Short sequences that broke the history engine (views and
 //! rewind), each one a regression test. Every test keeps a `cp -a` copy of
 //! the tree at each checkpoint it seals (and, for a rewind, at its safety
 //! checkpoint: the tree just before), then compares the checkpoint views and
@@ -95,7 +95,7 @@ impl History {
     }
 }
 
-/// Issue 10, failure 1, as written there: the undo of a rewind lost a
+/// The undo of a rewind lost a
 /// directory that had been moved into a new directory, and the safety
 /// checkpoint's view lacked it too. The rewind took `docs` back out of
 /// `archive` (which it had moved into the attic) without recording that
@@ -242,8 +242,8 @@ fn rewind_does_not_wait_for_a_removed_directory_that_was_not_in_the_tree() {
 
 /// A rewind left out one name of a hard-linked file: `a` was put back by
 /// taking the file out of the directory holding its other name, moved
-/// aside by the rename since, before that directory came back (issue 10:
-/// "the other name comes back with link count 1").
+/// aside by the rename since, before that directory came back (the
+/// other name came back with link count 1).
 #[test]
 fn rewind_puts_back_every_name_of_a_hard_linked_file() {
     let mut h = History::new("mkdir d2 && echo A > a && ln a d2/a-link && echo f > d2/f");
@@ -446,8 +446,8 @@ fn a_rewind_walks_the_tree_once_for_the_names_of_many_hard_linked_files() {
     h.check_views("after the undo");
 }
 
-// Multi-step changes undo their earlier steps when a later one fails
-// (issue 11). The failure is injected through the test hooks
+// Multi-step changes undo their earlier steps when a later one fails.
+// The failure is injected through the test hooks
 // (`REWINDFS_TEST_FAIL_AT=POINT:N`, `cargo test` builds only).
 
 /// A mount (manual turns) of a tree made by `setup`, whose daemon fails the

@@ -1,4 +1,4 @@
-//! Issue 10: sequences found by the model test (tests/history_model.rs) in
+//! Sequences found by the model test (tests/history_model.rs) in
 //! which the view of an old checkpoint changed after later operations, each
 //! one a regression test. Each sequence is replayed by the model test's own
 //! harness, which after every history step compares every sealed

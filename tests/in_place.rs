@@ -1,5 +1,5 @@
-//! An in-place mount and the processes already inside the workspace
-//! (issue 12, item 5): they would keep using the directory under the mount,
+//! An in-place mount and the processes already inside the workspace:
+//! they would keep using the directory under the mount,
 //! unrecorded, so the mount is refused and names them; `rewindfs run`
 //! started from inside the workspace is fine (its shell only waits).
 
@@ -74,7 +74,7 @@ fn an_open_file_inside_the_workspace_blocks_an_in_place_mount() {
     assert!(err.contains(&format!("pid {pid}")) && err.contains("open file"), "the refusal does not name it: {err}");
 }
 
-/// Issue 26, item 5: a process that mapped a workspace file shared and
+/// A process that mapped a workspace file shared and
 /// closed its descriptor writes the file through the mapping with nothing
 /// else inside the workspace (its working directory elsewhere): the
 /// in-place mount is refused and names the mapping, as for an open file.
@@ -154,7 +154,7 @@ fn mount_in_place_and_find_under(fx: &mut MountFixture) -> std::path::PathBuf {
         .expect("the daemon holds the directory under the mount")
 }
 
-/// Issue 12, item 5: a process whose working directory is the directory
+/// A process whose working directory is the directory
 /// under an in-place mount (as an agent's is when it was there before the
 /// mount) writes through it, bypassing the mount. The mount refuses to start
 /// beside such a process, so the test makes one afterwards, entering the
@@ -201,7 +201,7 @@ fn a_write_that_bypassed_an_in_place_mount_is_not_shown_as_the_past() {
     assert_eq!(read(third, "new.txt").expect("new.txt after the write"), "new\n");
 }
 
-/// Issue 12, item 5: a write that bypassed the mount, followed by a change
+/// A write that bypassed the mount, followed by a change
 /// of the same file through it. The pre-image recorded by that change is
 /// the bypassed state, which the checkpoints sealed before the bypass never
 /// had: their views must show the file unknown (EIO, "unknown" in `diff`),
@@ -256,7 +256,7 @@ fn a_bypassing_write_then_a_change_through_the_mount_is_not_recorded_as_the_past
     assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "the refused rewind changed the tree");
 }
 
-/// Issue 12, item 5: changes that bypassed the mount and left mtime at or
+/// Changes that bypassed the mount and left mtime at or
 /// before the checkpoint's seal: attributes alone (chmod, chown, an xattr)
 /// and a write whose mtime was then set back (`touch -d`). Only ctime shows
 /// them, and a user cannot set it back. The views of the checkpoint sealed
@@ -321,7 +321,7 @@ fn an_attribute_change_or_an_mtime_set_back_that_bypassed_the_mount_is_not_shown
     assert_eq!(read(k, "r.txt").expect("r.txt at k, once sealed"), "one\n");
 }
 
-/// Issue 12, item 5: an attribute change that bypassed the mount, then a
+/// An attribute change that bypassed the mount, then a
 /// change of the same file through it: the pre-image then recorded holds
 /// the bypassed mode, which the checkpoint sealed before never had.
 #[test]
@@ -353,7 +353,7 @@ fn a_bypassing_chmod_then_a_write_through_the_mount_is_not_recorded_as_the_past(
     assert_eq!(std::fs::read_to_string(views.join(b.to_string()).join("f.txt")).expect("f.txt at b"), "one\nafter\n");
 }
 
-/// Issue 12, item 5: a file removed under the mount (bypassing it), with
+/// A file removed under the mount (bypassing it), with
 /// nothing recorded of it since the checkpoint. A view of that checkpoint
 /// that had already met the file (a name the kernel keeps, a descriptor
 /// held open) must say its state is unknown (EIO), never ESTALE, ENOENT
@@ -385,7 +385,7 @@ fn a_file_removed_under_the_mount_is_unknown_in_a_view_that_knew_it() {
     );
 }
 
-/// Issue 12, item 5: a file removed under the mount, in a directory that
+/// A file removed under the mount, in a directory that
 /// no view had listed yet. A fresh listing of the checkpoint must not show
 /// the directory without the file as its past: nothing says which name
 /// went, so the listing is unknown (EIO), as for a directory changed
@@ -479,4 +479,85 @@ fn an_in_place_rewind_never_looks_a_path_up_through_its_own_mount() {
     assert!(out.status.success(), "rewind back to the safety checkpoint: {}", common::stderr(&out));
     assert_eq!(std::fs::read_to_string(fx.path().join("d/f2")).expect("d/f2"), "2\nmore\n");
     assert!(fx.path().join("d/f7-moved").exists() && fx.path().join("d/f6-link").exists());
+}
+
+/// The open turn, from `status`: a refused rewind or restore seals nothing.
+fn open_turn(fx: &MountFixture) -> i64 {
+    fx.status_json()["turn"].as_i64().expect("turn in status")
+}
+
+/// Asserts that `rewindfs ARGS` is refused (exit 1) naming each of
+/// `names` as unknown, and changes neither the tree nor the history.
+fn assert_refused(fx: &MountFixture, args: &[&str], names: &[&str]) -> String {
+    let live = common::read_tree(fx.path());
+    let turn = open_turn(fx);
+    let out = fx.rewindfs(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{args:?} must be refused: {} {err}", common::describe_status(&out));
+    for name in names {
+        assert!(err.contains(name) && err.contains("unknown"), "{args:?} does not name {name} as unknown: {err}");
+    }
+    assert!(err.contains("nothing was changed"), "{args:?}: {err}");
+    assert!(common::tree_diff(&live, &common::read_tree(fx.path())).is_empty(), "{args:?} changed the tree");
+    assert_eq!(open_turn(fx), turn, "{args:?} sealed a checkpoint");
+    err
+}
+
+/// Issue 26, item 5: a file written and another created under the mount,
+/// with nothing recorded of either since checkpoint 0 (the mount's). A
+/// rewind visits what the journal recorded since the checkpoint, so it
+/// used to leave both as they were, print "0 changes" and exit 0, though
+/// `--dry-run` listed them as unknown. The rewind and its preview are both
+/// refused (exit 1) with the same message naming both files, with nothing
+/// changed and no checkpoint sealed; so is a restore of the written file.
+/// A checkpoint sealed after the change rewinds as usual.
+#[test]
+fn a_rewind_over_files_changed_under_the_mount_is_refused_with_nothing_changed() {
+    let mut fx = MountFixture::unmounted();
+    std::fs::write(fx.ws.join("f.txt"), "one\n").expect("write");
+    std::fs::write(fx.ws.join("g.txt"), "kept\n").expect("write");
+    let under = mount_in_place_and_find_under(&mut fx);
+    // Far enough past the mount's seal for the clock the kernel stamps files with.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    common::sh(
+        std::path::Path::new("/"),
+        &format!("cd '{}' && echo bypassed > f.txt && echo new > new.txt", s(&under)),
+    );
+    let mp = s(fx.path()).to_string();
+    let dry = assert_refused(&fx, &["rewind", "-C", &mp, "--dry-run", "0"], &["f.txt", "new.txt"]);
+    let real = assert_refused(&fx, &["rewind", "-C", &mp, "0"], &["f.txt", "new.txt"]);
+    assert_eq!(dry, real, "the preview and the rewind disagree");
+    assert_refused(&fx, &["restore", "-C", &mp, "0", "--", "f.txt"], &["f.txt"]);
+    assert_refused(&fx, &["restore", "-C", &mp, "--dry-run", "0", "--", "f.txt"], &["f.txt"]);
+    // After the change: its checkpoint holds it.
+    let after = fx.turn("after");
+    fx.sh("echo later > f.txt && rm new.txt");
+    check(fx.rewindfs(&["rewind", "-C", &mp, &after.to_string()]), "rewind to a checkpoint sealed after the change");
+    assert_eq!(std::fs::read_to_string(fx.path().join("f.txt")).expect("f.txt"), "bypassed\n");
+    assert_eq!(std::fs::read_to_string(fx.path().join("new.txt")).expect("new.txt"), "new\n");
+}
+
+/// Issue 26, item 5: a name removed under the mount. Nothing says what the
+/// file was, so a rewind to a checkpoint that had it cannot put it back:
+/// it used to leave it removed and report success. It is refused, naming
+/// the directory whose listing is unknown, and so is its preview.
+#[test]
+fn a_rewind_over_a_name_removed_under_the_mount_is_refused_with_nothing_changed() {
+    let mut fx = MountFixture::unmounted();
+    std::fs::create_dir(fx.ws.join("notes")).expect("mkdir");
+    for name in ["x.txt", "y.txt"] {
+        std::fs::write(fx.ws.join("notes").join(name), "one\n").expect("write");
+    }
+    let under = mount_in_place_and_find_under(&mut fx);
+    fx.sh("echo two > notes/y.txt");
+    let k = fx.turn("k");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    common::sh(std::path::Path::new("/"), &format!("cd '{}' && rm notes/x.txt", s(&under)));
+    fx.sh("echo three > notes/y.txt");
+    let mp = s(fx.path()).to_string();
+    let k = k.to_string();
+    let dry = assert_refused(&fx, &["rewind", "-C", &mp, "--dry-run", &k], &["notes"]);
+    let real = assert_refused(&fx, &["rewind", "-C", &mp, &k], &["notes"]);
+    assert_eq!(dry, real, "the preview and the rewind disagree");
+    assert_eq!(std::fs::read_to_string(fx.path().join("notes/y.txt")).expect("notes/y.txt"), "three\n");
 }

@@ -1,4 +1,4 @@
-//! Issue 12, item 1: the daemon killed (SIGKILL) in the middle of a rewind,
+//! The daemon killed (SIGKILL) in the middle of a rewind,
 //! a restore, a settle and a turn. The kill points are deterministic (the
 //! `test-hooks` feature: `REWINDFS_TEST_KILL_AT=POINT:N` kills the daemon
 //! the N-th time it reaches POINT, e.g. after the N-th record a rewind

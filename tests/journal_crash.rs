@@ -1,4 +1,4 @@
-//! Issue 3, durability: the daemon is killed with SIGKILL in the middle of
+//! Durability: the daemon is killed with SIGKILL in the middle of
 //! a write-heavy turn. After the dead mount is detached and the workspace
 //! remounted, every sealed checkpoint still rebuilds exactly as the copy
 //! taken at its boundary, the state at remount is the live tree, and the

@@ -1,4 +1,4 @@
-//! Issue 3, model-based: random creates, writes, truncations, renames,
+//! Model-based: random creates, writes, truncations, renames,
 //! unlinks, mkdirs and rmdirs through the mount, with turns in between,
 //! against an in-memory model. Every checkpoint must rebuild as the
 //! model's snapshot at that turn. Seeded: set JOURNAL_MODEL_SEED to repeat

@@ -1,4 +1,4 @@
-//! Issue 3, "the store cannot take a pre-image": the store lives on a
+//! The store cannot take a pre-image: the store lives on a
 //! small ext4 image (loop device) that is filled up. A change that needs a
 //! pre-image (overwriting an existing big file) is refused with ENOSPC and
 //! leaves the file unchanged; once space is freed the same change works,

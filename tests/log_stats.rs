@@ -1,8 +1,7 @@
-//! Issue 10, failure 2 and "`log` statistics too high": a turn's `log`
-//! statistics are what `diff` between its checkpoint and the next one
-//! reports, whatever later turns do to the same files, and whether they are
-//! computed while the turn is open, first asked for long after it was
-//! sealed, or read back from the store.
+//! A turn's `log` statistics are what `diff` between its checkpoint and
+//! the next one reports, whatever later turns do to the same files, and
+//! whether they are computed while the turn is open, first asked for long
+//! after it was sealed, or read back from the store.
 
 mod common;
 
@@ -66,7 +65,7 @@ fn turn_of<'a>(log: &'a [serde_json::Value], message_id: &str) -> &'a serde_json
 
 #[test]
 fn a_turn_keeps_its_statistics_after_a_later_turn_deletes_the_file() {
-    // Failure 2 of issue 10, as written.
+    // A later turn deletes the file the turn created.
     let mut f = MountFixture::unmounted();
     std::fs::write(f.ws.join("a.txt"), "one\n").expect("write a.txt");
     f.mount(false, &["--auto-turn", "0"]);
@@ -152,8 +151,8 @@ fn renames_links_and_rewinds_count_as_diff_counts_them() {
     step(&f, "file-to-dir", "rm keep.txt; mkdir keep.txt; printf 'inside\\n' > keep.txt/f");
     // A rewind is two turns of its own (the safety checkpoint's turn is the
     // rewind itself). (Not across a move into a new directory: views of
-    // such turns lose the moved directory after a rewind, issue 10's
-    // failure 1, which `diff` shows but the stored statistics do not.)
+    // such turns once lost the moved directory after a rewind, which `diff`
+    // showed but the stored statistics did not.)
     f.cli(&["rewind", "dir-rename"]);
     assert_log_matches_diff(&f, "after the rewind");
     step(&f, "after-rewind", "printf 'post\\n' >> lib2/app.rs; rm lib2/lib/mod.rs");

@@ -1,4 +1,4 @@
-//! File names that are not UTF-8, end to end (issue 13, item 6): given as
+//! File names that are not UTF-8, end to end: given as
 //! arguments as raw bytes, carried to the daemon and back, printed by
 //! `--json` in the lossless form of docs/cli.md ("Names in JSON") and
 //! quoted with octal escapes by the text output. The JSON is decoded here

@@ -1,4 +1,4 @@
-//! Issue 3, "record every change": real programs change a mounted
+//! Every change is recorded: real programs change a mounted
 //! workspace over several turns; a plain copy of the tree is taken before
 //! each `turn`. Then `diff`, `log`, `history` and the journal itself (with
 //! sqlite3) must agree with those copies, and every checkpoint must rebuild

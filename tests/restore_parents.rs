@@ -1,4 +1,4 @@
-//! Restoring a path whose parents were removed (issue 12, item 6): the
+//! Restoring a path whose parents were removed: the
 //! parents come back as they were recorded (owner, mode), not as the
 //! daemon's own directories, and a dry run of it changes nothing and
 //! fails nothing.
@@ -38,7 +38,7 @@ fn parents_come_back_with_their_recorded_owner_and_mode_and_a_dry_run_works() {
     assert_eq!(std::fs::read_to_string(fx.path().join("src/pkg/m.py")).expect("m.py"), "print(1)\n");
 }
 
-/// Issue 26: a restore of 1,200 paths names a few of them in the labels of
+/// A restore of 1,200 paths names a few of them in the labels of
 /// its checkpoints and counts the rest (every path was in the label: one
 /// `log` line of about 10 KB).
 #[test]

@@ -1,4 +1,4 @@
-//! Issue 5: whole-tree rewind. Real programs over several turns, a `cp -a`
+//! Whole-tree rewind. Real programs over several turns, a `cp -a`
 //! copy at each boundary; rewind to each checkpoint and compare (contents,
 //! modes, owners, mtimes, symlinks, hard links, xattrs); undo; branches in
 //! `log --graph`; the plain workspace after unmount; readers during a

@@ -1,4 +1,4 @@
-//! The agent as an attacker (issue 13): an unprivileged user inside the
+//! The agent as an attacker: an unprivileged user inside the
 //! mount tries to redirect the owner's commands, forge a view, and block a
 //! restore. Each attack ran as the test user through `setpriv`.
 
@@ -914,7 +914,7 @@ open('result.json', 'w').write(json.dumps(replies))
     }
 }
 
-/// Issue 26, item 3: the agent may seal turns, as often as it likes, but a
+/// The agent may seal turns, as often as it likes, but a
 /// turn that changed nothing pushes no checkpoint out of the owner's
 /// count-based retention: the owner's checkpoints with changes stay, views
 /// and all, after a collection.
@@ -946,7 +946,7 @@ fn the_agent_s_empty_turns_push_none_of_the_owner_s_checkpoints_out() {
     }
 }
 
-/// Issue 26, item 2: the agent's message ids cannot capture the owner's
+/// The agent's message ids cannot capture the owner's
 /// references. The agent seals the short form `log` shows of the owner's
 /// prompt id (refused: a message id may not be a prefix of another), and
 /// an id equal to the words of the owner's label (sealed, but the owner's
@@ -1014,7 +1014,7 @@ fn the_agent_cannot_capture_the_owners_references_with_its_message_ids() {
     assert!(!line(owner).contains("(sealed by the agent)"), "{log}");
 }
 
-/// Issue 26, smaller ones: the agent's `unmount` of the owner's live mount,
+/// The agent's `unmount` of the owner's live mount,
 /// found (as the agent's other commands find it) in root's runtime
 /// directory, is the owner-only refusal (exit 5). It was taken for a dead
 /// mount, whose detach failed: "cannot detach dead mount ... Operation not

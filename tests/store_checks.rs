@@ -1,5 +1,5 @@
 //! A store whose database was lost, replaced or damaged is refused at
-//! mount (issue 12, item 4): it used to mount with an empty or wrong
+//! mount: it used to mount with an empty or wrong
 //! history next to packs and an attic full of the real one.
 
 mod common;

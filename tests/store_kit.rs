@@ -6,7 +6,7 @@
 //! the pack store.
 //!
 //! This mounts nothing: it checks the storage seam only, as a new backend
-//! (an S3-compatible object store, issue 28) would be checked; the mounted
+//! (an S3-compatible object store, for example) would be checked; the mounted
 //! tests check the filesystem above it.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Issue 16: FUSE over io_uring. `--transport uring` serves the live mount
+//! FUSE over io_uring. `--transport uring` serves the live mount
 //! from per-CPU rings (the daemon's `fuse-ring-N` threads, requests counted
 //! in `status --json`), `--transport classic` from /dev/fuse only. The rest
 //! of the suite runs on either with REWINDFS_TEST_TRANSPORT (see
@@ -127,7 +127,7 @@ fn view_ring_requests(fx: &MountFixture, mp: &std::path::Path) -> u64 {
         .unwrap_or_else(|| panic!("no ring_requests for the view on {}: {status}", mp.display()))
 }
 
-/// Issue 16: a `show` mount takes the live mount's transport; on either,
+/// A `show` mount takes the live mount's transport; on either,
 /// the view and `.rewindfs/checkpoints/N` are exact copies of the tree.
 #[test]
 fn views_use_the_live_mounts_transport_and_are_exact_on_both() {

@@ -1,4 +1,4 @@
-//! Issue 12, item 2: rewind over unreadable content. A rewind whose
+//! Rewind over unreadable content. A rewind whose
 //! contents cannot all be read back from the store (a byte flipped in the
 //! pack, the pack truncated or deleted) is refused, naming the files and
 //! the checkpoint, and changes nothing. Damage that appears after a rewind

@@ -1,4 +1,4 @@
-//! Issue 4: every checkpoint can be browsed, exactly, through `show` and
+//! Every checkpoint can be browsed, exactly, through `show` and
 //! through `.rewindfs/checkpoints/N`, compared with a `cp -a` copy taken at
 //! each boundary (contents, modes, owners, mtimes, symlink targets, hard
 //! links, xattrs, empty directories).
@@ -232,7 +232,7 @@ fn view_inodes(fx: &MountFixture) -> u64 {
     s["view_inodes"].as_u64().unwrap_or_else(|| panic!("no view_inodes in {s}"))
 }
 
-/// Issue 11: walking views made the daemon's table of `.rewindfs/` inodes
+/// Walking views made the daemon's table of `.rewindfs/` inodes
 /// grow for good. Once the kernel forgets the entries (drop_caches), the
 /// daemon frees them, and walking the view again still gives the same tree.
 #[test]

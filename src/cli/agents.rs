@@ -40,6 +40,42 @@ impl Agent {
         }
     }
 
+    /// The agent whose prompt hook sealed a checkpoint, from its ids: Gemini
+    /// CLI's message ids are `<session>-<n>`; Codex's sessions are UUIDs of
+    /// version 7 (time-ordered); Claude Code's are of version 4.
+    pub fn of_prompt(message_id: &str, session: &str) -> Option<Agent> {
+        let number = message_id.strip_prefix(session).and_then(|r| r.strip_prefix('-'));
+        if number.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+            return Some(Agent::Gemini);
+        }
+        let version = |id: &str| (id.len() == 36 && id.as_bytes()[8] == b'-').then(|| id.as_bytes()[14]);
+        match version(session) {
+            Some(b'7') => Some(Agent::Codex),
+            Some(b'4') => Some(Agent::Claude),
+            _ => None,
+        }
+    }
+
+    /// How to bring the agent's conversation back to just before a prompt
+    /// (labelled `label`) of `session`, once rewindfs has rewound the files
+    /// there: the agent's own command that resumes the session, and what
+    /// to pick in its rewind so that only the conversation goes back (the
+    /// files are rewindfs's, every change included).
+    pub fn conversation_rewind(self, session: &str, label: &str) -> String {
+        let prompt = crate::text::quoted(label);
+        match self {
+            Agent::Claude => format!(
+                "`claude --resume {session}`, then Esc Esc (/rewind), pick {prompt} and \"Restore conversation\""
+            ),
+            Agent::Gemini => {
+                format!("`gemini --resume {session}`, then /rewind, pick {prompt} and \"Rewind conversation\"")
+            }
+            Agent::Codex => {
+                format!("`codex resume {session}`, then Esc Esc, step back to {prompt} and Enter to edit it")
+            }
+        }
+    }
+
     /// The agent a command line runs, by its program's file name.
     pub fn of_program(program: &str) -> Option<Agent> {
         let name = Path::new(program).file_name()?.to_str()?;
@@ -484,6 +520,21 @@ pub mod codex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 30, item 1: the agent of a prompt's checkpoint, from the ids
+    /// each agent's hook gives (as tests/agents.rs sees them).
+    #[test]
+    fn the_agent_of_a_prompt_is_told_by_its_ids() {
+        let gemini = "9c776ace-1b69-42ac-a7c5-8a1f880122ea";
+        assert_eq!(Agent::of_prompt(&format!("{gemini}-000002"), gemini), Some(Agent::Gemini));
+        let codex = "019d036e-3164-7a10-9c2e-5f6a7b8c9d0e";
+        assert_eq!(Agent::of_prompt("019d036e-31a0-7b11-8d2e-000000000001", codex), Some(Agent::Codex));
+        let claude = "5f0e2b7c-1d3a-4e5f-9a8b-7c6d5e4f3a2b";
+        assert_eq!(Agent::of_prompt("c854c72f-0a1b-4c2d-8e3f-405162738495", claude), Some(Agent::Claude));
+        assert_eq!(Agent::of_prompt("m1", "s1"), None, "a harness's own ids name no agent");
+        let how = Agent::Claude.conversation_rewind(claude, "Bump it");
+        assert!(how.starts_with(&format!("`claude --resume {claude}`")) && how.contains("\"Bump it\""), "{how}");
+    }
 
     fn doc(s: &str) -> Json {
         serde_json::from_str(s).unwrap()

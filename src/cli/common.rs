@@ -31,6 +31,13 @@ pub fn absolute_no_follow(path: &Path) -> Result<PathBuf> {
 
 /// The default store of a workspace: `$REWINDFS_HOME/stores/<name>-<hash>`.
 pub fn default_store(workspace: &Path) -> PathBuf {
+    let name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
+    let hash = blake3::hash(workspace.as_os_str().as_encoded_bytes()).to_hex();
+    stores_dir().join(format!("{name}-{}", &hash[..12]))
+}
+
+/// Where default stores are made: `$REWINDFS_HOME/stores`.
+pub fn stores_dir() -> PathBuf {
     let home = std::env::var_os("REWINDFS_HOME").map(PathBuf::from).unwrap_or_else(|| {
         let base = std::env::var_os("XDG_DATA_HOME")
             .map(PathBuf::from)
@@ -38,9 +45,7 @@ pub fn default_store(workspace: &Path) -> PathBuf {
             .unwrap_or_else(|| PathBuf::from("/var/lib"));
         base.join("rewindfs")
     });
-    let name = workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
-    let hash = blake3::hash(workspace.as_os_str().as_encoded_bytes()).to_hex();
-    home.join("stores").join(format!("{name}-{}", &hash[..12]))
+    home.join("stores")
 }
 
 fn check_fuse_available() -> Result<()> {
@@ -545,4 +550,18 @@ pub fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
         .map_err(|e| Error::Failure(crate::error::Failure::internal(format!("cannot encode JSON: {e}"))))?;
     outln!("{text}");
     Ok(())
+}
+
+/// A checkpoint reference as the daemon resolves it, as a number: when it
+/// matched abandoned checkpoints too and the one on the current branch was
+/// taken, stderr says so. Numbers and `~N` go as they are.
+pub fn reference(info: &MountInfo, reference: String) -> Result<String> {
+    if reference.starts_with('~') || reference.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(reference);
+    }
+    let reply = ask(info, crate::daemon::control::Resolve { reference })?;
+    if let Some(note) = reply.note {
+        eprintln!("rewindfs: {note}");
+    }
+    Ok(reply.checkpoint.to_string())
 }

@@ -2,17 +2,25 @@
 
 use crate::cli::DuArgs;
 use crate::cli::common;
+use crate::cli::offline::{self, Source};
 use crate::daemon::control as op;
 use crate::error::Result;
 use crate::text::human_bytes as bytes;
 
 pub fn run(args: DuArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
-    let d = common::ask(&info, op::Du)?;
+    let (d, store) = match offline::mount_or_store(args.target.mount.as_deref(), "du is")? {
+        Source::Mounted(info) => (common::ask(&info, op::Du)?, info.store),
+        Source::Store(o) => {
+            let attic = |id, handle: &[u8], _| o.tree.attic().remove_unreachable_stored(id, handle, true);
+            let d = crate::journal::retention::du(&o.journal, &attic, &o.info.store)
+                .map_err(|e| crate::error::Error::Daemon(e.to_string()))?;
+            (d, o.info.store.clone())
+        }
+    };
     if args.target.json {
         return common::print_json(&d);
     }
-    outln!("on disk:     {} in {}", bytes(d.disk_bytes), info.store.display());
+    outln!("on disk:     {} in {}", bytes(d.disk_bytes), store.display());
     outln!(
         "  packs:     {} ({} live; the rest is released, for compaction)",
         bytes(d.packs_bytes),

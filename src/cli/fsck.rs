@@ -156,6 +156,7 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
         lock: Some(op.held()),
         attic: attic.is_dir().then_some(attic.as_path()),
         store_dir: Some(store),
+        unserved_since_ns: journal.outside_since_ns(),
     };
     let bar = show_progress.then(progress_bar).flatten();
     let mut report = fsck::check(&target, &mut |p| {

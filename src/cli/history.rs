@@ -1,9 +1,10 @@
 //! `rewindfs log`, `diff` and `history`: reading the record.
 
 use crate::cli::common;
+use crate::cli::offline::{self, Source};
 use crate::cli::{DiffArgs, HistoryArgs, LogArgs};
 use crate::daemon::control::{self as op, RewindReply};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::report::{ChangeKind, TurnSummary};
 use crate::text::{quote, quote_name, quoted};
 
@@ -20,8 +21,13 @@ fn human_bytes(n: i64) -> String {
 /// Exits 1 when some turn's statistics are unavailable (every row is
 /// still printed, and stderr says which and why), so that scripts notice.
 pub fn log(args: LogArgs) -> Result<i32> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
-    let turns = common::ask(&info, op::Log)?;
+    let turns = match offline::mount_or_store(args.target.mount.as_deref(), "the history is")? {
+        Source::Mounted(info) => common::ask(&info, op::Log)?,
+        Source::Store(o) => {
+            let op = o.world.op();
+            crate::report::log(op.held(), &o.tree, &o.journal).map_err(|e| view_failed("the history", e))?
+        }
+    };
     let unavailable: Vec<String> = turns
         .iter()
         .filter_map(|t| t.stats_unavailable.as_ref().map(|why| format!("turn {}: {why}", t.checkpoint)))
@@ -50,10 +56,16 @@ pub fn log(args: LogArgs) -> Result<i32> {
         "stored"
     );
     let ids: Vec<&str> = turns.iter().filter_map(|t| t.message_id.as_deref()).collect();
+    let branch = current_branch(&turns);
+    let mut hidden = 0;
     for t in &turns {
+        if !args.all && idle_mount(t) {
+            hidden += 1;
+            continue;
+        }
         let message = match &t.message_id {
-            Some(m) if !m.is_empty() => quote(short_id(m, &ids)),
-            _ => format!("({})", reason_name(t)),
+            Some(m) if !m.is_empty() => quote(&short_id(m, &ids)),
+            _ => row_name(t),
         };
         let mut programs: Vec<String> = t.name.iter().map(|n| format!("[{}]", quote(n))).collect();
         programs.extend(t.programs.iter().map(|(k, v)| format!("{}:{v}", quote(k))));
@@ -70,7 +82,11 @@ pub fn log(args: LogArgs) -> Result<i32> {
             Some(l) => programs.push(quote(l)),
             None => {}
         }
-        let marker = if t.current { "*" } else { " " };
+        let marker = match (t.current, branch.contains(&t.checkpoint)) {
+            (true, _) => "*",
+            (false, true) => " ",
+            (false, false) => ABANDONED_MARK,
+        };
         let counts = [t.files_added, t.files_modified, t.files_deleted, t.lines_added, t.lines_removed];
         // Unknown, not zero: `?` where the statistics could not be computed.
         let [fa, fm, fd, la, lr] =
@@ -84,7 +100,36 @@ pub fn log(args: LogArgs) -> Result<i32> {
             programs.join(" ")
         );
     }
+    if hidden > 0 {
+        let s = if hidden == 1 { "" } else { "s" };
+        outln!(
+            "({hidden} mount{s} where nothing changed before the next checkpoint not shown; `log --all` shows them)"
+        );
+    }
     Ok(status)
+}
+
+/// A mount checkpoint whose turn changed nothing: every `run` and `mount`
+/// seals one, and a row of zeros would only say that it happened. The
+/// current one, a named one and one whose statistics are unknown stay.
+fn idle_mount(t: &TurnSummary) -> bool {
+    t.reason == crate::meta::Reason::Mount
+        && !t.current
+        && t.name.is_none()
+        && t.stats_unavailable.is_none()
+        && t.bytes_stored == 0
+        && t.programs.is_empty()
+        && [t.files_added, t.files_modified, t.files_deleted, t.lines_added, t.lines_removed] == [0; 5]
+}
+
+/// How a row without a message id is named in `log`: by why it was
+/// sealed; a mount's row holds the changes made after mounting, before
+/// the next checkpoint.
+fn row_name(t: &TurnSummary) -> String {
+    match t.reason {
+        crate::meta::Reason::Mount => "(since mount)".to_string(),
+        _ => format!("({})", reason_name(t)),
+    }
 }
 
 /// How `log`, `log --graph` and the picker mark a checkpoint sealed by the
@@ -93,22 +138,68 @@ pub const AGENT_MARK: &str = "(sealed by the agent)";
 
 /// A message id as `log` shows it: agents' prompt ids are 36-character
 /// UUIDs, so a long one is cut to its shortest unique prefix of at least 8
-/// characters (a reference that names it, as git does with hashes).
-fn short_id<'a>(id: &'a str, all: &[&str]) -> &'a str {
+/// characters (a reference that names it, as git does with hashes). When
+/// that is still longer than 16 characters (Gemini CLI's ids are the
+/// session's UUID and the prompt's number), it is the first 8, `…`, and the
+/// shortest end no other id of that start has, from a `-` when one is
+/// near: `9c776ace…-000002`, a reference too (`START…END`).
+fn short_id(id: &str, all: &[&str]) -> String {
     if id.chars().count() <= 16 {
-        return id;
+        return id.to_string();
     }
-    (8..id.len())
+    let prefix = (8..id.len())
         .filter(|n| id.is_char_boundary(*n))
         .map(|n| &id[..n])
         .find(|p| all.iter().filter(|o| o.starts_with(p)).count() == 1)
-        .unwrap_or(id)
+        .unwrap_or(id);
+    if prefix.chars().count() <= 16 {
+        return prefix.to_string();
+    }
+    let start = &id[..id.char_indices().nth(8).map_or(id.len(), |(i, _)| i)];
+    let rivals: Vec<&&str> = all.iter().filter(|o| **o != id && o.starts_with(start)).collect();
+    let unique_end = (start.len() + 1..id.len())
+        .rev()
+        .filter(|n| id.is_char_boundary(*n))
+        .map(|n| &id[n..])
+        .find(|e| rivals.iter().all(|o| !o.ends_with(e) || o.len() < start.len() + e.len()));
+    match unique_end {
+        Some(end) => {
+            // From the nearest `-` before, when it is close: reads as a part of the id.
+            let from = id.len() - end.len();
+            let dash = id[..from].rfind('-').filter(|d| from - d <= 8).unwrap_or(from);
+            let end = &id[dash..];
+            if start.len() + end.len() + 1 < prefix.len() {
+                format!("{start}{}{end}", crate::journal::reference::ELISION)
+            } else {
+                prefix.to_string()
+            }
+        }
+        None => prefix.to_string(),
+    }
 }
 
 pub fn diff(args: DiffArgs) -> Result<i32> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
-    let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
-    let reply = common::ask(&info, op::Diff { from: args.from, to: args.to, paths, patch: !args.stat })?;
+    let reply = match offline::mount_or_store(args.target.mount.as_deref(), "the diff is")? {
+        Source::Mounted(info) => {
+            let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
+            let from = common::reference(&info, args.from)?;
+            let to = args.to.map(|t| common::reference(&info, t)).transpose()?;
+            common::ask(&info, op::Diff { from, to, paths, patch: !args.stat })?
+        }
+        Source::Store(o) => {
+            let paths = args.paths.iter().map(|p| common::path_in_mount(&o.info, p)).collect::<Result<Vec<_>>>()?;
+            let from = offline_reference(&o, &args.from)?;
+            let to = args.to.as_deref().map(|t| offline_reference(&o, t)).transpose()?;
+            let op = o.world.op();
+            let view = |n: Option<i64>| match n {
+                Some(n) => crate::view::TreeView::at(op.held(), &o.tree, &o.journal, n),
+                None => crate::view::TreeView::live(op.held(), &o.tree, &o.journal),
+            };
+            let changes = crate::report::diff(&view(Some(from)), &view(to), &paths, !args.stat)
+                .map_err(|e| view_failed("the diff", e))?;
+            op::DiffReply { from, to, changes }
+        }
+    };
     if args.target.json {
         common::print_json(&reply)?;
         return Ok(0);
@@ -143,9 +234,19 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
 }
 
 pub fn history(args: HistoryArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
-    let path = common::path_in_mount(&info, &args.path)?;
-    let events = common::ask(&info, op::History { path: path.clone() })?;
+    let (path, events) = match offline::mount_or_store(args.target.mount.as_deref(), "the history is")? {
+        Source::Mounted(info) => {
+            let path = common::path_in_mount(&info, &args.path)?;
+            (path.clone(), common::ask(&info, op::History { path })?)
+        }
+        Source::Store(o) => {
+            let path = common::path_in_mount(&o.info, &args.path)?;
+            let op = o.world.op();
+            let events = crate::report::history(op.held(), &o.tree, &o.journal, &path)
+                .map_err(|e| view_failed("the history", e))?;
+            (path, events)
+        }
+    };
     if args.target.json {
         return common::print_json(&events);
     }
@@ -159,10 +260,45 @@ pub fn history(args: HistoryArgs) -> Result<()> {
     Ok(())
 }
 
+/// A reference resolved in a store read offline; stderr says when the
+/// current branch was preferred, as through a daemon.
+fn offline_reference(o: &offline::Offline, reference: &str) -> Result<i64> {
+    use crate::journal::JournalError;
+    match o.journal.resolve_noted(reference) {
+        Ok((c, note)) => {
+            if let Some(note) = note {
+                eprintln!("rewindfs: {note}");
+            }
+            Ok(c.0)
+        }
+        Err(
+            e @ (JournalError::UnknownCheckpoint { .. }
+            | JournalError::Ambiguous { .. }
+            | JournalError::Forgotten { .. }),
+        ) => Err(Error::Usage(e.to_string())),
+        Err(e) => Err(Error::Daemon(format!("cannot read the checkpoints: {e}"))),
+    }
+}
+
+/// A view that could not be read from a store read offline.
+fn view_failed(what: &str, e: crate::view::ViewError) -> Error {
+    Error::kind_of(crate::error::ErrorKind::Failed, format!("cannot read {what}: {e}"))
+}
+
+/// The mount of a command that changes the tree, or, outside any, how to
+/// get to one (`offline::needs_mount`).
+pub fn mount_for(explicit: Option<&std::path::Path>, command: &str) -> Result<crate::daemon::registry::MountInfo> {
+    common::find_mount(explicit).map_err(|e| match e.kind() {
+        crate::error::ErrorKind::NoMount => offline::needs_mount(explicit, e, command),
+        _ => e,
+    })
+}
+
 pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
+    let info = mount_for(args.target.mount.as_deref(), "restore")?;
     let paths = args.paths.iter().map(|p| common::path_in_mount(&info, p)).collect::<Result<Vec<_>>>()?;
-    let reply = common::ask(&info, op::Restore { checkpoint: args.checkpoint, paths, dry_run: args.dry_run })?;
+    let checkpoint = common::reference(&info, args.checkpoint)?;
+    let reply = common::ask(&info, op::Restore { checkpoint, paths, dry_run: args.dry_run })?;
     if args.target.json {
         return common::print_json(&reply);
     }
@@ -181,9 +317,9 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<()> {
 }
 
 pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
+    let info = mount_for(args.target.mount.as_deref(), "rewind")?;
     let checkpoint = match args.checkpoint {
-        Some(c) => c,
+        Some(c) => common::reference(&info, c)?,
         None => match crate::cli::picker::pick(&info)? {
             Some(n) => n.to_string(),
             None => return Ok(()),
@@ -195,35 +331,65 @@ pub fn rewind(args: crate::cli::RewindArgs) -> Result<()> {
     }
     match reply {
         RewindReply::Preview(p) => {
-            // From the live tree to the checkpoint: "added" comes back, "deleted" goes away.
-            let (mut plus, mut minus) = (0, 0);
-            for c in &p.changes {
-                let what = match c.change {
-                    ChangeKind::Added => "recreate",
-                    ChangeKind::Deleted => "delete",
-                    _ => "restore",
-                };
-                let (a, r) = (c.lines_added, c.lines_removed);
-                plus += a;
-                minus += r;
-                let lines = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
-                outln!("{what:<9} {}  ({lines})", quote_name(&c.path));
+            let (lines, total) = preview(&p.changes, p.checkpoint);
+            for l in lines {
+                outln!("{l}");
             }
-            outln!(
-                "rewind to checkpoint {} would change {} files (+{plus} -{minus} lines); nothing changed",
-                p.checkpoint,
-                p.changes.len()
-            );
+            outln!("{total}; nothing changed");
         }
-        RewindReply::Done(d) => outln!(
-            "rewound to checkpoint {}: {} changes in {:.1} ms; undo with `rewindfs rewind {}`",
-            d.checkpoint,
-            d.changes.len(),
-            d.elapsed_ms,
-            d.safety_checkpoint
-        ),
+        RewindReply::Done(d) => {
+            outln!(
+                "rewound to checkpoint {}: {} changes in {:.1} ms; undo with `rewindfs rewind {}`",
+                d.checkpoint,
+                d.changes.len(),
+                d.elapsed_ms,
+                d.safety_checkpoint
+            );
+            if let Some(hint) = conversation_hint(&info, d.checkpoint) {
+                outln!("{hint}");
+            }
+        }
     }
     Ok(())
+}
+
+/// For a checkpoint an agent's prompt hook sealed: how to take the agent's
+/// conversation back to the same prompt (the files are rewound; the
+/// conversation is the agent's), with the agent's own command.
+pub fn conversation_hint(info: &crate::daemon::registry::MountInfo, checkpoint: i64) -> Option<String> {
+    let rows = common::ask(info, op::Checkpoints).ok()?;
+    let row = rows.iter().find(|c| c.checkpoint == checkpoint)?;
+    let (id, session) = (row.message_id.as_deref()?, row.session.as_deref()?);
+    let agent = crate::cli::agents::Agent::of_prompt(id, session)?;
+    let label = row.label.as_deref().unwrap_or(id);
+    Some(format!(
+        "to take {}'s conversation back to that prompt too: {}",
+        agent.name(),
+        agent.conversation_rewind(session, label)
+    ))
+}
+
+/// What a rewind to `checkpoint` would change (`--dry-run`, and the
+/// picker before it asks): one line per file, from the live tree to the
+/// checkpoint ("added" comes back, "deleted" goes away), and the total.
+pub fn preview(changes: &[crate::report::FileChange], checkpoint: i64) -> (Vec<String>, String) {
+    let (mut plus, mut minus) = (0, 0);
+    let mut lines = Vec::new();
+    for c in changes {
+        let what = match c.change {
+            ChangeKind::Added => "recreate",
+            ChangeKind::Deleted => "delete",
+            _ => "restore",
+        };
+        let (a, r) = (c.lines_added, c.lines_removed);
+        plus += a;
+        minus += r;
+        let count = if c.binary { "binary".to_string() } else { format!("+{a} -{r}") };
+        lines.push(format!("{what:<9} {}  ({count})", quote_name(&c.path)));
+    }
+    let total =
+        format!("rewind to checkpoint {checkpoint} would change {} files (+{plus} -{minus} lines)", changes.len());
+    (lines, total)
 }
 
 /// The wire name of a serde enum value (`added`, `turn`, ...): the text
@@ -247,6 +413,21 @@ fn reason_name(t: &TurnSummary) -> String {
     wire_name(&t.reason)
 }
 
+/// How `log` and `log --graph` mark a checkpoint abandoned by a rewind
+/// (not on the current branch).
+pub const ABANDONED_MARK: &str = "x";
+
+/// The checkpoints whose turns the current branch keeps; the others'
+/// turns were abandoned by a rewind (`journal::reference::kept_turns`).
+pub fn current_branch(turns: &[TurnSummary]) -> std::collections::HashSet<i64> {
+    let rows: Vec<(i64, Option<i64>, bool)> =
+        turns.iter().map(|t| (t.checkpoint, t.parent, t.reason == crate::meta::Reason::Rewind)).collect();
+    match turns.iter().find(|t| t.current) {
+        Some(c) => crate::journal::reference::kept_turns(&rows, c.checkpoint),
+        None => Default::default(),
+    }
+}
+
 /// `log --graph`: the history as a tree of branches.
 pub fn graph(turns: &[TurnSummary]) {
     let parent_of = |n: i64| turns.iter().find(|t| t.checkpoint == n).and_then(|t| t.parent);
@@ -266,7 +447,7 @@ pub fn graph(turns: &[TurnSummary]) {
         } else if active.contains(&n) {
             "o"
         } else {
-            "x"
+            ABANDONED_MARK
         };
         let mut text = t
             .message_id
@@ -298,6 +479,12 @@ mod tests {
         let near = ["9c776ace-1b69-42ac", "9c776ace-1b70-42ac", "m1"];
         assert_eq!(short_id(near[0], &near), "9c776ace-1b6");
         assert_eq!(short_id("m1", &all), "m1", "short ids stay whole");
+        // Gemini CLI's: one session, numbered prompts.
+        let s = "9c776ace-1b69-42ac-a7c5-8a1f880122ea";
+        let (one, two, twelve) = (format!("{s}-000001"), format!("{s}-000002"), format!("{s}-000012"));
+        let gemini = [one.as_str(), two.as_str(), twelve.as_str()];
+        assert_eq!(short_id(&two, &gemini), "9c776ace…-000002");
+        assert_eq!(short_id(&twelve, &gemini), "9c776ace…-000012");
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn message_id(agent: Agent, event: &PromptEvent, info: &MountInfo, timeout: Dura
 mod tests {
     use super::gemini_id;
 
-    /// Issue 26, item 2: a seal refuses a message id that is a prefix of
+    /// A seal refuses a message id that is a prefix of
     /// another, so the tenth prompt of a session must not begin with the
     /// first's id.
     #[test]

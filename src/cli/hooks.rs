@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::cli::agents::{self, Agent, Json, codex};
+use crate::cli::common;
 use crate::cli::safe_file::{Dir, Existing};
 use crate::cli::{HookScope, HooksArgs, HooksCommand};
 use crate::error::{Error, Result};
@@ -139,14 +140,35 @@ fn to_text(doc: &Json) -> Result<String> {
         .map_err(|e| Error::Failure(crate::error::Failure::internal(format!("cannot encode JSON: {e}"))))
 }
 
+/// The rewindfs an installed hook runs: the `rewindfs` on PATH when it is
+/// this very binary (a path that outlives a rebuild, `cargo clean` or a
+/// reinstall), else this binary's own path, with a warning that says how
+/// to get one that lasts.
+fn hook_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs binary", e))?;
+    let real = exe.canonicalize().ok();
+    if let Some(on_path) = common::which("rewindfs").filter(|p| p.canonicalize().ok() == real) {
+        return Ok(on_path);
+    }
+    eprintln!(
+        "rewindfs: warning: the hook runs {}, which is not the `rewindfs` on PATH: rebuilding elsewhere, `cargo clean` \
+         or removing it breaks the hook without a word; put rewindfs on PATH (`install -m 755 {} /usr/local/bin/`) \
+         and install the hook again",
+        exe.display(),
+        exe.display()
+    );
+    Ok(exe)
+}
+
 fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()> {
     let settings = Settings::of(agent, scope)?;
     let path = settings.path.clone();
     let opened = settings.open()?;
-    let (_, mut doc) = parse(&path, opened.2.as_ref().map(|e| e.text.clone()))?;
+    let original = opened.2.as_ref().map(|e| e.text.clone());
+    let (_, mut doc) = parse(&path, original.clone())?;
     let before = doc.clone();
     if add {
-        let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs binary", e))?;
+        let exe = hook_binary()?;
         agents::install(&mut doc, agent, &agents::hook_command(&exe, agent))
             .map_err(|why| Error::path(&path, format!("{why}; edit it by hand")))?;
     } else {
@@ -159,8 +181,21 @@ fn edit(agent: Agent, scope: &HookScope, dry_run: bool, add: bool) -> Result<()>
     } else {
         let new_text = to_text(&doc)?;
         if let Some(backup) = settings.replace(opened, &new_text, dry_run)? {
-            let kept = backup.map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
+            let kept = backup.as_ref().map(|b| format!(" (the previous file is {})", b.display())).unwrap_or_default();
             outln!("{what} rewindfs's {name} hook in {}{kept}", path.display());
+            // The file is written in the agent's own layout (2-space JSON):
+            // one laid out otherwise changes beyond our entries, and the
+            // user is told so rather than find out.
+            let relaid = original.is_some_and(|t| !t.trim().is_empty() && t != to_text(&before).unwrap_or_default());
+            if relaid {
+                let was = backup.map(|b| b.display().to_string()).unwrap_or_else(|| "the previous file".into());
+                outln!(
+                    "note: {} was not laid out as 2-space JSON; it is now, so its text changed beyond rewindfs's \
+                     entries (same settings); `diff {was} {}` shows it",
+                    path.display(),
+                    path.display()
+                );
+            }
         }
     }
     if agent == Agent::Codex {

@@ -23,12 +23,14 @@ mod hook;
 mod hooks;
 mod mount;
 mod occupants;
+mod offline;
 mod picker;
 mod run;
 mod safe_file;
 mod show;
 mod snapshot;
 mod status;
+mod stores;
 mod turn;
 mod unmount;
 
@@ -156,6 +158,8 @@ pub enum Command {
     /// mounted workspace it asks the daemon; --repair needs the store
     /// unmounted.
     Fsck(FsckArgs),
+    /// List every store under $REWINDFS_HOME/stores: workspace, size, last use.
+    Stores(StoresArgs),
     /// Wire a coding agent's prompt hook to rewindfs (install, uninstall, status).
     ///
     /// With the hook installed, each prompt seals a checkpoint named by the
@@ -387,6 +391,10 @@ pub struct LogArgs {
     /// `x` on abandoned branches.
     #[arg(long)]
     pub graph: bool,
+    /// Also list mount checkpoints whose turn changed nothing (hidden
+    /// otherwise).
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Args, Debug)]
@@ -501,9 +509,20 @@ pub struct RunArgs {
     /// history, but not rewind or restore. Needs `setpriv` (util-linux).
     #[arg(long = "as", value_name = "USER")]
     pub as_user: Option<String>,
+    /// The agent COMMAND starts (claude, gemini, codex), when its name does
+    /// not say it (a wrapper script); `none` wires nothing.
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
     /// The command to run and its arguments (after `--`). Default: $SHELL.
     #[arg(last = true)]
     pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct StoresArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -538,6 +557,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Du(a) => du::run(a).map(|_| 0),
         Command::Reset(a) => snapshot::reset(a).map(|_| 0),
         Command::Hooks(a) => hooks::run(a).map(|_| 0),
+        Command::Stores(a) => stores::run(a).map(|_| 0),
         Command::Hook { agent } => return hook::run(agent),
     };
     match result {

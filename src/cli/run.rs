@@ -16,30 +16,39 @@ use crate::cli::unmount;
 use crate::error::{Error, Result};
 use crate::sys;
 
-/// A short demonstration run when no workspace is given.
+/// A short demonstration run when no workspace is given: each command is
+/// shown before its output, with a sentence on what it shows, and it ends
+/// with what to try next. `run` removes the workspace and its store after.
 const DEMO_SCRIPT: &str = r#"set -e
 R="${REWINDFS:-rewindfs}"
-echo "== inside $(pwd), mounted by rewindfs"
-ls -la
-"$R" turn --message-id before-agent
-echo "== an agent edits, builds, deletes (shell commands included):"
-echo 'print("hello from the agent")' > hello.py
-mkdir -p build && for i in 1 2 3; do echo "object $i" > build/obj$i.o; done
-sed -i 's/world/rewindfs/' README.txt
-rm -f old-notes.txt
-ls -la . build
-"$R" turn --message-id after-agent
-echo "== what changed since message before-agent:"
-"$R" diff before-agent --stat
-echo "== the past, as a plain folder:"
-ls -la .rewindfs/messages/before-agent/
-cat .rewindfs/messages/before-agent/README.txt
-echo "== rewind the whole tree:"
-"$R" rewind before-agent
-ls -la
-echo "== history (x = abandoned branch, still browsable):"
-"$R" log --graph
-"$R" status
+rewindfs() { "$R" "$@"; }
+say() { printf '\n# %s\n' "$*"; }
+run() { printf '$ %s\n' "$1"; eval "$1"; }
+say "A scratch workspace, mounted in place by rewindfs: $(pwd)"
+run "ls"
+say "A coding agent's prompt hook seals a checkpoint before each prompt; here by hand:"
+run "rewindfs turn --message-id prompt-1 --label 'Edit, build and clean up'"
+say "The agent edits, builds and deletes, with its own tools or shell commands: all of it is recorded."
+run "echo 'print(\"hello from the agent\")' > hello.py"
+run "mkdir -p build && for i in 1 2 3; do echo \"object \$i\" > build/obj\$i.o; done"
+run "sed -i 's/hello world/hello rewindfs/' README.txt"
+run "rm old-notes.txt"
+run "rewindfs turn --message-id prompt-2 --label 'The next prompt'"
+say "One row per checkpoint; row prompt-1 is what that prompt changed:"
+run "rewindfs log"
+run "rewindfs diff --stat prompt-1 prompt-2"
+say "The past, as a plain read-only folder: $(pwd)/.rewindfs/messages/prompt-1/ (and .rewindfs/checkpoints/N/)"
+run "ls .rewindfs/messages/prompt-1/"
+run "cat .rewindfs/messages/prompt-1/README.txt"
+say "Rewind the whole tree to before prompt-1; the rewind itself can be undone:"
+run "rewindfs rewind --dry-run prompt-1"
+run "rewindfs rewind prompt-1"
+run "ls"
+run "rewindfs log --graph"
+say "Try it on your own project, with your agent (claude, gemini or codex):"
+echo "  mount-scripts/rewindfs-run ~/project -- claude     (rewindfs run ~/project -- claude once it is on PATH)"
+echo "  then, in ~/project: rewindfs log; rewindfs rewind (a list of the prompts to pick from); ls .rewindfs/messages/"
+echo "  more in README.md and docs/cli.md"
 "#;
 
 /// A new scratch directory in the temporary directory, which anyone may
@@ -68,6 +77,7 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         args.opts.agent_user = Some(user.clone());
     }
     let run_as = args.as_user.as_deref().map(common::user_ids).transpose()?;
+    let mut demo = false;
     let (workspace, command) = match args.workspace {
         Some(ws) => {
             let cmd = if args.command.is_empty() {
@@ -80,13 +90,18 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
         None => {
             let ws = demo_workspace()?;
             eprintln!("rewindfs: no workspace given; running a demo on scratch workspace {}", ws.display());
-            let cmd =
-                if args.command.is_empty() { vec!["sh".into(), "-c".into(), DEMO_SCRIPT.into()] } else { args.command };
+            demo = args.command.is_empty();
+            let cmd = if demo { vec!["sh".into(), "-c".into(), DEMO_SCRIPT.into()] } else { args.command };
             (ws, cmd)
         }
     };
     let mut command = command;
-    let wiring = wire_agent(&mut command, &workspace);
+    // The demo names agents only in what it prints.
+    let found = if demo { None } else { agent_of(&command, args.agent.as_deref())? };
+    let wiring = match found {
+        Some(found) => wire_agent(&mut command, &workspace, found),
+        None => Wiring::default(),
+    };
     let spec = common::prepare(&workspace, None, &args.opts)?;
     // The shell that started `run` waits for it; the command itself starts
     // inside the mount.
@@ -105,7 +120,67 @@ pub fn run(mut args: RunArgs) -> Result<i32> {
     let code = status?;
     unmounted?;
     eprintln!("rewindfs: unmounted {}", info.mountpoint.display());
+    if demo {
+        // The demo's workspace and history are of no use after it.
+        for dir in [&spec.workspace, &spec.store] {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                warn!("cannot remove the demo's {}: {e}", dir.display());
+            }
+        }
+        eprintln!("rewindfs: removed the demo workspace {} and its store", spec.workspace.display());
+    }
     Ok(code)
+}
+
+/// Which agent COMMAND starts, and where its options go: the program
+/// itself, or the one `env` runs (past its options and assignments);
+/// `declared` (`--agent`) says it for a wrapper script, whose options are
+/// then put right after it (it must pass them on). A command line that
+/// names an agent it cannot place is warned about, not wired.
+fn agent_of(command: &[OsString], declared: Option<&str>) -> Result<Option<(Agent, usize)>> {
+    let base = |a: &OsString| std::path::Path::new(a).file_name().map(|n| n.to_string_lossy().into_owned());
+    let mut at = 0;
+    if command.first().and_then(base).as_deref() == Some("env") {
+        at = 1;
+        while let Some(a) = command.get(at).map(|a| a.to_string_lossy()) {
+            if matches!(a.as_ref(), "-u" | "--unset" | "-C" | "--chdir" | "-S" | "--split-string") {
+                at += 2;
+            } else if a.starts_with('-') || (a.contains('=') && !a.starts_with('=')) {
+                at += 1;
+            } else {
+                break;
+            }
+        }
+    }
+    let program = command.get(at);
+    match declared {
+        Some("none") => return Ok(None),
+        Some(name) => {
+            let agent = Agent::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
+                Error::Usage(format!("--agent {name:?}: the agents are claude, gemini and codex (or none)"))
+            })?;
+            return Ok(program.map(|_| (agent, at + 1)));
+        }
+        None => {}
+    }
+    if let Some(agent) = program.and_then(|p| p.to_str()).and_then(Agent::of_program) {
+        return Ok(Some((agent, at + 1)));
+    }
+    let named = command.iter().find_map(|a| {
+        let a = a.to_string_lossy().to_lowercase();
+        Agent::ALL.into_iter().find(|g| a.contains(g.name()))
+    });
+    if let (Some(agent), Some(program)) = (named, program) {
+        eprintln!(
+            "rewindfs: warning: cannot tell whether {} starts {} (not its program's name), so its prompts are \
+             not wired to checkpoints for this run; say which agent it starts with `rewindfs run --agent {} ...` \
+             (a wrapper must pass its arguments on), or `--agent none`",
+            crate::text::quote_name(program),
+            agent.name(),
+            agent.name()
+        );
+    }
+    Ok(None)
 }
 
 /// What `run` adds to COMMAND so that a recognized agent calls our prompt
@@ -126,16 +201,14 @@ struct Wiring {
 /// GEMINI_CLI_SYSTEM_SETTINGS_PATH, so the run gets a copy of those with
 /// the hook added, unless the user's or the project's settings already
 /// hold it (Gemini's message ids count prompts: one call per prompt).
-fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wiring {
-    let Some(agent) = command.first().and_then(|p| p.to_str()).and_then(Agent::of_program) else {
-        return Wiring::default();
-    };
+/// The options go right after the agent's program (`at`).
+fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path, (agent, at): (Agent, usize)) -> Wiring {
     let Ok(exe) = std::env::current_exe() else { return Wiring::default() };
     let hook = agents::hook_command(&exe, agent);
     match agent {
         Agent::Claude => {
             if let Ok(json) = serde_json::to_string(&agents::run_settings(agent, &hook)) {
-                command.splice(1..1, [OsString::from("--settings"), OsString::from(json)]);
+                command.splice(at..at, [OsString::from("--settings"), OsString::from(json)]);
             }
             Wiring::default()
         }
@@ -144,7 +217,7 @@ fn wire_agent(command: &mut Vec<OsString>, workspace: &std::path::Path) -> Wirin
         // entry, for this run only.
         Agent::Codex => {
             if !hooks::codex_wired(workspace) {
-                command.splice(1..1, agents::codex::run_overrides(&hook).map(OsString::from));
+                command.splice(at..at, agents::codex::run_overrides(&hook).map(OsString::from));
             }
             Wiring::default()
         }

@@ -6,7 +6,7 @@ use crate::daemon::control as op;
 use crate::error::{Error, Result};
 
 pub fn run(args: ShowArgs) -> Result<()> {
-    let info = common::find_mount(args.target.mount.as_deref())?;
+    let info = crate::cli::history::mount_for(args.target.mount.as_deref(), "show")?;
     let mp = common::absolute_no_follow(&args.mountpoint)?;
     // mount(2) follows a final symlink: one the agent planted would put the
     // view somewhere else than the path printed.
@@ -22,7 +22,8 @@ pub fn run(args: ShowArgs) -> Result<()> {
     if mp.starts_with(&info.mountpoint) || mp.starts_with(&info.workspace) {
         return Err(Error::path(&mp, "a view cannot be mounted inside the workspace it shows"));
     }
-    let reply = common::ask(&info, op::Show { checkpoint: args.checkpoint, mountpoint: mp.clone() })?;
+    let checkpoint = common::reference(&info, args.checkpoint)?;
+    let reply = common::ask(&info, op::Show { checkpoint, mountpoint: mp.clone() })?;
     if args.target.json {
         return common::print_json(&reply);
     }

@@ -11,7 +11,8 @@ use crate::text::quote;
 
 pub fn snapshot(args: SnapshotArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let reply = common::ask(&info, op::Snapshot { name: args.name, message: args.message, at: args.at })?;
+    let at = args.at.map(|a| common::reference(&info, a)).transpose()?;
+    let reply = common::ask(&info, op::Snapshot { name: args.name, message: args.message, at })?;
     if args.target.json {
         return common::print_json(&reply);
     }
@@ -22,7 +23,8 @@ pub fn snapshot(args: SnapshotArgs) -> Result<()> {
 
 pub fn forget(args: ForgetArgs) -> Result<()> {
     let info = common::find_mount(args.target.mount.as_deref())?;
-    let forget = op::Forget { checkpoints: args.checkpoints, dry_run: args.dry_run };
+    let checkpoints = args.checkpoints.into_iter().map(|c| common::reference(&info, c)).collect::<Result<Vec<_>>>()?;
+    let forget = op::Forget { checkpoints, dry_run: args.dry_run };
     let reply = common::ask_showing(&info, forget, "forgetting", args.target.json)?;
     if args.target.json {
         return common::print_json(&reply);

@@ -39,7 +39,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
         };
     }
     if statuses.is_empty() {
-        outln!("no rewindfs mounts");
+        outln!("no rewindfs mounts (`rewindfs stores` lists the stores of unmounted workspaces)");
         return Ok(());
     }
     for s in statuses {
@@ -96,7 +96,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
                 Some(r) => format!(
                     "last ran {}: forgot {} checkpoints, freed {} and {} attic files, {} back on disk; \
                      writes waited at most {:.1} ms",
-                    crate::report::rfc3339(r.at),
+                    crate::text::rfc3339(r.at),
                     r.forgotten,
                     crate::text::human_bytes(r.bytes_freed),
                     r.attic_files_freed,

@@ -28,6 +28,7 @@ fn agent_may(req: &Request) -> bool {
         | Request::History(_)
         | Request::Fsck(_)
         | Request::Checkpoints(_)
+        | Request::Resolve(_)
         | Request::Du(_) => true,
         Request::Restore(r) => r.dry_run,
         Request::Forget(r) => r.dry_run,

@@ -139,7 +139,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .map_err(|e| Error::io(format!("cannot stat workspace {}", spec.workspace.display()), e))?;
         (meta.dev(), meta.ino())
     };
-    let ws_lock = registry::lock(
+    let ws_lock = registry::lock_transient(
         &registry::workspace_lock_path(workspace_id)?,
         &format!("workspace {}", spec.workspace.display()),
     )?;
@@ -385,6 +385,10 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
                 Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}"))
             })
         }),
+        Request::Resolve(op) => answer(op, |protocol::Resolve { reference }| {
+            let (c, note) = ws.journal().resolve_noted(&reference).map_err(journal_failure)?;
+            Ok(protocol::ResolveReply { checkpoint: c.0, note })
+        }),
         Request::Log(op) => answer(op, |_| {
             let mut turns = ws.read().log()?;
             for t in &mut turns {
@@ -404,7 +408,8 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
         }
         Request::Du(op) => answer(op, |_| {
             let _history = ws.history();
-            crate::journal::retention::du(ws.journal(), ws.tree(), &info.store).map_err(journal_failure)
+            let attic = |id, handle: &[u8], _| ws.tree().attic().remove_unreachable_stored(id, handle, true);
+            crate::journal::retention::du(ws.journal(), &attic, &info.store).map_err(journal_failure)
         }),
         Request::Forget(op) => {
             answer(op, |protocol::Forget { checkpoints, dry_run }| ws.forget(&checkpoints, dry_run, progress))

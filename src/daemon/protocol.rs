@@ -19,6 +19,7 @@ pub use crate::engine::replies::{
     DiffReply, GcReply, Progress, ResetReply, RestoreReply, RewindDone, RewindPhases, RewindPreview, RewindReply,
     SnapshotReply, TurnReply,
 };
+use crate::journal::retention::DuReply;
 
 /// A request and the type of its answer.
 pub trait Op: Into<Request> {
@@ -71,6 +72,7 @@ ops! {
     Gc "gc" => GcReply,
     Du "du" => DuReply,
     Reset "reset" => ResetReply,
+    Resolve "resolve" => ResolveReply,
 }
 
 /// A progress line on the wire.
@@ -82,46 +84,6 @@ pub struct ProgressLine {
 /// Where the store's bytes are.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Du;
-
-/// `du`: bytes on disk by part, logical bytes, ratios, per turn, and what
-/// `gc` would free under the stored policy.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DuReply {
-    /// Everything in the store directory.
-    pub disk_bytes: u64,
-    pub packs_bytes: u64,
-    /// Bytes of the packs the index points at (the rest is released or
-    /// never indexed: compaction's to take back).
-    pub packs_live_bytes: u64,
-    pub index_bytes: u64,
-    pub metadata_bytes: u64,
-    /// Removed files kept in the attic (allocated bytes).
-    pub attic_bytes: u64,
-    pub attic_entries: u64,
-    /// Distinct chunks, their bytes decoded and as stored.
-    pub chunks: u64,
-    pub unique_bytes: u64,
-    pub stored_bytes: u64,
-    /// Bytes of content the records refer to (each file version counted
-    /// whole, as a copy would take).
-    pub logical_bytes: u64,
-    /// logical / unique (what content-addressing saves).
-    pub dedup_ratio: f64,
-    /// unique / stored (what zstd saves).
-    pub compression_ratio: f64,
-    pub turns: Vec<TurnUsage>,
-    /// `gc --dry-run` under the stored policy.
-    pub gc_would_free: crate::journal::retention::Collected,
-}
-
-/// What one turn's records hold.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TurnUsage {
-    pub checkpoint: i64,
-    pub records: u64,
-    /// Bytes of content captured (file versions, counted whole).
-    pub content_bytes: u64,
-}
 
 /// Name a checkpoint: `at` (a reference), or a new one sealed now.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -163,6 +125,21 @@ pub struct Reset {
 pub struct SnapshotRow {
     pub name: String,
     pub checkpoint: i64,
+}
+
+/// Which checkpoint a reference names, as every command taking one
+/// would resolve it (the CLI asks first, to tell the user `note`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Resolve {
+    pub reference: String,
+}
+
+/// `resolve`: the checkpoint, and why that one when the reference matched
+/// abandoned checkpoints too.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResolveReply {
+    pub checkpoint: i64,
+    pub note: Option<String>,
 }
 
 /// Every checkpoint's row (number, parent, message id, session, label),

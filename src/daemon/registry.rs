@@ -320,10 +320,62 @@ pub fn list() -> Vec<MountInfo> {
 pub struct Lock {
     _file: File,
     pub path: PathBuf,
+    /// Removed when released ([`lock_transient`]).
+    transient: bool,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // Still held here: whoever opened the file meanwhile finds, once
+        // it has the lock, that the path no longer names it, and retries.
+        if self.transient {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Takes the lock file at `path`, or says who holds it.
 pub fn lock(path: &Path, what: &str) -> Result<Lock> {
+    // A lock file removed by its holder between our open and our lock is
+    // no lock: take the one at the path again.
+    for _ in 0..16 {
+        let lock = lock_once(path, what)?;
+        let same = |m: &fs::Metadata| lock._file.metadata().is_ok_and(|f| f.dev() == m.dev() && f.ino() == m.ino());
+        if fs::metadata(path).is_ok_and(|m| same(&m)) {
+            return Ok(lock);
+        }
+    }
+    Err(Error::kind_of(
+        crate::error::ErrorKind::Busy,
+        format!("{what}: its lock file {} keeps changing", path.display()),
+    ))
+}
+
+/// [`lock`], removing the file when released: the runtime directory's
+/// per-workspace locks, one for every workspace ever mounted otherwise.
+/// Also removes the other workspaces' lock files that nobody holds (left
+/// by older versions, or by a daemon that was killed).
+pub fn lock_transient(path: &Path, what: &str) -> Result<Lock> {
+    let mut lock = lock(path, what)?;
+    lock.transient = true;
+    if let Some(dir) = path.parent()
+        && let Ok(entries) = fs::read_dir(dir)
+    {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("workspace-") && name.ends_with(".lock") && e.path() != path {
+                // Taken and so removed at once; one in use is left alone.
+                if let Ok(mut other) = lock_once(&e.path(), "a leftover lock") {
+                    other.transient = true;
+                }
+            }
+        }
+    }
+    Ok(lock)
+}
+
+fn lock_once(path: &Path, what: &str) -> Result<Lock> {
     if let Some(parent) = path.parent() {
         create_dirs_0755(parent).map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
     }
@@ -340,7 +392,7 @@ pub fn lock(path: &Path, what: &str) -> Result<Lock> {
         Ok(()) => {
             file.set_len(0).ok();
             let _ = writeln!(file, "{}", std::process::id());
-            Ok(Lock { _file: file, path: path.to_path_buf() })
+            Ok(Lock { _file: file, path: path.to_path_buf(), transient: false })
         }
         Err(rustix::io::Errno::WOULDBLOCK) => {
             let holder = fs::read_to_string(path).unwrap_or_default();

@@ -539,7 +539,7 @@ fn ms(d: Duration) -> f64 {
 mod tests {
     use super::*;
 
-    /// Issue 26: a restore of many paths names a few in its labels and
+    /// A restore of many paths names a few in its labels and
     /// counts the rest.
     #[test]
     fn a_restore_of_many_paths_is_summarized() {

@@ -481,6 +481,7 @@ impl<'w> Reader<'w> {
             lock: Some(self.op.held()),
             attic: Some(&attic),
             store_dir: self.ws.packs.then_some(self.ws.store.as_path()),
+            unserved_since_ns: None,
         };
         crate::fsck::check(&target, &mut |_| {})
             .map_err(|e| Failure::failed(libc::EIO, format!("fsck could not finish: {e}")))

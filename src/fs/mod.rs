@@ -22,8 +22,8 @@ pub mod transport;
 pub mod view;
 
 use crate::error::{AsErrno, Errno};
-use crate::view::browse::{Browser, HIDDEN_DIR};
-use crate::workspace::{Attr, Caller, Fh, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime, XattrReply};
+use crate::view::browse::Browser;
+use crate::workspace::{Attr, Caller, Fh, HIDDEN_DIR, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime, XattrReply};
 use crate::world::{Held, KernelCache, World};
 
 /// Inode numbers of `.rewindfs/` and the views under it start here, far

@@ -16,7 +16,7 @@
 //! holding all a view needs (content for a file) is read from its inode, in
 //! the workspace or the attic, by handle.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -34,7 +34,7 @@ use crate::workspace::LiveTree;
 use crate::workspace::backing;
 use crate::world::Held;
 
-pub use crate::store_dir::{StoreDamage, store_damage, store_damage_thorough};
+pub use crate::journal::store_check::{StoreDamage, store_damage, store_damage_thorough};
 
 /// Errors that stop a check (as opposed to problems it finds).
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +66,11 @@ pub struct Target<'a> {
     /// The store directory, for the checks of the store as a whole
     /// ([`store_damage`]); None in tests of the rest.
     pub store_dir: Option<&'a Path>,
+    /// None when a daemon serves the tree (the check runs in it); else
+    /// since when none has (`Journal::outside_since_ns`): a change made
+    /// later was made between mounts, which the next mount marks, and is
+    /// no damage.
+    pub unserved_since_ns: Option<i64>,
 }
 
 /// How far a check got, for a progress bar.
@@ -146,6 +151,10 @@ pub enum ProblemKind {
     /// A rewound file's bytes cannot be written: the record holding its
     /// chunk list is gone.
     PendingSourceMissing { turn: Option<i64>, object: Option<i64> },
+    /// The object was changed under the mount, bypassing it, after
+    /// checkpoint `after` was sealed: nothing recorded its state at the
+    /// checkpoints named, and their views give EIO for it.
+    ChangedUnderMount { after: i64 },
     /// Cached content of an object lists a damaged or missing chunk; the
     /// next capture of an unchanged file would reuse it.
     KnownContentDamaged { chunk: String },
@@ -195,6 +204,11 @@ impl std::fmt::Display for ProblemKind {
                 (Some(t), Some(o)) => write!(f, "the rewound content (record of object {o} in turn {t}) is gone"),
                 _ => write!(f, "the rewound content has no chunk list"),
             },
+            ProblemKind::ChangedUnderMount { after } => write!(
+                f,
+                "changed under the mount, bypassing it, after checkpoint {after} was sealed: its state then was never \
+                 recorded, so it cannot be read back"
+            ),
             ProblemKind::KnownContentDamaged { chunk } => {
                 write!(f, "cached content lists damaged chunk {chunk} (only a cache: repair forgets it)")
             }
@@ -527,6 +541,8 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
         report.problems.push(problem(ProblemKind::RecordsOfUnknownTurn { turn, records: n }, None, Some(turn)));
     }
 
+    let under = changed_under_mount(target, &checkpoints, &mut report)?;
+
     // Name what each damaged record and lost inode costs.
     let mut namer = Namer::new(target, &checkpoints)?;
     for mut p in damaged {
@@ -541,9 +557,153 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
         }
         report.problems.push(p);
     }
+    let changed = |ks: &[i64], object| {
+        problem(ProblemKind::ChangedUnderMount { after: ks.last().copied().unwrap_or(0) }, object, None)
+    };
+    for (object, ks) in under.recorded {
+        let mut p = changed(&ks, Some(object));
+        p.affected = namer.name(object, &ks)?;
+        report.problems.push(p);
+    }
+    for (path, ks) in under.never_recorded {
+        let mut p = changed(&ks, None);
+        p.affected = ks
+            .iter()
+            .map(|k| Affected {
+                checkpoint: Some(*k),
+                message_id: namer.messages.get(k).cloned().flatten(),
+                path: path.clone(),
+            })
+            .collect();
+        report.problems.push(p);
+    }
     report.problems.extend(pending_problems);
     report.problems.extend(cache_problems);
     Ok(report)
+}
+
+/// Objects changed under the mount, and the checkpoints (ascending) whose
+/// state of each is unknown for it.
+#[derive(Default)]
+struct UnderMount {
+    recorded: BTreeMap<ObjectId, Vec<i64>>,
+    /// Objects never recorded, by their path in the tree now.
+    never_recorded: Vec<(Option<PathBuf>, Vec<i64>)>,
+}
+
+/// The objects whose state at some checkpoints is unknown because they
+/// were changed under the mount, bypassing it: the ranges noted when such
+/// an object was recorded afterwards (`bypassed`), and the objects of the
+/// live tree whose ctime is later than the journal vouches for, each
+/// confirmed by the view of the checkpoint, which judges it as it does
+/// when read (`TreeView::state`, `TreeView::check_listing`). Read-only:
+/// nothing is noted. Which checkpoints to ask follows the view rules: after
+/// the newest record that holds all a view needs of the object (for a
+/// file, its content; a directory's listing is always live) and its
+/// birth, up to the newest sealed before its ctime (to the end of the
+/// seal's millisecond), skipping an object recorded in the open turn
+/// (views read its record). A view's bound grows with the checkpoint, so
+/// the views are asked oldest first until one reads the object.
+fn changed_under_mount(target: &Target<'_>, checkpoints: &[Checkpoint], report: &mut Report) -> FsckResult<UnderMount> {
+    let journal = target.journal;
+    let kept: Vec<i64> = checkpoints.iter().map(|c| c.checkpoint).collect();
+    let mut found: BTreeMap<ObjectId, BTreeSet<i64>> = BTreeMap::new();
+    for (object, first, last) in journal.with_meta(|m| m.all_bypassed())? {
+        found.entry(object).or_default().extend(kept.iter().filter(|k| (first..=last).contains(*k)));
+    }
+    let mut out = UnderMount::default();
+    match (target.tree, target.lock) {
+        (Some(tree), Some(lock)) => {
+            for u in unrecorded_changes(lock, target, tree, &kept)? {
+                match u.id {
+                    Some(id) => found.entry(id).or_default().extend(u.checkpoints),
+                    None => out.never_recorded.push((u.path, u.checkpoints)),
+                }
+            }
+        }
+        _ => report.notes.push(
+            "the workspace was not looked at for changes under the mount that nothing recorded (no workspace)"
+                .to_string(),
+        ),
+    }
+    out.recorded =
+        found.into_iter().filter(|(_, ks)| !ks.is_empty()).map(|(o, ks)| (o, ks.into_iter().collect())).collect();
+    Ok(out)
+}
+
+/// A live object changed under the mount with nothing recorded of it since.
+struct Unrecorded {
+    id: Option<ObjectId>,
+    /// Its path now, for an object never recorded (one recorded is named
+    /// in each view by [`Namer`]).
+    path: Option<PathBuf>,
+    /// The checkpoints whose views cannot read it.
+    checkpoints: Vec<i64>,
+}
+
+/// The live objects changed under the mount with nothing recorded of them
+/// since; see [`changed_under_mount`].
+fn unrecorded_changes(
+    lock: Held<'_>,
+    target: &Target<'_>,
+    tree: &LiveTree,
+    kept: &[i64],
+) -> FsckResult<Vec<Unrecorded>> {
+    let journal = target.journal;
+    let Some(&oldest) = kept.iter().min() else { return Ok(Vec::new()) };
+    let since = journal.sealed_after(oldest - 1)?.map_or(i64::MIN, crate::meta::end_of_ms);
+    let changed = tree.backing().scan_changed_since(since).map_err(|e| FsckError::Io {
+        context: "cannot walk the workspace".to_string(),
+        source: std::io::Error::from_raw_os_error(e.0),
+    })?;
+    let open = journal.current_turn();
+    let mut out = Vec::new();
+    for c in changed {
+        let Ok(fd) = tree.backing().open_handle(&c.handle, libc::O_PATH) else { continue };
+        let Ok(st) = rustix::fs::fstat(&fd) else { continue };
+        let ctime = crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64);
+        if target.unserved_since_ns.is_some_and(|t| ctime > t) {
+            continue;
+        }
+        let id = journal.known_object_id(&c.handle)?;
+        let records = match id {
+            Some(id) => journal.with_meta(|m| m.records_of(id))?,
+            None => Default::default(),
+        };
+        if records.last_turn.is_some_and(|t| t >= open) {
+            continue;
+        }
+        let read_from = match c.kind {
+            crate::workspace::Kind::Dir => records.born_turn,
+            crate::workspace::Kind::File => records.last_content_turn.max(records.born_turn),
+            _ => records.last_turn.max(records.born_turn),
+        };
+        let Some(newest) = journal.with_meta(|m| m.newest_sealed_before(ctime))? else { continue };
+        let node = crate::view::Node { id, handle: Some(c.handle.clone()) };
+        let mut unknown = Vec::new();
+        let mut tainted_before = i64::MIN;
+        for &k in kept.iter().filter(|k| read_from.is_none_or(|t| **k > t) && **k <= newest) {
+            if k < tainted_before {
+                continue;
+            }
+            let view = TreeView::at(lock, tree, journal, k);
+            let read = match c.kind {
+                crate::workspace::Kind::Dir => view.check_listing(&node),
+                _ => view.state(&node).map(|_| ()),
+            };
+            match read {
+                Err(crate::view::ViewError::ChangedUnderMount { .. }) => unknown.push(k),
+                // Changed between mounts, before checkpoint t: no damage.
+                Err(crate::view::ViewError::ChangedOutside(_, t)) => tainted_before = t,
+                _ => break,
+            }
+        }
+        if !unknown.is_empty() {
+            let path = if id.is_none() { tree.backing().path_of_handle(&c.handle) } else { None };
+            out.push(Unrecorded { id, path, checkpoints: unknown });
+        }
+    }
+    Ok(out)
 }
 
 /// The checkpoints whose views take the object's content from its content
@@ -602,7 +762,7 @@ fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<PathBuf> {
 /// The path of `object` in the view at checkpoint `k`, found the way
 /// `fsck` names damage (for the messages of other commands).
 pub fn path_in_view(lock: Held<'_>, tree: &LiveTree, journal: &Journal, object: ObjectId, k: i64) -> Option<PathBuf> {
-    let target = Target { journal, tree: Some(tree), lock: Some(lock), attic: None, store_dir: None };
+    let target = Target { journal, tree: Some(tree), lock: Some(lock), attic: None, store_dir: None, unserved_since_ns: None };
     let mut namer = Namer::new(&target, &[]).ok()?;
     namer.name(object, &[k]).ok()?.into_iter().find_map(|a| a.path)
 }

@@ -72,7 +72,7 @@ fn unstored(bytes: &[u8]) -> ContentRef {
 }
 
 fn run(journal: &Journal, attic: Option<&Path>) -> Report {
-    let target = Target { journal, tree: None, lock: None, attic, store_dir: None };
+    let target = Target { journal, tree: None, lock: None, attic, store_dir: None, unserved_since_ns: None };
     let mut calls = 0;
     let report = check(&target, &mut |_| calls += 1).expect("check");
     assert!(calls > 0, "progress is reported");

@@ -2,9 +2,23 @@
 //! recorded (see `meta/bypass.rs` and docs/design.md, "Processes already
 //! inside the workspace").
 
-use crate::meta::ObjectId;
+use crate::meta::{Meta, MetaResult, ObjectId, end_of_ms};
 
-use super::{Journal, JournalResult};
+use super::{Journal, JournalResult, SEALED_NS};
+
+/// Since when (ns since the epoch) no daemon has served the tree of the
+/// store `meta`, if it ever did: its last clean unmount, else (a daemon
+/// that did not stop cleanly) its newest seal. A change made later was
+/// made between mounts, and the next mount marks it (`tainted`).
+pub(super) fn unserved_since_ns(meta: &Meta) -> MetaResult<Option<i64>> {
+    let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
+    let sealed_ns = meta.get_state(SEALED_NS)?.and_then(|v| v.parse::<i64>().ok());
+    // A store from before `sealed_ns` was kept: the newest checkpoint's
+    // time, a millisecond late so as not to take its own changes for
+    // outside ones (see SEALED_NS).
+    let last_created_ns = meta.checkpoint_back(0)?.map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
+    Ok(clean.or(sealed_ns).or(last_created_ns))
+}
 
 /// Checkpoints whose state of an object is unknown, as `first..=last`.
 pub type Unknown = (i64, i64);
@@ -157,10 +171,4 @@ impl Journal {
         }
         Ok(Some(ms))
     }
-}
-
-/// The end (ns) of millisecond `ms`: `created_at` has ms, and a change in
-/// the same millisecond as a seal may be before or after it.
-pub fn end_of_ms(ms: i64) -> i64 {
-    ms.saturating_add(1).saturating_mul(1_000_000)
 }

@@ -17,10 +17,12 @@ use log::info;
 use serde::Serialize;
 
 mod bypass;
-pub use bypass::{end_of_ms, written_at};
+pub use bypass::written_at;
 pub mod record_log;
-mod reference;
+pub mod reference;
 pub mod retention;
+pub mod store_check;
+pub mod store_identity;
 
 use crate::error::{AsErrno, Errno};
 use crate::meta::{
@@ -111,6 +113,8 @@ fn refusal(id: &str) -> Option<String> {
         Some("it is all digits, the form of a checkpoint number".to_string())
     } else if id.starts_with('~') {
         Some("it starts with '~', the form of a ~N reference".to_string())
+    } else if id.starts_with(reference::EXACT) {
+        Some("it starts with '=', the form of an exact label reference".to_string())
     } else {
         None
     }
@@ -122,7 +126,7 @@ fn forgotten_message(reference: &str, f: &crate::meta::Forgotten) -> String {
         return format!(
             "checkpoint {} was deleted at {} by `rewindfs reset`, with all the history before it (a reset cannot be undone)",
             f.checkpoint,
-            crate::report::rfc3339(f.at)
+            crate::text::rfc3339(f.at)
         );
     }
     let how = if f.by == "retention" {
@@ -138,7 +142,7 @@ fn forgotten_message(reference: &str, f: &crate::meta::Forgotten) -> String {
         Some(p) => format!("; its changes are now part of checkpoint {p}'s turn"),
         None => String::new(),
     };
-    format!("{named} was {how} at {}{into}", crate::report::rfc3339(f.at))
+    format!("{named} was {how} at {}{into}", crate::text::rfc3339(f.at))
 }
 
 /// At most 64 characters of `s`, for an error message.
@@ -515,12 +519,7 @@ impl Journal {
             Some(n) => n + 1,
         };
         let clean = meta.get_state("clean_unmount_ns")?.and_then(|v| v.parse::<i64>().ok());
-        let sealed_ns = meta.get_state(SEALED_NS)?.and_then(|v| v.parse::<i64>().ok());
-        // A store from before `sealed_ns` was kept: the newest checkpoint's
-        // time, a millisecond late so as not to take its own changes for
-        // outside ones (see SEALED_NS).
-        let last_created_ns = newest.map(|c| c.created_at.saturating_add(1).saturating_mul(1_000_000));
-        let outside_since_ns = clean.or(sealed_ns).or(last_created_ns);
+        let outside_since_ns = bypass::unserved_since_ns(&meta)?;
         let unclean = last.is_some() && clean.is_none();
         if unclean {
             log::warn!(
@@ -597,12 +596,13 @@ impl Journal {
     /// without changing anything. Any recording through it fails.
     pub fn read_only(meta: Meta, store: Arc<dyn ChunkStore>) -> JournalResult<Journal> {
         let turn = meta.checkpoint_back(0)?.map_or(0, |c| c.checkpoint);
-        Ok(Journal::assemble(meta, store, turn, None, false, None))
+        let outside_since_ns = bypass::unserved_since_ns(&meta)?;
+        Ok(Journal::assemble(meta, store, turn, outside_since_ns, false, None))
     }
 
     /// Opens the store directory layout: `meta.sqlite` and `chunks/`,
     /// after checking that they are sound and belong together
-    /// ([`crate::store_dir`]).
+    /// ([`store_check`], [`store_identity`]).
     pub fn open_dir(dir: &Path) -> crate::Result<Journal> {
         Journal::refuse_damaged(dir)?;
         Journal::open_checked_dir(dir, || {
@@ -623,7 +623,7 @@ impl Journal {
     fn refuse_damaged(dir: &Path) -> crate::Result<()> {
         // Before anything writes: an empty or damaged database would
         // otherwise be recreated or used as if it were the history.
-        let damage = crate::store_dir::store_damage(dir);
+        let damage = store_check::store_damage(dir);
         if !damage.is_empty() {
             let what: Vec<String> = damage.into_iter().map(|d| d.detail).collect();
             return Err(crate::Error::kind_of(
@@ -643,7 +643,7 @@ impl Journal {
         dir: &Path,
         chunks: impl FnOnce() -> crate::Result<Arc<dyn ChunkStore>>,
     ) -> crate::Result<Journal> {
-        let meta = crate::store_dir::open_checked(dir)?;
+        let meta = store_identity::open_checked(dir)?;
         let chunks = chunks()?;
         let journal = Journal::open_with_log(meta, chunks, Some(&crate::store_dir::StoreDir::new(dir).journal_log()))
             .map_err(|e| crate::Error::Daemon(e.to_string()))?;
@@ -1188,7 +1188,8 @@ impl Journal {
     }
 
     /// Since when (ns since the epoch) changes to the backing tree were not
-    /// seen by a daemon, if this is not the first mount.
+    /// seen by a daemon, if this is not the first mount (opened read-only:
+    /// since the last daemon stopped).
     pub fn outside_since_ns(&self) -> Option<i64> {
         self.lock().outside_since_ns
     }
@@ -1352,6 +1353,13 @@ impl Journal {
     /// name one checkpoint by all of them together, or it is ambiguous. A
     /// forgotten checkpoint's number or message id is refused saying so.
     pub fn resolve(&self, reference: &str) -> JournalResult<CheckpointId> {
+        self.resolve_noted(reference).map(|(c, _)| c)
+    }
+
+    /// [`Journal::resolve`], with the sentence to tell the user when the
+    /// reference matched checkpoints of abandoned branches too and the
+    /// one on the current branch was taken (`reference::prefer_current_branch`).
+    pub fn resolve_noted(&self, reference: &str) -> JournalResult<(CheckpointId, Option<String>)> {
         // Numbers and `~N` are indexed lookups; any other reference reads
         // every checkpoint, since it may mean one by several readings.
         if let Some(back) = reference.strip_prefix('~') {
@@ -1360,7 +1368,7 @@ impl Journal {
                 Err(_) => None,
             };
             return match found {
-                Some(c) => Ok(CheckpointId(c.checkpoint)),
+                Some(c) => Ok((CheckpointId(c.checkpoint), None)),
                 None => Err(self.unknown_checkpoint(reference, &self.with_meta(|m| m.checkpoints())?)?),
             };
         }
@@ -1376,7 +1384,7 @@ impl Journal {
             matches.sort_unstable();
             matches.dedup();
             return match matches.as_slice() {
-                [one] => Ok(CheckpointId(*one)),
+                [one] => Ok((CheckpointId(*one), None)),
                 many => {
                     let all = self.with_meta(|m| m.checkpoints())?;
                     Err(JournalError::Ambiguous {
@@ -1400,12 +1408,15 @@ impl Journal {
             return Err(JournalError::Forgotten { reference: reference.to_string(), forgotten: Box::new(forgotten) });
         }
         match matches.as_slice() {
-            [one] => Ok(CheckpointId(*one)),
+            [one] => Ok((CheckpointId(*one), None)),
             [] => Err(self.unknown_checkpoint(reference, &all)?),
-            many => Err(JournalError::Ambiguous {
-                reference: reference.to_string(),
-                matches: reference::describe(&all, many),
-            }),
+            many => match reference::prefer_current_branch(&all, many, self.current_turn()) {
+                Some((n, note)) => Ok((CheckpointId(n), Some(note))),
+                None => Err(JournalError::Ambiguous {
+                    reference: reference.to_string(),
+                    matches: reference::describe(&all, many),
+                }),
+            },
         }
     }
 
@@ -1427,7 +1438,7 @@ impl Journal {
                 Some((n, at)) => format!(
                     "{known}; checkpoints up to {n} and their names were deleted at {} by `rewindfs reset` \
                      (a reset cannot be undone)",
-                    crate::report::rfc3339(at)
+                    crate::text::rfc3339(at)
                 ),
                 None => known,
             },
@@ -1443,6 +1454,33 @@ pub fn ns(sec: i64, nsec: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]).
+    #[test]
+    fn errno_mapping_table() {
+        use crate::error::{AsErrno, Errno};
+        use crate::meta::sqlite_failure;
+        use crate::store::StoreError;
+        let io = |n| std::io::Error::from_raw_os_error(n);
+        let cases: Vec<(Box<dyn AsErrno>, i32, &str)> = vec![
+            (Box::new(JournalError::from(sqlite_failure(8))), libc::EROFS, "journal meta"),
+            (Box::new(JournalError::from(StoreError::io("a", io(libc::ENOSPC)))), libc::ENOSPC, "journal store"),
+            (
+                Box::new(JournalError::NotDurable { checkpoint: 3, source: sqlite_failure(13) }),
+                libc::ENOSPC,
+                "journal sealed, not durable",
+            ),
+            (Box::new(JournalError::Read { what: "log".into(), source: io(libc::EIO) }), libc::EIO, "journal read"),
+            (
+                Box::new(JournalError::UnknownCheckpoint { reference: "x".into(), known: String::new() }),
+                libc::EIO,
+                "journal unknown checkpoint",
+            ),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
+    }
     use crate::meta::MetaResult;
     use crate::store::MemoryStore;
 
@@ -1646,7 +1684,7 @@ mod tests {
         assert_eq!(j.resolve("2").unwrap(), CheckpointId(2), "numbers come first");
     }
 
-    /// Issue 26, item 2: a message id that is a prefix of another (at
+    /// A message id that is a prefix of another (at
     /// least `MIN_PREFIX` characters) or begins with one is refused at
     /// seal, so a prefix reference never comes to mean another checkpoint.
     #[test]
@@ -1674,7 +1712,7 @@ mod tests {
         turn(&j, "été").unwrap();
     }
 
-    /// Issue 26, item 2: an exact message id no longer beats label words
+    /// An exact message id no longer beats label words
     /// or a prefix: an id equal to another checkpoint's label words makes
     /// the reference ambiguous (both listed, quoted), never the agent's.
     #[test]
@@ -1700,7 +1738,7 @@ mod tests {
         assert_eq!(j.resolve("1").unwrap(), owner);
     }
 
-    /// Issue 26, smaller ones: ids with bidi overrides or zero-width
+    /// Ids with bidi overrides or zero-width
     /// characters are printed escaped in "unknown" and "ambiguous" errors.
     #[test]
     fn invisible_characters_are_escaped_in_reference_errors() {

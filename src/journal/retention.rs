@@ -21,12 +21,16 @@
 //! listed and merges the rest before anything records again.
 
 use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
 
+use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
 use crate::meta::{Checkpoint, Meta, MetaResult, ObjectId, Reason};
 use crate::store::ChunkId;
+use crate::sys::{self, FileHandle};
 
 /// What the policy keeps. Stored in the store (`state` keys `retention.*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,7 +266,7 @@ impl Collected {
 
 /// How a collection removes an attic entry: `(object, handle, dry_run)` ->
 /// the bytes freed, or None when the entry is not removable
-/// (`Attic::remove_unreachable`).
+/// ([`remove_unreachable_slot`]).
 pub type AtticRemover<'a> = &'a dyn Fn(ObjectId, &[u8], bool) -> Option<u64>;
 
 /// How a collection takes a checkpoint out of view:
@@ -769,7 +773,7 @@ impl Journal {
     }
 
     /// After a collection: gives the pages the databases no longer use back
-    /// to the filesystem and empties their logs ([`crate::meta::shrink`]),
+    /// to the filesystem and empties their logs ([`crate::sqlite::shrink`]),
     /// holding the turn gate (a `VACUUM` rewrites the whole file). Best
     /// effort: what failed is logged, the collection stands.
     pub fn shrink(&self) {
@@ -821,8 +825,10 @@ impl Journal {
             log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
         }
         let Some(g) = forgetting else { return Ok(left.len()) };
-        let at_open = crate::workspace::attic::Attic::for_collection(attic_dir);
-        let attic = |id, handle: &[u8], dry| at_open.remove_unreachable_stored(id, handle, dry);
+        // The attic as it is at open, before the tree exists.
+        let at_open =
+            rustix::fs::open(attic_dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
+        let attic = |id, handle: &[u8], dry| remove_unreachable_slot(at_open.as_ref()?.as_fd(), id, handle, dry);
         let mut out = Collected::default();
         let mut freed = Freed::default();
         self.merge_forgetting(&mut out, &mut freed, &attic, Some(attic_dir))?;
@@ -862,6 +868,28 @@ fn remove_attic_slot(attic_dir: &std::path::Path, id: ObjectId) -> Option<u64> {
     }
 }
 
+/// Removes object `id`'s slot in the attic directory `attic` when it holds
+/// the inode `handle` (as the store keeps it) names, is not a directory
+/// and has no other name: a collection found that no kept checkpoint
+/// reaches it. With `dry_run` it only checks. The bytes the slot held;
+/// None: left alone (a handle that does not decode too).
+pub fn remove_unreachable_slot(attic: BorrowedFd<'_>, id: ObjectId, handle: &[u8], dry_run: bool) -> Option<u64> {
+    let handle = FileHandle::from_bytes(handle)?;
+    let name = id.0.to_string();
+    let st = rustix::fs::statat(attic, &name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory || st.st_nlink != 1 {
+        return None;
+    }
+    if sys::name_to_handle_at(attic, OsStr::new(&name)).ok()? != handle {
+        return None;
+    }
+    if !dry_run && let Err(e) = rustix::fs::unlinkat(attic, &name, AtFlags::empty()) {
+        log::warn!("cannot remove attic entry {name}, which no kept checkpoint needs: {e}");
+        return None;
+    }
+    Some(st.st_blocks as u64 * 512)
+}
+
 /// Whether attic entry `attic/<id>` is a directory holding object `id`
 /// (`handle`) with nothing inside that a view can reach: every entry in it
 /// has one link (no other name), is not pending, and is named by no entry
@@ -872,17 +900,15 @@ fn unreachable_attic_dir(
     id: ObjectId,
     handle: &[u8],
 ) -> MetaResult<Option<(u64, Vec<ObjectId>)>> {
-    use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
 
-    use crate::workspace::backing::handle_at;
     let name = std::ffi::OsString::from(id.0.to_string());
     let slot = attic_dir.join(&name);
     if !std::fs::symlink_metadata(&slot).is_ok_and(|md| md.is_dir()) {
         return Ok(None);
     }
     let Ok(parent) = std::fs::File::open(attic_dir) else { return Ok(None) };
-    if !handle_at(parent.as_fd(), &name).is_ok_and(|h| h.to_bytes() == handle) {
+    if !sys::name_to_handle_at(parent.as_fd(), &name).is_ok_and(|h| h.to_bytes() == handle) {
         return Ok(None);
     }
     let mut inner = Vec::new();
@@ -895,7 +921,7 @@ fn unreachable_attic_dir(
             if !md.is_dir() && md.nlink() != 1 {
                 return Ok(None);
             }
-            let Ok(h) = handle_at(fd.as_fd(), &e.file_name()) else { return Ok(None) };
+            let Ok(h) = sys::name_to_handle_at(fd.as_fd(), &e.file_name()) else { return Ok(None) };
             let h = h.to_bytes();
             if m.is_pending(&h)? {
                 return Ok(None);
@@ -932,13 +958,49 @@ fn tree_bytes(path: &std::path::Path) -> (u64, u64) {
     (bytes, entries)
 }
 
-/// `du`: where the store's bytes are (see [`crate::daemon::control::DuReply`]).
-pub fn du(
-    journal: &Journal,
-    tree: &crate::workspace::LiveTree,
-    store_dir: &std::path::Path,
-) -> JournalResult<crate::daemon::control::DuReply> {
-    use crate::daemon::control::{DuReply, TurnUsage};
+/// `du`: bytes on disk by part, logical bytes, ratios, per turn, and what
+/// `gc` would free under the stored policy.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct DuReply {
+    /// Everything in the store directory.
+    pub disk_bytes: u64,
+    pub packs_bytes: u64,
+    /// Bytes of the packs the index points at (the rest is released or
+    /// never indexed: compaction's to take back).
+    pub packs_live_bytes: u64,
+    pub index_bytes: u64,
+    pub metadata_bytes: u64,
+    /// Removed files kept in the attic (allocated bytes).
+    pub attic_bytes: u64,
+    pub attic_entries: u64,
+    /// Distinct chunks, their bytes decoded and as stored.
+    pub chunks: u64,
+    pub unique_bytes: u64,
+    pub stored_bytes: u64,
+    /// Bytes of content the records refer to (each file version counted
+    /// whole, as a copy would take).
+    pub logical_bytes: u64,
+    /// logical / unique (what content-addressing saves).
+    pub dedup_ratio: f64,
+    /// unique / stored (what zstd saves).
+    pub compression_ratio: f64,
+    pub turns: Vec<TurnUsage>,
+    /// `gc --dry-run` under the stored policy.
+    pub gc_would_free: Collected,
+}
+
+/// What one turn's records hold.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct TurnUsage {
+    pub checkpoint: i64,
+    pub records: u64,
+    /// Bytes of content captured (file versions, counted whole).
+    pub content_bytes: u64,
+}
+
+/// `du`: where the store's bytes are. `attic` answers for the attic
+/// entries a collection would remove (called with `dry_run`).
+pub fn du(journal: &Journal, attic: AtticRemover<'_>, store_dir: &std::path::Path) -> JournalResult<DuReply> {
     let parts = crate::store_dir::StoreDir::new(store_dir);
     let size = |p: std::path::PathBuf| tree_bytes(&p).0;
     let packs = journal.store().pack_use()?;
@@ -947,8 +1009,7 @@ pub fn du(
     let logical: u64 = usage.iter().map(|u| u.2).sum();
     let policy = journal.policy()?;
     let victims = journal.plan_retention(&policy)?;
-    let attic = |id, handle: &[u8], _| tree.attic().remove_unreachable_stored(id, handle, true);
-    let gc_would_free = journal.collect(&victims, "retention", true, &attic, Some(&parts.attic()), &no_cache)?;
+    let gc_would_free = journal.collect(&victims, "retention", true, attic, Some(&parts.attic()), &no_cache)?;
     let (attic_bytes, attic_entries) = tree_bytes(&parts.attic());
     let attic_entries = std::fs::read_dir(parts.attic()).map(|d| d.count() as u64).unwrap_or(attic_entries);
     let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
@@ -1173,7 +1234,7 @@ mod journal_tests {
 
     #[test]
     fn planning_with_nothing_to_forget_costs_the_same_on_a_long_history() {
-        // Issue 15: GC's cost is what it frees, not the history. Default
+        // GC's cost is what it frees, not the history. Default
         // policy (200 / 14 days), everything young: nothing goes.
         let cost = |n| {
             let (j, _, _) = long_history(n);
@@ -1193,9 +1254,9 @@ mod journal_tests {
         assert!(steps < whole / 2, "{} victims cost {steps} steps, the whole table {whole}", victims.len());
     }
 
-    /// Item 4 of session 9: a dry run (`du`, `gc --dry-run`) held the turn
-    /// gate, and so every recording FUSE operation, for its whole rolled
-    /// back transaction. On a database in a file it works on a copy: while
+    /// A dry run (`du`, `gc --dry-run`) must not hold the turn gate, and so
+    /// every recording FUSE operation, for a whole rolled back
+    /// transaction. On a database in a file it works on a copy: while
     /// it checks the attic entries it would free, writes can go on; and it
     /// says what the collection then does.
     #[test]

@@ -19,6 +19,16 @@ pub struct Vouched {
     pub born_turn: Option<i64>,
 }
 
+/// The turns of an object's newest records, and of its birth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Records {
+    pub last_turn: Option<i64>,
+    /// The newest record that holds content (a view before it takes the
+    /// bytes from a record, after it from the inode).
+    pub last_content_turn: Option<i64>,
+    pub born_turn: Option<i64>,
+}
+
 impl Meta {
     /// Notes that the state of `object` at checkpoints `first..=last` is
     /// unknown: the record that those checkpoints' views would read holds a
@@ -54,6 +64,33 @@ impl Meta {
             .ctx("prepare")?;
         let rows = stmt.query_map([object.0], |r| Ok((r.get(0)?, r.get(1)?))).ctx("list bypassed ranges")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list bypassed ranges")
+    }
+
+    /// Every range of unknown states noted, as (object, first, last).
+    pub fn all_bypassed(&self) -> MetaResult<Vec<(ObjectId, i64, i64)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT object, first, last FROM bypassed ORDER BY object, first")
+            .ctx("prepare")?;
+        let rows =
+            stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?, r.get(2)?))).ctx("list bypassed ranges")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list bypassed ranges")
+    }
+
+    /// What the records of `object` hold: the views of checkpoints after
+    /// the newest of them read its live state.
+    pub fn records_of(&self, object: ObjectId) -> MetaResult<Records> {
+        self.conn
+            .prepare_cached(
+                "SELECT (SELECT MAX(turn) FROM object_pre WHERE object = ?1), \
+                        (SELECT MAX(turn) FROM object_pre WHERE object = ?1 AND chunks IS NOT NULL), \
+                        (SELECT born_turn FROM objects WHERE id = ?1)",
+            )
+            .ctx("prepare")?
+            .query_row([object.0], |r| {
+                Ok(Records { last_turn: r.get(0)?, last_content_turn: r.get(1)?, born_turn: r.get(2)? })
+            })
+            .ctx("read the records of an object")
     }
 
     /// The newest record of `object` in a turn before `turn`, and its birth

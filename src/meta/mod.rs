@@ -8,13 +8,14 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::{AsErrno, Errno};
+use crate::sqlite::{disk_full_note, shrink, sqlite_errno};
 use serde::Serialize;
 
 mod bypass;
 mod refs;
 mod retention;
 mod semantic;
-pub use bypass::Vouched;
+pub use bypass::{Records, Vouched};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
 
@@ -47,26 +48,6 @@ pub enum MetaError {
     TooNew { path: String, found: i64, supported: i64 },
     #[error("metadata database: malformed {what}")]
     Malformed { what: &'static str },
-}
-
-/// SQLite says "database or disk is full" for a full disk: named as the
-/// kernel names it too, so every ENOSPC reads the same to the user.
-pub(crate) fn disk_full_note(e: &rusqlite::Error) -> &'static str {
-    if sqlite_errno(e) == Some(Errno::ENOSPC) { " (No space left on device)" } else { "" }
-}
-
-/// The errno behind a SQLite error, if it has one: the only map of SQLite
-/// codes to errnos (the chunk index uses it too).
-pub fn sqlite_errno(e: &rusqlite::Error) -> Option<Errno> {
-    match e {
-        rusqlite::Error::SqliteFailure(e, _) => match e.code {
-            rusqlite::ErrorCode::DiskFull => Some(Errno::ENOSPC),
-            rusqlite::ErrorCode::SystemIoFailure => Some(Errno::EIO),
-            rusqlite::ErrorCode::ReadOnly => Some(Errno::EROFS),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 impl AsErrno for MetaError {
@@ -130,6 +111,12 @@ impl Reason {
             _ => Reason::Turn,
         }
     }
+}
+
+/// The end (ns) of millisecond `ms`: `created_at` has ms, and a change in
+/// the same millisecond as a seal may be before or after it.
+pub fn end_of_ms(ms: i64) -> i64 {
+    ms.saturating_add(1).saturating_mul(1_000_000)
 }
 
 /// One checkpoint row.
@@ -296,44 +283,6 @@ pub struct PendingSource {
     pub source: Option<(i64, ObjectId)>,
     pub source_chunks: Option<Vec<u8>>,
     pub source_exists: bool,
-}
-
-/// A database whose free pages are at least this share of it is rewritten
-/// (`VACUUM`) after a collection: below that the pages are reused soon
-/// enough, and a rewrite costs the whole file.
-const VACUUM_FREE_SHARE: i64 = 4;
-/// ... and when they are at least this many pages (a small file is not
-/// worth a rewrite).
-const VACUUM_MIN_FREE_PAGES: i64 = 16;
-
-/// After a collection: gives a database's free pages back to the
-/// filesystem (`incremental_vacuum` when it was created with
-/// `auto_vacuum=INCREMENTAL`, otherwise a `VACUUM` when a large share of
-/// it is free), then empties its WAL (`wal_checkpoint(TRUNCATE)`), which
-/// otherwise keeps the largest size it ever reached. Deleted rows only put
-/// pages on SQLite's freelist, so without this what `gc` frees never
-/// shows on disk. A failed `VACUUM` (no room for its copy) is logged, not
-/// fatal: the pages stay free for reuse.
-pub(crate) fn shrink(conn: &Connection, path: &Path) -> rusqlite::Result<()> {
-    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-    let auto_vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
-    if free > 0 && auto_vacuum == 2 {
-        conn.execute_batch("PRAGMA incremental_vacuum")?;
-    } else if free >= VACUUM_MIN_FREE_PAGES && free * VACUUM_FREE_SHARE >= pages {
-        match conn.execute_batch("VACUUM") {
-            Ok(()) => log::info!("Rewrote {} without its {free} free pages of {pages}.", path.display()),
-            Err(e) => log::warn!(
-                "Cannot rewrite {} without its {free} free pages ({e}); they stay for reuse.",
-                path.display()
-            ),
-        }
-    }
-    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
-    if busy != 0 {
-        log::warn!("The log of {} was not emptied: a reader was in the way.", path.display());
-    }
-    Ok(())
 }
 
 /// The metadata database.
@@ -1997,6 +1946,20 @@ pub(crate) fn test_file_state(size: u64) -> ObjectState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]).
+    #[test]
+    fn errno_mapping_table() {
+        let cases: Vec<(Box<dyn AsErrno>, i32, &str)> = vec![
+            (Box::new(sqlite_failure(13)), libc::ENOSPC, "SQLITE_FULL"),
+            (Box::new(sqlite_failure(10)), libc::EIO, "SQLITE_IOERR"),
+            (Box::new(sqlite_failure(8)), libc::EROFS, "SQLITE_READONLY"),
+            (Box::new(sqlite_failure(11)), libc::EIO, "SQLITE_CORRUPT"),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
+    }
 
     fn state(size: u64) -> ObjectState {
         test_file_state(size)

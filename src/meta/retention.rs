@@ -868,7 +868,7 @@ mod tests {
     /// oldest checkpoints drops those no kept checkpoint can ask about
     /// (every question is about a ctime after a kept seal), and answers
     /// every question that can still be asked as before; forgetting a
-    /// rewind's safety checkpoint keeps its turn's start (commit ce7613c).
+    /// rewind's safety checkpoint keeps its turn's start.
     #[test]
     fn forgetting_the_oldest_drops_the_daemons_notes_no_kept_checkpoint_asks_about() {
         let m = Meta::open_in_memory().unwrap();
@@ -912,13 +912,13 @@ mod tests {
         );
         let after = answers(&m);
         for ((ns, was), now) in grid.iter().zip(&before).zip(&after) {
-            if *ns > crate::journal::end_of_ms(30) {
+            if *ns > crate::meta::end_of_ms(30) {
                 assert_eq!(now, was, "a question a kept checkpoint asks, at {ns} ns");
             }
         }
     }
 
-    /// Issue 15: the ranges of unknown states (`bypassed`) that no kept
+    /// The ranges of unknown states (`bypassed`) that no kept
     /// checkpoint lies in go with the forget that leaves them so, and those
     /// of an object dropped as unreachable go with it; a range that still
     /// holds a kept checkpoint stays whole, and every kept checkpoint's

@@ -283,23 +283,6 @@ fn unknown(path: &Path, e: &crate::view::ViewError, out: &mut Vec<FileChange>) -
     Ok(())
 }
 
-pub(crate) fn rfc3339(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 /// The statistics of every turn, oldest first. A sealed turn's statistics
 /// are computed once and stored (by the daemon right after the seal, or
 /// here when missing); the open turn's are computed each time.
@@ -335,7 +318,7 @@ pub fn log(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Vec
             session: c.session.clone(),
             label: c.label.clone(),
             reason: c.reason,
-            created_at: rfc3339(c.created_at),
+            created_at: crate::text::rfc3339(c.created_at),
             current: c.checkpoint == current,
             files_added: stats.files_added,
             files_modified: stats.files_modified,
@@ -788,12 +771,6 @@ impl Way {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_796_216_357_970), "2026-12-02T12:59:17Z");
-    }
 
     #[test]
     fn binary_detection() {

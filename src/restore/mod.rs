@@ -18,7 +18,7 @@ use crate::journal::Journal;
 use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::live::Created;
 use crate::workspace::{Attr, Caller, Ino, Kind, LiveTree, SetAttr, SetTime};
-use crate::world::{Frozen, Held};
+use crate::world::{Frozen, Held, Touched};
 
 /// Errors while restoring.
 #[derive(Debug, thiserror::Error)]
@@ -71,13 +71,6 @@ pub enum Action {
     Restore,
     /// Only mode, owner, times or xattrs differ.
     Attributes,
-}
-
-/// Kernel cache entries a restore made stale.
-#[derive(Default, Debug)]
-pub struct Touched {
-    pub entries: BTreeSet<(Ino, OsString)>,
-    pub inodes: BTreeSet<Ino>,
 }
 
 struct Ctx<'a> {
@@ -368,7 +361,7 @@ impl Ctx<'_> {
         }
         let wanted_names: BTreeSet<OsString> = wanted.iter().map(|(n, _)| n.clone()).collect();
         for name in self.tree.names(ino).map_err(|e| live_err(&path, e))? {
-            if ino == Ino::ROOT && name == crate::view::browse::HIDDEN_DIR {
+            if ino == Ino::ROOT && name == crate::workspace::HIDDEN_DIR {
                 continue;
             }
             if !wanted_names.contains(&name) {
@@ -390,7 +383,7 @@ impl Ctx<'_> {
             Some(a) => a,
             None => self.tree.getattr(ino, None).map_err(|e| live_err(path, e))?,
         };
-        let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
+        let mtime = crate::workspace::attr::time_of_ns(state.mtime_ns);
         let mut set = owner_and_mode_changes(&live, state);
         let live_x = self.tree.xattrs_of(ino);
         let xattrs_differ = live_x != state.xattrs;
@@ -576,4 +569,21 @@ pub fn random_u64(salt: u64) -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(salt);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]).
+    #[test]
+    fn errno_mapping_table() {
+        let cases: Vec<(RestoreError, i32, &str)> = vec![
+            (RestoreError::Live { path: "a".into(), errno: Errno::EEXIST }, libc::EEXIST, "restore live"),
+            (RestoreError::BadPath("..".into()), libc::EINVAL, "restore bad path"),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
+    }
 }

@@ -30,7 +30,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::error::Errno;
 use crate::journal::Journal;
 use crate::meta::ObjectId;
-use crate::restore::{Action, Planned, RestoreError, Touched};
+use crate::restore::{Action, Planned, RestoreError};
 use crate::store::ContentRef;
 use crate::sys::FileHandle;
 use crate::view::{Content, Node, NodeState, TreeView};
@@ -38,7 +38,7 @@ use crate::workspace::backing;
 use crate::workspace::capture::kind_code;
 use crate::workspace::rewind_ops::{Aside, NewFile, RewindOps};
 use crate::workspace::{Caller, Kind, LiveTree, SetTime};
-use crate::world::Frozen;
+use crate::world::{Frozen, Touched};
 
 pub mod recovery;
 
@@ -899,7 +899,7 @@ impl Rewinder<'_> {
         let ino = self.tree.ino_for(fd).map_err(|e| err("inode".into(), e))?;
         let live = self.tree.getattr(ino, None).map_err(|e| err("stat".into(), e))?;
         let mut set = crate::restore::owner_and_mode_changes(&live, &state);
-        let mtime = crate::view::browse::time_of_ns(state.mtime_ns);
+        let mtime = crate::workspace::attr::time_of_ns(state.mtime_ns);
         if live.kind != Kind::Symlink && live.mtime != mtime {
             set.mtime = Some(SetTime::At(mtime));
         }

@@ -9,6 +9,12 @@
 //! store (a content record, or a file still pending from an earlier
 //! rewind). Contents that stay on disk (unchanged files, files moved to
 //! the attic) need no check.
+//!
+//! A rewind visits only what the journal recorded since the checkpoint, so
+//! an object changed under the mount (bypassing it) with nothing recorded
+//! of it since would be left as it is, and the result called the
+//! checkpoint: such objects are found by their ctime, in one walk of the
+//! tree ([`changed_unrecorded`]), and the rewind is refused naming them.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -49,12 +55,25 @@ fn state_or_unknown(view: &TreeView<'_>, node: &Node) -> Result<Option<NodeState
     }
 }
 
+/// What the view says of the listing of directory `node` at its
+/// checkpoint, as [`state_or_unknown`] says of a state: Some(why) when it
+/// is unknown.
+fn listing_unknown(view: &TreeView<'_>, node: &Node) -> Option<String> {
+    match view.check_listing(node) {
+        Err(e @ (ViewError::ChangedOutside(..) | ViewError::ChangedUnderMount { .. })) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 /// Chunks already read and verified, and those that failed, so a second
 /// check (after the tree froze) reads only what is new.
 #[derive(Default)]
 pub struct Checked {
     good: HashSet<ChunkId>,
     bad: HashMap<ChunkId, String>,
+    /// The tree was walked for objects changed without a record
+    /// ([`changed_unrecorded`]): once per rewind, before the tree froze.
+    walked: bool,
     /// Bytes of the readable contents the last check found taken from the
     /// store: what the rewind will write back into the workspace.
     pub to_write: u64,
@@ -97,7 +116,74 @@ pub fn unreadable(
             out.push(Unreadable { path, checkpoint, problem, unknown });
         }
     }
+    if !checked.walked {
+        checked.walked = true;
+        out.extend(changed_unrecorded(tree, journal, &view, &seen)?);
+    }
     out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// The objects of the tree at the view's checkpoint whose state there is
+/// unknown though nothing was recorded of them since (so a rewind would
+/// not visit them): changed under the mount after the checkpoint's seal
+/// (a file written or created, a name removed from a directory), or
+/// between mounts. Every object changed after the seal says so by its
+/// ctime, so the tree is walked once (a `statx` per name) for those, and
+/// the view judges each as it would when read: a file's state, a
+/// directory's listing. Objects in `visited` (recorded since, and checked
+/// as such) and objects born since the checkpoint (not in its tree) are
+/// left out, and so is an object whose path now leads elsewhere in the
+/// view (in a directory born since, say).
+fn changed_unrecorded(
+    tree: &LiveTree,
+    journal: &Journal,
+    view: &TreeView<'_>,
+    visited: &HashSet<ObjectId>,
+) -> Result<Vec<Unreadable>, RestoreError> {
+    let Some(checkpoint) = view.checkpoint() else { return Ok(Vec::new()) };
+    let Some(sealed_ms) = journal.sealed_after(checkpoint - 1)? else { return Ok(Vec::new()) };
+    let started = std::time::Instant::now();
+    let changed = tree
+        .backing()
+        .scan_changed_since(crate::meta::end_of_ms(sealed_ms))
+        .map_err(|errno| RestoreError::Live { path: "the workspace".to_string(), errno })?;
+    let mut out = Vec::new();
+    for c in &changed {
+        let id = journal.known_object_id(&c.handle)?;
+        let is_dir = c.kind == crate::workspace::Kind::Dir;
+        if let Some(id) = id
+            && ((!is_dir && visited.contains(&id))
+                || journal.with_meta(|m| m.records_of(id))?.born_turn.is_some_and(|b| b >= checkpoint))
+        {
+            continue;
+        }
+        let node = Node { id, handle: Some(c.handle.clone()) };
+        let problem = match is_dir {
+            true => listing_unknown(view, &node),
+            false => state_or_unknown(view, &node).err(),
+        };
+        let Some(problem) = problem else { continue };
+        let path = tree.backing().path_of_handle(&c.handle);
+        if let Some(p) = &path
+            && let Ok(found) = view.resolve(p)
+            && found.is_none_or(|n| n.handle.as_ref() != Some(&c.handle))
+        {
+            continue;
+        }
+        let path = match path {
+            Some(p) if p.as_os_str().is_empty() => ".".into(),
+            Some(p) => p,
+            None => id.map_or_else(|| "an object never recorded".into(), |id| format!("object {}", id.0).into()),
+        };
+        out.push(Unreadable { path, checkpoint, problem, unknown: true });
+    }
+    log::info!(
+        "checkpoint {checkpoint}: {} objects changed since its seal looked at in {:?}, {} of them unknown there",
+        changed.len(),
+        started.elapsed(),
+        out.len()
+    );
     Ok(out)
 }
 
@@ -132,8 +218,12 @@ pub fn unreadable_under(
             }
         };
         if state.is_dir() {
-            // As for states: a listing the view cannot give fails the
-            // restore itself.
+            if let Some(problem) = listing_unknown(&view, &node) {
+                out.push(Unreadable { path, checkpoint, problem, unknown: true });
+                continue;
+            }
+            // As for states: a listing the view cannot give otherwise
+            // fails the restore itself.
             if let Ok(children) = view.list(&node) {
                 stack.extend(children.into_iter().map(|(name, child)| (path.join(name), child)));
             }

@@ -107,7 +107,7 @@ pub fn recovered(intent: &Intent, interrupted_checkpoint: i64, result_checkpoint
          result checkpoint {result_checkpoint} (checkpoint {interrupted_checkpoint} is the tree as the interruption \
          left it; `rewindfs {} {}` undoes it)",
         describe(intent),
-        crate::report::rfc3339(intent.started_at),
+        crate::text::rfc3339(intent.started_at),
         match intent.op {
             IntentOp::Rewind => "rewind",
             IntentOp::Restore => "restore",
@@ -158,7 +158,7 @@ pub fn abandoned(intent: &Intent, interrupted: i64, temporaries: &[String]) -> R
          checkpoint {interrupted}{left}. Checkpoint {} is the tree before it (`{undo}` goes back to it); `{again}` \
          tries it again",
         describe(intent),
-        crate::report::rfc3339(intent.started_at),
+        crate::text::rfc3339(intent.started_at),
         intent.undo_checkpoint,
     );
     Recovered {

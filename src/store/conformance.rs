@@ -1,6 +1,6 @@
 //! The behaviour every [`ChunkStore`] backend must show: one test template
 //! all backends pass, public with the `test-kit` feature so a backend built
-//! elsewhere (an S3-compatible object store, issue 28) proves itself the
+//! elsewhere (an S3-compatible object store, for example) proves itself the
 //! same way (`tests/store_kit.rs` runs it on every backend [`super::open`]
 //! makes).
 //!

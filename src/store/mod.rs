@@ -125,7 +125,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
-    #[error("chunk index: {context}: {source}{}", crate::meta::disk_full_note(source))]
+    #[error("chunk index: {context}: {source}{}", crate::sqlite::disk_full_note(source))]
     Sqlite {
         context: String,
         #[source]
@@ -170,7 +170,7 @@ impl StoreError {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             StoreError::Io { source, .. } => source.raw_os_error(),
-            StoreError::Sqlite { source, .. } => crate::meta::sqlite_errno(source).map(|e| e.0),
+            StoreError::Sqlite { source, .. } => crate::sqlite::sqlite_errno(source).map(|e| e.0),
             StoreError::ReserveKept { .. } => Some(libc::ENOSPC),
             _ => None,
         }
@@ -511,6 +511,28 @@ pub(crate) fn verify_by_get(store: &dyn ChunkStore, progress: &mut dyn FnMut(u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]).
+    #[test]
+    fn errno_mapping_table() {
+        use crate::error::{AsErrno, Errno};
+        let chunk = ChunkId::from_slice(&[0u8; 32]).expect("a chunk id");
+        let sqlite = |code| StoreError::Sqlite {
+            context: "t".into(),
+            source: rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
+        };
+        let io = |n| std::io::Error::from_raw_os_error(n);
+        let cases: Vec<(Box<dyn AsErrno>, i32, &str)> = vec![
+            (Box::new(sqlite(8)), libc::EROFS, "chunk index SQLITE_READONLY (was EIO)"),
+            (Box::new(sqlite(13)), libc::ENOSPC, "chunk index SQLITE_FULL"),
+            (Box::new(StoreError::io("append", io(libc::ENOSPC))), libc::ENOSPC, "store io"),
+            (Box::new(StoreError::Poisoned), libc::EIO, "store poisoned"),
+            (Box::new(StoreError::corrupt(chunk, "bad")), libc::EIO, "store corrupt"),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
+    }
 
     #[test]
     fn chunk_id_hex_roundtrip() {

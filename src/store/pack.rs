@@ -1251,7 +1251,7 @@ impl ChunkStore for PackStore {
             return Ok(());
         }
         let writer = self.writer()?;
-        crate::meta::shrink(&writer.conn, &self.dir.join("chunks.sqlite"))
+        crate::sqlite::shrink(&writer.conn, &self.dir.join("chunks.sqlite"))
             .map_err(|e| StoreError::sqlite("giving the chunk index's free pages back", e))
     }
 

@@ -1,5 +1,9 @@
-//! The store directory as a whole: what rewindfs puts in it, and the checks
-//! that the parts belong together before anything is mounted over them.
+//! The store directory's layout: what rewindfs puts in it and where,
+//! named once. Imports nothing from the crate, so every layer that opens a
+//! part (the chunk store, the attic, the journal) can reach it; the checks
+//! that the parts belong together need the database and the journal's log,
+//! so they sit with the journal, which opens a store directory as a whole
+//! (`journal::store_check`, `journal::store_identity`).
 //!
 //! A store holds the metadata database (`meta.sqlite` and its WAL), the
 //! chunk store (`chunks/`: packs, indexes and the store id), the attic
@@ -7,13 +11,7 @@
 //! daemon appends to between folds, the daemon's own log and the lock that
 //! keeps one daemon per store.
 
-pub mod check;
-pub mod identity;
-
 use std::path::{Path, PathBuf};
-
-pub use check::{StoreDamage, store_damage, store_damage_thorough};
-pub use identity::open_checked;
 
 /// Every name rewindfs puts at the top of a store directory. Anything else
 /// there means the directory is someone's, not a store.

@@ -11,18 +11,16 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use crate::journal::Journal;
 use crate::meta::ObjectId;
 use crate::sys::FileHandle;
 use crate::view::{Node, NodeState, TreeView, ViewError, ViewResult};
+use crate::workspace::attr::time_of_ns;
 use crate::workspace::capture::kind_code;
 use crate::workspace::{Attr, Ino, Kind, LiveTree};
 use crate::world::Held;
-
-/// The name of the hidden directory in the root of a live mount.
-pub const HIDDEN_DIR: &str = ".rewindfs";
 
 const README: &str = "This directory is provided by rewindfs; it is not part of your workspace.\n\
 \n\
@@ -181,19 +179,6 @@ pub struct Browser {
 
 /// How many stored-file states a browser keeps.
 const STATE_CACHE: usize = 1024;
-
-/// A time in nanoseconds since the epoch.
-pub fn time_of_ns(ns: i64) -> SystemTime {
-    time_of(ns)
-}
-
-fn time_of(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
-    }
-}
 
 fn enoent() -> ViewError {
     ViewError::Io(std::io::Error::from_raw_os_error(libc::ENOENT))
@@ -389,7 +374,7 @@ impl Browser {
     }
 
     fn object_attr(&self, ino: Ino, s: &NodeState) -> Attr {
-        let t = time_of(s.mtime_ns);
+        let t = time_of_ns(s.mtime_ns);
         let kind = Kind::from_code(s.kind);
         Attr {
             ino,

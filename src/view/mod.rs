@@ -12,8 +12,8 @@ use std::os::unix::ffi::OsStrExt;
 use rustix::fs::{Mode, OFlags};
 
 use crate::error::Errno;
-use crate::journal::{Journal, Mark, end_of_ms, ns};
-use crate::meta::{ObjectId, decode_xattrs};
+use crate::journal::{Journal, Mark, ns};
+use crate::meta::{ObjectId, decode_xattrs, end_of_ms};
 use crate::store::{ContentRef, read_content_at};
 use crate::sys::FileHandle;
 use crate::workspace::Kind;
@@ -421,12 +421,10 @@ impl<'a> TreeView<'a> {
     /// record in the records read after it.
     pub fn list(&self, dir: &Node) -> ViewResult<Vec<(OsString, Node)>> {
         let dir_id = self.id_of(dir)?;
-        if let Some(id) = dir_id {
-            self.check_outside(id, None)?;
-        }
+        let live = self.live_dir(dir);
+        self.check_listing_of(dir_id, live.as_ref().map(|(_, st)| st))?;
         let mut entries: std::collections::BTreeMap<Vec<u8>, Node> = std::collections::BTreeMap::new();
-        if let Some((fd, st)) = self.live_dir(dir) {
-            self.check_dir_bypassed(dir_id, &st)?;
+        if let Some((fd, _)) = live {
             let dirfd =
                 rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
             let mut listing = rustix::fs::Dir::new(dirfd)?;
@@ -464,6 +462,25 @@ impl<'a> TreeView<'a> {
             }
         }
         Ok(entries.into_iter().map(|(n, node)| (OsString::from(OsStr::from_bytes(&n)), node)).collect())
+    }
+
+    /// Fails when this view cannot list directory `dir` as it was at the
+    /// checkpoint (changed outside the mount, or a name created or removed
+    /// under it): the checks [`TreeView::list`] makes, without reading the
+    /// names.
+    pub fn check_listing(&self, dir: &Node) -> ViewResult<()> {
+        let live = self.live_dir(dir);
+        self.check_listing_of(self.id_of(dir)?, live.as_ref().map(|(_, st)| st))
+    }
+
+    fn check_listing_of(&self, id: Option<ObjectId>, live: Option<&rustix::fs::Stat>) -> ViewResult<()> {
+        if let Some(id) = id {
+            self.check_outside(id, None)?;
+        }
+        match live {
+            Some(st) => self.check_dir_bypassed(id, st),
+            None => Ok(()),
+        }
     }
 
     /// Resolves a path relative to the root, never following symlinks.
@@ -630,5 +647,31 @@ impl<'a> TreeView<'a> {
         }
         out.truncate(done);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::AsErrno;
+
+    /// Each error of this module, through the one boundary ([`AsErrno`]):
+    /// the errno of the store or the database behind it, not EIO.
+    #[test]
+    fn errno_mapping_table() {
+        let io = |n| std::io::Error::from_raw_os_error(n);
+        let cases: Vec<(ViewError, i32, &str)> = vec![
+            (ViewError::Io(io(libc::ENOTDIR)), libc::ENOTDIR, "view io"),
+            (
+                ViewError::Store(crate::store::StoreError::io("a", io(libc::ENOSPC))),
+                libc::ENOSPC,
+                "view store (was EIO)",
+            ),
+            (ViewError::Meta(crate::meta::sqlite_failure(8)), libc::EROFS, "view meta (was EIO)"),
+            (ViewError::Lost(ObjectId(1)), libc::EIO, "view lost"),
+        ];
+        for (err, want, what) in cases {
+            assert_eq!(err.errno(), Errno(want), "{what}");
+        }
     }
 }

@@ -15,8 +15,6 @@ use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use crate::error::{AsErrno, Errno};
 use crate::journal::Journal;
 use crate::meta::ObjectId;
-use crate::sys::FileHandle;
-use crate::workspace::backing;
 
 type Res<T> = std::result::Result<T, Errno>;
 
@@ -45,13 +43,6 @@ impl Attic {
     /// No attic (yet).
     pub(crate) fn none(journal: Option<Arc<Journal>>) -> Attic {
         Attic { dir: None, journal }
-    }
-
-    /// The attic at `dir` as the store's open finishes a collection with it
-    /// (before the tree exists): only [`Attic::remove_unreachable`] is used.
-    pub(crate) fn for_collection(dir: &Path) -> Attic {
-        let dir = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok();
-        Attic { dir, journal: None }
     }
 
     /// Uses `dir` as the attic if it is on the filesystem of `root`
@@ -159,30 +150,10 @@ impl Attic {
         }
     }
 
-    /// `remove_unreachable` for a handle as the store keeps it (the
-    /// retention code's callback); a handle that does not decode is left alone.
+    /// Removes object `id`'s attic slot if a collection may
+    /// ([`crate::journal::retention::remove_unreachable_slot`], the
+    /// retention code's callback, with the handle as the store keeps it).
     pub fn remove_unreachable_stored(&self, id: ObjectId, handle: &[u8], dry_run: bool) -> Option<u64> {
-        FileHandle::from_bytes(handle).and_then(|h| self.remove_unreachable(id, &h, dry_run))
-    }
-
-    /// Removes object `id`'s attic slot when it holds the inode `handle`
-    /// names, is not a directory and has no other name: a collection found
-    /// that no kept checkpoint reaches it (`journal/retention.rs`). With
-    /// `dry_run` it only checks. The bytes the slot held; None: left alone.
-    pub fn remove_unreachable(&self, id: ObjectId, handle: &FileHandle, dry_run: bool) -> Option<u64> {
-        let attic = self.fd()?;
-        let name = id.0.to_string();
-        let st = rustix::fs::statat(attic, &name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory || st.st_nlink != 1 {
-            return None;
-        }
-        if backing::handle_at(attic, OsStr::new(&name)).ok()? != *handle {
-            return None;
-        }
-        if !dry_run && let Err(e) = rustix::fs::unlinkat(attic, &name, AtFlags::empty()) {
-            log::warn!("cannot remove attic entry {name}, which no kept checkpoint needs: {e}");
-            return None;
-        }
-        Some(st.st_blocks as u64 * 512)
+        crate::journal::retention::remove_unreachable_slot(self.fd()?, id, handle, dry_run)
     }
 }

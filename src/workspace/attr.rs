@@ -103,6 +103,15 @@ pub struct Attr {
     pub ctime: SystemTime,
 }
 
+/// A time in nanoseconds since the epoch.
+pub fn time_of_ns(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
 fn time(sec: i64, nsec: i64) -> SystemTime {
     if sec >= 0 {
         UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)

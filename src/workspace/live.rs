@@ -82,14 +82,18 @@ fn check_name(name: &OsStr) -> Res<()> {
     Ok(())
 }
 
+/// The name of the hidden directory in the root of a live mount, where
+/// checkpoints are browsed (`view::browse`).
+pub const HIDDEN_DIR: &str = ".rewindfs";
+
 /// Checks a name about to be created in `parent`. The root's `.rewindfs`
 /// is where the mount shows its checkpoints: a real entry made there while
 /// mounted would hide them and could stand in for them (an agent renaming
 /// a forged `sub/.rewindfs` to the root), so no operation may create it.
 fn check_new_name(parent: Ino, name: &OsStr) -> Res<()> {
     check_name(name)?;
-    if parent == Ino::ROOT && name == crate::view::browse::HIDDEN_DIR {
-        log::warn!("refused to create the reserved name {} at the root of the mount", crate::view::browse::HIDDEN_DIR);
+    if parent == Ino::ROOT && name == HIDDEN_DIR {
+        log::warn!("refused to create the reserved name {} at the root of the mount", HIDDEN_DIR);
         return Err(Errno(libc::EEXIST));
     }
     Ok(())

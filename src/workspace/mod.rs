@@ -15,5 +15,5 @@ pub mod rewind_ops;
 
 pub use attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
 pub use backing::{FsStats, XattrReply};
-pub use live::LiveTree;
+pub use live::{HIDDEN_DIR, LiveTree};
 pub use open_files::{DirEntry, Fh, OpenFile};

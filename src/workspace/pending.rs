@@ -121,7 +121,7 @@ impl PendingSet {
             return;
         }
         if let Some(p) = map.get(handle) {
-            attr.mtime = crate::view::browse::time_of_ns(p.mtime_ns);
+            attr.mtime = super::attr::time_of_ns(p.mtime_ns);
         }
     }
 }

@@ -583,7 +583,7 @@ def bench_shadow_bytes(base, edits=100):
 
 
 # ---------------------------------------------------------------------------
-# rewindfs-specific measurements (issues 3, 4 and 5). Each runs once per
+# rewindfs-specific measurements (turn, views, bytes, rewind). Each runs once per
 # repetition outside the native/mount target loop and returns rows for its
 # own table. Select them with --workloads turn,bytes,views,rewind.
 

@@ -1,6 +1,6 @@
 #!/bin/sh
-# What a collection costs on a long history (issue 15: "GC cost proportional
-# to what it frees"). Builds a history of TURNS checkpoints in one mount
+# What a collection costs on a long history (its cost should be
+# proportional to what it frees). Builds a history of TURNS checkpoints in one mount
 # (each turn appends to 3 of 40 files; every 10th writes 20 new files and
 # removes the previous 20), then times, with the background collection off:
 #   - `gc` with nothing to free (the default policy keeps every young

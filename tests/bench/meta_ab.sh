@@ -1,6 +1,6 @@
 #!/bin/bash
 # Small-file metadata: daemon system calls per file, and a direct A/B of
-# rewindfs builds against native ext4 (docs/benchmarks.md, issue 16).
+# rewindfs builds against native ext4 (docs/benchmarks.md).
 #
 #   tests/bench/meta_ab.sh syscalls BIN [N] [same|sealed]
 #       strace -c -f of the daemon per phase of N files (default 2000);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Store size over a long agent-like session, with and without the retention
-# policy (issue 15). Each turn edits a few source files; every 5th turn
+# policy. Each turn edits a few source files; every 5th turn
 # "builds" (a build/ tree of 60 files of 8 KB random bytes, rebuilt whole),
 # every 7th removes build/ (rm -rf), every 25th "installs" a 120-file
 # node_modules/ tree and every 50th removes it. With the policy, `gc

@@ -411,7 +411,7 @@ impl MountFixture {
     }
 
     /// `fsck -C MOUNT` through the daemon finds nothing: exit 0, the one
-    /// summary line, and no problem in `--json` (issue 26: every store made
+    /// summary line, and no problem in `--json` (every store made
     /// by ordinary use passes fsck).
     pub fn assert_fsck_clean(&self, what: &str) {
         let mp = self.mountpoint.to_str().expect("utf-8 mountpoint").to_string();

@@ -57,7 +57,7 @@ pub struct Runner {
     /// checked after the views.
     new_cps: Vec<i64>,
     opts: Opts,
-    /// Readers of sealed checkpoints racing the steps (issue 31).
+    /// Readers of sealed checkpoints racing the steps.
     readers: Option<std::sync::Arc<readers::Readers>>,
 }
 
@@ -533,7 +533,7 @@ impl Runner {
     }
 
     /// At the end of a sequence: `fsck` finds nothing wrong (every store
-    /// made by ordinary use passes it, issue 26 item 7), `log --json` lists
+    /// made by ordinary use passes it), `log --json` lists
     /// exactly the checkpoints made, and (with `check_log`) each turn's
     /// statistics equal the model's diff from its checkpoint to the next.
     pub fn check_end(&self) -> Res<()> {

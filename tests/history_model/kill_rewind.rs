@@ -1,4 +1,4 @@
-//! Issue 12: `kill -9` of the daemon in the middle of a rewind, as a step
+//! `kill -9` of the daemon in the middle of a rewind, as a step
 //! of the model test (`killrewind K N`). The daemon is mounted again with
 //! the test hook `REWINDFS_TEST_KILL_AT=rewind-record:N` (N = 0:
 //! `rewind-sealed:1`, just after the result was sealed), which kills it at

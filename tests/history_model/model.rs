@@ -253,8 +253,8 @@ impl Model {
 
     /// `restore` of `path` from the snapshot `k`, as src/restore does it:
     /// parents that were directories then are made directories (missing
-    /// ones with their recorded mode, owner and xattrs; one that was a file
-    /// with the mode only, owned by root); a path whose parent was not a directory then is
+    /// ones, and ones that are now another kind of thing, with their
+    /// recorded attributes); a path whose parent was not a directory then is
     /// removed; a file with other bytes is replaced by a new object with
     /// the checkpoint's bytes and attributes; a file with the same bytes
     /// keeps its object and gets the checkpoint's attributes; a symlink

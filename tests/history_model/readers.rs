@@ -1,4 +1,4 @@
-//! Readers of the past racing the sequence's writers (issue 31). While the
+//! Readers of the past racing the sequence's writers. While the
 //! runner's steps run (file operations, descriptors, turns, rewinds,
 //! undos, restores), a thread reads the view of a random sealed checkpoint
 //! through `.rewindfs/checkpoints/N`, runs `diff N-1 N`, or reads `log`'s

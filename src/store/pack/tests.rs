@@ -516,7 +516,7 @@ fn compaction_lets_puts_in_between_its_copies_and_loses_none() {
     assert_eq!(store.stats().expect("stats").chunks, (kept.len() + added.len()) as u64);
 }
 
-/// Issue 15: compaction's cost is what was released, not the store. It
+/// Compaction's cost is what was released, not the store. It
 /// measures the packs that had chunks released since they were last
 /// measured, not every pack; the ones it finds still mostly live are left
 /// alone until another release in them.

@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use crate::journal::record_log::{LogRecord, RecordLog};
 use crate::meta::Meta;
+use crate::store_dir::StoreDir;
 
-use super::StoreDir;
+use super::record_log::{LogRecord, RecordLog};
 
 /// One thing wrong with the store as a whole.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! That a store's database and its packs belong together: a database from
 //! another store (copied over, or restored from the wrong backup) must not
 //! be mounted as the history of these packs and this attic. The database
-//! is checked for emptiness and damage before ([`super::check`]). A
+//! is checked for emptiness and damage before ([`super::store_check`]). A
 //! refusal changes nothing and names `rewindfs fsck`.
 
 use std::path::Path;
@@ -9,10 +9,10 @@ use std::path::Path;
 use crate::error::{Error, ErrorKind, Result};
 use crate::meta::Meta;
 
-use super::StoreDir;
+use crate::store_dir::StoreDir;
 
 /// The key of the store id in the database's `state` table; the same id is
-/// kept beside the packs ([`super::StoreDir::id_file`]).
+/// kept beside the packs ([`StoreDir::id_file`]).
 const ID_KEY: &str = "store_id";
 
 /// How much history a store directory holds outside its database.
@@ -46,7 +46,7 @@ pub fn open_checked(dir: &Path) -> Result<Meta> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(format!("cannot read {}", id_path.display()), e)),
     };
-    // Emptiness and damage were checked before (`super::store_damage`).
+    // Emptiness and damage were checked before (`super::store_check::store_damage`).
     let (packs, attic) = history_outside_db(&parts);
     let meta = Meta::open(&db).map_err(|e| refuse(dir, format!("its database cannot be opened: {e}")))?;
     let db_id = meta.get_state(ID_KEY).map_err(|e| refuse(dir, format!("its database is damaged: {e}")))?;
@@ -73,7 +73,7 @@ pub fn open_checked(dir: &Path) -> Result<Meta> {
             // A new store, or one made before stores had ids: give it one.
             let id = db_id.unwrap_or_else(new_id);
             meta.set_state(ID_KEY, &id).map_err(|e| Error::Daemon(e.to_string()))?;
-            super::create_private_dir(&parts.chunks())
+            crate::store_dir::create_private_dir(&parts.chunks())
                 .map_err(|e| Error::io(format!("cannot create {}", parts.chunks().display()), e))?;
             let tmp = id_path.with_extension("tmp");
             // Explicit mode: the daemon's umask is 0.

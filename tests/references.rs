@@ -1,0 +1,136 @@
+//! Checkpoint references as a person writes them, on a real mount: words
+//! of a label in any case and order, `=LABEL` for the label exactly, and a
+//! prompt sent again after a rewind (two checkpoints of one label), where
+//! the one on the current branch is taken and stderr says so; `log` and
+//! the picker mark turns a rewind abandoned.
+
+mod common;
+
+use common::*;
+
+fn ok(fx: &MountFixture, args: &[&str]) -> (String, String) {
+    let out = check(fx.rewindfs(args), &format!("rewindfs {args:?}"));
+    (stdout(&out), stderr(&out))
+}
+
+fn turn(fx: &MountFixture, mp: &str, id: &str, label: &str) {
+    ok(fx, &["turn", "-C", mp, "--message-id", id, "--session", "s1", "--label", label]);
+}
+
+#[test]
+fn label_words_match_in_any_case_and_order_and_exactly_with_equals() {
+    let fx = MountFixture::new();
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    turn(&fx, &mp, "r000001", "Bump the greeting and clean up");
+    fx.sh("echo v2 > app.py");
+    turn(&fx, &mp, "r000002", "Package it");
+    for reference in ["bump the greeting", "BUMP greeting", "greeting bump", "=Bump the greeting and clean up"] {
+        let (out, _) = ok(&fx, &["diff", "-C", &mp, "--stat", reference, "r000002"]);
+        assert!(out.contains("app.py | +1 -0 (added)"), "{reference}: {out}");
+    }
+    for reference in ["bump the farewell", "=bump the greeting and clean up", "=Bump the greeting"] {
+        let out = fx.rewindfs(&["diff", "-C", &mp, reference]);
+        assert_eq!(out.status.code(), Some(2), "{reference}: {}", describe_status(&out));
+        assert!(stderr(&out).contains("unknown checkpoint"), "{reference}: {}", stderr(&out));
+    }
+    // `=` begins an exact label reference, so no message id may.
+    let out = fx.rewindfs(&["turn", "-C", &mp, "--message-id", "=r000003"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe_status(&out));
+    assert!(stderr(&out).contains("starts with '='"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_prompt_sent_again_after_a_rewind_is_found_on_the_current_branch() {
+    let fx = MountFixture::new();
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    turn(&fx, &mp, "r000001", "Create the app");
+    fx.sh("echo v1 > app.py");
+    turn(&fx, &mp, "r000002", "Bump the greeting");
+    fx.sh("echo v2 > app.py");
+    turn(&fx, &mp, "r000003", "Package it");
+    // Back to before "Bump the greeting", then the same prompt again.
+    ok(&fx, &["rewind", "-C", &mp, "r000002"]);
+    turn(&fx, &mp, "r000004", "Bump the greeting");
+    fx.sh("echo v3 > app.py");
+
+    let (out, err) = ok(&fx, &["rewind", "-C", &mp, "--dry-run", "bump the greeting"]);
+    let again: serde_json::Value = serde_json::from_str(&ok(&fx, &["log", "-C", &mp, "--json"]).0).expect("json");
+    let n =
+        again.as_array().expect("array").iter().find(|t| t["message_id"] == "r000004").expect("r000004")["checkpoint"]
+            .as_i64()
+            .expect("number");
+    assert!(out.contains(&format!("rewind to checkpoint {n} would change")), "{out}");
+    assert!(
+        err.contains(&format!(
+            "checkpoint {n} is on the current branch; checkpoint 2 matched too, abandoned by a rewind"
+        )),
+        "{err}"
+    );
+
+    // `log` marks the abandoned turns with `x`, the current one with `*`.
+    let (log, _) = ok(&fx, &["log", "-C", &mp]);
+    let mark = |id: &str| log.lines().find(|l| l.contains(id)).map(|l| l[..1].to_string());
+    assert_eq!(mark("r000001").as_deref(), Some(" "), "{log}");
+    assert_eq!(mark("r000002").as_deref(), Some("x"), "{log}");
+    assert_eq!(mark("r000003").as_deref(), Some("x"), "{log}");
+    assert_eq!(mark("r000004").as_deref(), Some("*"), "{log}");
+}
+
+/// After `rewindfs run` ends, the reading commands find the workspace's
+/// store (the default one) and read it; `rewind` says how to get a mount.
+#[test]
+fn the_history_of_an_unmounted_workspace_is_read_from_its_store() {
+    let fx = MountFixture::unmounted();
+    let ws = fx.ws.to_str().expect("utf-8 path").to_string();
+    let script = format!(
+        "{rw} turn --message-id r000001 --label 'Bump the greeting' >/dev/null && echo v1 > app.py && \
+         {rw} turn --message-id r000002 --label 'Package it' >/dev/null && mkdir dist && echo x > dist/app",
+        rw = bin()
+    );
+    ok(&fx, &["run", &ws, "--", "sh", "-c", &script]);
+    assert!(!is_mounted(&fx.ws));
+
+    let (log, err) = ok(&fx, &["log", "-C", &ws]);
+    assert!(log.contains("r000001") && log.contains("Package it"), "{log}");
+    assert!(err.contains("is not mounted: the history is read from its store"), "{err}");
+    let (stat, _) = ok(&fx, &["diff", "-C", &ws, "--stat", "BUMP greeting", "r000002"]);
+    assert!(stat.contains("app.py | +1 -0 (added)"), "{stat}");
+    let (live, _) = ok(&fx, &["diff", "-C", &ws, "--stat", "package"]);
+    assert!(live.contains("dist/app | +1 -0 (added)"), "{live}");
+    // From inside the workspace, without -C.
+    let out =
+        check(run_with_timeout(fx.command().args(["history", "app.py"]).current_dir(&fx.ws), CHILD_TIMEOUT), "history");
+    assert!(stdout(&out).contains("turn 1 (message r000001): added"), "{}", stdout(&out));
+    let (du, _) = ok(&fx, &["du", "-C", &ws]);
+    assert!(du.starts_with("on disk:"), "{du}");
+
+    let out = fx.rewindfs(&["rewind", "-C", &ws, "r000001"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe_status(&out));
+    assert!(stderr(&out).contains(&format!("`rewindfs run {ws} -- rewindfs rewind ...`")), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(fx.ws.join("app.py")).expect("app.py"), "v1\n", "nothing changed");
+    // Nothing the reads did keeps the store: a mount works at once.
+    ok(&fx, &["run", &ws, "--", "true"]);
+}
+
+/// A mount's row holds the changes made after mounting, before the next
+/// checkpoint, and says so; a mount where nothing changed gets no row
+/// unless `--all`.
+#[test]
+fn mount_rows_say_what_they_hold_and_idle_mounts_are_not_listed() {
+    let mut fx = MountFixture::new();
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    fx.sh("echo a > before-the-first-prompt.txt");
+    turn(&fx, &mp, "r000001", "First prompt");
+    fx.unmount();
+    fx.mount(false, &[]);
+    let mp = fx.path().to_str().expect("utf-8 path").to_string();
+    turn(&fx, &mp, "r000002", "Second prompt");
+    let (log, _) = ok(&fx, &["log", "-C", &mp]);
+    let rows: Vec<&str> = log.lines().filter(|l| l.contains("(since mount)")).collect();
+    assert_eq!(rows.len(), 1, "{log}");
+    assert!(rows[0].contains("(since mount)         1     0     0"), "{log}");
+    assert!(!log.contains("(mount)"), "{log}");
+    assert!(log.contains("(1 mount where nothing changed before the next checkpoint not shown"), "{log}");
+    let (all, _) = ok(&fx, &["log", "-C", &mp, "--all"]);
+    assert_eq!(all.lines().filter(|l| l.contains("(since mount)")).count(), 2, "{all}");
+}
