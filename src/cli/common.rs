@@ -328,6 +328,12 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         record: !opts.no_record,
         agent_uid: opts.agent_user.as_deref().map(user_uid).transpose()?,
         abandon_interrupted: false,
+        remote: opts
+            .remote
+            .as_deref()
+            .map(crate::remote::RemoteUrl::parse)
+            .transpose()
+            .map_err(|e| Error::Usage(e.to_string()))?,
     })
 }
 

@@ -20,6 +20,9 @@ fn human_bytes(n: i64) -> String {
 /// Exits 1 when some turn's statistics are unavailable (every row is
 /// still printed, and stderr says which and why), so that scripts notice.
 pub fn log(args: LogArgs) -> Result<i32> {
+    if let Some(remote) = &args.remote {
+        return crate::cli::remote::log(remote, args.target.json);
+    }
     let info = common::find_mount(args.target.mount.as_deref())?;
     let turns = common::ask(&info, op::Log)?;
     let unavailable: Vec<String> = turns

@@ -53,6 +53,9 @@ pub struct MountSpec {
     /// Give up the rewinds and restores the previous daemon died in rather
     /// than complete them (`mount --abandon-interrupted`).
     pub abandon_interrupted: bool,
+    /// Push sealed checkpoints there (`mount --remote`); stored in the
+    /// store, so later mounts without it push there too.
+    pub remote: Option<crate::remote::RemoteUrl>,
 }
 
 impl MountSpec {
@@ -254,6 +257,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
             .invalidator()
             .map_err(|e| Error::io("cannot duplicate the FUSE device descriptor".to_string(), e))?,
         turn_stats: spawn_turn_stats(tree.clone(), journal.clone(), world.clone()),
+        uploader: start_uploader(spec, &tree, &journal, &world)?,
         transport,
         world,
     });
@@ -298,6 +302,8 @@ struct Ctx {
     /// What serves `.rewindfs/` in the live mount (for `status`).
     hidden_views: Option<Arc<crate::view::browse::Browser>>,
     invalidator: crate::fs::Invalidator,
+    /// Pushes sealed checkpoints to the store's remote, if it has one.
+    uploader: Option<crate::remote::push::Uploader>,
     /// How FUSE requests travel (for `status`).
     transport: crate::fs::TransportState,
     /// Shared by every FUSE request; history operations go one at a time
@@ -401,6 +407,37 @@ fn seal_with(
             e => Failure::failed(e.errno().0, format!("cannot seal the checkpoint: {e}")),
         })?;
     Ok(sealed)
+}
+
+/// The uploader of the store's remote: the one `--remote` names (then
+/// stored), else the one stored by an earlier mount, else none.
+fn start_uploader(
+    spec: &MountSpec,
+    tree: &Arc<LiveTree>,
+    journal: &Arc<Journal>,
+    world: &Arc<World>,
+) -> Result<Option<crate::remote::push::Uploader>> {
+    let dir = crate::store_dir::StoreDir::new(&spec.store);
+    let url = match &spec.remote {
+        Some(url) => {
+            std::fs::write(dir.remote(), format!("{url}\n"))
+                .map_err(|e| Error::io(format!("cannot store the remote in {}", dir.remote().display()), e))?;
+            url.clone()
+        }
+        None => match std::fs::read_to_string(dir.remote()) {
+            Ok(text) => crate::remote::RemoteUrl::parse(text.trim()).map_err(|e| Error::Daemon(e.to_string()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(format!("cannot read {}", dir.remote().display()), e)),
+        },
+    };
+    let store_id = std::fs::read_to_string(dir.id_file())
+        .map_err(|e| Error::io(format!("cannot read {}", dir.id_file().display()), e))?
+        .trim()
+        .to_string();
+    info!("Pushing sealed checkpoints to {url} in the background.");
+    crate::remote::push::Uploader::start(url, store_id, tree.clone(), journal.clone(), world.clone())
+        .map(Some)
+        .map_err(|e| Error::io("cannot start the uploader", e))
 }
 
 /// One thread computes sealed turns' statistics in the order they were
@@ -863,6 +900,7 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
                     })
                     .unwrap_or_default(),
                 transport: ctx.transport.report(),
+                remote: ctx.uploader.as_ref().map(|u| u.status(journal)),
                 views: ctx
                     .views
                     .lock()
@@ -876,6 +914,12 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
                     })
                     .collect(),
             })
+        }),
+        Request::Push(op) => answer(op, |protocol::Push { wait_secs }| {
+            let Some(uploader) = &ctx.uploader else {
+                return Err(Failure::usage("this store has no remote: mount with --remote s3://bucket/prefix"));
+            };
+            Ok(uploader.push_now(journal, Duration::from_secs(wait_secs)))
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| {
             // After the history operation in progress, if any.
