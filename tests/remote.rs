@@ -78,7 +78,9 @@ fn record_history(fx: &MountFixture) -> Vec<i64> {
 fn a_pushed_history_is_logged_and_cloned_exactly_from_a_store_that_never_saw_the_workspace() {
     let server = S3Server::start();
     let mut fx = MountFixture::unmounted();
-    fx.sh("echo before-mount > old && mkdir keep && echo kept > keep/file");
+    // The workspace as it is before the mount: never changed, so only the
+    // live tree holds it.
+    sh(&fx.ws, "echo before-mount > old && mkdir keep && echo kept > keep/file");
     let url = server.url("team/ws1");
     mount_with_remote(&mut fx, &server, &["--remote", &url]);
     let cps = record_history(&fx);
@@ -129,7 +131,7 @@ fn a_pushed_history_is_logged_and_cloned_exactly_from_a_store_that_never_saw_the
 fn a_later_mount_pushes_to_the_stored_remote_and_a_kill_mid_push_resumes() {
     let server = S3Server::start();
     let mut fx = MountFixture::unmounted();
-    fx.sh("echo one > a && mkdir d && head -c 100000 /dev/urandom > d/blob");
+    sh(&fx.ws, "echo one > a && mkdir d && head -c 100000 /dev/urandom > d/blob");
     let url = server.url("ws2");
     // Killed after the first checkpoint's content and manifest are sent,
     // before its head is written.

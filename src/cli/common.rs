@@ -409,6 +409,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .args(if spec.record { None } else { Some("--no-record") })
         .args(spec.agent_uid.map(|u| ["--agent-user".to_string(), u.to_string()]).into_iter().flatten())
         .args(spec.abandon_interrupted.then_some("--abandon-interrupted"))
+        .args(spec.remote.iter().flat_map(|url| ["--remote".to_string(), url.to_string()]))
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")
