@@ -38,6 +38,7 @@ pub mod fsck;
 pub mod journal;
 pub mod meta;
 pub mod name_json;
+pub mod remote;
 pub mod report;
 pub mod restore;
 pub mod rewind;

@@ -333,6 +333,12 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         record: !opts.no_record,
         agent_uid: opts.agent_user.as_deref().map(user_uid).transpose()?,
         abandon_interrupted: false,
+        remote: opts
+            .remote
+            .as_deref()
+            .map(crate::remote::RemoteUrl::parse)
+            .transpose()
+            .map_err(|e| Error::Usage(e.to_string()))?,
     })
 }
 
@@ -408,6 +414,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         .args(if spec.record { None } else { Some("--no-record") })
         .args(spec.agent_uid.map(|u| ["--agent-user".to_string(), u.to_string()]).into_iter().flatten())
         .args(spec.abandon_interrupted.then_some("--abandon-interrupted"))
+        .args(spec.remote.iter().flat_map(|url| ["--remote".to_string(), url.to_string()]))
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")

@@ -21,6 +21,9 @@ fn human_bytes(n: i64) -> String {
 /// Exits 1 when some turn's statistics are unavailable (every row is
 /// still printed, and stderr says which and why), so that scripts notice.
 pub fn log(args: LogArgs) -> Result<i32> {
+    if let Some(remote) = &args.remote {
+        return crate::cli::remote::log(remote, args.target.json);
+    }
     let turns = match offline::mount_or_store(args.target.mount.as_deref(), "the history is")? {
         Source::Mounted(info) => common::ask(&info, op::Log)?,
         Source::Store(o) => {

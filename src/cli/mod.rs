@@ -25,6 +25,7 @@ mod mount;
 mod occupants;
 mod offline;
 mod picker;
+mod remote;
 mod run;
 mod safe_file;
 mod show;
@@ -139,6 +140,20 @@ pub enum Command {
     /// Where the store's bytes are: on disk by part, logical, the dedup
     /// and compression ratios, the attic, per turn, and what gc would free.
     Du(DuArgs),
+    /// Push sealed checkpoints to the store's remote now.
+    ///
+    /// The daemon pushes in the background after each seal; this waits
+    /// (at most --wait seconds) until every checkpoint sealed before it is
+    /// on the remote, and exits 1 while some are not.
+    Push(PushArgs),
+    /// Write a checkpoint of a remote into a plain directory.
+    ///
+    /// `rewindfs clone s3://bucket/prefix@CHECKPOINT DIR` (default: the
+    /// newest checkpoint) needs only the bucket: every byte fetched is
+    /// checked against its blake3 name; names, contents, modes, owners
+    /// (as root), mtimes, symlinks, hard links and extended attributes are
+    /// the checkpoint's. DIR must be empty or absent.
+    Clone(CloneArgs),
     /// Delete all history, never the workspace (needs --confirm).
     ///
     /// Seals the tree as it is as a fresh checkpoint, then deletes every
@@ -387,6 +402,10 @@ pub struct TurnArgs {
 pub struct LogArgs {
     #[command(flatten)]
     pub target: Target,
+    /// Read the history from a remote (s3://bucket/prefix) instead of a
+    /// mount: no daemon, no store needed.
+    #[arg(value_name = "REMOTE")]
+    pub remote: Option<String>,
     /// Draw the history graph: `*` current, `o` on the current path,
     /// `x` on abandoned branches.
     #[arg(long)]
@@ -395,6 +414,26 @@ pub struct LogArgs {
     /// otherwise).
     #[arg(long)]
     pub all: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Seconds to wait for the push.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub wait: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct CloneArgs {
+    /// s3://bucket/prefix[@CHECKPOINT] (a number, message id or name).
+    pub source: String,
+    /// The directory to write (created; must be empty if it exists).
+    pub dir: std::path::PathBuf,
+    /// Print JSON for programs.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -445,6 +484,14 @@ pub struct MountOpts {
     /// the owner can reach the daemon.
     #[arg(long, value_name = "USER")]
     pub agent_user: Option<String>,
+    /// Push sealed checkpoints to S3-compatible object storage, in the
+    /// background (s3://bucket/prefix; the prefix is this workspace's own).
+    /// Stored in the store: later mounts push there without it.
+    /// Credentials and endpoint come from the environment
+    /// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+    /// AWS_ENDPOINT_URL, AWS_ALLOW_HTTP) and are never stored.
+    #[arg(long, value_name = "URL")]
+    pub remote: Option<String>,
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
@@ -555,6 +602,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Forget(a) => snapshot::forget(a).map(|_| 0),
         Command::Gc(a) => snapshot::gc(a).map(|_| 0),
         Command::Du(a) => du::run(a).map(|_| 0),
+        Command::Push(a) => remote::push(a),
+        Command::Clone(a) => remote::clone(a),
         Command::Reset(a) => snapshot::reset(a).map(|_| 0),
         Command::Hooks(a) => hooks::run(a).map(|_| 0),
         Command::Stores(a) => stores::run(a).map(|_| 0),

@@ -28,6 +28,9 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
         }
         MountState::Dead(_) => detach_dead(mp),
         MountState::Live(info) | MountState::Starting(info) => {
+            if !lazy {
+                crate::cli::remote::drain_before_unmount(&info);
+            }
             let request = control::Unmount { lazy }.into();
             match control::exchange(&info.socket, &request, Duration::from_secs(120)) {
                 // An answer: done, or refused (busy) with nothing unmounted.

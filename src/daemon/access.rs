@@ -37,7 +37,7 @@ fn agent_may(req: &Request) -> bool {
         Request::Snapshot(_) => false,
         Request::Reset(_) => false,
         Request::Rewind(r) => r.dry_run,
-        Request::Unmount(_) | Request::Show(_) => false,
+        Request::Unmount(_) | Request::Show(_) | Request::Push(_) => false,
     }
 }
 

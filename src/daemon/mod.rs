@@ -50,6 +50,9 @@ pub struct MountSpec {
     /// Give up the rewinds and restores the previous daemon died in rather
     /// than complete them (`mount --abandon-interrupted`).
     pub abandon_interrupted: bool,
+    /// Push sealed checkpoints there (`mount --remote`); stored in the
+    /// store, so later mounts without it push there too.
+    pub remote: Option<crate::remote::RemoteUrl>,
 }
 
 impl MountSpec {
@@ -206,12 +209,14 @@ fn start(spec: &MountSpec) -> Result<Started> {
         hidden_views,
     );
     ws.send_sealed_turns(spawn_turn_stats(ws.clone()));
+    let uploader = start_uploader(spec, &ws)?;
     let ctx = Arc::new(Ctx {
         access: access::Policy { owner: sys::geteuid(), agent: spec.agent_uid },
         info: info.clone(),
         ws,
         harness_seen: AtomicBool::new(false),
         views: std::sync::Mutex::new(Vec::new()),
+        uploader,
         transport,
     });
     let handler_ctx = ctx.clone();
@@ -252,6 +257,8 @@ struct Ctx {
     harness_seen: AtomicBool,
     /// Views (`show`) served by this daemon.
     views: std::sync::Mutex<Vec<ServedView>>,
+    /// Pushes sealed checkpoints to the store's remote, if it has one.
+    uploader: Option<crate::remote::push::Uploader>,
     /// How FUSE requests travel (for `status`).
     transport: crate::fs::TransportState,
 }
@@ -311,6 +318,32 @@ fn serve_view(ctx: &Ctx, n: i64, mountpoint: PathBuf) -> std::result::Result<pro
 
 /// The fsname prefix of view mounts (`rewindfs show`).
 pub const VIEW_FSNAME_PREFIX: &str = "rewindfs-view:";
+
+/// The uploader of the store's remote: the one `--remote` names (then
+/// stored), else the one stored by an earlier mount, else none.
+fn start_uploader(spec: &MountSpec, ws: &Workspace) -> Result<Option<crate::remote::push::Uploader>> {
+    let dir = crate::store_dir::StoreDir::new(&spec.store);
+    let url = match &spec.remote {
+        Some(url) => {
+            std::fs::write(dir.remote(), format!("{url}\n"))
+                .map_err(|e| Error::io(format!("cannot store the remote in {}", dir.remote().display()), e))?;
+            url.clone()
+        }
+        None => match std::fs::read_to_string(dir.remote()) {
+            Ok(text) => crate::remote::RemoteUrl::parse(text.trim()).map_err(|e| Error::Daemon(e.to_string()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(format!("cannot read {}", dir.remote().display()), e)),
+        },
+    };
+    let store_id = std::fs::read_to_string(dir.id_file())
+        .map_err(|e| Error::io(format!("cannot read {}", dir.id_file().display()), e))?
+        .trim()
+        .to_string();
+    info!("Pushing sealed checkpoints to {url} in the background.");
+    crate::remote::push::Uploader::start(url, store_id, ws.tree().clone(), ws.journal().clone(), ws.world().clone())
+        .map(Some)
+        .map_err(|e| Error::io("cannot start the uploader", e))
+}
 
 /// One thread computes sealed turns' statistics in the order they were
 /// sealed: a burst of seals (a hook per prompt) queues, rather than
@@ -425,6 +458,12 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
         Request::Fsck(op) => answer(op, |_| ws.read().fsck()),
         Request::History(op) => answer(op, |protocol::History { path }| ws.read().history(&path)),
         Request::Status(op) => answer(op, |_| Ok(status(ctx))),
+        Request::Push(op) => answer(op, |protocol::Push { wait_secs }| {
+            let Some(uploader) = &ctx.uploader else {
+                return Err(Failure::usage("this store has no remote: mount with --remote s3://bucket/prefix"));
+            };
+            Ok(uploader.push_now(ws.journal(), Duration::from_secs(wait_secs)))
+        }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| unmount(ctx, lazy)),
     }
 }
@@ -465,6 +504,7 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
             })
             .unwrap_or_default(),
         transport: ctx.transport.report(),
+        remote: ctx.uploader.as_ref().map(|u| u.status(journal)),
         views: ctx
             .views
             .lock()

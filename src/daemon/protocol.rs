@@ -73,6 +73,13 @@ ops! {
     Du "du" => DuReply,
     Reset "reset" => ResetReply,
     Resolve "resolve" => ResolveReply,
+    Push "push" => crate::remote::push::RemoteStatus,
+}
+
+/// Push sealed checkpoints to the remote now, waiting at most `wait_secs`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Push {
+    pub wait_secs: u64,
 }
 
 /// A progress line on the wire.
@@ -257,6 +264,10 @@ pub struct StatusReply {
     /// The `show` mounts this daemon serves.
     #[serde(default)]
     pub views: Vec<ViewStatus>,
+    /// The remote sealed checkpoints are pushed to: the newest it holds
+    /// and the backlog; absent without a remote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::remote::push::RemoteStatus>,
     /// Why the mount is read-only, when a part of the daemon the history
     /// depends on failed (`Journal::fail`); absent while it is healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -65,6 +65,25 @@ impl ChunkId {
         })?;
         Ok(ChunkId(array))
     }
+
+    /// The id its `Display` form (64 lowercase hex digits) names; None
+    /// for anything else (a remote object's name is read from outside).
+    pub fn parse_hex(text: &str) -> Option<ChunkId> {
+        let bytes = text.as_bytes();
+        if bytes.len() != 2 * Self::LEN {
+            return None;
+        }
+        let digit = |b: u8| match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            _ => None,
+        };
+        let mut out = [0u8; 32];
+        for (i, pair) in bytes.chunks(2).enumerate() {
+            out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+        }
+        Some(ChunkId(out))
+    }
 }
 
 impl fmt::Display for ChunkId {

@@ -24,6 +24,8 @@ pub const ENTRIES: &[&str] = &[
     "lock",
     "chunks",
     "attic",
+    // The remote the store's history is pushed to (`mount --remote`).
+    "remote",
     // A store on a filesystem of its own.
     "lost+found",
 ];
@@ -73,5 +75,10 @@ impl StoreDir {
     }
     pub fn lock(&self) -> PathBuf {
         self.root.join("lock")
+    }
+    /// The address (`s3://bucket/prefix`, never credentials) of the
+    /// remote the history is pushed to.
+    pub fn remote(&self) -> PathBuf {
+        self.root.join("remote")
     }
 }

@@ -1,0 +1,141 @@
+//! The remote's commands: `push`, `clone`, `log s3://...`, and the wait
+//! for the backlog before `unmount`.
+
+use std::time::Duration;
+
+use crate::cli::common;
+use crate::cli::{CloneArgs, PushArgs};
+use crate::daemon::protocol as op;
+use crate::daemon::registry::MountInfo;
+use crate::error::{AsErrno, Error, ErrorKind, Failure, Result};
+use crate::remote::push::RemoteStatus;
+use crate::remote::{Bucket, RemoteError, RemoteUrl};
+
+/// How long `unmount` waits for the backlog to reach the remote.
+const UNMOUNT_WAIT: Duration = Duration::from_secs(60);
+
+fn remote_error(e: RemoteError) -> Error {
+    let kind = match &e {
+        RemoteError::BadAddress { .. } | RemoteError::Refused { .. } => ErrorKind::Usage,
+        _ => ErrorKind::Failed,
+    };
+    Error::Failure(Failure::new(kind, Some(e.errno().0), e.to_string()))
+}
+
+/// `rewindfs push`: sends what is sealed now and waits for it.
+pub fn push(args: PushArgs) -> Result<i32> {
+    let info = common::find_mount(args.target.mount.as_deref())?;
+    let status = common::ask(&info, op::Push { wait_secs: args.wait })?;
+    if args.target.json {
+        common::print_json(&status)?;
+    } else {
+        print_status(&status);
+    }
+    Ok(if status.backlog.is_empty() { 0 } else { 1 })
+}
+
+fn print_status(s: &RemoteStatus) {
+    match s.remote_checkpoint {
+        Some(n) => outln!("{}: holds checkpoints up to {n}", s.remote),
+        None => outln!("{}: holds no checkpoint yet", s.remote),
+    }
+    if s.backlog.is_empty() {
+        outln!("nothing left to push");
+    } else {
+        outln!("{} checkpoints not pushed yet: {}", s.backlog.len(), list(&s.backlog));
+    }
+    if let Some(e) = &s.last_error {
+        eprintln!("rewindfs: the last push failed: {e}");
+    }
+}
+
+fn list(ns: &[i64]) -> String {
+    let shown: Vec<String> = ns.iter().take(10).map(|n| n.to_string()).collect();
+    if ns.len() > 10 { format!("{} ...", shown.join(", ")) } else { shown.join(", ") }
+}
+
+/// Before an unmount: waits (bounded) for the sealed checkpoints to reach
+/// the remote, and says what has not and how to send it later.
+pub fn drain_before_unmount(info: &MountInfo) {
+    let Ok(status) = common::ask(info, op::Status) else { return };
+    let Some(remote) = status.remote else { return };
+    if remote.backlog.is_empty() {
+        return;
+    }
+    eprintln!(
+        "rewindfs: waiting up to {} s for {} checkpoints to reach {}",
+        UNMOUNT_WAIT.as_secs(),
+        remote.backlog.len(),
+        remote.remote
+    );
+    let left = match common::ask(info, op::Push { wait_secs: UNMOUNT_WAIT.as_secs() }) {
+        Ok(s) => s,
+        Err(_) => remote,
+    };
+    if !left.backlog.is_empty() {
+        eprintln!(
+            "rewindfs: {} checkpoints are not on {} yet ({}){}; the next mount of this store pushes them (or run \
+             `rewindfs push` while mounted)",
+            left.backlog.len(),
+            left.remote,
+            list(&left.backlog),
+            left.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+        );
+    }
+}
+
+/// `rewindfs log s3://bucket/prefix`: the checkpoints the remote holds.
+pub fn log(remote: &str, json: bool) -> Result<i32> {
+    let url = RemoteUrl::parse(remote).map_err(remote_error)?;
+    let bucket = Bucket::open(&url).map_err(remote_error)?;
+    let head = bucket.head().map_err(remote_error)?.unwrap_or_default();
+    if json {
+        common::print_json(&head.checkpoints)?;
+        return Ok(0);
+    }
+    if head.checkpoints.is_empty() {
+        outln!("{url} holds no checkpoint");
+    }
+    for c in &head.checkpoints {
+        let mut line = format!(
+            "{:>4}  {}  {:<8}",
+            c.checkpoint,
+            crate::text::rfc3339(c.created_at),
+            serde_json::to_value(c.reason).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+        );
+        if let Some(m) = &c.message_id {
+            line.push_str(&format!("  [{m}]"));
+        }
+        if let Some(n) = &c.name {
+            line.push_str(&format!("  ({n})"));
+        }
+        if let Some(l) = &c.label {
+            line.push_str(&format!("  {l}"));
+        }
+        line.push_str(&format!("  {} entries, {}", c.entries, crate::text::human_bytes(c.bytes)));
+        outln!("{line}");
+    }
+    Ok(0)
+}
+
+/// `rewindfs clone s3://bucket/prefix@CHECKPOINT DIR`.
+pub fn clone(args: CloneArgs) -> Result<i32> {
+    let (url, at) = RemoteUrl::parse_at(&args.source).map_err(remote_error)?;
+    let bucket = Bucket::open(&url).map_err(remote_error)?;
+    let done = crate::remote::clone::clone_into(&bucket, at.as_deref(), &args.dir).map_err(remote_error)?;
+    for what in &done.not_set {
+        eprintln!("rewindfs: not set: {what}");
+    }
+    if args.json {
+        common::print_json(&done)?;
+    } else {
+        outln!(
+            "cloned checkpoint {} of {url} into {}: {} entries, {}",
+            done.checkpoint,
+            args.dir.display(),
+            done.entries,
+            crate::text::human_bytes(done.bytes)
+        );
+    }
+    Ok(if done.not_set.is_empty() { 0 } else { 1 })
+}

@@ -1,0 +1,319 @@
+//! History replicated to S3-compatible object storage: the objects a
+//! bucket holds (docs/format.md, "Remote object layout"), the client that
+//! reads and writes them, pushing sealed checkpoints (`push.rs`) and
+//! rebuilding one from the bucket alone (`clone.rs`).
+//!
+//! The client is the `object_store` crate, driven by one small
+//! current-thread tokio runtime that each [`Bucket`] owns: nothing else in
+//! the crate is async, and nothing on the recording path (FUSE requests,
+//! `turn`) ever waits for the network. Credentials and the endpoint come
+//! from the environment the usual way (`AWS_ACCESS_KEY_ID`,
+//! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, instance and web-identity
+//! credentials); none of them is ever written into the store or a log line.
+//!
+//! Everything fetched is checked against its blake3 name before use; the
+//! one object that is not named by its content, the head, is written last,
+//! so a reader never sees a checkpoint whose objects are not all there.
+
+pub mod clone;
+pub mod manifest;
+pub mod push;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{AsErrno, Errno};
+use crate::store::ChunkId;
+
+/// Errors of the remote: the address, the object store, what it returned.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("bad remote address {address:?}: {why}")]
+    BadAddress { address: String, why: &'static str },
+    #[error("remote {remote}: {what}: {source}")]
+    Store { remote: String, what: String, source: object_store::Error },
+    #[error("remote {remote}: object {key} does not match its blake3 name (damaged or partial)")]
+    Corrupt { remote: String, key: String },
+    #[error("remote {remote}: object {key} is missing")]
+    Missing { remote: String, key: String },
+    #[error("remote {remote}: {what}")]
+    Malformed { remote: String, what: String },
+    #[error("remote {remote}: {what}")]
+    Refused { remote: String, what: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("{0}")]
+    View(#[from] crate::view::ViewError),
+    #[error("{0}")]
+    Chunks(#[from] crate::store::StoreError),
+}
+
+impl AsErrno for RemoteError {
+    fn errno(&self) -> Errno {
+        match self {
+            RemoteError::BadAddress { .. } | RemoteError::Refused { .. } => Errno(libc::EINVAL),
+            RemoteError::Missing { .. } => Errno(libc::ENOENT),
+            RemoteError::Store { .. } => Errno(libc::EHOSTUNREACH),
+            RemoteError::Corrupt { .. } | RemoteError::Malformed { .. } => Errno::EIO,
+            RemoteError::Io { source, .. } => source.raw_os_error().map(Errno).unwrap_or(Errno::EIO),
+            RemoteError::View(e) => e.errno(),
+            RemoteError::Chunks(e) => e.errno(),
+        }
+    }
+}
+
+pub type RemoteResult<T> = Result<T, RemoteError>;
+
+/// `s3://bucket/prefix`: a workspace's history in a bucket. The prefix
+/// is the workspace's own; content (`chunks/`) is shared by every
+/// workspace of the bucket, so the prefix may not start with `chunks`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteUrl {
+    pub bucket: String,
+    pub prefix: String,
+}
+
+/// The bucket-wide folder of content objects.
+pub const CHUNKS: &str = "chunks";
+
+impl RemoteUrl {
+    pub fn parse(address: &str) -> RemoteResult<RemoteUrl> {
+        let bad = |why| RemoteError::BadAddress { address: address.to_string(), why };
+        let rest = address.strip_prefix("s3://").ok_or_else(|| bad("it must start with s3://"))?;
+        let (bucket, prefix) = rest.split_once('/').ok_or_else(|| bad("it needs a prefix: s3://bucket/prefix"))?;
+        let prefix = prefix.trim_end_matches('/');
+        if bucket.is_empty()
+            || !bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        {
+            return Err(bad("a bucket name is lowercase letters, digits, '-' and '.'"));
+        }
+        if prefix.is_empty() {
+            return Err(bad("it needs a prefix: s3://bucket/prefix"));
+        }
+        for part in prefix.split('/') {
+            if part.is_empty() || part == "." || part == ".." || part.contains('@') {
+                return Err(bad("each part of the prefix must be a plain name (no empty part, '.', '..' or '@')"));
+            }
+        }
+        if prefix.split('/').next() == Some(CHUNKS) {
+            return Err(bad("the prefix `chunks` is the bucket's shared content"));
+        }
+        Ok(RemoteUrl { bucket: bucket.to_string(), prefix: prefix.to_string() })
+    }
+
+    /// `s3://bucket/prefix@CHECKPOINT` (the checkpoint may be absent).
+    pub fn parse_at(address: &str) -> RemoteResult<(RemoteUrl, Option<String>)> {
+        match address.rsplit_once('@') {
+            Some((url, at)) if !at.is_empty() => Ok((RemoteUrl::parse(url)?, Some(at.to_string()))),
+            _ => Ok((RemoteUrl::parse(address.trim_end_matches('@'))?, None)),
+        }
+    }
+
+    /// Whether `text` names a remote rather than a local path.
+    pub fn is_remote(text: &str) -> bool {
+        text.starts_with("s3://")
+    }
+
+    pub fn head_key(&self) -> String {
+        format!("{}/head.json", self.prefix)
+    }
+
+    pub fn manifest_key(&self, id: &ChunkId) -> String {
+        format!("{}/manifests/{id}", self.prefix)
+    }
+
+    pub fn chunk_key(id: &ChunkId) -> String {
+        format!("{CHUNKS}/{id}")
+    }
+}
+
+impl fmt::Display for RemoteUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "s3://{}/{}", self.bucket, self.prefix)
+    }
+}
+
+/// Version of the head and manifest layout; a reader refuses a newer one.
+pub const FORMAT: u32 = 1;
+
+/// `<prefix>/head.json`: the workspace's replicated history. Rewritten
+/// after the content and manifest of each checkpoint it adds are in the
+/// bucket, so every checkpoint it lists can be read.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Head {
+    pub format: u32,
+    /// The store that writes this prefix (its `chunks/store-id`): one
+    /// writer per workspace history.
+    pub store_id: String,
+    /// Oldest first.
+    pub checkpoints: Vec<RemoteCheckpoint>,
+}
+
+/// One replicated checkpoint: what `log` shows and its manifest's name.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RemoteCheckpoint {
+    pub checkpoint: i64,
+    pub parent: Option<i64>,
+    pub message_id: Option<String>,
+    pub label: Option<String>,
+    pub reason: crate::meta::Reason,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// blake3 of the manifest object.
+    pub manifest: String,
+    /// Entries and file bytes in the tree.
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+impl Head {
+    pub fn newest(&self) -> Option<i64> {
+        self.checkpoints.iter().map(|c| c.checkpoint).max()
+    }
+
+    /// A checkpoint by number, message id or name.
+    pub fn find(&self, reference: &str) -> Option<&RemoteCheckpoint> {
+        if let Ok(n) = reference.parse::<i64>() {
+            return self.checkpoints.iter().find(|c| c.checkpoint == n);
+        }
+        self.checkpoints
+            .iter()
+            .rev()
+            .find(|c| c.message_id.as_deref() == Some(reference) || c.name.as_deref() == Some(reference))
+    }
+}
+
+/// A bucket reached through `object_store`, with the runtime that drives it.
+pub struct Bucket {
+    url: RemoteUrl,
+    store: object_store::aws::AmazonS3,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Bucket {
+    /// The client for `url`, configured from the environment.
+    pub fn open(url: &RemoteUrl) -> RemoteResult<Bucket> {
+        let store =
+            object_store::aws::AmazonS3Builder::from_env().with_bucket_name(&url.bucket).build().map_err(|source| {
+                RemoteError::Store { remote: url.to_string(), what: "cannot configure".into(), source }
+            })?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| RemoteError::Io { what: "cannot start the remote's runtime".into(), source })?;
+        Ok(Bucket { url: url.clone(), store, rt })
+    }
+
+    pub fn url(&self) -> &RemoteUrl {
+        &self.url
+    }
+
+    fn failed(&self, what: String) -> impl FnOnce(object_store::Error) -> RemoteError + '_ {
+        move |source| RemoteError::Store { remote: self.url.to_string(), what, source }
+    }
+
+    /// The object at `key`, or None where there is none.
+    pub fn get(&self, key: &str) -> RemoteResult<Option<Vec<u8>>> {
+        use object_store::ObjectStore;
+        let path = object_store::path::Path::from(key);
+        let got = self.rt.block_on(async {
+            match self.store.get(&path).await {
+                Ok(r) => r.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        got.map(|b| b.map(|b| b.to_vec())).map_err(self.failed(format!("cannot read {key}")))
+    }
+
+    /// The object named by `id`, checked against it.
+    pub fn get_verified(&self, key: &str, id: &ChunkId) -> RemoteResult<Vec<u8>> {
+        let data =
+            self.get(key)?.ok_or_else(|| RemoteError::Missing { remote: self.url.to_string(), key: key.into() })?;
+        if ChunkId::of(&data) != *id {
+            return Err(RemoteError::Corrupt { remote: self.url.to_string(), key: key.into() });
+        }
+        Ok(data)
+    }
+
+    pub fn put(&self, key: &str, data: Vec<u8>) -> RemoteResult<()> {
+        use object_store::ObjectStore;
+        let path = object_store::path::Path::from(key);
+        self.rt
+            .block_on(self.store.put(&path, data.into()))
+            .map(|_| ())
+            .map_err(self.failed(format!("cannot write {key}")))
+    }
+
+    /// Whether an object is at `key`.
+    pub fn exists(&self, key: &str) -> RemoteResult<bool> {
+        use object_store::ObjectStore;
+        let path = object_store::path::Path::from(key);
+        match self.rt.block_on(self.store.head(&path)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.failed(format!("cannot look up {key}"))(e)),
+        }
+    }
+
+    /// The workspace's head, None when nothing was pushed yet.
+    pub fn head(&self) -> RemoteResult<Option<Head>> {
+        let Some(bytes) = self.get(&self.url.head_key())? else { return Ok(None) };
+        let head: Head = serde_json::from_slice(&bytes)
+            .map_err(|e| RemoteError::Malformed { remote: self.url.to_string(), what: format!("head.json: {e}") })?;
+        if head.format > FORMAT {
+            return Err(RemoteError::Malformed {
+                remote: self.url.to_string(),
+                what: format!("head.json has format {}, newer than this rewindfs ({FORMAT}); upgrade", head.format),
+            });
+        }
+        Ok(Some(head))
+    }
+
+    pub fn put_head(&self, head: &Head) -> RemoteResult<()> {
+        let bytes = serde_json::to_vec_pretty(head)
+            .map_err(|e| RemoteError::Malformed { remote: self.url.to_string(), what: e.to_string() })?;
+        self.put(&self.url.head_key(), bytes)
+    }
+
+    /// A manifest by name, checked and decoded.
+    pub fn manifest(&self, name: &str) -> RemoteResult<manifest::Manifest> {
+        let bad = |what: String| RemoteError::Malformed { remote: self.url.to_string(), what };
+        let id = ChunkId::parse_hex(name).ok_or_else(|| bad(format!("bad manifest name {name:?}")))?;
+        let key = self.url.manifest_key(&id);
+        let packed = self.get_verified(&key, &id)?;
+        let json = zstd::decode_all(&packed[..]).map_err(|e| bad(format!("{key}: {e}")))?;
+        let manifest: manifest::Manifest = serde_json::from_slice(&json).map_err(|e| bad(format!("{key}: {e}")))?;
+        if manifest.format > FORMAT {
+            return Err(bad(format!(
+                "{key} has format {}, newer than this rewindfs ({FORMAT}); upgrade",
+                manifest.format
+            )));
+        }
+        Ok(manifest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        let u = RemoteUrl::parse("s3://bkt/team/ws1/").unwrap();
+        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("bkt", "team/ws1"));
+        assert_eq!(u.to_string(), "s3://bkt/team/ws1");
+        assert_eq!(u.head_key(), "team/ws1/head.json");
+        let (u, at) = RemoteUrl::parse_at("s3://bkt/ws@12").unwrap();
+        assert_eq!((u.prefix.as_str(), at.as_deref()), ("ws", Some("12")));
+        for bad in
+            ["bkt/ws", "s3://bkt", "s3://bkt/", "s3://Bkt/ws", "s3://bkt/a//b", "s3://bkt/../x", "s3://bkt/chunks"]
+        {
+            assert!(RemoteUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Pushing sealed checkpoints: the uploader thread a mount with a remote
+//! runs, and one pass of it (what `rewindfs push` waits for).
+//!
+//! A pass reads the bucket's head, then for each local checkpoint it does
+//! not list, oldest first: the checkpoint's manifest through its view
+//! (under an ordinary operation of the world lock, so no rewind changes
+//! the tree and the records while it is read), the content it names that
+//! the bucket lacks, the manifest, and last the head listing it. A daemon
+//! killed anywhere in between leaves a head that lists only checkpoints
+//! whose objects are all in the bucket; the next mount's pass sends the
+//! rest again (every object is named by its content, so sending one twice
+//! changes nothing).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use log::{info, warn};
+use serde::{Deserialize, Serialize};
+
+use super::manifest::{self, Memory, Sent};
+use super::{Bucket, Head, RemoteCheckpoint, RemoteError, RemoteResult, RemoteUrl};
+use crate::journal::Journal;
+use crate::view::TreeView;
+use crate::workspace::LiveTree;
+use crate::world::World;
+
+/// What `status` and `push` say about a remote.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RemoteStatus {
+    pub remote: String,
+    /// The newest checkpoint the remote holds (None: none yet, or not
+    /// reached yet).
+    pub remote_checkpoint: Option<i64>,
+    /// Local checkpoints the remote does not hold yet, oldest first.
+    pub backlog: Vec<i64>,
+    /// Why the last pass failed; absent after one that succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Checkpoints the bucket's head lists (known once a pass read it).
+    pushed: Option<BTreeSet<i64>>,
+    last_error: Option<String>,
+    /// Passes finished, successful or not.
+    passes: u64,
+    /// A pass was asked for (`push`, a seal).
+    wanted: bool,
+}
+
+struct Shared {
+    url: RemoteUrl,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+/// The background uploader of one mount.
+pub struct Uploader {
+    shared: Arc<Shared>,
+}
+
+/// How often the uploader looks for newly sealed checkpoints on its own.
+const TICK: Duration = Duration::from_secs(2);
+/// The longest wait between retries while the remote fails.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+impl Uploader {
+    /// Starts the thread that pushes `journal`'s sealed checkpoints to `url`.
+    pub fn start(
+        url: RemoteUrl,
+        store_id: String,
+        tree: Arc<LiveTree>,
+        journal: Arc<Journal>,
+        world: Arc<World>,
+    ) -> std::io::Result<Uploader> {
+        let shared = Arc::new(Shared { url: url.clone(), state: Mutex::default(), changed: Condvar::new() });
+        let worker = shared.clone();
+        std::thread::Builder::new().name("uploader".into()).spawn(move || {
+            let mut pusher = Pusher { url, store_id, bucket: None, head: None, memory: Memory::default() };
+            let mut backoff = TICK;
+            loop {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    pusher.pass(&tree, &journal, &world, &worker)
+                }))
+                .unwrap_or_else(|p| {
+                    Err(RemoteError::Refused {
+                        remote: worker.url.to_string(),
+                        what: format!("the uploader failed ({})", crate::error::panic_message(&*p)),
+                    })
+                });
+                let failed = result.is_err();
+                {
+                    let mut state = worker.state.lock().unwrap_or_else(|p| p.into_inner());
+                    match result {
+                        Ok(()) => state.last_error = None,
+                        Err(e) => {
+                            if state.last_error.as_deref() != Some(&e.to_string()) {
+                                warn!("Cannot push to {}: {e}; retrying.", worker.url);
+                            }
+                            state.last_error = Some(e.to_string());
+                            // Read the head again: the bucket may have been
+                            // restored or changed by hand meanwhile.
+                            pusher.head = None;
+                            state.pushed = None;
+                        }
+                    }
+                    state.passes += 1;
+                    worker.changed.notify_all();
+                    backoff = if failed { (backoff * 2).min(MAX_BACKOFF) } else { TICK };
+                    let deadline = Instant::now() + backoff;
+                    while !state.wanted {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break;
+                        }
+                        state = worker.changed.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
+                    }
+                    state.wanted = false;
+                }
+            }
+        })?;
+        Ok(Uploader { shared })
+    }
+
+    /// What the remote holds and what it lacks of `journal`'s checkpoints.
+    pub fn status(&self, journal: &Journal) -> RemoteStatus {
+        let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        status_of(&self.shared.url, &state, journal)
+    }
+
+    /// Asks for a pass now and waits (at most `timeout`) until every
+    /// checkpoint sealed before the call is in the bucket or a pass failed.
+    pub fn push_now(&self, journal: &Journal, timeout: Duration) -> RemoteStatus {
+        let target: BTreeSet<i64> = local_checkpoints(journal).into_iter().collect();
+        let deadline = Instant::now() + timeout;
+        let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.wanted = true;
+        self.shared.changed.notify_all();
+        let start = state.passes;
+        loop {
+            let done = state.pushed.as_ref().is_some_and(|p| target.is_subset(p));
+            let failed = state.passes > start && state.last_error.is_some();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if done || failed || left.is_zero() {
+                return status_of(&self.shared.url, &state, journal);
+            }
+            state = self.shared.changed.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+fn local_checkpoints(journal: &Journal) -> Vec<i64> {
+    journal.with_meta(|m| m.checkpoints()).map(|cs| cs.iter().map(|c| c.checkpoint).collect()).unwrap_or_default()
+}
+
+fn status_of(url: &RemoteUrl, state: &State, journal: &Journal) -> RemoteStatus {
+    let empty = BTreeSet::new();
+    let pushed = state.pushed.as_ref().unwrap_or(&empty);
+    RemoteStatus {
+        remote: url.to_string(),
+        remote_checkpoint: pushed.last().copied(),
+        backlog: local_checkpoints(journal).into_iter().filter(|c| !pushed.contains(c)).collect(),
+        last_error: state.last_error.clone(),
+    }
+}
+
+/// The uploader's side of the bucket.
+struct Pusher {
+    url: RemoteUrl,
+    store_id: String,
+    bucket: Option<Bucket>,
+    head: Option<Head>,
+    memory: Memory,
+}
+
+impl Pusher {
+    fn pass(&mut self, tree: &LiveTree, journal: &Journal, world: &World, shared: &Shared) -> RemoteResult<()> {
+        if self.bucket.is_none() {
+            self.bucket = Some(Bucket::open(&self.url)?);
+        }
+        let Some(bucket) = &self.bucket else { return Ok(()) };
+        if self.head.is_none() {
+            let head = bucket.head()?.unwrap_or(Head {
+                format: super::FORMAT,
+                store_id: self.store_id.clone(),
+                checkpoints: Vec::new(),
+            });
+            if head.store_id != self.store_id {
+                return Err(RemoteError::Refused {
+                    remote: self.url.to_string(),
+                    what: format!(
+                        "it holds the history of another store ({}); give this workspace a prefix of its own",
+                        head.store_id
+                    ),
+                });
+            }
+            let pushed = head.checkpoints.iter().map(|c| c.checkpoint).collect();
+            shared.state.lock().unwrap_or_else(|p| p.into_inner()).pushed = Some(pushed);
+            self.head = Some(head);
+        }
+        let checkpoints = journal.with_meta(|m| m.checkpoints()).map_err(|e| RemoteError::Refused {
+            remote: self.url.to_string(),
+            what: format!("cannot read the checkpoints: {e}"),
+        })?;
+        for c in checkpoints {
+            let Some(head) = &mut self.head else { return Ok(()) };
+            if head.checkpoints.iter().any(|r| r.checkpoint == c.checkpoint) {
+                continue;
+            }
+            let began = Instant::now();
+            let mut sent = Sent::default();
+            let tree_manifest = {
+                let op = world.op();
+                manifest::push_tree(
+                    &TreeView::at(op.held(), tree, journal, c.checkpoint),
+                    journal.store(),
+                    bucket,
+                    &mut self.memory,
+                    &mut sent,
+                )
+            };
+            let tree_manifest = match tree_manifest {
+                Ok(m) => m,
+                // Collected while it was read: nothing left to push.
+                Err(_) if !local_checkpoints(journal).contains(&c.checkpoint) => continue,
+                Err(e) => return Err(e),
+            };
+            let name = manifest::send_manifest(bucket, &tree_manifest)?;
+            head.checkpoints.push(RemoteCheckpoint {
+                checkpoint: c.checkpoint,
+                parent: c.parent,
+                message_id: c.message_id.clone(),
+                label: c.label.clone(),
+                reason: c.reason,
+                created_at: c.created_at,
+                name: c.name.clone(),
+                manifest: name.to_string(),
+                entries: tree_manifest.entries.len() as u64,
+                bytes: tree_manifest.entries.iter().filter(|e| e.link.is_none()).map(|e| e.size).sum(),
+            });
+            head.checkpoints.sort_by_key(|r| r.checkpoint);
+            crate::faults::kill_point("remote-before-head");
+            bucket.put_head(head)?;
+            info!(
+                "Pushed checkpoint {} to {} in {:.1} s: {} chunks sent ({}), {} already there.",
+                c.checkpoint,
+                self.url,
+                began.elapsed().as_secs_f64(),
+                sent.chunks_sent,
+                crate::text::human_bytes(sent.bytes_sent),
+                sent.chunks_present
+            );
+            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.pushed.get_or_insert_with(BTreeSet::new).insert(c.checkpoint);
+            shared.changed.notify_all();
+        }
+        Ok(())
+    }
+}
