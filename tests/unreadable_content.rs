@@ -334,7 +334,8 @@ fn log_lists_every_turn_and_names_the_damage_when_one_turns_content_is_unreadabl
     damage(&fx, Damage::Flip, &v.a0);
     std::fs::remove_file(&pause).expect("remove the pause file");
 
-    let out = fx.rewindfs(&["log", "-C", &mp(&fx)]);
+    // `--all`: the mount's row (no change before m1) is listed too.
+    let out = fx.rewindfs(&["log", "-C", &mp(&fx), "--all"]);
     let (text, err) = (stdout(&out), stderr(&out));
     assert_eq!(out.status.code(), Some(1), "log must exit 1: {}", describe_status(&out));
     let rows: Vec<&str> = text.lines().skip(1).collect();

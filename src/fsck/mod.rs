@@ -762,7 +762,8 @@ fn live_path(target: &Target<'_>, handle: &[u8]) -> Option<PathBuf> {
 /// The path of `object` in the view at checkpoint `k`, found the way
 /// `fsck` names damage (for the messages of other commands).
 pub fn path_in_view(lock: Held<'_>, tree: &LiveTree, journal: &Journal, object: ObjectId, k: i64) -> Option<PathBuf> {
-    let target = Target { journal, tree: Some(tree), lock: Some(lock), attic: None, store_dir: None, unserved_since_ns: None };
+    let target =
+        Target { journal, tree: Some(tree), lock: Some(lock), attic: None, store_dir: None, unserved_since_ns: None };
     let mut namer = Namer::new(&target, &[]).ok()?;
     namer.name(object, &[k]).ok()?.into_iter().find_map(|a| a.path)
 }
