@@ -18,6 +18,9 @@ pub const TURN_STATS_THREAD: &str = "turn-stats";
 mod armed {
     /// Name whose lookup panics in the live mount's FUSE handler.
     pub const PANIC_NAME: &str = "rewindfs-test-panic";
+    /// Name whose lookup panics while it holds the journal's state, so
+    /// a test can see what a lock a panic left held is answered with.
+    pub const PANIC_IN_JOURNAL_NAME: &str = "rewindfs-test-panic-in-journal";
 
     use std::sync::Mutex;
 

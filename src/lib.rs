@@ -23,6 +23,7 @@
 //! - [`cli`]: one file per subcommand.
 //! - [`text`]: names, byte counts and times made safe and readable to print (for every layer).
 //! - [`name_json`]: file names in JSON without loss (UTF-8 as strings, other bytes as base64).
+//! - [`poison`]: locks a panic left held are refused, not served from.
 //! - [`faults`]: fault-injection and pause points for the tests (no-ops unless
 //!   the `test-hooks` feature is on); the bottom layer, importing nothing.
 
@@ -38,6 +39,7 @@ pub mod fsck;
 pub mod journal;
 pub mod meta;
 pub mod name_json;
+pub mod poison;
 pub mod remote;
 pub mod report;
 pub mod restore;

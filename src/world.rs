@@ -26,7 +26,7 @@ use std::ffi::{OsStr, OsString};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crate::workspace::Ino;
@@ -91,6 +91,12 @@ pub struct HistoryOp<'a> {
     _serial: MutexGuard<'a, ()>,
 }
 
+/// What the tree lock and the history lock are called when a panic left
+/// one held ([`crate::poison`]): a frozen-tree operation or a history
+/// operation that stopped half-way.
+const TREE: &str = "the tree (a rewind or restore stopped half-way)";
+const HISTORY: &str = "the history lock";
+
 impl World {
     pub fn new() -> World {
         World::default()
@@ -98,12 +104,11 @@ impl World {
 
     /// Enters an ordinary operation; waits while the tree is frozen.
     pub fn op(&self) -> Ordinary<'_> {
-        let shared = match self.tree.try_read() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
+        let shared = match crate::poison::try_read(&self.tree, TREE) {
+            Some(g) => g,
+            None => {
                 self.waiting.fetch_add(1, Ordering::SeqCst);
-                let g = self.tree.read().unwrap_or_else(|p| p.into_inner());
+                let g = crate::poison::read(&self.tree, TREE);
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
                 g
             }
@@ -113,16 +118,12 @@ impl World {
 
     /// Starts an operation that changes history, after the one in progress.
     pub fn history(&self) -> HistoryOp<'_> {
-        HistoryOp { world: self, _serial: self.history.lock().unwrap_or_else(|p| p.into_inner()) }
+        HistoryOp { world: self, _serial: crate::poison::lock(&self.history, HISTORY) }
     }
 
     /// As `history`, or None when one is in progress.
     pub fn try_history(&self) -> Option<HistoryOp<'_>> {
-        let serial = match self.history.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
+        let serial = crate::poison::try_lock(&self.history, HISTORY)?;
         Some(HistoryOp { world: self, _serial: serial })
     }
 
@@ -135,7 +136,7 @@ impl HistoryOp<'_> {
     /// Freezes the tree: no ordinary operation runs until the result is
     /// dropped or thawed, and then the kernel forgets what was touched.
     pub fn freeze<'h>(&'h self, cache: &'h dyn KernelCache) -> Frozen<'h> {
-        let exclusive = self.world.tree.write().unwrap_or_else(|p| p.into_inner());
+        let exclusive = crate::poison::write(&self.world.tree, TREE);
         Frozen { world: self.world, exclusive: Some(exclusive), cache, touched: Touched::default() }
     }
 }

@@ -186,6 +186,36 @@ fn a_background_thread_that_panics_leaves_a_read_only_mount_that_says_why() {
     assert_eq!(std::fs::read_to_string(fx.ws.join("f")).expect("the workspace's f"), "one\n");
 }
 
+/// Failure policy: a lock a panic left held is not served from. A FUSE
+/// request panics (by a test hook) while it holds the journal's state;
+/// from then on nothing is built on that state: a change through the
+/// mount is refused (EROFS), a view of the past (which reads the journal)
+/// answers EIO, a seal fails and `status` says why, while live files stay
+/// readable.
+#[test]
+fn a_panic_holding_the_journal_leaves_a_mount_that_refuses_what_needs_it() {
+    let mut fx = mount(&["--auto-turn", "0"], &[]);
+    fx.sh("echo one > f");
+    let sealed = fx.turn("m1");
+    let panicked = std::fs::metadata(fx.path().join("rewindfs-test-panic-in-journal"));
+    assert_eq!(panicked.map(|_| ()).map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)), "the hooked lookup");
+    let write = std::fs::write(fx.path().join("f"), "two\n");
+    assert_eq!(write.map_err(|e| e.raw_os_error()), Err(Some(libc::EROFS)), "a write after the panic");
+    let create = std::fs::write(fx.path().join("g"), "new\n");
+    assert_eq!(create.map_err(|e| e.raw_os_error()), Err(Some(libc::EROFS)), "a create after the panic");
+    assert_eq!(std::fs::read_to_string(fx.path().join("f")).expect("read f"), "one\n");
+    let view = std::fs::read_to_string(fx.path().join(format!(".rewindfs/checkpoints/{sealed}/f")));
+    assert_eq!(view.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)), "a view read from the poisoned journal");
+    let turn = fx.cli_output(&["turn", "--message-id", "m2"]);
+    assert!(!turn.status.success(), "a seal after the panic succeeded");
+    assert!(stderr(&turn).contains("half-changed"), "the refused seal does not say why: {}", stderr(&turn));
+    let status = fx.rewindfs(&["status", "-C", fx.path().to_str().expect("utf-8")]);
+    let said = format!("{}{}", stdout(&status), stderr(&status));
+    assert!(said.contains("journal's state was left half-changed"), "status does not say what failed: {said}");
+    fx.unmount();
+    assert_eq!(std::fs::read_to_string(fx.ws.join("f")).expect("the workspace's f"), "one\n");
+}
+
 /// Clears the immutable flag of a backing file, also when the test fails
 /// (a temp dir with an immutable file cannot be removed).
 struct Immutable<'a>(&'a Path);

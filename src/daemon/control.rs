@@ -127,11 +127,7 @@ fn guarded(handle: &dyn Fn(Request) -> Response, req: Request) -> Response {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(req))) {
         Ok(response) => response,
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".into());
+            let what = crate::error::panic_message(&*payload);
             log::error!("control request `{op}` panicked: {what}");
             Response::failure(Failure::internal(format!(
                 "the daemon failed while handling `{op}` (a bug; see the daemon log): {what}"
@@ -226,7 +222,7 @@ impl Slot {
     /// A slot for `peer`, or None when it has its bound's worth open (and
     /// whether this refusal is the first since one ended).
     fn take(table: &Arc<Mutex<Connections>>, peer: Peer) -> Result<Slot, bool> {
-        let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = crate::poison::lock(table, "the control connections");
         let open = t.open.entry(peer).or_default();
         if *open >= peer.max_connections() {
             return Err(t.warned.insert(peer));
@@ -238,7 +234,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = crate::poison::lock(&self.table, "the control connections");
         if let Some(open) = t.open.get_mut(&self.peer) {
             *open = open.saturating_sub(1);
         }

@@ -100,7 +100,7 @@ pub fn serve(spec: MountSpec, ready: impl FnOnce(std::result::Result<&MountInfo,
                 spec.store.display()
             );
             let result = serving.join().unwrap_or_else(|_| Err(std::io::Error::other("the FUSE session panicked")));
-            for view in ctx.views.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            for view in crate::poison::lock(&ctx.views, "the show mounts").drain(..) {
                 // Views read the live tree: they end with it.
                 if !view.ended.load(Ordering::Acquire) {
                     let _ = sys::umount(&view.mountpoint, true);
@@ -310,7 +310,7 @@ fn serve_view(ctx: &Ctx, n: i64, mountpoint: PathBuf) -> std::result::Result<pro
     }
     let shown = transport.report().transport;
     info!("showing checkpoint {n} on {} ({shown})", mountpoint.display());
-    let mut views = ctx.views.lock().unwrap_or_else(|p| p.into_inner());
+    let mut views = crate::poison::lock(&ctx.views, "the show mounts");
     views.retain(|v| !v.ended.load(Ordering::Acquire));
     views.push(ServedView { checkpoint: n, mountpoint: mountpoint.clone(), transport, ended });
     Ok(protocol::ShowReply { checkpoint: n, mountpoint, transport: shown })
@@ -505,10 +505,7 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
             .unwrap_or_default(),
         transport: ctx.transport.report(),
         remote: ctx.uploader.as_ref().map(|u| u.status(journal)),
-        views: ctx
-            .views
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        views: crate::poison::lock(&ctx.views, "the show mounts")
             .iter()
             .filter(|v| !v.ended.load(Ordering::Acquire))
             .map(|v| protocol::ViewStatus {
@@ -524,6 +521,16 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
 /// file settled or put back and the history durable.
 fn unmount(ctx: &Ctx, lazy: bool) -> std::result::Result<(), Failure> {
     let (info, ws) = (&ctx.info, &*ctx.ws);
+    if ws.journal().poisoned() {
+        // Nothing can be settled, put back or made durable through a
+        // journal whose state a panic left half-changed; what is durable
+        // is what the next mount recovers from, as after a crash.
+        warn!(
+            "unmounting {} without settling or syncing: the journal's state was left half-changed by a panic",
+            info.mountpoint.display()
+        );
+        return umount_now(info, lazy);
+    }
     let history = ws.history();
     if let Err(e) = ws.tree().syncfs() {
         warn!("syncfs of {} before unmount failed: {e}", info.workspace.display());
@@ -544,6 +551,17 @@ fn unmount(ctx: &Ctx, lazy: bool) -> std::result::Result<(), Failure> {
             ),
         )
     })?;
+    umount_now(info, lazy)?;
+    match put_back {
+        Some(message) => {
+            Err(Failure::failed(libc::EIO, format!("{} is unmounted, but {message}", info.mountpoint.display())))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Takes the FUSE mount down (after a grace period for files being closed).
+fn umount_now(info: &MountInfo, lazy: bool) -> std::result::Result<(), Failure> {
     sys::umount_within(&info.mountpoint, lazy, sys::UNMOUNT_GRACE).map_err(|e| match e.raw_os_error() {
         Some(libc::EBUSY) => Failure::new(
             crate::error::ErrorKind::Busy,
@@ -557,13 +575,7 @@ fn unmount(ctx: &Ctx, lazy: bool) -> std::result::Result<(), Failure> {
         errno => {
             Failure::failed(errno.unwrap_or(libc::EIO), format!("cannot unmount {}: {e}", info.mountpoint.display()))
         }
-    })?;
-    match put_back {
-        Some(message) => {
-            Err(Failure::failed(libc::EIO, format!("{} is unmounted, but {message}", info.mountpoint.display())))
-        }
-        None => Ok(()),
-    }
+    })
 }
 
 /// Spawns a background thread of the daemon whose failure must not pass

@@ -282,8 +282,14 @@ impl Workspace {
     /// written (the workspace on disk must be the rewound tree once
     /// closed; what cannot be settled stays pending for the next open),
     /// the journal made durable and the close marked clean, so the next
-    /// open looks for outside changes only since now.
+    /// open looks for outside changes only since now. After a panic left
+    /// the journal's state held, none of it is done: the next open finds
+    /// what was durable and recovers as after a crash.
     pub fn close(&self) {
+        if self.journal.poisoned() {
+            warn!("the journal's state was left half-changed by a panic: closing without settling or syncing");
+            return;
+        }
         loop {
             match self.settle_one() {
                 Ok(true) => continue,

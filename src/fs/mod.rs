@@ -131,7 +131,7 @@ impl LiveFs {
     }
 
     fn backing(&self) -> std::sync::MutexGuard<'_, BackingIds> {
-        self.backing.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.backing, "the passthrough backing ids")
     }
 
     /// Whether the kernel is reading and writing backing files directly.
@@ -316,6 +316,11 @@ impl Filesystem for LiveFs {
             #[cfg(feature = "test-hooks")]
             if name == crate::faults::PANIC_NAME {
                 panic!("test hook: a panic injected into lookup");
+            }
+            #[cfg(feature = "test-hooks")]
+            if let (true, Some(journal)) = (name == crate::faults::PANIC_IN_JOURNAL_NAME, self.tree.journal()) {
+                let _: crate::meta::MetaResult<()> =
+                    journal.with_meta(|_| panic!("test hook: a panic injected while the journal is held"));
             }
             if let Some(b) = self.hidden(parent) {
                 return view::lookup(b, held, ino(parent), name, reply);

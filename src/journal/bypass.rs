@@ -147,7 +147,7 @@ impl Journal {
     /// forgotten: its turn's records merge into the turn before, for which
     /// the next kept checkpoint's seal answers from then on.
     pub(super) fn forget_seal_time(&self, f: i64) {
-        self.seal_times.lock().unwrap_or_else(|p| p.into_inner()).remove(&f);
+        crate::poison::lock(&self.seal_times, "the seal times").remove(&f);
     }
 
     /// When (ms) the first checkpoint after turn `turn` was sealed, if one
@@ -160,14 +160,14 @@ impl Journal {
     /// Checkpoints are written only by seals, which fold the log first: no
     /// fold is needed.
     pub fn sealed_after(&self, turn: i64) -> JournalResult<Option<i64>> {
-        let cached = |j: &Journal| j.seal_times.lock().unwrap_or_else(|p| p.into_inner()).get(&(turn + 1)).copied();
+        let cached = |j: &Journal| crate::poison::lock(&j.seal_times, "the seal times").get(&(turn + 1)).copied();
         if let Some(ms) = cached(self) {
             return Ok(Some(ms));
         }
         let found = self.lock().meta.first_sealed_after(turn)?;
         let Some((checkpoint, ms)) = found else { return Ok(None) };
         if checkpoint == turn + 1 {
-            self.seal_times.lock().unwrap_or_else(|p| p.into_inner()).insert(checkpoint, ms);
+            crate::poison::lock(&self.seal_times, "the seal times").insert(checkpoint, ms);
         }
         Ok(Some(ms))
     }

@@ -179,6 +179,9 @@ pub type JournalResult<T> = Result<T, JournalError>;
 
 /// The answer of a query through [`Journal::with_meta`], which can be
 /// refused when the journal's records cannot be folded first.
+/// What the journal's lock is called in a refusal ([`crate::poison`]).
+const JOURNAL_STATE: &str = "the journal's state";
+
 pub trait Queried {
     fn unfolded(e: MetaError) -> Self;
 }
@@ -657,13 +660,28 @@ impl Journal {
         Ok(journal)
     }
 
+    /// The journal's state. Once a panic left it held, the mount takes no
+    /// more changes (as `fail` says) and every request that needs the
+    /// state is refused ([`crate::poison`]): a seal, a record or a query
+    /// could otherwise build on a half-made change.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        let taken = self.inner.lock();
+        if taken.is_err() {
+            self.fail(crate::poison::refusal(JOURNAL_STATE));
+        }
+        crate::poison::checked(taken, JOURNAL_STATE)
+    }
+
+    /// Whether a panic left the journal's state held: nothing that needs
+    /// it is done any more (see `lock`), and what is durable is what the
+    /// next mount finds, as after a crash.
+    pub fn poisoned(&self) -> bool {
+        self.inner.is_poisoned()
     }
 
     /// Held shared by a mutation while it records and applies its change.
     pub fn gate(&self) -> Gate<'_> {
-        let guard = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        let guard = crate::poison::read(&self.gate, "the turn gate");
         HOLDS_GATE.with(|n| n.set(n.get() + 1));
         Gate { _shared: guard }
     }
@@ -685,7 +703,7 @@ impl Journal {
     /// The turn gate, exclusively: no change through the mount is in
     /// flight until the result is dropped.
     pub(crate) fn gate_exclusive(&self) -> ExclusiveGate<'_> {
-        let guard = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let guard = crate::poison::write(&self.gate, "the turn gate");
         HOLDS_GATE.with(|n| n.set(n.get() + 1));
         ExclusiveGate { _exclusive: guard }
     }
@@ -757,6 +775,9 @@ impl Journal {
     /// (EROFS) and every seal fails saying `why`; reads, views and unmount
     /// go on. The first reason is kept.
     pub fn fail(&self, why: String) {
+        // Never poisoned in a way that matters: one assignment of an
+        // Option, which a panic cannot leave half-made; it must stay
+        // readable to say why the mount stopped.
         let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         if failure.is_none() {
             log::error!("the mount is now read-only: {why}");
@@ -766,6 +787,9 @@ impl Journal {
 
     /// Why the journal takes no more changes, if it stopped (`fail`).
     pub fn failure(&self) -> Option<String> {
+        if self.inner.is_poisoned() {
+            self.fail(crate::poison::refusal(JOURNAL_STATE));
+        }
         self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -1003,7 +1027,7 @@ impl Journal {
         // One content at a time, until it is recorded or taken back: the
         // chunks it added must not be found meanwhile by another content
         // with the same bytes.
-        let lock = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let lock = crate::poison::lock(&self.content_lock, "the journal's content lock");
         let (content, added) = crate::store::store_content_added(&*self.store, reader)?;
         Ok(UnrecordedContent { content, added, store: &*self.store, _one_at_a_time: lock })
     }

@@ -519,7 +519,7 @@ impl Journal {
     fn exclusive<T>(&self, what: &str, held: &mut f64, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
         let gate = self.gate_exclusive();
         let taken = std::time::Instant::now();
-        let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let content = crate::poison::lock(&self.content_lock, "the journal's content lock");
         let mut inner = self.lock();
         inner.fold()?;
         inner.moves.everything();
@@ -578,7 +578,7 @@ impl Journal {
         loop {
             let gate = self.gate_exclusive();
             let taken = std::time::Instant::now();
-            let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let content = crate::poison::lock(&self.content_lock, "the journal's content lock");
             let dead = {
                 let mut inner = self.lock();
                 inner.fold()?;
@@ -662,7 +662,7 @@ impl Journal {
     ) -> JournalResult<Collected> {
         let gate = self.gate_exclusive();
         let gate_taken = std::time::Instant::now();
-        let content = self.content_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let content = crate::poison::lock(&self.content_lock, "the journal's content lock");
         let mut inner = self.lock();
         inner.fold()?;
         if let Some(&newest) = victims.iter().find(|&&v| v >= inner.turn) {

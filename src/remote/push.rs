@@ -92,7 +92,7 @@ impl Uploader {
                 });
                 let failed = result.is_err();
                 {
-                    let mut state = worker.state.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut state = crate::poison::lock(&worker.state, "the uploader's state");
                     match result {
                         Ok(()) => state.last_error = None,
                         Err(e) => {
@@ -115,7 +115,7 @@ impl Uploader {
                         if left.is_zero() {
                             break;
                         }
-                        state = worker.changed.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
+                        state = crate::poison::wait_timeout(&worker.changed, state, left, "the uploader's state");
                     }
                     state.wanted = false;
                 }
@@ -126,7 +126,7 @@ impl Uploader {
 
     /// What the remote holds and what it lacks of `journal`'s checkpoints.
     pub fn status(&self, journal: &Journal) -> RemoteStatus {
-        let state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = crate::poison::lock(&self.shared.state, "the uploader's state");
         status_of(&self.shared.url, &state, journal)
     }
 
@@ -135,7 +135,7 @@ impl Uploader {
     pub fn push_now(&self, journal: &Journal, timeout: Duration) -> RemoteStatus {
         let target: BTreeSet<i64> = local_checkpoints(journal).into_iter().collect();
         let deadline = Instant::now() + timeout;
-        let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = crate::poison::lock(&self.shared.state, "the uploader's state");
         state.wanted = true;
         self.shared.changed.notify_all();
         let start = state.passes;
@@ -146,7 +146,7 @@ impl Uploader {
             if done || failed || left.is_zero() {
                 return status_of(&self.shared.url, &state, journal);
             }
-            state = self.shared.changed.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
+            state = crate::poison::wait_timeout(&self.shared.changed, state, left, "the uploader's state");
         }
     }
 }
@@ -197,7 +197,7 @@ impl Pusher {
                 });
             }
             let pushed = head.checkpoints.iter().map(|c| c.checkpoint).collect();
-            shared.state.lock().unwrap_or_else(|p| p.into_inner()).pushed = Some(pushed);
+            crate::poison::lock(&shared.state, "the uploader's state").pushed = Some(pushed);
             self.head = Some(head);
         }
         let checkpoints = journal.with_meta(|m| m.checkpoints()).map_err(|e| RemoteError::Refused {
@@ -252,7 +252,7 @@ impl Pusher {
                 crate::text::human_bytes(sent.bytes_sent),
                 sent.chunks_present
             );
-            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = crate::poison::lock(&shared.state, "the uploader's state");
             state.pushed.get_or_insert_with(BTreeSet::new).insert(c.checkpoint);
             shared.changed.notify_all();
         }

@@ -350,7 +350,7 @@ static SUMMARIZING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// already are. The daemon calls it in the background after each seal, so
 /// that `log` finds them stored.
 pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<TurnStats> {
-    let _one_at_a_time = SUMMARIZING.lock().unwrap_or_else(|p| p.into_inner());
+    let _one_at_a_time = crate::poison::lock(&SUMMARIZING, "the statistics lock");
     if let Some(stats) = journal.with_meta(|m| m.turn_stats_of(turn))? {
         return Ok(stats);
     }

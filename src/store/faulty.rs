@@ -43,7 +43,7 @@ impl<S: ChunkStore> FaultyStore<S> {
     }
 
     fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.faults, "the armed faults")
     }
 
     /// Lets `n` more puts succeed, then fails every later put with `errno`

@@ -22,7 +22,7 @@ impl MemoryStore {
     /// half-updated (every update is a single insert), so the data is still
     /// good and the poison flag is ignored.
     fn chunks(&self) -> MutexGuard<'_, HashMap<ChunkId, Vec<u8>>> {
-        self.chunks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::poison::lock(&self.chunks, "the memory store")
     }
 
     /// Replaces the bytes held for `id` without changing the id, so tests can

@@ -338,7 +338,7 @@ struct PackFiles {
 
 impl PackFiles {
     fn get(&self, number: u32) -> std::io::Result<Arc<File>> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = crate::poison::lock(&self.open, "the open pack files");
         if let Some(pos) = open.iter().position(|(n, _)| *n == number) {
             let entry = open.remove(pos);
             let file = Arc::clone(&entry.1);
@@ -509,7 +509,7 @@ impl PackStore {
     }
 
     fn reserve(&self) -> MutexGuard<'_, Reserve> {
-        self.reserve.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.reserve, "the store's reserve")
     }
 
     /// Refuses content while the reserve is not whole: the space that comes
@@ -706,7 +706,7 @@ impl PackStore {
     }
 
     fn reader(&self) -> MutexGuard<'_, Connection> {
-        self.reader.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.reader, "the chunk index reader")
     }
 
     fn lookup(&self, id: &ChunkId) -> Result<Option<Location>, StoreError> {

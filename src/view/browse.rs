@@ -216,7 +216,7 @@ impl Browser {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.table, "the view inode table")
     }
 
     /// The number of `slot`, taking `lookups` kernel references to it.
@@ -297,12 +297,12 @@ impl Browser {
         }
         log::trace!("browse: forgot {} ({:?})", ino.0, e.slot);
         t.retire(ino.0);
-        self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).remove(&ino.0);
+        crate::poison::lock(&self.stored_states, "the view state cache").remove(&ino.0);
     }
 
     /// Drops cached states of numbers no longer in `live`.
     fn forget_states(&self, live: &HashMap<u64, Interned>) {
-        self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).retain(|ino, _| live.contains_key(ino));
+        crate::poison::lock(&self.stored_states, "the view state cache").retain(|ino, _| live.contains_key(ino));
     }
 
     /// How many inode numbers this browser holds (for `status`).
@@ -558,7 +558,7 @@ impl Browser {
             }
             Slot::Object { checkpoint, key } => {
                 let view = self.view(held, checkpoint);
-                let cached = self.stored_states.lock().unwrap_or_else(|p| p.into_inner()).get(&ino.0).cloned();
+                let cached = crate::poison::lock(&self.stored_states, "the view state cache").get(&ino.0).cloned();
                 let s = match cached {
                     Some(s) => s,
                     None => {
@@ -566,7 +566,7 @@ impl Browser {
                         // state is not cached.
                         let s = view.state(&self.node(held, checkpoint, &key)?)?;
                         if matches!(s.content, crate::view::Content::Stored(_)) {
-                            let mut cache = self.stored_states.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut cache = crate::poison::lock(&self.stored_states, "the view state cache");
                             if cache.len() >= STATE_CACHE {
                                 cache.clear();
                             }

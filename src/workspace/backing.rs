@@ -473,11 +473,11 @@ impl Backing {
             // The root descriptor lives as long as the tree.
             return Ok(self.root.clone());
         }
-        if let Some(fd) = self.dir_cache.lock().unwrap_or_else(|p| p.into_inner()).get(handle) {
+        if let Some(fd) = crate::poison::lock(&self.dir_cache, "the directory cache").get(handle) {
             return Ok(fd.clone());
         }
         let fd = Arc::new(self.open_handle(handle, libc::O_PATH | libc::O_DIRECTORY)?);
-        let mut cache = self.dir_cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = crate::poison::lock(&self.dir_cache, "the directory cache");
         if cache.len() >= DIR_CACHE_CAPACITY {
             cache.clear();
         }
@@ -487,7 +487,7 @@ impl Backing {
 
     /// Drops a directory's cached descriptor (it lost its name).
     pub(crate) fn forget_dir(&self, handle: &FileHandle) {
-        self.dir_cache.lock().unwrap_or_else(|p| p.into_inner()).remove(handle);
+        crate::poison::lock(&self.dir_cache, "the directory cache").remove(handle);
     }
 
     /// The path of a live object relative to the workspace root (None when

@@ -87,7 +87,7 @@ impl Recorder {
     }
 
     fn writers(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, u32>> {
-        self.writers.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.writers, "the open writers")
     }
 
     /// A client opened `ino` for writing.

@@ -741,7 +741,7 @@ impl LiveTree {
     }
 
     fn uncapable(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, (Fh, Option<i64>)>> {
-        self.uncapable.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.uncapable, "the uncapable set")
     }
 
     fn turn(&self) -> Option<i64> {

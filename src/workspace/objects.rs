@@ -56,7 +56,7 @@ impl ObjectTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves the maps consistent (every
         // mutation is a single insert/remove), so a poisoned lock is usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.inner, "the object table")
     }
 
     /// The inode number of the object with this handle, registering it if

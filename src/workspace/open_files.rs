@@ -57,33 +57,33 @@ impl OpenFiles {
     pub(crate) fn register(&self, ino: Ino, file: File, writable: bool) -> (Fh, Arc<OpenFile>) {
         let fh = self.new_fh();
         let open = Arc::new(OpenFile { ino, file, writable });
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, open.clone());
+        crate::poison::lock(&self.files, "the open files").insert(fh, open.clone());
         (fh, open)
     }
 
     pub fn file(&self, fh: Fh) -> Res<Arc<OpenFile>> {
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).get(&fh).cloned().ok_or(Errno::EBADF)
+        crate::poison::lock(&self.files, "the open files").get(&fh).cloned().ok_or(Errno::EBADF)
     }
 
     /// Forgets an open file; the file, if it was open.
     pub(crate) fn remove(&self, fh: Fh) -> Option<Arc<OpenFile>> {
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh)
+        crate::poison::lock(&self.files, "the open files").remove(&fh)
     }
 
     /// Keeps a directory listing until `releasedir`.
     pub(crate) fn add_listing(&self, entries: Vec<DirEntry>) -> Fh {
         let fh = self.new_fh();
-        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, Arc::new(entries));
+        crate::poison::lock(&self.dirs, "the open directories").insert(fh, Arc::new(entries));
         fh
     }
 
     /// Entries from `offset` on (offset = index of the next entry).
     pub fn readdir(&self, fh: Fh) -> Res<Arc<Vec<DirEntry>>> {
-        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).get(&fh).cloned().ok_or(Errno::EBADF)
+        crate::poison::lock(&self.dirs, "the open directories").get(&fh).cloned().ok_or(Errno::EBADF)
     }
 
     pub fn releasedir(&self, fh: Fh) {
-        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh);
+        crate::poison::lock(&self.dirs, "the open directories").remove(&fh);
     }
 
     pub fn read(&self, fh: Fh, offset: u64, size: u32) -> Res<Vec<u8>> {

@@ -86,11 +86,11 @@ fn eio<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> Errno + '_ {
 
 impl PendingSet {
     fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<FileHandle, PendingContent>> {
-        self.files.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.files, "the rewound files awaiting their bytes")
     }
 
     fn unsettled_map(&self) -> std::sync::MutexGuard<'_, HashMap<FileHandle, Unsettled>> {
-        self.unsettled.lock().unwrap_or_else(|p| p.into_inner())
+        crate::poison::lock(&self.unsettled, "the unsettled files")
     }
 
     /// The pending files that could not be settled so far, and why.
@@ -200,7 +200,7 @@ impl<'a> Settler<'a> {
         if self.pending_map().is_empty() {
             return Ok(());
         }
-        let _one = self.set.settle_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = crate::poison::lock(&self.set.settle_lock, "the settler's lock");
         let Some(p) = self.pending_map().get(handle).cloned() else { return Ok(()) };
         let Some(journal) = self.journal else { return Err(Errno::EIO) };
         let ctime_ns = match self.backing.open_handle(handle, libc::O_WRONLY) {
