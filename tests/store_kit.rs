@@ -3,7 +3,8 @@
 //! `rewindfs::store::open` builds from an address: `memory://`,
 //! `pack:///dir`, `faulty+memory://` and `faulty+pack:///dir` (no faults
 //! armed for the plain suite), plus crash durability and a torn tail on
-//! the pack store.
+//! the pack store; the `Reclaiming` extension's kit on every backend that
+//! has it (the pack store, bare and wrapped).
 //!
 //! This mounts nothing: it checks the storage seam only, as a new backend
 //! (an S3-compatible object store, for example) would be checked; the mounted
@@ -31,6 +32,40 @@ fn memory_passes_the_kit() {
 fn pack_passes_the_kit() {
     let dir = tempfile::tempdir().expect("tempdir");
     conformance::run_all(&*open(&pack_address(dir.path())));
+}
+
+/// The memory store frees a chunk's room on release: it has no
+/// reclaiming side, and the wrapper around it has none either.
+#[test]
+fn memory_has_no_reclaiming_extension() {
+    assert!(open("memory://").reclaiming().is_none());
+    assert!(open("faulty+memory://").reclaiming().is_none());
+}
+
+#[test]
+fn pack_passes_the_reclaiming_kit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    conformance::run_reclaiming(&*open(&pack_address(dir.path())));
+}
+
+#[test]
+fn faulty_pack_passes_the_reclaiming_kit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    conformance::run_reclaiming(&*open(&format!("faulty+{}", pack_address(dir.path()))));
+}
+
+#[test]
+fn pack_compaction_is_durable_after_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let address = pack_address(dir.path());
+    conformance::compaction_durable_after_crash(&|| open(&address));
+}
+
+#[test]
+fn faulty_pack_compaction_is_durable_after_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let address = format!("faulty+{}", pack_address(dir.path()));
+    conformance::compaction_durable_after_crash(&|| open(&address));
 }
 
 #[test]

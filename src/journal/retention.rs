@@ -761,14 +761,16 @@ impl Journal {
     /// of it (then `f` runs again: every step of a collection and a sync
     /// can be run again), and made again afterwards. Meanwhile no content
     /// is stored, so the room is theirs alone.
+    /// A store without packs keeps no reserve: `f` just runs.
     pub fn with_reserve<T, E: crate::error::AsErrno>(&self, mut f: impl FnMut() -> Result<T, E>) -> Result<T, E> {
-        let lent = self.store.lend_reserve(false);
+        let Some(store) = self.store.reclaiming() else { return f() };
+        let lent = store.lend_reserve(false);
         let mut out = f();
         let short = |o: &Result<T, E>| o.as_ref().is_err_and(|e| e.errno().0 == libc::ENOSPC);
-        if !lent && short(&out) && self.store.lend_reserve(true) {
+        if !lent && short(&out) && store.lend_reserve(true) {
             out = f();
         }
-        self.store.restore_reserve();
+        store.restore_reserve();
         out
     }
 
@@ -782,7 +784,7 @@ impl Journal {
             log::warn!("Cannot give the metadata database's free pages back: {e}.");
         }
         drop(gate);
-        if let Err(e) = self.store.shrink() {
+        if let Some(Err(e)) = self.store.reclaiming().map(|s| s.shrink()) {
             log::warn!("Cannot give the chunk index's free pages back: {e}.");
         }
     }
@@ -795,8 +797,10 @@ impl Journal {
 
     /// Rewrites packs whose live fraction is under `threshold` and that give
     /// back at least `min_reclaim` bytes (`reset` takes back every pack
-    /// mostly released, however small).
+    /// mostly released, however small). A store without packs has nothing
+    /// to rewrite.
     pub fn compact_below(&self, threshold: f64, min_reclaim: u64) -> JournalResult<crate::store::Compacted> {
+        let Some(store) = self.store.reclaiming() else { return Ok(crate::store::Compacted::default()) };
         // The mount compares the packs with what was sealed: after the old
         // packs go they hold less, and that is not damage.
         let mut lower = |held: crate::store::StoreStats| {
@@ -806,7 +810,7 @@ impl Journal {
             })
             .map_err(|e| crate::store::StoreError::Decode { what: "metadata", detail: e.to_string() })
         };
-        Ok(self.store.compact(threshold, min_reclaim, &mut lower)?)
+        Ok(store.compact(threshold, min_reclaim, &mut lower)?)
     }
 
     /// Finishes a collection the previous daemon was killed in (run at
@@ -1003,7 +1007,7 @@ pub struct TurnUsage {
 pub fn du(journal: &Journal, attic: AtticRemover<'_>, store_dir: &std::path::Path) -> JournalResult<DuReply> {
     let parts = crate::store_dir::StoreDir::new(store_dir);
     let size = |p: std::path::PathBuf| tree_bytes(&p).0;
-    let packs = journal.store().pack_use()?;
+    let packs = journal.store().reclaiming().map_or(Ok(Vec::new()), |s| s.pack_use())?;
     let stats = journal.store().stats()?;
     let usage = journal.with_meta(|m| m.turn_usage())?;
     let logical: u64 = usage.iter().map(|u| u.2).sum();

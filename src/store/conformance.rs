@@ -6,7 +6,11 @@
 //!
 //! - [`run_all`] on a fresh, empty store: put/get, idempotence, missing
 //!   chunks, empty and large chunks, concurrent puts, list and verify,
-//!   release, discard, sync, stats, stored length, compaction.
+//!   release, discard, sync, stats, stored length.
+//! - [`run_reclaiming`] on a fresh, empty store that has the
+//!   [`Reclaiming`] extension (packs): compaction, the reserve, shrinking
+//!   the index; [`compaction_durable_after_crash`] with a reopening
+//!   factory.
 //! - [`verify_finds_damage`] on a store wrapped in [`FaultyStore`].
 //! - [`durable_after_crash`] and [`torn_tail`] for a backend whose storage
 //!   outlives it, given a factory that reopens the same storage.
@@ -17,7 +21,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{ChunkId, ChunkStore, FaultyStore, StoreError};
+use super::{ChunkId, ChunkStore, FaultyStore, Reclaiming, StoreError};
 
 /// Runs every check that needs nothing but the store, in order, on one
 /// empty store.
@@ -33,8 +37,31 @@ pub fn run_all(store: &dyn ChunkStore) {
     sync(store);
     stats(store);
     stored_len(store);
-    compaction(store);
     list_and_verify(store);
+}
+
+/// Runs every check of the [`Reclaiming`] extension, in order, on one empty
+/// store that has it (panics if [`ChunkStore::reclaiming`] says it has not).
+pub fn run_reclaiming(store: &dyn ChunkStore) {
+    let reclaiming = store.reclaiming().expect("run_reclaiming needs a store with the Reclaiming extension");
+    compaction(store, reclaiming);
+    reserve(store, reclaiming);
+    reclaiming.shrink().expect("shrink");
+    list_and_verify(store);
+}
+
+/// The reserve lent at once is given, content waits meanwhile or goes on
+/// (a backend may refuse content only while it is lent), and once it is
+/// restored content is stored again.
+fn reserve(store: &dyn ChunkStore, reclaiming: &dyn Reclaiming) {
+    let before = put_many(store, 17_000, 3, 3000);
+    if reclaiming.lend_reserve(true) {
+        assert!(!reclaiming.lend_reserve(true), "a reserve already lent was lent again");
+    }
+    assert_reads(store, &before, "while the reserve is lent");
+    reclaiming.restore_reserve();
+    let after = put_many(store, 17_100, 3, 3000);
+    assert_reads(store, &[before, after].concat(), "after the reserve is restored");
 }
 
 /// Deterministic pseudo-random bytes, so failures are reproducible.
@@ -247,19 +274,18 @@ fn stored_len(store: &dyn ChunkStore) {
 
 /// Many chunks, most released, then compaction: the survivors read back,
 /// the released stay gone, and a backend with packs takes less room.
-fn compaction(store: &dyn ChunkStore) {
+fn compaction(store: &dyn ChunkStore, reclaiming: &dyn Reclaiming) {
     let chunks = put_many(store, 15_000, 200, 10_000);
     let (released, kept): (Vec<_>, Vec<_>) = chunks.into_iter().enumerate().partition(|(i, _)| i % 10 != 0);
     let released: Vec<(ChunkId, Vec<u8>)> = released.into_iter().map(|(_, c)| c).collect();
     let kept: Vec<(ChunkId, Vec<u8>)> = kept.into_iter().map(|(_, c)| c).collect();
     let ids: Vec<ChunkId> = released.iter().map(|(id, _)| *id).collect();
     store.release(&ids).expect("release");
-    let file_bytes =
-        |store: &dyn ChunkStore| store.pack_use().expect("pack_use").iter().map(|p| p.file_bytes).sum::<u64>();
-    let before = file_bytes(store);
+    let file_bytes = || reclaiming.pack_use().expect("pack_use").iter().map(|p| p.file_bytes).sum::<u64>();
+    let before = file_bytes();
     let stats_before = store.stats().expect("stats");
     let mut told = None;
-    let done = store
+    let done = reclaiming
         .compact(1.0, 0, &mut |stats| {
             told = Some(stats);
             Ok(())
@@ -274,7 +300,7 @@ fn compaction(store: &dyn ChunkStore) {
     assert_eq!(stats_after.raw_bytes, stats_before.raw_bytes, "compaction changed the raw bytes held");
     if done.packs > 0 {
         assert!(told.is_some(), "compaction deleted packs without telling before_delete");
-        assert!(file_bytes(store) < before, "compaction of {} packs took no room back", done.packs);
+        assert!(file_bytes() < before, "compaction of {} packs took no room back", done.packs);
     } else if before > 0 {
         panic!("a store with packs ({before} bytes, 90% released) compacted nothing: {done:?}");
     }
@@ -368,4 +394,30 @@ pub fn torn_tail(open: &dyn Fn() -> Arc<dyn ChunkStore>, tear: &dyn Fn()) {
     drop(store);
     let store = open();
     assert_reads(&*store, &[intact, std::slice::from_ref(last), &more].concat(), "after a torn tail and a reopen");
+}
+
+/// For a backend with the [`Reclaiming`] extension whose storage outlives
+/// it: a compaction, then a drop without `sync` (a crash), then a reopen by
+/// `open`: the chunks kept read back and the released ones stay gone, and
+/// the store takes puts again. `open` as for [`durable_after_crash`].
+pub fn compaction_durable_after_crash(open: &dyn Fn() -> Arc<dyn ChunkStore>) {
+    let store = open();
+    let reclaiming = store.reclaiming().expect("compaction_durable_after_crash needs the Reclaiming extension");
+    let chunks = put_many(&*store, 40_000, 60, 9000);
+    let (released, kept): (Vec<_>, Vec<_>) = chunks.into_iter().enumerate().partition(|(i, _)| i % 4 != 0);
+    let released: Vec<ChunkId> = released.into_iter().map(|(_, (id, _))| id).collect();
+    let kept: Vec<(ChunkId, Vec<u8>)> = kept.into_iter().map(|(_, c)| c).collect();
+    store.release(&released).expect("release");
+    let done = reclaiming.compact(1.0, 0, &mut |_| Ok(())).expect("compact");
+    assert!(done.packs > 0, "nothing compacted from packs 75% released: {done:?}");
+    drop(store);
+
+    let store = open();
+    assert_reads(&*store, &kept, "after a compaction and a crash");
+    for id in &released {
+        assert_gone(&*store, id, "released before a compaction and a crash");
+    }
+    assert_eq!(store.list().expect("list").len(), kept.len(), "chunks listed wrong after a compaction and a crash");
+    assert!(store.verify().expect("verify").corrupt.is_empty(), "damage after a compaction and a crash");
+    store.put(b"writable after compaction").expect("put after a compaction and a crash");
 }

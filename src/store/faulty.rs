@@ -5,7 +5,9 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use super::{ChunkId, ChunkStore, Compacted, PackUse, StoreError, StoreStats, VerifyReport, verified, verify_by_get};
+use super::{
+    ChunkId, ChunkStore, Compacted, PackUse, Reclaiming, StoreError, StoreStats, VerifyReport, verified, verify_by_get,
+};
 
 /// What to inject; changed at any time through the `FaultyStore` methods.
 #[derive(Debug, Default, Clone)]
@@ -102,39 +104,18 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
         self.inner.discard(ids)
     }
 
-    // What injects no fault goes to the inner store as it is, so a wrapped
-    // store releases, compacts and keeps its reserve as it would unwrapped.
+    // What injects no fault goes to the inner store as it is.
     fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
         self.inner.release(ids)
-    }
-
-    fn compact(
-        &self,
-        threshold: f64,
-        min_reclaim: u64,
-        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
-    ) -> Result<Compacted, StoreError> {
-        self.inner.compact(threshold, min_reclaim, before_delete)
-    }
-
-    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
-        self.inner.pack_use()
     }
 
     fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
         self.inner.stored_len(id)
     }
 
-    fn lend_reserve(&self, now: bool) -> bool {
-        self.inner.lend_reserve(now)
-    }
-
-    fn restore_reserve(&self) {
-        self.inner.restore_reserve()
-    }
-
-    fn shrink(&self) -> Result<(), StoreError> {
-        self.inner.shrink()
+    /// The wrapper reclaims exactly when the store inside does.
+    fn reclaiming(&self) -> Option<&dyn Reclaiming> {
+        self.inner.reclaiming().map(|_| self as &dyn Reclaiming)
     }
 
     fn get(&self, id: &ChunkId) -> Result<Vec<u8>, StoreError> {
@@ -178,6 +159,38 @@ impl<S: ChunkStore> ChunkStore for FaultyStore<S> {
 
     fn list(&self) -> Result<Vec<ChunkId>, StoreError> {
         self.inner.list()
+    }
+}
+
+// What injects no fault goes to the inner store as it is, so a wrapped
+// store compacts and keeps its reserve as it would unwrapped. Reached only
+// through `reclaiming`, which answers None when the inner store has none.
+impl<S: ChunkStore> Reclaiming for FaultyStore<S> {
+    fn compact(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        self.inner.reclaiming().map_or(Ok(Compacted::default()), |r| r.compact(threshold, min_reclaim, before_delete))
+    }
+
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        self.inner.reclaiming().map_or(Ok(Vec::new()), |r| r.pack_use())
+    }
+
+    fn lend_reserve(&self, now: bool) -> bool {
+        self.inner.reclaiming().is_some_and(|r| r.lend_reserve(now))
+    }
+
+    fn restore_reserve(&self) {
+        if let Some(r) = self.inner.reclaiming() {
+            r.restore_reserve()
+        }
+    }
+
+    fn shrink(&self) -> Result<(), StoreError> {
+        self.inner.reclaiming().map_or(Ok(()), |r| r.shrink())
     }
 }
 

@@ -282,24 +282,6 @@ pub trait ChunkStore: Send + Sync {
         self.discard(ids)
     }
 
-    /// Rewrites packs whose live records fill less than `threshold` of
-    /// them, giving back at least `min_reclaim` bytes each
-    /// (`pack/compact.rs`); `before_delete` gets the stored bytes before
-    /// any old pack goes. Stores without packs have nothing to do.
-    fn compact(
-        &self,
-        _threshold: f64,
-        _min_reclaim: u64,
-        _before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
-    ) -> Result<Compacted, StoreError> {
-        Ok(Compacted::default())
-    }
-
-    /// Each pack's live and total bytes (empty for stores without packs).
-    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
-        Ok(Vec::new())
-    }
-
     /// The bytes a chunk takes in the store (None: not there).
     fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
         match self.get(id) {
@@ -319,22 +301,11 @@ pub trait ChunkStore: Send + Sync {
     /// power loss.
     fn sync(&self) -> Result<(), StoreError>;
 
-    /// Gives the space kept on the store's filesystem for collection and
-    /// unmount to the caller, which is one of those: at once if `now`,
-    /// otherwise only when the filesystem is short of space. Content is
-    /// refused until [`ChunkStore::restore_reserve`]. True if it was given.
-    fn lend_reserve(&self, _now: bool) -> bool {
-        false
-    }
-
-    /// Makes the reserve again once the caller of `lend_reserve` is done
-    /// (best effort: without room, content waits until there is).
-    fn restore_reserve(&self) {}
-
-    /// Gives the pages the index's databases no longer use back to the
-    /// filesystem, and empties their logs (after a collection).
-    fn shrink(&self) -> Result<(), StoreError> {
-        Ok(())
+    /// The store's reclaiming side, if it has one (a backend with packs):
+    /// what a collection asks for to give space back beyond releasing
+    /// chunks. None for a backend that frees a chunk's room on `release`.
+    fn reclaiming(&self) -> Option<&dyn Reclaiming> {
+        None
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError>;
@@ -350,6 +321,42 @@ pub trait ChunkStore: Send + Sync {
 
     /// Every chunk id in the store, in ascending order (for GC and `fsck`).
     fn list(&self) -> Result<Vec<ChunkId>, StoreError>;
+}
+
+/// What a backend whose released chunks keep taking room (in packs) adds
+/// to [`ChunkStore`]: rewriting packs, the space kept for collection and
+/// unmount, and giving its index's free pages back. The journal's
+/// collection asks for it through [`ChunkStore::reclaiming`] and skips
+/// these steps for a store without it. Checked by the extension's kit
+/// (`conformance::run_reclaiming`).
+pub trait Reclaiming: Send + Sync {
+    /// Rewrites packs whose live records fill less than `threshold` of
+    /// them, giving back at least `min_reclaim` bytes each
+    /// (`pack/compact.rs`); `before_delete` gets the stored bytes before
+    /// any old pack goes.
+    fn compact(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError>;
+
+    /// Each pack's live and total bytes.
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError>;
+
+    /// Gives the space kept on the store's filesystem for collection and
+    /// unmount to the caller, which is one of those: at once if `now`,
+    /// otherwise only when the filesystem is short of space. Content is
+    /// refused until [`Reclaiming::restore_reserve`]. True if it was given.
+    fn lend_reserve(&self, now: bool) -> bool;
+
+    /// Makes the reserve again once the caller of `lend_reserve` is done
+    /// (best effort: without room, content waits until there is).
+    fn restore_reserve(&self);
+
+    /// Gives the pages the index's databases no longer use back to the
+    /// filesystem, and empties their logs (after a collection).
+    fn shrink(&self) -> Result<(), StoreError>;
 }
 
 /// Where a backend keeps its chunks, as [`open`] reads it from an address.
@@ -453,17 +460,6 @@ impl<T: ChunkStore + ?Sized> ChunkStore for Arc<T> {
     fn release(&self, ids: &[ChunkId]) -> Result<(), StoreError> {
         (**self).release(ids)
     }
-    fn compact(
-        &self,
-        threshold: f64,
-        min_reclaim: u64,
-        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
-    ) -> Result<Compacted, StoreError> {
-        (**self).compact(threshold, min_reclaim, before_delete)
-    }
-    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
-        (**self).pack_use()
-    }
     fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
         (**self).stored_len(id)
     }
@@ -476,14 +472,8 @@ impl<T: ChunkStore + ?Sized> ChunkStore for Arc<T> {
     fn sync(&self) -> Result<(), StoreError> {
         (**self).sync()
     }
-    fn lend_reserve(&self, now: bool) -> bool {
-        (**self).lend_reserve(now)
-    }
-    fn restore_reserve(&self) {
-        (**self).restore_reserve()
-    }
-    fn shrink(&self) -> Result<(), StoreError> {
-        (**self).shrink()
+    fn reclaiming(&self) -> Option<&dyn Reclaiming> {
+        (**self).reclaiming()
     }
     fn stats(&self) -> Result<StoreStats, StoreError> {
         (**self).stats()

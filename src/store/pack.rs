@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{ChunkId, ChunkStore, CorruptChunk, StoreError, StoreStats, VerifyReport, verified};
+use super::{ChunkId, ChunkStore, CorruptChunk, Reclaiming, StoreError, StoreStats, VerifyReport, verified};
 
 /// Magic at the start of every pack file.
 const PACK_MAGIC: &[u8; 8] = b"RWFSPACK";
@@ -1153,19 +1153,6 @@ impl ChunkStore for PackStore {
         self.unindex(ids, false)
     }
 
-    fn compact(
-        &self,
-        threshold: f64,
-        min_reclaim: u64,
-        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
-    ) -> Result<Compacted, StoreError> {
-        self.compact_packs(threshold, min_reclaim, before_delete)
-    }
-
-    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
-        PackStore::pack_use(self)
-    }
-
     fn stored_len(&self, id: &ChunkId) -> Result<Option<u64>, StoreError> {
         Ok(self.lookup(id)?.map(|loc| RECORD_HEADER_LEN + loc.stored_len))
     }
@@ -1219,40 +1206,8 @@ impl ChunkStore for PackStore {
         Ok(())
     }
 
-    fn lend_reserve(&self, now: bool) -> bool {
-        let mut reserve = self.reserve();
-        if self.read_only || *reserve != Reserve::Kept {
-            return false;
-        }
-        if !now && free_bytes(&self.dir).is_none_or(|free| free >= RESERVE_LOW_WATER) {
-            return false;
-        }
-        if let Err(e) = std::fs::remove_file(self.reserve_path()) {
-            log::warn!("Cannot give up the store's reserve {}: {e}.", self.reserve_path().display());
-            return false;
-        }
-        *reserve = Reserve::Lent;
-        log::warn!("The store's filesystem is full: its reserve is given to this collection or unmount.");
-        true
-    }
-
-    fn restore_reserve(&self) {
-        let mut reserve = self.reserve();
-        if matches!(*reserve, Reserve::Lent | Reserve::Missing) {
-            *reserve = keep_reserve(&self.dir);
-            if *reserve == Reserve::Missing {
-                log::warn!("There is no room to make the store's reserve again: content is refused until there is.");
-            }
-        }
-    }
-
-    fn shrink(&self) -> Result<(), StoreError> {
-        if self.read_only {
-            return Ok(());
-        }
-        let writer = self.writer()?;
-        crate::sqlite::shrink(&writer.conn, &self.dir.join("chunks.sqlite"))
-            .map_err(|e| StoreError::sqlite("giving the chunk index's free pages back", e))
+    fn reclaiming(&self) -> Option<&dyn Reclaiming> {
+        Some(self)
     }
 
     fn stats(&self) -> Result<StoreStats, StoreError> {
@@ -1324,6 +1279,57 @@ impl ChunkStore for PackStore {
             .and_then(|rows| rows.collect())
             .map_err(|e| StoreError::sqlite("listing chunks", e))?;
         raw.iter().map(|b| ChunkId::from_slice(b)).collect()
+    }
+}
+
+impl Reclaiming for PackStore {
+    fn compact(
+        &self,
+        threshold: f64,
+        min_reclaim: u64,
+        before_delete: &mut dyn FnMut(StoreStats) -> Result<(), StoreError>,
+    ) -> Result<Compacted, StoreError> {
+        self.compact_packs(threshold, min_reclaim, before_delete)
+    }
+
+    fn pack_use(&self) -> Result<Vec<PackUse>, StoreError> {
+        PackStore::pack_use(self)
+    }
+
+    fn lend_reserve(&self, now: bool) -> bool {
+        let mut reserve = self.reserve();
+        if self.read_only || *reserve != Reserve::Kept {
+            return false;
+        }
+        if !now && free_bytes(&self.dir).is_none_or(|free| free >= RESERVE_LOW_WATER) {
+            return false;
+        }
+        if let Err(e) = std::fs::remove_file(self.reserve_path()) {
+            log::warn!("Cannot give up the store's reserve {}: {e}.", self.reserve_path().display());
+            return false;
+        }
+        *reserve = Reserve::Lent;
+        log::warn!("The store's filesystem is full: its reserve is given to this collection or unmount.");
+        true
+    }
+
+    fn restore_reserve(&self) {
+        let mut reserve = self.reserve();
+        if matches!(*reserve, Reserve::Lent | Reserve::Missing) {
+            *reserve = keep_reserve(&self.dir);
+            if *reserve == Reserve::Missing {
+                log::warn!("There is no room to make the store's reserve again: content is refused until there is.");
+            }
+        }
+    }
+
+    fn shrink(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let writer = self.writer()?;
+        crate::sqlite::shrink(&writer.conn, &self.dir.join("chunks.sqlite"))
+            .map_err(|e| StoreError::sqlite("giving the chunk index's free pages back", e))
     }
 }
 

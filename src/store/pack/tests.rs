@@ -58,7 +58,9 @@ fn unindex(dir: &Path, ids: &[ChunkId]) {
 #[test]
 fn pack_store_conformance() {
     let dir = tempfile::tempdir().expect("tempdir");
-    conformance::run_all(&PackStore::open(dir.path()).expect("open"));
+    let store = PackStore::open(dir.path()).expect("open");
+    conformance::run_all(&store);
+    conformance::run_reclaiming(&store);
 }
 
 #[test]
@@ -66,6 +68,7 @@ fn pack_store_conformance_with_small_packs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = PackStore::open_with(dir.path(), small_packs()).expect("open");
     conformance::run_all(&store);
+    conformance::run_reclaiming(&store);
     assert!(store.pack_paths().expect("packs").len() > 10);
 }
 
