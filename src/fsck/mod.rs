@@ -716,7 +716,7 @@ fn content_checkpoints(
 ) -> FsckResult<Vec<i64>> {
     let mut out = Vec::new();
     for k in checkpoints.iter().rev().map(|c| c.checkpoint).filter(|k| *k <= turn) {
-        match journal.with_meta(|m| m.content_at(object, k))? {
+        match journal.with_pre_images(|r| r.content_at(object, k))? {
             Some((t, _, _)) if t == turn => out.push(k),
             _ => break,
         }
@@ -861,7 +861,7 @@ impl<'a> Namer<'a> {
         let mut out = Vec::new();
         // Where the view at k finds it by name: entry records at or after k.
         for (turn, dir, name) in naming {
-            if turn < k || journal.with_meta(|m| m.entry_turn_at(dir, &name, k))? != Some(turn) {
+            if turn < k || journal.with_pre_images(|r| r.entry_turn_at(dir, &name, k))? != Some(turn) {
                 continue;
             }
             let parents = self.candidates(dir, k, depth + 1)?;

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::meta::{Checkpoint, ObjectState, Reason};
+use crate::meta::{Checkpoint, ObjectState, PreImages, Reason};
 use crate::store::{ChunkStore, MemoryStore, store_content};
 
 fn state(content: Option<(Vec<u8>, Vec<u8>)>) -> ObjectState {

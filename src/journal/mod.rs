@@ -25,6 +25,7 @@ pub mod store_check;
 pub mod store_identity;
 
 use crate::error::{AsErrno, Errno};
+use crate::meta::PreImages;
 use crate::meta::{
     Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, MetaResult, ObjectId, ObjectState, Reason,
 };
@@ -729,6 +730,12 @@ impl Journal {
             Err(e) => log::error!("cannot empty the journal log after folding it: {e}"),
         }
         f(&inner.meta)
+    }
+
+    /// As `with_meta`, with only the pre-image records
+    /// ([`crate::meta::PreImages`]): what views and rewinds read.
+    pub fn with_pre_images<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::PreImages) -> T) -> T {
+        self.with_meta(|m| f(m))
     }
 
     /// As `with_meta` for a change `f` makes: the records not folded yet

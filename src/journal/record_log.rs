@@ -17,6 +17,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::meta::PreImages;
 use crate::meta::{Meta, MetaResult, ObjectId, ObjectState};
 
 /// One logged fact.

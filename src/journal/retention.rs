@@ -1123,6 +1123,7 @@ mod journal_tests {
 
     use super::*;
     use crate::journal::TurnInfo;
+    use crate::meta::PreImages;
     use crate::store::{ChunkStore, MemoryStore};
 
     #[test]

@@ -12,10 +12,12 @@ use crate::sqlite::{disk_full_note, shrink, sqlite_errno};
 use serde::Serialize;
 
 mod bypass;
+pub mod pre_images;
 mod refs;
 mod retention;
 mod semantic;
 pub use bypass::{Records, Vouched};
+pub use pre_images::{ContentRecord, MemoryPreImages, PreImages};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
 
@@ -295,9 +297,6 @@ impl std::fmt::Debug for Meta {
         f.debug_struct("Meta").finish_non_exhaustive()
     }
 }
-
-/// A content pre-image: (turn of the record, content hash, chunk list).
-pub type ContentRecord = (i64, Vec<u8>, Vec<u8>);
 
 /// Where a pending file's chunk list is kept.
 #[derive(Clone, Copy, Debug)]
@@ -1110,34 +1109,6 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read snapshots")
     }
 
-    /// Records that `name` in `dir` referred to `target` at the start of
-    /// `turn`, unless already recorded for that turn. Returns whether a row
-    /// was written.
-    pub fn record_entry(
-        &self,
-        turn: i64,
-        dir: ObjectId,
-        name: &[u8],
-        target: Option<ObjectId>,
-        program: Option<&str>,
-    ) -> MetaResult<bool> {
-        let n = self
-            .conn
-            .prepare_cached(
-                "INSERT OR IGNORE INTO entry_pre(turn, dir, name, target, program) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .ctx("prepare")?
-            .execute(params![turn, dir.0, name, target.map(|t| t.0), program])
-            .ctx("record entry pre-image")?;
-        Ok(n > 0)
-    }
-
-    /// Records an object's state at the start of `turn` (first call wins;
-    /// a later call may add content to a row recorded without it).
-    pub fn record_object(&self, turn: i64, object: ObjectId, s: &ObjectState, program: Option<&str>) -> MetaResult<()> {
-        self.atomic(|m| m.record_object_counted(turn, object, s, program))
-    }
-
     fn record_object_counted(
         &self,
         turn: i64,
@@ -1184,60 +1155,6 @@ impl Meta {
             self.count_list(list, 1)?;
         }
         Ok(())
-    }
-
-    /// The earliest entry record for (dir, name) in a turn >= `from`.
-    pub fn entry_at(&self, dir: ObjectId, name: &[u8], from: i64) -> MetaResult<Option<Option<ObjectId>>> {
-        self.conn
-            .prepare_cached(
-                "SELECT target FROM entry_pre WHERE dir = ?1 AND name = ?2 AND turn >= ?3 ORDER BY turn LIMIT 1",
-            )
-            .ctx("prepare")?
-            .query_row(params![dir.0, name, from], |r| r.get::<_, Option<i64>>(0))
-            .optional()
-            .map(|o| o.map(|t| t.map(ObjectId)))
-            .ctx("read entry pre-image")
-    }
-
-    /// For every name of `dir` recorded in a turn >= `from`: its earliest
-    /// record.
-    pub fn entries_of_dir(&self, dir: ObjectId, from: i64) -> MetaResult<Vec<(Vec<u8>, Option<ObjectId>)>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT name, target FROM entry_pre e WHERE dir = ?1 AND turn >= ?2
-                 AND turn = (SELECT MIN(turn) FROM entry_pre f WHERE f.dir = e.dir AND f.name = e.name AND f.turn >= ?2)",
-            )
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map(params![dir.0, from], |r| {
-                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Option<i64>>(1)?.map(ObjectId)))
-            })
-            .ctx("list entry pre-images")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entry pre-images")
-    }
-
-    /// The earliest object record in a turn >= `from` (content may come
-    /// from a later record of the same turn range if this one lacks it).
-    pub fn object_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<ObjectState>> {
-        let sql =
-            format!("SELECT {OBJECT_COLUMNS} FROM object_pre WHERE object = ?1 AND turn >= ?2 ORDER BY turn LIMIT 1");
-        self.conn
-            .prepare_cached(&sql)
-            .ctx("prepare")?
-            .query_row(params![object.0, from], |r| object_state_from_row(r, 0))
-            .optional()
-            .ctx("read object pre-image")
-    }
-
-    /// Earliest recorded content of `object` in a turn >= `from`.
-    pub fn content_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<ContentRecord>> {
-        self.conn
-            .prepare_cached("SELECT turn, content_hash, chunks FROM object_pre WHERE object = ?1 AND turn >= ?2 AND chunks IS NOT NULL ORDER BY turn LIMIT 1")
-            .ctx("prepare")?
-            .query_row(params![object.0, from], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()
-            .ctx("read content pre-image")
     }
 
     /// Content known for an object at a given ctime (no re-read needed).
@@ -1485,59 +1402,12 @@ impl Meta {
         Ok(())
     }
 
-    /// Marks an object as changed outside the mount before checkpoint `turn`.
-    pub fn taint(&self, object: ObjectId, turn: i64) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("INSERT OR IGNORE INTO tainted(object, turn) VALUES (?1, ?2)")
-            .ctx("prepare")?
-            .execute(params![object.0, turn])
-            .ctx("record an outside change")?;
-        Ok(())
-    }
-
-    /// The earliest checkpoint after `from` before which `object` was
-    /// changed outside the mount.
-    pub fn taint_after(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT MIN(turn) FROM tainted WHERE object = ?1 AND turn > ?2")
-            .ctx("prepare")?
-            .query_row(params![object.0, from], |r| r.get(0))
-            .ctx("read outside changes")
-    }
-
     /// Every turn at which `object` was noted changed outside the mount.
     pub fn taint_turns(&self, object: ObjectId) -> MetaResult<Vec<i64>> {
         let mut stmt =
             self.conn.prepare_cached("SELECT turn FROM tainted WHERE object = ?1 ORDER BY turn").ctx("prepare")?;
         let rows = stmt.query_map([object.0], |r| r.get(0)).ctx("list outside changes")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list outside changes")
-    }
-
-    /// The turn of the earliest entry record for (dir, name) at or after `from`.
-    pub fn entry_turn_at(&self, dir: ObjectId, name: &[u8], from: i64) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT MIN(turn) FROM entry_pre WHERE dir = ?1 AND name = ?2 AND turn >= ?3")
-            .ctx("prepare")?
-            .query_row(params![dir.0, name, from], |r| r.get(0))
-            .ctx("read entry pre-image")
-    }
-
-    /// The turn of the earliest object record at or after `from`.
-    /// The newest turn holding a pre-image of `object`.
-    pub fn last_object_turn(&self, object: ObjectId) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT MAX(turn) FROM object_pre WHERE object = ?1")
-            .ctx("prepare")?
-            .query_row(params![object.0], |r| r.get(0))
-            .ctx("read object pre-image")
-    }
-
-    pub fn object_turn_at(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT MIN(turn) FROM object_pre WHERE object = ?1 AND turn >= ?2")
-            .ctx("prepare")?
-            .query_row(params![object.0, from], |r| r.get(0))
-            .ctx("read object pre-image")
     }
 
     /// Objects that some name referred to at the start of `turn`, among

@@ -834,7 +834,7 @@ fn changed(c: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::{Checkpoint, ObjectId, ObjectState, Reason, test_file_state};
+    use crate::meta::{Checkpoint, ObjectId, ObjectState, PreImages, Reason, test_file_state};
     use crate::store::ContentRef;
 
     fn checkpoint(m: &Meta, n: i64) {

@@ -142,7 +142,7 @@ pub fn rewind(
     // 1. Move aside whatever is not where it was.
     let mut placements: Vec<(ObjectId, Vec<u8>, ObjectId)> = Vec::new();
     for (dir, name) in &keys {
-        let target = journal.with_meta(|m| m.entry_at(*dir, name, checkpoint))?.flatten();
+        let target = journal.with_pre_images(|r| r.entry_at(*dir, name, checkpoint))?.flatten();
         if let Some(t) = target {
             r.names_then.entry(t).or_default().push((*dir, name.clone()));
         }

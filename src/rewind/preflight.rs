@@ -91,7 +91,7 @@ pub fn unreadable(
 ) -> Result<Vec<Unreadable>, RestoreError> {
     let mut objects: Vec<ObjectId> = journal.with_meta(|m| m.objects_since_born_before(checkpoint))?;
     for (dir, name) in journal.with_meta(|m| m.entry_keys_since_in_older_dirs(checkpoint))? {
-        if let Some(Some(target)) = journal.with_meta(|m| m.entry_at(dir, &name, checkpoint))? {
+        if let Some(Some(target)) = journal.with_pre_images(|r| r.entry_at(dir, &name, checkpoint))? {
             objects.push(target);
         }
     }

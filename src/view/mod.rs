@@ -240,7 +240,7 @@ impl<'a> TreeView<'a> {
         }
         let changed = ViewError::ChangedUnderMount { id, after: self.from };
         let Some(id) = id else { return Err(changed) };
-        if let Some(t) = self.journal.with_meta(|m| m.last_object_turn(id))?.filter(|t| *t >= self.from) {
+        if let Some(t) = self.journal.with_pre_images(|r| r.last_object_turn(id))?.filter(|t| *t >= self.from) {
             if t >= self.journal.current_turn() {
                 return Ok(());
             }
@@ -261,7 +261,7 @@ impl<'a> TreeView<'a> {
         if self.from == i64::MAX {
             return Ok(());
         }
-        if let Some(t) = self.journal.with_meta(|m| m.taint_after(id, self.from))?
+        if let Some(t) = self.journal.with_pre_images(|r| r.taint_after(id, self.from))?
             && recorded_turn.is_none_or(|r| r >= t)
         {
             return Err(ViewError::ChangedOutside(id, t));
@@ -317,7 +317,7 @@ impl<'a> TreeView<'a> {
         let ctime = ns(st.st_ctime, st.st_ctime_nsec as i64);
         let mtime = ns(st.st_mtime, st.st_mtime_nsec as i64);
         let last = match id {
-            Some(id) if recorded_since => self.journal.with_meta(|m| m.last_object_turn(id))?,
+            Some(id) if recorded_since => self.journal.with_pre_images(|r| r.last_object_turn(id))?,
             _ => None,
         };
         let vouched = last.map_or(self.from - 1, |t| t.max(self.from - 1));
@@ -392,9 +392,9 @@ impl<'a> TreeView<'a> {
 
     fn lookup_once(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
         if let Some(id) = self.id_of(dir)? {
-            let turn = self.journal.with_meta(|m| m.entry_turn_at(id, name.as_bytes(), self.from))?;
+            let turn = self.journal.with_pre_images(|r| r.entry_turn_at(id, name.as_bytes(), self.from))?;
             self.check_outside(id, turn)?;
-            if let Some(recorded) = self.journal.with_meta(|m| m.entry_at(id, name.as_bytes(), self.from))? {
+            if let Some(recorded) = self.journal.with_pre_images(|r| r.entry_at(id, name.as_bytes(), self.from))? {
                 return match recorded {
                     Some(target) => Ok(Some(self.node_of_id(target)?)),
                     None => Ok(None),
@@ -450,7 +450,7 @@ impl<'a> TreeView<'a> {
             None => self.id_of(dir)?,
         };
         if let Some(id) = dir_id {
-            for (name, target) in self.journal.with_meta(|m| m.entries_of_dir(id, self.from))? {
+            for (name, target) in self.journal.with_pre_images(|r| r.entries_of_dir(id, self.from))? {
                 match target {
                     Some(t) => {
                         entries.insert(name, self.node_of_id(t)?);
@@ -507,7 +507,7 @@ impl<'a> TreeView<'a> {
     fn state_once(&self, node: &Node, mark: Mark) -> ViewResult<NodeState> {
         let known = self.id_of(node)?;
         if let Some(id) = known {
-            let turn = self.journal.with_meta(|m| m.object_turn_at(id, self.from))?;
+            let turn = self.journal.with_pre_images(|r| r.object_turn_at(id, self.from))?;
             self.check_outside(id, turn)?;
             // Without a record since this checkpoint (an unchanged file, the
             // common case), the record queries have nothing to find.
@@ -515,9 +515,9 @@ impl<'a> TreeView<'a> {
                 self.check_recorded_bypass(id)?;
             }
             if turn.is_some()
-                && let Some(rec) = self.journal.with_meta(|m| m.object_at(id, self.from))?
+                && let Some(rec) = self.journal.with_pre_images(|r| r.object_at(id, self.from))?
             {
-                let content = self.journal.with_meta(|m| m.content_at(id, self.from))?;
+                let content = self.journal.with_pre_images(|r| r.content_at(id, self.from))?;
                 let record = content.as_ref().map(|(turn, _, _)| (*turn, id));
                 let (content, hash) = match content {
                     Some((_, hash, chunks)) => (Content::Stored(ContentRef::from_columns(&hash, &chunks)?), Some(hash)),
@@ -612,7 +612,7 @@ impl<'a> TreeView<'a> {
     fn content_now(&self, node: &Node) -> ViewResult<Content> {
         let Some(handle) = &node.handle else { return Ok(Content::None) };
         let Some(id) = self.id_of(node)? else { return Ok(Content::Live(handle.clone())) };
-        Ok(match self.journal.with_meta(|m| m.content_at(id, self.from))? {
+        Ok(match self.journal.with_pre_images(|r| r.content_at(id, self.from))? {
             Some((_, hash, chunks)) => Content::Stored(ContentRef::from_columns(&hash, &chunks)?),
             None => Content::Live(handle.clone()),
         })
