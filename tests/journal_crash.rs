@@ -15,7 +15,7 @@ use common::*;
 
 #[test]
 fn sealed_checkpoints_survive_kill_9_mid_turn() {
-    let mut f = Fixture::new();
+    let mut f = MountFixture::unmounted();
     for i in 0..200 {
         std::fs::write(f.ws.join(format!("f{i}")), format!("file {i}\n")).unwrap();
     }
@@ -23,7 +23,7 @@ fn sealed_checkpoints_survive_kill_9_mid_turn() {
         let data: Vec<u8> = (0..200_000u32).map(|k| (k.wrapping_mul(2654435761).wrapping_add(i) >> 13) as u8).collect();
         std::fs::write(f.ws.join(format!("big{i}")), data).unwrap();
     }
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     let mut snaps = vec![f.snapshot("0")];
     f.sh("for i in $(seq 0 49); do echo more$i >> f$i; done; mkdir d; mv f1? d/; head -c 50000 /dev/urandom > big0");
     snaps.push(f.snapshot("1"));
@@ -34,7 +34,7 @@ fn sealed_checkpoints_survive_kill_9_mid_turn() {
 
     // The write-heavy turn: appends, overwrites of big files, creates,
     // renames and deletes, until the daemon dies under it.
-    let marker = f.tmp.path().join("marker");
+    let marker = f.dir.path().join("marker");
     let script = format!(
         "i=0; while true; do i=$((i+1)); \
            for j in 0 1 2 3 4 5 6 7 8 9; do echo $i >> f4$j; done; \
@@ -74,13 +74,13 @@ fn sealed_checkpoints_survive_kill_9_mid_turn() {
     }
     // `unmount` detaches a dead mount.
     let mnt = f.mnt.to_str().unwrap().to_string();
-    f.cli(&["unmount", &mnt]);
-    f.mounted = false;
+    check(f.rewindfs(&["unmount", &mnt]), "unmount of the dead mount");
+    f.forget_mount();
     let at_remount = read_tree(&f.ws);
 
     // Remount: the history is there, a new checkpoint records the state now.
-    f.mount();
-    let log = f.json(&["log"]);
+    f.mount(false, &["--auto-turn", "0"]);
+    let log = f.cli_json(&["log"]);
     let numbers: Vec<i64> = log.as_array().unwrap().iter().map(|t| t["checkpoint"].as_i64().unwrap()).collect();
     assert_eq!(numbers, vec![0, 1, 2, 3], "checkpoints after remount: {log}");
     assert_eq!(log[1]["message_id"], "c1");

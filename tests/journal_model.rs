@@ -91,7 +91,7 @@ fn random_operations_and_turns_against_a_model() {
     });
     eprintln!("JOURNAL_MODEL_SEED={seed}");
     let mut rng = Rng(seed);
-    let mut f = Fixture::new();
+    let mut f = MountFixture::unmounted();
     // A starting tree in the workspace before mount.
     let mut model = Model::new();
     for i in 0..6 {
@@ -100,7 +100,7 @@ fn random_operations_and_turns_against_a_model() {
         std::fs::write(f.ws.join(format!("s{i}")), &data).unwrap();
         model.insert(PathBuf::from(format!("s{i}")), M::File(data));
     }
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     let mnt = f.mnt.clone();
     let mut snaps: Vec<Model> = vec![model.clone()];
     let mut log = Vec::new();

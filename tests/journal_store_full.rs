@@ -32,8 +32,8 @@ fn must(o: std::process::Output, what: &str) {
 }
 
 /// The store of `f` on a fresh 64 MiB ext4 image, loop-mounted.
-fn store_on_small_fs(f: &Fixture) -> LoopMount {
-    let img = f.tmp.path().join("store.img");
+fn store_on_small_fs(f: &MountFixture) -> LoopMount {
+    let img = f.dir.path().join("store.img");
     must(run_timeout(30, "truncate", &[OsStr::new("-s"), OsStr::new("64M"), img.as_os_str()], None, &[]), "truncate");
     must(run_timeout(60, "mkfs.ext4", &[OsStr::new("-q"), img.as_os_str()], None, &[]), "mkfs.ext4");
     std::fs::create_dir_all(&f.store).unwrap();
@@ -52,7 +52,7 @@ fn store_on_small_fs(f: &Fixture) -> LoopMount {
 
 #[test]
 fn full_store_refuses_the_change_with_enospc() {
-    let mut f = Fixture::new();
+    let mut f = MountFixture::unmounted();
     let _loop = store_on_small_fs(&f);
 
     // 24 MiB of incompressible data in the workspace.
@@ -65,7 +65,7 @@ fn full_store_refuses_the_change_with_enospc() {
     };
     std::fs::write(f.ws.join("big.bin"), &original).unwrap();
     std::fs::write(f.ws.join("small.txt"), "small\n").unwrap();
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     let snap0 = f.snapshot("0");
     // Fill the store's filesystem, leaving well under 24 MiB.
     let filler = f.store.join("filler");
@@ -165,16 +165,16 @@ fn read_mounted(p: &std::path::Path) -> Vec<u8> {
 /// succeeds and the history is all there at the next mount.
 #[test]
 fn unmount_that_cannot_make_history_durable_fails_and_keeps_the_mount() {
-    let mut f = Fixture::new();
+    let mut f = MountFixture::unmounted();
     std::fs::write(f.ws.join("a.txt"), b"one\n").unwrap();
-    let flag = f.tmp.path().join("fail-sync");
-    f.mount_with_env(&[("REWINDFS_TEST_FAIL_SYNC_WHILE", flag.as_os_str())]);
+    let flag = f.dir.path().join("fail-sync");
+    f.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_FAIL_SYNC_WHILE", flag.to_str().expect("utf-8"))]);
     let mnt = f.mnt.to_str().unwrap().to_string();
     f.turn("m1");
     f.sh("printf 'two\\n' >> a.txt");
 
     std::fs::write(&flag, b"").unwrap();
-    let out = f.cli_raw(&["unmount", &mnt]);
+    let out = f.rewindfs(&["unmount", &mnt]);
     assert_eq!(out.status.code(), Some(1), "unmount must fail (exit 1): {}", describe_status(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot make the history durable") && err.contains("stays mounted"), "{err}");
@@ -187,7 +187,7 @@ fn unmount_that_cannot_make_history_durable_fails_and_keeps_the_mount() {
     f.unmount();
     assert!(!is_mounted(&f.mnt));
     assert_eq!(std::fs::read(f.ws.join("a.txt")).unwrap(), b"one\ntwo\nthree\n");
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     let view = |n: i64| std::fs::read(f.mnt.join(format!(".rewindfs/checkpoints/{n}/a.txt"))).unwrap();
     assert_eq!(view(1), b"one\n", "checkpoint m1 holds the file as it was");
     assert_eq!(view(second), b"one\ntwo\nthree\n", "checkpoint m2 holds the changes made around the failed unmount");
@@ -225,10 +225,10 @@ impl Drop for UringSwitch {
 /// back it works, with the history there.
 #[test]
 fn a_mount_with_its_daemon_log_on_a_full_disk_works_or_says_the_store_is_full() {
-    let mut f = Fixture::new();
+    let mut f = MountFixture::unmounted();
     let _loop = store_on_small_fs(&f);
     std::fs::write(f.ws.join("a.txt"), "a\n").unwrap();
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     std::fs::write(f.mnt.join("a.txt"), "a, edited\n").unwrap();
     assert_eq!(f.turn("edit"), 1);
     f.unmount();
@@ -246,10 +246,10 @@ fn a_mount_with_its_daemon_log_on_a_full_disk_works_or_says_the_store_is_full() 
     }
     let _switch = UringSwitch::set(false);
     let (ws, mnt, store) = (f.ws.display().to_string(), f.mnt.display().to_string(), f.store.display().to_string());
-    let o = f.cli_raw(&["mount", &ws, &mnt, "--store", &store, "--auto-turn", "0", "--transport", "auto"]);
+    let o = f.rewindfs(&["mount", &ws, &mnt, "--store", &store, "--auto-turn", "0", "--transport", "auto"]);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     if o.status.success() {
-        f.mounted = true;
+        f.adopt_mount();
         assert_eq!(std::fs::read_to_string(f.mnt.join("a.txt")).unwrap(), "a, edited\n");
         f.unmount();
     } else {
@@ -260,9 +260,9 @@ fn a_mount_with_its_daemon_log_on_a_full_disk_works_or_says_the_store_is_full() 
         );
     }
     std::fs::OpenOptions::new().write(true).open(&log_path).unwrap().set_len(log_len).unwrap();
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     assert_eq!(std::fs::read_to_string(f.mnt.join("a.txt")).unwrap(), "a, edited\n");
-    let log = f.cli(&["log", "-C", &mnt]);
+    let log = f.cli(&["log"]);
     assert!(log.contains("edit"), "the history is not all there after space came back: {log}");
     f.unmount();
 }

@@ -96,6 +96,15 @@ fn count_files(t: &Tree, under: &str) -> usize {
 }
 
 /// Writes a file (in the workspace or the mount), with a timeout.
+/// Runs `script` with `sh -ec` in the mount. The programs `log` names
+/// for a turn depend on which processes the shell forks and which it
+/// execs (a name is taken once per process), and the expectations below
+/// are those of a POSIX `sh`, not of bash (`MountFixture::sh`).
+fn posix_sh(f: &MountFixture, script: &str) -> String {
+    let out = run_with_timeout(Command::new("sh").arg("-ec").arg(script).current_dir(f.path()), CHILD_TIMEOUT);
+    stdout(&check(out, &format!("sh script: {script}")))
+}
+
 fn write(p: &Path, data: impl AsRef<[u8]>) {
     let (p, data) = (p.to_path_buf(), data.as_ref().to_vec());
     io_timeout(&format!("write {}", p.display()), CHILD_TIMEOUT, move || {
@@ -107,7 +116,7 @@ fn write(p: &Path, data: impl AsRef<[u8]>) {
 
 #[test]
 fn real_programs_across_turns() {
-    let mut f = Fixture::new();
+    let mut f = MountFixture::unmounted();
     let ws = f.ws.clone();
     // The workspace before mount.
     let notes: String = (1..=20).map(|i| format!("line {i}\n")).collect();
@@ -127,35 +136,35 @@ fn real_programs_across_turns() {
     write(&ws.join("hard.txt"), "one\n");
     std::os::unix::fs::symlink("notes.txt", ws.join("link")).unwrap();
     // A tree outside the mount, copied in later.
-    let seed = f.tmp.path().join("seed");
+    let seed = f.dir.path().join("seed");
     for i in 0..40 {
         write(&seed.join(format!("pkg/m{}/n{i}.js", i % 4)), format!("module.exports = {i};\n"));
     }
     write(&seed.join("pkg/bin/run"), "#!/bin/sh\n");
     std::fs::set_permissions(seed.join("pkg/bin/run"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
 
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     let mut snaps = vec![f.snapshot("0")];
 
     // Turn 0: sed -i, rm -rf of a tree.
-    f.sh("sed -i 's/^line 3$/LINE THREE/' notes.txt && rm -rf tree");
+    posix_sh(&f, "sed -i 's/^line 3$/LINE THREE/' notes.txt && rm -rf tree");
     snaps.push(f.snapshot("1"));
-    assert_eq!(f.turn("m1"), 1);
+    assert_eq!(f.turn_as("m1", "s1", "label m1"), 1);
 
     // Turn 1: mv of a directory holding 1,000 files.
-    f.sh("mv big big2");
+    posix_sh(&f, "mv big big2");
     snaps.push(f.snapshot("2"));
-    assert_eq!(f.turn("m2"), 2);
+    assert_eq!(f.turn_as("m2", "s1", "label m2"), 2);
 
     // Turn 2: git.
-    f.sh("cd src && git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init");
+    posix_sh(&f, "cd src && git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm init");
     snaps.push(f.snapshot("3"));
-    assert_eq!(f.turn("m3"), 3);
+    assert_eq!(f.turn_as("m3", "s1", "label m3"), 3);
 
     // Turn 3: cp -a of a tree in (only new files).
-    f.sh(&format!("cp -a {} newtree", seed.join("pkg").display()));
+    posix_sh(&f, &format!("cp -a {} newtree", seed.join("pkg").display()));
     snaps.push(f.snapshot("4"));
-    assert_eq!(f.turn("m4"), 4);
+    assert_eq!(f.turn_as("m4", "s1", "label m4"), 4);
 
     // Turn 4: descriptors and an mmap held open across the next turns;
     // chmod; a symlink replaced by a file; a hard link.
@@ -163,17 +172,20 @@ fn real_programs_across_turns() {
     let mut mapped = Holder::start(&f.mnt.join("mapped.bin"), "mmap");
     held.cmd("w w1");
     mapped.cmd("m 0 AAAA");
-    f.sh("chmod +x script.sh && printf 'now a file\\n' > tmp.link && mv -f tmp.link link && ln hard.txt hard2.txt");
+    posix_sh(
+        &f,
+        "chmod +x script.sh && printf 'now a file\\n' > tmp.link && mv -f tmp.link link && ln hard.txt hard2.txt",
+    );
     snaps.push(f.snapshot("5"));
-    assert_eq!(f.turn("m5"), 5);
+    assert_eq!(f.turn_as("m5", "s1", "label m5"), 5);
 
     // Turn 5: the held descriptor and the mmap written after the boundary;
     // a write through the second name of a hard link.
     held.cmd("w w2");
     mapped.cmd("m 100 BBBB");
-    f.sh("echo two >> hard2.txt");
+    posix_sh(&f, "echo two >> hard2.txt");
     snaps.push(f.snapshot("6"));
-    assert_eq!(f.turn("m6"), 6);
+    assert_eq!(f.turn_as("m6", "s1", "label m6"), 6);
 
     // Turn 6 (left open): close them; more writes; unlink one name of a
     // hard link; a second commit.
@@ -181,7 +193,10 @@ fn real_programs_across_turns() {
     mapped.cmd("m 200 CCCC");
     held.cmd("q");
     mapped.cmd("q");
-    f.sh("rm hard.txt && sed -i 's/return 1/return 11/' src/a.c && cd src && git -c user.email=t@t -c user.name=t commit -qam two");
+    posix_sh(
+        &f,
+        "rm hard.txt && sed -i 's/return 1/return 11/' src/a.c && cd src && git -c user.email=t@t -c user.name=t commit -qam two",
+    );
     let live = f.snapshot("live");
 
     // Sanity: the copies show what the programs did.
@@ -196,7 +211,7 @@ fn real_programs_across_turns() {
 
     // diff N (against the live tree) and diff A B, against the copies.
     for (n, snap) in snaps.iter().enumerate() {
-        let got = paths_of(&f.json(&["diff", &n.to_string()]));
+        let got = paths_of(&f.cli_json(&["diff", &n.to_string()]));
         let want = changed_files(snap, &live);
         if got != want {
             failures.push(format!("diff {n}: got {got:?}\n  want {want:?}"));
@@ -204,7 +219,7 @@ fn real_programs_across_turns() {
     }
     for a in 0..snaps.len() {
         for b in a + 1..snaps.len() {
-            let got = paths_of(&f.json(&["diff", &a.to_string(), &b.to_string()]));
+            let got = paths_of(&f.cli_json(&["diff", &a.to_string(), &b.to_string()]));
             let want = changed_files(&snaps[a], &snaps[b]);
             if got != want {
                 failures.push(format!("diff {a} {b}: got {got:?}\n  want {want:?}"));
@@ -212,15 +227,15 @@ fn real_programs_across_turns() {
         }
     }
     // References: message ids and ~N (N before the newest, which is 6).
-    let by_msg = paths_of(&f.json(&["diff", "m2", "m4"]));
+    let by_msg = paths_of(&f.cli_json(&["diff", "m2", "m4"]));
     assert_eq!(by_msg, changed_files(&snaps[2], &snaps[4]), "diff m2 m4");
-    let back = f.json(&["diff", "~1", "~0"]);
+    let back = f.cli_json(&["diff", "~1", "~0"]);
     assert_eq!(back["from"], 5, "~1 is checkpoint 5: {back}");
     if paths_of(&back) != changed_files(&snaps[5], &snaps[6]) {
         failures.push(format!("diff ~1 ~0: got {:?}, want {:?}", paths_of(&back), changed_files(&snaps[5], &snaps[6])));
     }
     // A patch shows the sed edit.
-    let d = f.json(&["diff", "0", "1", "--", "notes.txt"]);
+    let d = f.cli_json(&["diff", "0", "1", "--", "notes.txt"]);
     let patch = d["changes"][0]["patch"].as_str().unwrap_or("");
     assert!(patch.contains("-line 3\n") && patch.contains("+LINE THREE\n"), "patch of notes.txt: {d}");
     assert_eq!(paths_of(&d), BTreeSet::from(["notes.txt".to_string()]), "diff -- PATH restricts");
@@ -228,7 +243,7 @@ fn real_programs_across_turns() {
     // Unknown references fail and list what exists.
     let mnt = f.mnt.to_str().unwrap().to_string();
     for bad in ["nope", "~99", "17"] {
-        let o = f.cli_raw(&["diff", "-C", &mnt, bad]);
+        let o = f.rewindfs(&["diff", "-C", &mnt, bad]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "diff {bad} succeeded");
         assert!(
@@ -238,7 +253,7 @@ fn real_programs_across_turns() {
     }
 
     // log --json.
-    let log = f.json(&["log"]);
+    let log = f.cli_json(&["log"]);
     let log = log.as_array().expect("log is an array");
     assert_eq!(log.len(), 7, "{log:?}");
     for (n, t) in log.iter().enumerate() {
@@ -305,7 +320,7 @@ fn real_programs_across_turns() {
 
     // history PATH.
     let hist = |p: &str| -> Vec<i64> {
-        f.json(&["history", &f.mnt.join(p).to_string_lossy()])
+        f.cli_json(&["history", &f.mnt.join(p).to_string_lossy()])
             .as_array()
             .unwrap()
             .iter()
@@ -330,7 +345,7 @@ fn real_programs_across_turns() {
     }
 
     let rel: Vec<i64> = f
-        .json(&["history", "notes.txt"])
+        .cli_json(&["history", "notes.txt"])
         .as_array()
         .unwrap()
         .iter()
@@ -402,13 +417,13 @@ fn real_programs_across_turns() {
 /// store keeps only what changed.
 #[test]
 fn hundred_edits_of_a_big_file_stay_small() {
-    let mut f = Fixture::new();
+    let mut f = MountFixture::unmounted();
     let mut lines: Vec<String> =
         (0..16384).map(|i| format!("{i:06} {}\n", &blake3::hash(&(i as u64).to_le_bytes()).to_hex()[..56])).collect();
     let content = |l: &[String]| l.concat();
     assert_eq!(content(&lines).len(), 1 << 20);
     std::fs::write(f.ws.join("big.txt"), content(&lines)).unwrap();
-    f.mount();
+    f.mount(false, &["--auto-turn", "0"]);
     let mut expected = vec![content(&lines)];
     for i in 0..100 {
         let at = (i * 163 + 7) % lines.len();
@@ -419,7 +434,7 @@ fn hundred_edits_of_a_big_file_stay_small() {
     }
     let du = run_timeout(60, "du", &[std::ffi::OsStr::new("-sb"), f.store.join("chunks").as_os_str()], None, &[]);
     let bytes: u64 = String::from_utf8_lossy(&du.stdout).split_whitespace().next().unwrap().parse().unwrap();
-    let log = f.json(&["log"]);
+    let log = f.cli_json(&["log"]);
     let stored: i64 = log.as_array().unwrap().iter().map(|t| t["bytes_stored"].as_i64().unwrap()).sum();
     f.unmount();
     eprintln!("100 one-line edits of a 1 MiB file: chunks/ holds {bytes} bytes; log says {stored} bytes stored");
@@ -444,8 +459,8 @@ fn hundred_edits_of_a_big_file_stay_small() {
 /// had are kept and every checkpoint still reads back exactly.
 #[test]
 fn files_born_and_gone_in_one_turn_leave_nothing_behind() {
-    let mut fx = Fixture::new();
-    fx.mount();
+    let mut fx = MountFixture::unmounted();
+    fx.mount(false, &["--auto-turn", "0"]);
     let root = fx.mnt.clone();
     fx.turn("m1");
     write(&root.join("a"), "a at 2\n");

@@ -739,154 +739,6 @@ fn show(o: &Output) -> String {
     )
 }
 
-/// A workspace, mountpoint and store in one temp dir.
-pub struct Fixture {
-    pub tmp: tempfile::TempDir,
-    pub ws: PathBuf,
-    pub mnt: PathBuf,
-    pub store: PathBuf,
-    pub run: PathBuf,
-    pub copies: PathBuf,
-    pub mounted: bool,
-}
-
-impl Fixture {
-    pub fn new() -> Fixture {
-        require_fuse();
-        let tmp = tempfile::Builder::new().prefix("rwfs-journal-").tempdir().unwrap();
-        let p = tmp.path().to_path_buf();
-        let f = Fixture {
-            ws: p.join("ws"),
-            mnt: p.join("mnt"),
-            store: p.join("store"),
-            run: p.join("run"),
-            copies: p.join("copies"),
-            tmp,
-            mounted: false,
-        };
-        for d in [&f.ws, &f.mnt, &f.run, &f.copies] {
-            std::fs::create_dir_all(d).unwrap();
-        }
-        f
-    }
-
-    pub fn cli_raw(&self, args: &[&str]) -> Output {
-        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-        run_timeout(300, BIN, &args, Some(self.tmp.path()), &[("REWINDFS_RUNTIME_DIR", self.run.as_os_str())])
-    }
-
-    /// Runs the CLI and asserts success; returns stdout.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let o = self.cli_raw(args);
-        assert!(o.status.success(), "rewindfs {args:?} failed:\n{}", show(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// Runs a CLI command against this mount with `--json`.
-    pub fn json(&self, args: &[&str]) -> serde_json::Value {
-        let mnt = self.mnt.to_str().unwrap().to_string();
-        let mut full: Vec<&str> = vec![args[0], "-C", &mnt, "--json"];
-        full.extend_from_slice(&args[1..]);
-        let out = self.cli(&full);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("rewindfs {full:?}: bad JSON ({e}): {out}"))
-    }
-
-    pub fn mount(&mut self) {
-        self.mount_with_env(&[]);
-    }
-
-    /// As `mount`, with extra environment for the daemon (the test hooks of
-    /// `rewindfs::faults`).
-    pub fn mount_with_env(&mut self, env: &[(&str, &OsStr)]) {
-        let (ws, mnt, store) = (
-            self.ws.to_str().unwrap().to_string(),
-            self.mnt.to_str().unwrap().to_string(),
-            self.store.to_str().unwrap().to_string(),
-        );
-        let words = ["mount", &ws, &mnt, "--store", &store, "--auto-turn", "0"];
-        let args: Vec<&OsStr> = words.iter().map(OsStr::new).collect();
-        let mut envs = vec![("REWINDFS_RUNTIME_DIR", self.run.as_os_str())];
-        envs.extend_from_slice(env);
-        let o = run_timeout(300, BIN, &args, Some(self.tmp.path()), &envs);
-        assert!(o.status.success(), "rewindfs mount failed:\n{}", show(&o));
-        self.mounted = true;
-        live_mounts().push(self.mnt.clone());
-    }
-
-    pub fn unmount(&mut self) {
-        let mnt = self.mnt.to_str().unwrap().to_string();
-        self.cli(&["unmount", &mnt]);
-        self.mounted = false;
-        live_mounts().retain(|p| p != &self.mnt);
-    }
-
-    /// The daemon's pid.
-    pub fn daemon_pid(&self) -> i32 {
-        let v = self.json(&["status"]);
-        let v = if v.is_array() { v[0].clone() } else { v };
-        v["pid"].as_i64().unwrap_or_else(|| panic!("no pid in status: {v}")) as i32
-    }
-
-    /// Seals a checkpoint; returns its number.
-    pub fn turn(&self, message_id: &str) -> i64 {
-        let v = self.json(&[
-            "turn",
-            "--message-id",
-            message_id,
-            "--session",
-            "s1",
-            "--label",
-            &format!("label {message_id}"),
-        ]);
-        v["checkpoint"].as_i64().unwrap_or_else(|| panic!("no checkpoint in {v}"))
-    }
-
-    /// Runs a shell script inside the mount (cwd = mount root).
-    pub fn sh(&self, script: &str) -> String {
-        let o = run_timeout(300, "sh", &[OsStr::new("-ec"), OsStr::new(script)], Some(&self.mnt), &[]);
-        assert!(o.status.success(), "script failed: {script}\n{}", show(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// `cp -a` of the mount into copies/<name>; returns the copy read back.
-    pub fn snapshot(&self, name: &str) -> Tree {
-        let dst = self.copies.join(name);
-        let o = run_timeout(300, "cp", &[OsStr::new("-a"), self.mnt.join(".").as_os_str(), dst.as_os_str()], None, &[]);
-        assert!(o.status.success(), "cp -a of the mount failed: {}", show(&o));
-        read_tree(&dst)
-    }
-
-    /// Runs SQL against the store's metadata with the sqlite3 tool;
-    /// returns the first column of the first row.
-    pub fn sql(&self, query: &str) -> String {
-        let db = self.store.join("meta.sqlite");
-        let o = run_timeout(60, "sqlite3", &[db.as_os_str(), OsStr::new(query)], None, &[]);
-        assert!(o.status.success(), "sqlite3 {query}: {}", show(&o));
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    }
-
-    pub fn sql_i64(&self, query: &str) -> i64 {
-        let s = self.sql(query);
-        s.parse().unwrap_or_else(|_| panic!("{query}: not a number: {s:?}"))
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if self.mounted {
-            let mnt = self.mnt.to_str().unwrap().to_string();
-            let unmounted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.cli_raw(&["unmount", &mnt]).status.success()
-            }))
-            .unwrap_or(false);
-            if !unmounted || is_mounted(&self.mnt) {
-                let _ = run_timeout(30, "umount", &[OsStr::new("-l"), self.mnt.as_os_str()], None, &[]);
-            }
-            live_mounts().retain(|p| p != &self.mnt);
-        }
-    }
-}
-
 /// Opens the journal and the workspace directly (the mount must be gone).
 /// Opening records a new "mount" checkpoint, which later checks ignore.
 pub struct Offline {
@@ -1001,10 +853,11 @@ impl MountFixture {
         self.rewindfs(&full)
     }
 
-    /// As `cli`, with `--json`, parsed.
+    /// As `cli`, with `--json` (before the other arguments, so that
+    /// paths after `--` stay paths), parsed.
     pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
-        let mut full = args.to_vec();
-        full.push("--json");
+        let mut full = vec![args[0], "--json"];
+        full.extend_from_slice(&args[1..]);
         let out = self.cli(&full);
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("rewindfs {full:?}: bad JSON ({e}): {out}"))
     }
@@ -1013,6 +866,32 @@ impl MountFixture {
     pub fn turn(&self, message_id: &str) -> i64 {
         let v = self.cli_json(&["turn", "--message-id", message_id]);
         v["checkpoint"].as_i64().unwrap_or_else(|| panic!("no checkpoint in {v}"))
+    }
+
+    /// As `turn`, with a session and a label.
+    pub fn turn_as(&self, message_id: &str, session: &str, label: &str) -> i64 {
+        let v = self.cli_json(&["turn", "--message-id", message_id, "--session", session, "--label", label]);
+        v["checkpoint"].as_i64().unwrap_or_else(|| panic!("no checkpoint in {v}"))
+    }
+
+    /// A `cp -a` copy of the mounted tree (`copy_tree`), read back.
+    pub fn snapshot(&self, name: &str) -> Tree {
+        read_tree(&self.copy_tree(name))
+    }
+
+    /// Runs SQL against the store's metadata with the sqlite3 tool;
+    /// returns the first column of the first row.
+    pub fn sql(&self, query: &str) -> String {
+        let db = self.store.join("meta.sqlite");
+        stdout(&check(run_with_timeout(Command::new("sqlite3").arg(db).arg(query), CHILD_TIMEOUT), query))
+            .trim()
+            .to_string()
+    }
+
+    /// `sql`, as a number.
+    pub fn sql_i64(&self, query: &str) -> i64 {
+        let s = self.sql(query);
+        s.parse().unwrap_or_else(|_| panic!("{query}: not a number: {s:?}"))
     }
 
     /// A `cp -a` copy of the mounted tree, at `<tmp>/copies/NAME`.
