@@ -407,7 +407,7 @@ mod tests {
             safety_checkpoint: 6,
             result_checkpoint: 7,
             elapsed_ms: 7.1,
-            phases_ms: RewindPhases { safety_seal: 1.0, switch: 2.0, result_seal: 3.0, invalidate: 1.1 },
+            phases_ms: RewindPhases { check: 0.5, safety_seal: 1.0, switch: 2.0, result_seal: 3.0, invalidate: 1.1 },
             changes: vec![],
         });
         let v = serde_json::to_value(&done).expect("encode");

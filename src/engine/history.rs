@@ -112,6 +112,7 @@ impl Workspace {
             result_checkpoint: result,
             elapsed_ms,
             phases_ms: replies::RewindPhases {
+                check: ms(checked_in),
                 safety_seal: ms(sealed_safety),
                 switch: ms(swapped - sealed_safety),
                 result_seal: ms(sealed_result - swapped),

@@ -107,6 +107,10 @@ pub struct RewindDone {
 /// Where a rewind's time went, in milliseconds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RewindPhases {
+    /// The check that every content to put back is readable, before the
+    /// tree froze (not in `elapsed_ms`).
+    #[serde(default)]
+    pub check: f64,
     pub safety_seal: f64,
     pub switch: f64,
     pub result_seal: f64,

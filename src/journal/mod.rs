@@ -239,6 +239,12 @@ struct Inner {
     log: Option<RecordLog>,
     /// Logged records not yet folded into SQLite.
     unfolded: Vec<LogRecord>,
+    /// A batch is wanted ([`Journal::batched`]): folds go into one SQLite
+    /// transaction, committed at its end or every `FOLD_BATCH` records.
+    batching: bool,
+    /// Records folded into the open batch, still in the log until it
+    /// commits (put back into `unfolded` if the commit fails).
+    batched: Vec<LogRecord>,
     next_object_id: i64,
     /// Command names by pid, for this turn.
     programs: HashMap<u32, Option<String>>,
@@ -387,7 +393,13 @@ impl Inner {
     /// harmless). If the transaction fails (a full disk), nothing of it is
     /// kept and the records wait for the next fold, or that fold would
     /// empty the log and lose them.
+    ///
+    /// In a batch, the transaction is a savepoint of the batch's and the
+    /// log keeps the records until the batch commits.
     fn fold_then<T>(&mut self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<(T, std::io::Result<()>)> {
+        if self.batching {
+            self.meta.open_batch()?;
+        }
         let records = std::mem::take(&mut self.unfolded);
         let done = self.meta.transaction(|m| {
             if !records.is_empty() {
@@ -402,11 +414,71 @@ impl Inner {
                 return Err(e.into());
             }
         };
+        if self.meta.in_batch() {
+            self.batched.extend(records);
+            if self.batched.len() < FOLD_BATCH {
+                return Ok((value, Ok(())));
+            }
+            return Ok((value, self.commit_batch()?));
+        }
         let emptied = match &mut self.log {
             Some(log) if !records.is_empty() => log.clear(),
             _ => Ok(()),
         };
         Ok((value, emptied))
+    }
+
+    /// Commits the open batch, with the records logged since it last
+    /// folded, then empties the log (the second value: whether that
+    /// worked). If the commit fails, nothing of the batch is kept and its
+    /// records wait in the log for the next fold.
+    fn commit_batch(&mut self) -> JournalResult<std::io::Result<()>> {
+        if !self.meta.in_batch() {
+            return Ok(Ok(()));
+        }
+        let folded = std::mem::take(&mut self.unfolded);
+        let folded = match self.meta.transaction(|m| record_log::fold(m, &folded)) {
+            Ok(()) => folded,
+            Err(e) => {
+                self.unfolded = folded;
+                self.abandon_batch();
+                return Err(e.into());
+            }
+        };
+        self.batched.extend(folded);
+        if let Err(e) = self.meta.commit_batch() {
+            self.abandon_batch();
+            return Err(e.into());
+        }
+        let records = std::mem::take(&mut self.batched);
+        Ok(match &mut self.log {
+            Some(log) if !records.is_empty() => log.clear(),
+            _ => Ok(()),
+        })
+    }
+
+    /// After a batch failed: rolled back, its records fold again later.
+    fn abandon_batch(&mut self) {
+        self.meta.rollback_batch();
+        let mut records = std::mem::take(&mut self.batched);
+        records.append(&mut self.unfolded);
+        self.unfolded = records;
+    }
+
+    /// Commits the open batch before a change that must be durable when
+    /// it returns (a transaction of its own, not a fold).
+    fn durable(&mut self) -> JournalResult<()> {
+        if let Err(e) = self.commit_batch()? {
+            log::error!("cannot empty the journal log after folding it: {e}");
+        }
+        Ok(())
+    }
+
+    /// Runs `f` in a transaction of its own, committed when it returns
+    /// (after the open batch, if any).
+    fn transaction<T>(&mut self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> JournalResult<T> {
+        self.durable()?;
+        Ok(self.meta.transaction(f)?)
     }
 }
 
@@ -584,6 +656,8 @@ impl Journal {
                 next_object_id: 0,
                 log,
                 unfolded: Vec::new(),
+                batching: false,
+                batched: Vec::new(),
                 programs: HashMap::new(),
                 moves: Moves::default(),
             }),
@@ -738,6 +812,52 @@ impl Journal {
         self.with_meta(|m| f(m))
     }
 
+    /// Runs `f` with the folds of the journal log going into one SQLite
+    /// transaction, committed every `FOLD_BATCH` records and when `f`
+    /// returns (or unwinds), instead of one commit per fold: for an
+    /// operation that makes many small recorded changes and queries
+    /// between them (a rewind: one commit per file otherwise). Nothing is
+    /// less durable for it: every record folded stays in the log until the
+    /// commit, so a crash folds it again at the next start; a change not
+    /// in the log (`rebind_object`, an intent, a seal) commits the batch
+    /// before its own transaction. Fails if the last commit fails (its
+    /// records then wait in the log for the next fold).
+    pub fn batched<T>(&self, f: impl FnOnce() -> T) -> JournalResult<T> {
+        struct Batch<'j>(&'j Journal, bool);
+        impl Batch<'_> {
+            fn end(&mut self) -> JournalResult<()> {
+                if !std::mem::take(&mut self.1) {
+                    return Ok(());
+                }
+                let mut inner = self.0.lock();
+                inner.batching = false;
+                if let Err(e) = inner.commit_batch()? {
+                    log::error!("cannot empty the journal log after folding it: {e}");
+                }
+                Ok(())
+            }
+        }
+        impl Drop for Batch<'_> {
+            fn drop(&mut self) {
+                // Unwinding from a panic that left the journal's lock
+                // poisoned: the journal refuses everything from now on (its
+                // records wait in the log for the next start), and taking
+                // the lock here would panic again, which aborts.
+                if std::thread::panicking() && self.0.inner.is_poisoned() {
+                    return;
+                }
+                if let Err(e) = self.end() {
+                    log::error!("cannot commit the folds of the journal log: {e}");
+                }
+            }
+        }
+        let outer = std::mem::replace(&mut self.lock().batching, true);
+        let mut batch = Batch(self, !outer);
+        let out = f();
+        batch.end()?;
+        Ok(out)
+    }
+
     /// As `with_meta` for a change `f` makes: the records not folded yet
     /// and `f`'s writes commit together, one commit where `with_meta`
     /// then `f` take two (a rewind makes one such change per file). If
@@ -854,7 +974,7 @@ impl Journal {
         // The new inode's ctime is after the seal; if the daemon dies before
         // the next seal, the scan at mount must not take it for an outside
         // change (see OWN_CHANGE).
-        inner.meta.transaction(|m| {
+        inner.transaction(|m| {
             m.set_object_handle(id, &handle)?;
             m.set_state(&own_change_key(&handle), "")
         })?;
@@ -924,7 +1044,7 @@ impl Journal {
         }
         let mut inner = self.lock();
         inner.fold()?;
-        inner.meta.transaction(|m| {
+        inner.transaction(|m| {
             for id in slots {
                 if m.attic_since(*id)?.is_none() {
                     m.attic_put(*id, None)?;
@@ -1169,7 +1289,7 @@ impl Journal {
             inner.fold()?;
             let next = inner.turn + 1;
             let parent = parent.unwrap_or(inner.turn);
-            inner.meta.transaction(|m| {
+            inner.transaction(|m| {
                 m.insert_checkpoint(&Checkpoint {
                     checkpoint: next,
                     parent: Some(parent),
@@ -1237,7 +1357,7 @@ impl Journal {
         let unclean = inner.unclean;
         let since = inner.outside_since_ns;
         let mut n = 0;
-        inner.meta.transaction(|m| {
+        inner.transaction(|m| {
             // Renamed objects have entry records (their old name) but no
             // object record of their own: they changed through the mount too.
             let renamed = if unclean { m.entry_targets_in_turn(turn - 1)? } else { Default::default() };
@@ -1301,8 +1421,11 @@ impl Journal {
         let handle = handle.to_bytes();
         let mut inner = self.lock();
         inner.moves.everything();
+        // After its `Pending` in the log: a log folded again (one that
+        // could not be emptied) must not make the file pending again.
+        inner.append(LogRecord::Settled { handle: handle.clone() })?;
         let known = inner.ids.get(&handle).copied();
-        inner.meta.transaction(|m| {
+        inner.transaction(|m| {
             m.remove_pending(&handle)?;
             let id = match known {
                 Some(id) => Some(id),
@@ -1316,6 +1439,26 @@ impl Journal {
         Ok(())
     }
 
+    /// Records that the file `handle` waits for `content` (its chunk list
+    /// inline, or that of a pre-image record): appended to the log, like a
+    /// pre-image, so it costs no commit of its own.
+    pub fn note_pending(
+        &self,
+        handle: &FileHandle,
+        content: &crate::store::ContentRef,
+        list: crate::meta::PendingList<'_>,
+        mtime_ns: i64,
+    ) -> JournalResult<()> {
+        let (chunks, record) = match list {
+            crate::meta::PendingList::Inline(c) => (Some(c.to_vec()), None),
+            crate::meta::PendingList::Record(turn, object) => (None, Some((turn, object.0))),
+        };
+        let mut inner = self.lock();
+        inner.moves.everything();
+        let hash = content.hash.as_bytes().to_vec();
+        inner.append(LogRecord::Pending { handle: handle.to_bytes(), hash, chunks, record, mtime_ns })
+    }
+
     /// Notes, durably, that a rewind or restore is about to change the tree
     /// (see [`crate::rewind::recovery`]); returns the intent's id.
     pub fn begin_intent(
@@ -1325,24 +1468,24 @@ impl Journal {
         undo_checkpoint: i64,
         paths: &[Vec<u8>],
     ) -> JournalResult<i64> {
-        let inner = self.lock();
+        let mut inner = self.lock();
         let intent = Intent { id: 0, op, checkpoint, undo_checkpoint, paths: paths.to_vec(), started_at: now_ms() };
         // A commit survives the daemon's death, as the records appended
         // after it do (neither is fsynced; a seal makes both survive power
         // loss).
         let turn = inner.turn;
-        Ok(inner.meta.transaction(|m| {
+        inner.transaction(|m| {
             // What it changes is the daemon's own (see `bypass.rs`).
             m.mark_daemon_turn(turn, now_ns())?;
             m.begin_intent(&intent)
-        })?)
+        })
     }
 
     /// The rewind or restore `id` is done (or failed and said so).
     pub fn end_intent(&self, id: i64) -> JournalResult<()> {
         let mut inner = self.lock();
         inner.fold()?;
-        Ok(inner.meta.transaction(|m| m.end_intent(id))?)
+        inner.transaction(|m| m.end_intent(id))
     }
 
     /// Intents a daemon began and never ended.
@@ -1356,7 +1499,7 @@ impl Journal {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
         let mut inner = self.lock();
         inner.fold()?;
-        inner.meta.transaction(|m| {
+        inner.transaction(|m| {
             m.remove_states_with_prefix(OWN_CHANGE)?;
             m.set_state("clean_unmount_ns", &now.to_string())
         })?;
@@ -1576,6 +1719,71 @@ mod tests {
         for (o, what) in [(id(b"older"), "older"), (id(b"no-btime"), "no-btime"), (old, "old")] {
             assert!(j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_some(), "{what} not marked changed outside");
         }
+    }
+
+    /// A journal over the database `db` with its record log at `log`.
+    fn logged(db: &Path, log: &Path, store: &Arc<dyn ChunkStore>) -> Journal {
+        Journal::open_with_log(Meta::open(db).unwrap(), store.clone(), Some(log)).unwrap()
+    }
+
+    /// In a batch, folds join one transaction: what is folded is seen by
+    /// the queries inside it and stays in the log until the batch commits
+    /// at its end, so a crash inside it loses nothing (the next open folds
+    /// the log again); a change that is not a record (a rebind) commits the
+    /// batch before its own transaction.
+    #[test]
+    fn a_batch_commits_its_folds_at_its_end_and_a_crash_inside_it_loses_nothing() {
+        let (dir, store) = (tempfile::tempdir().unwrap(), Arc::new(MemoryStore::new()) as Arc<dyn ChunkStore>);
+        let (db, log) = (dir.path().join("meta.sqlite"), dir.path().join("journal.log"));
+        let j = logged(&db, &log, &store);
+        let committed = |name: &[u8]| Meta::open(&db).unwrap().object_by_handle(&handle(name).to_bytes()).unwrap();
+        let crashed = dir.path().join("crashed");
+        let ids = j
+            .batched(|| {
+                let a = j.object_id(&handle(b"a"), 1).unwrap();
+                assert_eq!(j.with_meta(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(a));
+                assert_eq!(committed(b"a"), None, "committed before the batch ended");
+                assert!(!RecordLog::read(&log).unwrap().is_empty(), "the log was emptied before the commit");
+                // The files as a kill -9 here would leave them.
+                std::fs::create_dir(&crashed).unwrap();
+                for f in ["meta.sqlite", "meta.sqlite-wal", "journal.log"] {
+                    if dir.path().join(f).exists() {
+                        std::fs::copy(dir.path().join(f), crashed.join(f)).unwrap();
+                    }
+                }
+                let b = j.object_id(&handle(b"b"), 1).unwrap();
+                j.rebind_object(b, &handle(b"b2")).unwrap();
+                assert_eq!(committed(b"a"), Some(a), "a rebind inside a batch did not commit it first");
+                (a, b)
+            })
+            .unwrap();
+        assert_eq!(committed(b"b2"), Some(ids.1));
+        assert!(RecordLog::read(&log).unwrap().is_empty(), "the log was not emptied at the end of the batch");
+        let j2 = logged(&crashed.join("meta.sqlite"), &crashed.join("journal.log"), &store);
+        assert_eq!(j2.with_meta(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(ids.0));
+    }
+
+    /// A pending file is a record of the log, and so is its settling: a
+    /// log folded again after the file was settled (one that could not be
+    /// emptied) leaves it settled.
+    #[test]
+    fn a_log_folded_again_does_not_make_a_settled_file_pending() {
+        let (dir, store) = (tempfile::tempdir().unwrap(), Arc::new(MemoryStore::new()) as Arc<dyn ChunkStore>);
+        let j = logged(&dir.path().join("meta.sqlite"), &dir.path().join("journal.log"), &store);
+        let log = dir.path().join("journal.log");
+        let id = |b| crate::store::ChunkId::from_slice(&[b; 32]).unwrap();
+        let chunks = vec![crate::store::ChunkSpan { id: id(8), len: 3 }];
+        let content = crate::store::ContentRef { hash: id(7), size: 3, chunks };
+        let list = content.encode_chunks();
+        j.note_pending(&handle(b"p"), &content, crate::meta::PendingList::Inline(&list), 5).unwrap();
+        let logged = RecordLog::read(&log).unwrap();
+        assert!(j.with_meta(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap());
+        j.settled(&handle(b"p"), None).unwrap();
+        let mut logged_again = logged.clone();
+        logged_again.extend(RecordLog::read(&log).unwrap());
+        assert!(logged_again.iter().any(|r| matches!(r, LogRecord::Settled { .. })), "{logged_again:?}");
+        j.with_meta(|m| record_log::fold(m, &logged_again)).unwrap();
+        assert!(!j.with_meta(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap(), "settled, then pending again");
     }
 
     /// Every created object gets a birth turn, with one record for a new

@@ -18,7 +18,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::PreImages;
-use crate::meta::{Meta, MetaResult, ObjectId, ObjectState};
+use crate::meta::{Meta, MetaResult, ObjectId, ObjectState, PendingList};
 
 /// One logged fact.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -42,6 +42,11 @@ pub enum LogRecord {
     Attic { id: i64, turn: Option<i64> },
     /// Object `id` left its attic slot.
     AtticOut { id: i64 },
+    /// A rewound file waits for its bytes (`pending`): the chunk list
+    /// inline, or that of the pre-image record (turn, object).
+    Pending { handle: Vec<u8>, hash: Vec<u8>, chunks: Option<Vec<u8>>, record: Option<(i64, i64)>, mtime_ns: i64 },
+    /// A pending file has its bytes.
+    Settled { handle: Vec<u8> },
 }
 
 impl LogRecord {
@@ -50,12 +55,15 @@ impl LogRecord {
     /// (`Journal::moved_since`).
     pub fn objects(&self) -> impl Iterator<Item = ObjectId> {
         let (a, b) = match self {
-            LogRecord::Object { id, .. } | LogRecord::NewObject { id, .. } | LogRecord::Born { id, .. } => (*id, None),
-            LogRecord::Attic { id, .. } | LogRecord::AtticOut { id } => (*id, None),
-            LogRecord::Entry { dir, target, .. } => (*dir, *target),
-            LogRecord::ObjectPre { object, .. } | LogRecord::Known { object, .. } => (*object, None),
+            LogRecord::Object { id, .. } | LogRecord::NewObject { id, .. } | LogRecord::Born { id, .. } => {
+                (Some(*id), None)
+            }
+            LogRecord::Attic { id, .. } | LogRecord::AtticOut { id } => (Some(*id), None),
+            LogRecord::Entry { dir, target, .. } => (Some(*dir), *target),
+            LogRecord::ObjectPre { object, .. } | LogRecord::Known { object, .. } => (Some(*object), None),
+            LogRecord::Pending { .. } | LogRecord::Settled { .. } => (None, None),
         };
-        std::iter::once(ObjectId(a)).chain(b.map(ObjectId))
+        a.into_iter().chain(b).map(ObjectId)
     }
 }
 
@@ -80,6 +88,14 @@ pub fn fold(meta: &Meta, records: &[LogRecord]) -> MetaResult<()> {
             }
             LogRecord::Attic { id, turn } => meta.attic_put(ObjectId(*id), *turn)?,
             LogRecord::AtticOut { id } => meta.attic_take(ObjectId(*id))?,
+            LogRecord::Pending { handle, hash, chunks, record, mtime_ns } => {
+                let list = match (record, chunks) {
+                    (Some((turn, object)), _) => PendingList::Record(*turn, ObjectId(*object)),
+                    (None, chunks) => PendingList::Inline(chunks.as_deref().unwrap_or_default()),
+                };
+                meta.add_pending(handle, hash, list, *mtime_ns)?
+            }
+            LogRecord::Settled { handle } => meta.remove_pending(handle)?,
         }
     }
     Ok(())

@@ -524,7 +524,7 @@ impl Journal {
         inner.fold()?;
         inner.moves.everything();
         let folded = taken.elapsed();
-        let out = inner.meta.transaction(f);
+        let out = inner.transaction(f);
         drop((inner, content, gate));
         let ms = taken.elapsed().as_secs_f64() * 1000.0;
         log::debug!(
@@ -532,7 +532,7 @@ impl Journal {
             folded.as_secs_f64() * 1000.0
         );
         *held = held.max(ms);
-        Ok(out?)
+        out
     }
 
     /// Merges the forget under way into the kept turn before it, a batch of
@@ -582,7 +582,7 @@ impl Journal {
             let dead = {
                 let mut inner = self.lock();
                 inner.fold()?;
-                inner.meta.transaction(|m| {
+                inner.transaction(|m| {
                     let dead = m.unreferenced_chunks(FREE_BATCH_CHUNKS)?;
                     m.add_gc_chunks(&dead)?;
                     m.drop_chunk_counts(&dead)?;
@@ -729,7 +729,7 @@ impl Journal {
             }
             (false, _) => {
                 inner.moves.everything();
-                let dead = inner.meta.transaction(work)?;
+                let dead = inner.transaction(work)?;
                 drop((inner, gate));
                 (dead, held())
             }

@@ -290,6 +290,9 @@ pub struct PendingSource {
 /// The metadata database.
 pub struct Meta {
     conn: Connection,
+    /// A batch is open (see [`Meta::open_batch`]): transactions are
+    /// savepoints inside it, written by its commit.
+    batch: std::cell::Cell<bool>,
 }
 
 impl std::fmt::Debug for Meta {
@@ -717,7 +720,7 @@ impl Meta {
                 what: "schema version (older than this rewindfs; mount once to migrate)",
             });
         }
-        Ok(Meta { conn })
+        Ok(Meta { conn, batch: Default::default() })
     }
 
     /// Checks a database file without changing it: SQLite's `PRAGMA
@@ -791,7 +794,7 @@ impl Meta {
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .ctx("set the query planner stability guarantee")?;
         migrate(&conn, path)?;
-        Ok(Meta { conn })
+        Ok(Meta { conn, batch: Default::default() })
     }
 
     /// Gives the pages collection freed back to the filesystem and empties
@@ -1722,9 +1725,50 @@ impl Meta {
         Ok(())
     }
 
-    /// Runs `f` in one transaction.
+    /// Runs `f` in one transaction (inside an open batch: a savepoint of
+    /// it, all or nothing, committed with the batch).
     pub fn transaction<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
+        if self.batch.get() {
+            return self.enclosed(["SAVEPOINT tx", "RELEASE tx", "ROLLBACK TO tx; RELEASE tx"], f);
+        }
         self.enclosed(["BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"], f)
+    }
+
+    /// Opens a batch: one transaction that the transactions after it join
+    /// as savepoints until [`Meta::commit_batch`], so many small changes
+    /// cost one commit. Only for changes that are durable elsewhere until
+    /// then (records of the journal log): a crash loses the whole batch.
+    pub fn open_batch(&self) -> MetaResult<()> {
+        if !self.batch.get() {
+            self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin a batch")?;
+            self.batch.set(true);
+        }
+        Ok(())
+    }
+
+    /// Rolls the open batch (if any) back.
+    pub fn rollback_batch(&self) {
+        if self.batch.replace(false) {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+
+    /// Whether a batch is open.
+    pub fn in_batch(&self) -> bool {
+        self.batch.get()
+    }
+
+    /// Commits the open batch (if any). If the commit fails, the batch is
+    /// rolled back: nothing of it is kept.
+    pub fn commit_batch(&self) -> MetaResult<()> {
+        if !self.batch.replace(false) {
+            return Ok(());
+        }
+        if let Err(e) = self.conn.execute_batch("COMMIT").ctx("commit a batch") {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Runs `f` between `begin` and `commit`, or `rollback` if it fails.

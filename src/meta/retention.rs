@@ -806,13 +806,17 @@ impl Meta {
                 }
             }
         }
-        Ok(Meta { conn })
+        Ok(Meta { conn, batch: Default::default() })
     }
 
     pub fn rolled_back<T>(&self, f: impl FnOnce(&Meta) -> MetaResult<T>) -> MetaResult<T> {
-        self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin")?;
+        let [begin, rollback] = match self.in_batch() {
+            true => ["SAVEPOINT planned", "ROLLBACK TO planned; RELEASE planned"],
+            false => ["BEGIN IMMEDIATE", "ROLLBACK"],
+        };
+        self.conn.execute_batch(begin).ctx("begin")?;
         let out = f(self);
-        self.conn.execute_batch("ROLLBACK").ctx("roll back")?;
+        self.conn.execute_batch(rollback).ctx("roll back")?;
         out
     }
 }

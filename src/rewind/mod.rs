@@ -97,7 +97,20 @@ pub fn instant_available(tree: &LiveTree) -> bool {
 /// this completes an interrupted rewind that began there), and froze the
 /// tree (`frozen`); what the kernel must forget goes into its set, also
 /// when the rewind fails part-way.
+///
+/// Its records fold in one batch (`Journal::batched`): a file rewritten in
+/// place costs no SQLite commit of its own.
 pub fn rewind(
+    frozen: &mut Frozen<'_>,
+    tree: &LiveTree,
+    journal: &Journal,
+    checkpoint: i64,
+    began: i64,
+) -> Result<Vec<Planned>, RestoreError> {
+    journal.batched(|| rewind_batched(frozen, tree, journal, checkpoint, began))?
+}
+
+fn rewind_batched(
     frozen: &mut Frozen<'_>,
     tree: &LiveTree,
     journal: &Journal,

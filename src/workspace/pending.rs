@@ -172,7 +172,6 @@ impl<'a> Settler<'a> {
         mtime_ns: i64,
     ) -> Res<()> {
         let Some(journal) = self.journal else { return Err(Errno::EIO) };
-        let key = handle.to_bytes();
         let inline;
         let list = match record {
             Some((turn, object)) => PendingList::Record(turn, object),
@@ -181,9 +180,7 @@ impl<'a> Settler<'a> {
                 PendingList::Inline(&inline)
             }
         };
-        journal
-            .change_meta(|m| m.add_pending(&key, content.hash.as_bytes(), list, mtime_ns))
-            .map_err(eio("cannot record pending content"))?;
+        journal.note_pending(handle, &content, list, mtime_ns).map_err(eio("cannot record pending content"))?;
         let before = Some(journal.current_turn());
         self.pending_map().insert(handle.clone(), PendingContent { content, mtime_ns, before });
         Ok(())
