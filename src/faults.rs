@@ -160,6 +160,13 @@ mod armed {
         }
     }
 
+    /// Holds the uploader before it sends a chunk while the file named by
+    /// `REWINDFS_TEST_REMOTE_PUT_PAUSE` exists (it writes `<that>.reached`
+    /// when it first waits): a push in flight for as long as a test needs.
+    pub fn remote_put() {
+        wait_while("REWINDFS_TEST_REMOTE_PUT_PAUSE", "the uploader waits before sending a chunk");
+    }
+
     /// Waits while the file named by `$var` exists, writing `<that>.reached`
     /// when it first waits.
     fn wait_while(var: &str, what: &str) {
@@ -221,6 +228,7 @@ pub use armed::*;
 mod disarmed {
     pub fn hold_frozen() {}
     pub fn view_lookup() {}
+    pub fn remote_put() {}
     pub fn sync_fails() -> bool {
         false
     }

@@ -164,3 +164,78 @@ fn a_later_mount_pushes_to_the_stored_remote_and_a_kill_mid_push_resumes() {
     }
     fx.unmount();
 }
+
+/// The chunk objects the (file-backed) server holds.
+fn bucket_chunks(server: &S3Server) -> usize {
+    std::fs::read_dir(server.dir.path().join("data").join(s3::BUCKET).join("chunks")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn a_rewind_while_a_push_is_in_flight_does_not_wait_for_the_network() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    // Checkpoint 0's content lives only in the workspace: the first push
+    // reads and sends it all.
+    sh(&fx.ws, "for i in 1 2 3 4; do head -c 40000 /dev/urandom > f$i; done");
+    // The uploader stops before each chunk it sends while this file exists:
+    // a network that does not answer, for as long as the test needs.
+    let pause = fx.dir.path().join("put-pause");
+    std::fs::write(&pause, b"").unwrap();
+    let reached = fx.dir.path().join("put-pause.reached");
+    let url = server.url("slow");
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &env);
+    let before = fx.copy_tree("before");
+    fx.sh("echo changed > f1 && rm f2 && echo new > f5");
+    fx.turn("r000001");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !reached.exists() {
+        assert!(std::time::Instant::now() < until, "the uploader never started sending");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A push is in flight: it holds a chunk it cannot send.
+    let mp = fx.path().to_str().unwrap().to_string();
+    let mut rewind = fx
+        .command()
+        .args(["rewind", "-C", &mp, "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rewindfs rewind");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let finished_while_paused = loop {
+        if rewind.try_wait().expect("wait for the rewind").is_some() {
+            break true;
+        }
+        if std::time::Instant::now() >= until {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let head_then = server.dir.path().join("data").join(s3::BUCKET).join("slow/head.json").exists();
+    let chunks_then = bucket_chunks(&server);
+    std::fs::remove_file(&pause).unwrap();
+    let out = wait_child(&mut rewind, CHILD_TIMEOUT, "rewindfs rewind");
+    assert!(finished_while_paused, "the rewind finished only after the uploader was let go: it waited for the network");
+    assert!(
+        !head_then && chunks_then < 4,
+        "the push had finished before the rewind ({chunks_then} chunks, head: {head_then})"
+    );
+    check(out, "rewindfs rewind while a push is in flight");
+    for f in ["f1", "f2", "f3", "f4"] {
+        assert_eq!(std::fs::read(fx.path().join(f)).ok(), std::fs::read(before.join(f)).ok(), "{f} after the rewind");
+    }
+    assert!(!fx.path().join("f5").exists(), "f5 was made after checkpoint 0");
+    // The push then completes every checkpoint, the rewind's included.
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    let other = tempfile::tempdir().unwrap();
+    for n in [0, 1] {
+        let dir = other.path().join(format!("c{n}"));
+        check(elsewhere(&server, other.path(), &["clone", &format!("{url}@{n}"), dir.to_str().unwrap()]), "clone");
+        assert_same_tree(&fx.path().join(".rewindfs/checkpoints").join(n.to_string()), &dir, "clone after the rewind");
+    }
+    fx.unmount();
+}

@@ -2,10 +2,11 @@
 //! runs, and one pass of it (what `rewindfs push` waits for).
 //!
 //! A pass reads the bucket's head, then for each local checkpoint it does
-//! not list, oldest first: the checkpoint's manifest through its view
+//! not list, oldest first: the checkpoint's tree walked through its view
 //! (under an ordinary operation of the world lock, so no rewind changes
-//! the tree and the records while it is read), the content it names that
-//! the bucket lacks, the manifest, and last the head listing it. A daemon
+//! the tree and the records while it is walked), then with the lock
+//! released the content it names that the bucket lacks, the manifest, and
+//! last the head listing it. A daemon
 //! killed anywhere in between leaves a head that lists only checkpoints
 //! whose objects are all in the bucket; the next mount's pass sends the
 //! rest again (every object is named by its content, so sending one twice
@@ -15,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use log::{info, warn};
+use log::{debug, info, warn};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{self, Memory, Sent};
@@ -63,6 +64,9 @@ pub struct Uploader {
 
 /// How often the uploader looks for newly sealed checkpoints on its own.
 const TICK: Duration = Duration::from_secs(2);
+/// Walks of one checkpoint before its live files are read under the lock
+/// (each further walk follows a file that changed while it was read).
+const ATTEMPTS: u32 = 3;
 /// The longest wait between retries while the remote fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -211,22 +215,34 @@ impl Pusher {
             }
             let began = Instant::now();
             let mut sent = Sent::default();
-            let tree_manifest = {
-                let op = world.op();
-                manifest::push_tree(
-                    &TreeView::at(op.held(), tree, journal, c.checkpoint),
-                    journal.store(),
-                    bucket,
-                    &mut self.memory,
-                    &mut sent,
-                )
+            let gone = || !local_checkpoints(journal).contains(&c.checkpoint);
+            let mut attempt = 1;
+            let tree_manifest = loop {
+                // The walk holds the tree lock; sending, the network part,
+                // does not, so a rewind never waits for the remote.
+                let walked = {
+                    let op = world.op();
+                    manifest::walk(
+                        &TreeView::at(op.held(), tree, journal, c.checkpoint),
+                        &self.memory,
+                        attempt == ATTEMPTS,
+                    )
+                };
+                let sent_all = walked.and_then(|mut w| {
+                    manifest::send(&mut w, tree, journal, bucket, &mut self.memory, &mut sent).map(|done| (done, w))
+                });
+                match sent_all {
+                    Ok((true, w)) => break Some(w.into_manifest()),
+                    Ok((false, _)) => {
+                        debug!("A file of checkpoint {} changed while it was sent; walking it again.", c.checkpoint);
+                        attempt += 1;
+                    }
+                    // Collected while it was read: nothing left to push.
+                    Err(_) if gone() => break None,
+                    Err(e) => return Err(e),
+                }
             };
-            let tree_manifest = match tree_manifest {
-                Ok(m) => m,
-                // Collected while it was read: nothing left to push.
-                Err(_) if !local_checkpoints(journal).contains(&c.checkpoint) => continue,
-                Err(e) => return Err(e),
-            };
+            let Some(tree_manifest) = tree_manifest else { continue };
             let name = manifest::send_manifest(bucket, &tree_manifest)?;
             head.checkpoints.push(RemoteCheckpoint {
                 checkpoint: c.checkpoint,
