@@ -49,6 +49,25 @@ fn print_status(s: &RemoteStatus) {
     }
 }
 
+/// One line for `status`: what the remote holds, what it lacks, and why.
+pub fn status_line(s: &RemoteStatus) -> String {
+    let holds = match s.remote_checkpoint {
+        Some(n) => format!("holds checkpoints up to {n}"),
+        None => "holds no checkpoint yet".to_string(),
+    };
+    let behind = if s.backlog.is_empty() {
+        "nothing to push".to_string()
+    } else {
+        format!("{} not pushed yet ({})", s.backlog.len(), list(&s.backlog))
+    };
+    let failing = match (&s.last_error, s.reachable) {
+        (Some(e), Some(false)) => format!("; UNREACHABLE: {e}"),
+        (Some(e), _) => format!("; FAILING: {e}"),
+        (None, _) => String::new(),
+    };
+    format!("{}: {holds}, {behind}{failing}", s.remote)
+}
+
 fn list(ns: &[i64]) -> String {
     let shown: Vec<String> = ns.iter().take(10).map(|n| n.to_string()).collect();
     if ns.len() > 10 { format!("{} ...", shown.join(", ")) } else { shown.join(", ") }

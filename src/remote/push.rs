@@ -38,6 +38,10 @@ pub struct RemoteStatus {
     /// Why the last pass failed; absent after one that succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// False when the last pass could not reach the server at all (no
+    /// connection, no answer in time); absent before a pass ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<bool>,
 }
 
 #[derive(Default)]
@@ -45,7 +49,9 @@ struct State {
     /// Checkpoints the bucket's head lists (known once a pass read it).
     pushed: Option<BTreeSet<i64>>,
     last_error: Option<String>,
-    /// Passes finished, successful or not.
+    reachable: Option<bool>,
+    /// Passes started, and finished (successful or not).
+    started: u64,
     passes: u64,
     /// A pass was asked for (`push`, a seal).
     wanted: bool,
@@ -55,6 +61,16 @@ struct Shared {
     url: RemoteUrl,
     state: Mutex<State>,
     changed: Condvar,
+}
+
+impl Shared {
+    /// A pass got through (a checkpoint pushed, or nothing left to push).
+    fn reached(&self, state: &mut State) {
+        if state.last_error.take().is_some() {
+            info!("{} answers again; pushing resumed.", self.url);
+        }
+        state.reachable = Some(true);
+    }
 }
 
 /// The background uploader of one mount.
@@ -85,6 +101,7 @@ impl Uploader {
             let mut pusher = Pusher { url, store_id, bucket: None, head: None, memory: Memory::default() };
             let mut backoff = TICK;
             loop {
+                worker.state.lock().unwrap_or_else(|p| p.into_inner()).started += 1;
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     pusher.pass(&tree, &journal, &world, &worker)
                 }))
@@ -98,12 +115,18 @@ impl Uploader {
                 {
                     let mut state = worker.state.lock().unwrap_or_else(|p| p.into_inner());
                     match result {
-                        Ok(()) => state.last_error = None,
+                        Ok(()) => worker.reached(&mut state),
                         Err(e) => {
+                            // Said once; the same failure again (a server
+                            // down for minutes, bad credentials) is not a
+                            // line per retry.
                             if state.last_error.as_deref() != Some(&e.to_string()) {
-                                warn!("Cannot push to {}: {e}; retrying.", worker.url);
+                                warn!("Cannot push to {}: {e}; retrying until it works.", worker.url);
+                            } else {
+                                debug!("Still cannot push to {}: {e}.", worker.url);
                             }
                             state.last_error = Some(e.to_string());
+                            state.reachable = Some(!e.unreachable());
                             // Read the head again: the bucket may have been
                             // restored or changed by hand meanwhile.
                             pusher.head = None;
@@ -142,10 +165,12 @@ impl Uploader {
         let mut state = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         state.wanted = true;
         self.shared.changed.notify_all();
-        let start = state.passes;
+        // A pass already under way may have read the head or failed before
+        // this call: only one that starts after it answers it.
+        let answering = state.started + 1;
         loop {
             let done = state.pushed.as_ref().is_some_and(|p| target.is_subset(p));
-            let failed = state.passes > start && state.last_error.is_some();
+            let failed = state.passes >= answering && state.last_error.is_some();
             let left = deadline.saturating_duration_since(Instant::now());
             if done || failed || left.is_zero() {
                 return status_of(&self.shared.url, &state, journal);
@@ -167,6 +192,7 @@ fn status_of(url: &RemoteUrl, state: &State, journal: &Journal) -> RemoteStatus 
         remote_checkpoint: pushed.last().copied(),
         backlog: local_checkpoints(journal).into_iter().filter(|c| !pushed.contains(c)).collect(),
         last_error: state.last_error.clone(),
+        reachable: state.reachable,
     }
 }
 
@@ -269,6 +295,7 @@ impl Pusher {
                 sent.chunks_present
             );
             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            shared.reached(&mut state);
             state.pushed.get_or_insert_with(BTreeSet::new).insert(c.checkpoint);
             shared.changed.notify_all();
         }

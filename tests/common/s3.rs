@@ -26,6 +26,11 @@ pub struct S3Server {
     pub endpoint: String,
     child: Child,
     pub kind: &'static str,
+    /// How it was started, to start it again after `stop` (same port, same
+    /// data).
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
+    port: u16,
 }
 
 fn free_port() -> u16 {
@@ -83,9 +88,35 @@ impl S3Server {
             .stderr(std::fs::File::create(dir.path().join("server.log")).expect("log"))
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run the {kind} S3 server ({e}): {install}"));
-        let mut server = S3Server { dir, endpoint: format!("http://127.0.0.1:{port}"), child, kind };
+        let program = cmd.get_program().to_os_string();
+        let args = cmd.get_args().map(|a| a.to_os_string()).collect();
+        let mut server =
+            S3Server { dir, endpoint: format!("http://127.0.0.1:{port}"), child, kind, program, args, port };
         server.wait_listening(port);
         server
+    }
+
+    /// Kills the server (kill -9): the remote unreachable.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port over the same data.
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new().append(true).open(self.dir.path().join("server.log")).expect("log");
+        self.child = Command::new(&self.program)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the {} S3 server again: {e}", self.kind));
+        self.wait_listening(self.port);
+    }
+
+    /// The object at `key` as the (file-backed) server stores it.
+    pub fn object_path(&self, key: &str) -> std::path::PathBuf {
+        self.dir.path().join("data").join(BUCKET).join(key)
     }
 
     fn garage(dir: tempfile::TempDir) -> S3Server {
