@@ -71,6 +71,40 @@ fn assert_clones_match(fx: &MountFixture, server: &S3Server, url: &str, numbers:
     }
 }
 
+/// `fsck --remote URL --json` from a home that never saw the workspace.
+fn fsck_remote(server: &S3Server, home: &Path, url: &str) -> (Output, serde_json::Value) {
+    let out = elsewhere(server, home, &["fsck", "--remote", url, "--json"]);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("fsck --remote --json prints JSON ({e}): {}{}", stdout(&out), stderr(&out)));
+    (out, report)
+}
+
+/// `fsck --remote` finds nothing: exit 0, `no problems`, and every
+/// checkpoint in `numbers` checked.
+fn assert_remote_clean(server: &S3Server, url: &str, checkpoints: usize, what: &str) {
+    let home = tempfile::tempdir().expect("a home");
+    let (out, report) = fsck_remote(server, home.path(), url);
+    assert!(out.status.success(), "{what}: fsck --remote must pass: {report}");
+    assert_eq!(report["problems"], serde_json::json!([]), "{what}: {report}");
+    assert_eq!(report["checkpoints"].as_u64(), Some(checkpoints as u64), "{what}: {report}");
+    assert_eq!(report["manifests_checked"].as_u64(), Some(checkpoints as u64), "{what}: {report}");
+    let text = stdout(&elsewhere(server, home.path(), &["fsck", "--remote", url]));
+    assert!(text.lines().next().is_some_and(|l| l.ends_with("no problems")), "{what}: {text}");
+}
+
+/// `fsck --remote` finds problems of `kind` naming one of `keys`.
+fn assert_remote_problem(server: &S3Server, url: &str, kind: &str, keys: &[String], what: &str) -> serde_json::Value {
+    let home = tempfile::tempdir().expect("a home");
+    let (out, report) = fsck_remote(server, home.path(), url);
+    assert_eq!(out.status.code(), Some(6), "{what}: fsck --remote exits 6 on problems: {report}");
+    assert_eq!(report["exit_status"].as_i64(), Some(6), "{what}: {report}");
+    let problems = report["problems"].as_array().expect("problems");
+    let found = problems.iter().find(|p| p["kind"] == kind).unwrap_or_else(|| panic!("{what}: no {kind}: {report}"));
+    let key = found["key"].as_str().unwrap_or_default();
+    assert!(keys.iter().any(|k| k == key), "{what}: the problem names the object ({key}): {report}");
+    found.clone()
+}
+
 fn env_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
@@ -125,6 +159,7 @@ fn a_pushed_history_is_logged_and_cloned_exactly_from_a_store_that_never_saw_the
     let grep = Command::new("grep").args(["-rl", s3::SECRET_FOR_TESTS]).arg(&fx.store).output().expect("grep");
     assert!(grep.stdout.is_empty(), "the secret is in the store: {}", stdout(&grep));
 
+    assert_remote_clean(&server, &url, 3, "a pushed history");
     let other = tempfile::tempdir().expect("a second machine's dir");
     let log = check(elsewhere(&server, other.path(), &["log", &url, "--json"]), "log s3://");
     let log: serde_json::Value = serde_json::from_slice(&log.stdout).expect("log --json");
@@ -294,6 +329,13 @@ fn a_server_down_at_mount_delays_nothing_is_reported_unreachable_and_is_caught_u
     assert_eq!(status["remote"]["backlog"], serde_json::json!([0, first]), "{status}");
     let text = stdout(&fx.rewindfs(&["status", "-C", fx.path().to_str().unwrap()]));
     assert!(text.contains("UNREACHABLE") && text.contains("2 not pushed yet"), "status says it: {text}");
+    let out = elsewhere(&server, fx.dir.path(), &["fsck", "--remote", &url]);
+    assert!(
+        out.status.code() == Some(1) && stderr(&out).contains("cannot be reached"),
+        "fsck --remote of a server that is down cannot run: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     fx.sh("echo three > b");
     let second = fx.turn("r000002");
     // Failed passes again (the one push asked for, the uploader's own):
@@ -334,6 +376,8 @@ fn a_daemon_killed_mid_upload_leaves_no_head_for_it_and_the_next_mount_completes
     let other = tempfile::tempdir().unwrap();
     let log = stdout(&check(elsewhere(&server, other.path(), &["log", &url]), "log after the kill"));
     assert!(log.contains("holds no checkpoint"), "{log}");
+    let (out, report) = fsck_remote(&server, other.path(), &url);
+    assert!(out.status.success() && report["problems"] == serde_json::json!([]), "after the kill: {report}");
 
     std::fs::remove_file(&pause).unwrap();
     mount_with_remote(&mut fx, &server, &["--auto-turn", "0"]);
@@ -341,13 +385,14 @@ fn a_daemon_killed_mid_upload_leaves_no_head_for_it_and_the_next_mount_completes
     let n = fx.turn("r000001");
     let pushed = push(&fx, &server);
     assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    assert_remote_clean(&server, &url, n as usize + 1, "after the kill and the next mount");
     assert_clones_match(&fx, &server, &url, &[0, n], "after the kill");
     fx.unmount();
 }
 
 #[test]
 fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
-    let server = S3Server::start();
+    let server = S3Server::start_uncached();
     assert!(server.kind != "garage", "this test damages the server's files: run it with rclone or s3s-fs");
     let mut fx = MountFixture::unmounted();
     let url = server.url("damaged");
@@ -381,6 +426,11 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
         std::fs::write(&path, &bytes).unwrap();
     }
     let target = home.join("clone");
+    let damaged = assert_remote_problem(&server, &url, "chunk_damaged", &chunks, "damaged chunks");
+    assert!(
+        damaged["affected"].as_array().is_some_and(|a| a.iter().any(|x| x["checkpoint"].as_i64() == Some(n))),
+        "the problem names the checkpoints it costs: {damaged}"
+    );
     let err = refused(&["clone", &format!("{url}@{n}"), target.to_str().unwrap()], &chunks, "a damaged chunk");
     assert!(err.contains("does not match its blake3 name"), "{err}");
     assert!(!target.exists(), "a failed clone left its target behind");
@@ -398,6 +448,13 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
     for (path, bytes) in saved {
         std::fs::write(path, bytes).unwrap();
     }
+    assert_remote_clean(&server, &url, 2, "the chunks put back");
+    // A chunk gone.
+    let gone = server.object_path(&chunks[0]);
+    let kept = std::fs::read(&gone).unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    assert_remote_problem(&server, &url, "chunk_missing", &chunks[..1], "a missing chunk");
+    std::fs::write(&gone, kept).unwrap();
 
     // A damaged manifest.
     let manifests: Vec<String> = std::fs::read_dir(server.object_path("damaged/manifests"))
@@ -408,11 +465,13 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
         std::fs::write(server.object_path(key), b"not a manifest").unwrap();
     }
     refused(&["clone", &format!("{url}@{n}"), target.to_str().unwrap()], &manifests, "a damaged manifest");
+    assert_remote_problem(&server, &url, "manifest_damaged", &manifests, "a damaged manifest");
     assert!(!target.exists());
 
     // A damaged head (the one object not named by its content).
     std::fs::write(server.object_path("damaged/head.json"), b"{\"format\": 1, \"check").unwrap();
     refused(&["log", &url], &["damaged/head.json".to_string()], "a damaged head");
+    assert_remote_problem(&server, &url, "head_damaged", &["damaged/head.json".to_string()], "a damaged head");
 }
 
 #[test]

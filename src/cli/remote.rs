@@ -137,6 +137,51 @@ pub fn log(remote: &str, json: bool) -> Result<i32> {
     Ok(0)
 }
 
+/// `rewindfs fsck --remote s3://bucket/prefix`: exit 0 when every
+/// checkpoint the head lists reads back, `problems_exit` when some do not;
+/// an error (exit 1) when the bucket cannot be asked.
+pub fn fsck(remote: &str, json: bool, problems_exit: i32) -> Result<i32> {
+    let url = RemoteUrl::parse(remote).map_err(remote_error)?;
+    let bucket = Bucket::open(&url).map_err(remote_error)?;
+    let report = crate::remote::check::check(&bucket, |_, _| {}).map_err(remote_error)?;
+    let code = if report.problems.is_empty() { 0 } else { problems_exit };
+    if json {
+        let mut v = serde_json::to_value(&report).map_err(|e| Error::Daemon(e.to_string()))?;
+        v["exit_status"] = code.into();
+        common::print_json(&v)?;
+        return Ok(code);
+    }
+    let found = match report.problems.len() {
+        0 => "no problems".to_string(),
+        1 => "1 problem".to_string(),
+        n => format!("{n} problems"),
+    };
+    outln!(
+        "fsck {url}: {} checkpoints, {} manifests and {} chunks ({}) read: {found}",
+        report.checkpoints,
+        report.manifests_checked,
+        report.chunks_checked,
+        crate::text::human_bytes(report.bytes_checked)
+    );
+    for p in &report.problems {
+        let costs: Vec<String> = p
+            .affected
+            .iter()
+            .map(|a| {
+                let message = a.message_id.as_deref().map(|m| format!(" (message {m})")).unwrap_or_default();
+                let path = a.path.as_deref().map(|p| format!(": {}", crate::text::quote_name(p))).unwrap_or_default();
+                format!("checkpoint {}{message}{path}", a.checkpoint)
+            })
+            .collect();
+        let costs = if costs.is_empty() { String::new() } else { format!("; costs {}", costs.join(", ")) };
+        outln!("{}: {}{costs}", p.key, p.detail);
+    }
+    for n in &report.notes {
+        outln!("note: {n}");
+    }
+    Ok(code)
+}
+
 /// `rewindfs clone s3://bucket/prefix@CHECKPOINT DIR`.
 pub fn clone(args: CloneArgs) -> Result<i32> {
     let (url, at) = RemoteUrl::parse_at(&args.source).map_err(remote_error)?;

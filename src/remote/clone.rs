@@ -167,7 +167,7 @@ fn malformed(bucket: &Bucket, entry: &Entry, what: &str) -> RemoteError {
 /// Every path is relative, of plain names, under a directory that an
 /// earlier entry creates: nothing a manifest says can write outside the
 /// clone or through a symlink it made.
-fn check_paths(bucket: &Bucket, manifest: &Manifest) -> RemoteResult<()> {
+pub fn check_paths(bucket: &Bucket, manifest: &Manifest) -> RemoteResult<()> {
     let mut dirs: HashSet<&Path> = HashSet::new();
     for (i, entry) in manifest.entries.iter().enumerate() {
         let bad = |what: &str| malformed(bucket, entry, what);

@@ -1,7 +1,8 @@
 //! History replicated to S3-compatible object storage: the objects a
 //! bucket holds (docs/format.md, "Remote object layout"), the client that
-//! reads and writes them, pushing sealed checkpoints (`push.rs`) and
-//! rebuilding one from the bucket alone (`clone.rs`).
+//! reads and writes them, pushing sealed checkpoints (`push.rs`),
+//! rebuilding one from the bucket alone (`clone.rs`) and checking that
+//! every checkpoint a head lists can be (`check.rs`).
 //!
 //! The client is the `object_store` crate, driven by one small
 //! current-thread tokio runtime that each [`Bucket`] owns: nothing else in
@@ -16,6 +17,7 @@
 //! one object that is not named by its content, the head, is written last,
 //! so a reader never sees a checkpoint whose objects are not all there.
 
+pub mod check;
 pub mod clone;
 pub mod manifest;
 pub mod push;
@@ -370,8 +372,10 @@ impl Bucket {
     /// The workspace's head, None when nothing was pushed yet.
     pub fn head(&self) -> RemoteResult<Option<Head>> {
         let Some(bytes) = self.get(&self.url.head_key())? else { return Ok(None) };
-        let head: Head = serde_json::from_slice(&bytes)
-            .map_err(|e| RemoteError::Malformed { remote: self.url.to_string(), what: format!("head.json: {e}") })?;
+        let head: Head = serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed {
+            remote: self.url.to_string(),
+            what: format!("{} cannot be read: {e}", self.url.head_key()),
+        })?;
         if head.format > FORMAT {
             return Err(RemoteError::Malformed {
                 remote: self.url.to_string(),

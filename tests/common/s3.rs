@@ -43,16 +43,28 @@ fn program(name: &str) -> String {
 
 impl S3Server {
     pub fn start() -> S3Server {
+        Self::start_with(&[])
+    }
+
+    /// As `start`, with a server that keeps no listing cache (rclone's
+    /// `--dir-cache-time 0s`): a test that removes an object's file gets
+    /// 404 for it, not an error from a stale entry. Slower: each request
+    /// lists the folder.
+    pub fn start_uncached() -> S3Server {
+        Self::start_with(&["--dir-cache-time", "0s"])
+    }
+
+    fn start_with(rclone_args: &[&str]) -> S3Server {
         let dir = tempfile::Builder::new().prefix("rewindfs-s3-").tempdir().expect("temp dir for the S3 server");
         match std::env::var("REWINDFS_TEST_S3_SERVER").as_deref() {
             Ok("garage") => Self::garage(dir),
             Ok("s3s-fs") => Self::s3s_fs(dir),
-            Ok("rclone") | Err(_) => Self::rclone(dir),
+            Ok("rclone") | Err(_) => Self::rclone(dir, rclone_args),
             Ok(other) => panic!("REWINDFS_TEST_S3_SERVER={other}: expected rclone, s3s-fs or garage"),
         }
     }
 
-    fn rclone(dir: tempfile::TempDir) -> S3Server {
+    fn rclone(dir: tempfile::TempDir, extra: &[&str]) -> S3Server {
         let port = free_port();
         let mut cmd = Command::new(program("rclone"));
         cmd.arg("serve")
@@ -61,6 +73,7 @@ impl S3Server {
             .arg("--config")
             .arg(dir.path().join("rclone.conf"))
             .args(["--addr", &format!("127.0.0.1:{port}"), "--auth-key", &format!("{KEY_ID},{SECRET}")])
+            .args(extra)
             .arg(Self::buckets(&dir));
         Self::serve(dir, "rclone", cmd, port, "run mount-scripts/ensure-deps (it installs rclone)")
     }
