@@ -112,6 +112,54 @@ fn the_history_of_an_unmounted_workspace_is_read_from_its_store() {
     ok(&fx, &["run", &ws, "--", "true"]);
 }
 
+/// A workspace removed and made again at the same path is another
+/// directory (its files are other inodes): `log` there says it has no
+/// history yet, its first `run` sets the old default store aside (kept,
+/// listed as `replaced`) and starts a history whose checkpoints read back,
+/// and the old store given with `--store` is refused. (Before, the old
+/// store was taken up again: its checkpoints were listed, and the new
+/// mount's checkpoint 0 gave EIO.)
+#[test]
+fn a_workspace_made_again_at_the_same_path_gets_a_history_of_its_own() {
+    let fx = MountFixture::unmounted();
+    let ws = fx.ws.to_str().expect("utf-8 path").to_string();
+    std::fs::write(fx.ws.join("a.txt"), "one\n").expect("write");
+    let first = format!("echo two > a.txt && {} turn --message-id r000001 >/dev/null", bin());
+    ok(&fx, &["run", &ws, "--", "sh", "-c", &first]);
+    std::fs::remove_dir_all(&fx.ws).expect("remove the workspace");
+    std::fs::create_dir(&fx.ws).expect("make it again");
+    std::fs::write(fx.ws.join("a.txt"), "three\n").expect("write");
+
+    let out = fx.rewindfs(&["log", "-C", &ws]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe_status(&out));
+    assert!(stderr(&out).contains("has no history yet"), "{}", stderr(&out));
+
+    let second = format!(
+        "cat .rewindfs/checkpoints/0/a.txt && echo four > a.txt && {rw} turn --message-id r000002 >/dev/null && \
+         cat .rewindfs/checkpoints/1/a.txt && {rw} log",
+        rw = bin()
+    );
+    let (out, err) = ok(&fx, &["run", &ws, "--", "sh", "-c", &second]);
+    assert!(out.starts_with("three\nfour\n"), "the new history's checkpoints read back: {out}\n{err}");
+    assert!(!out.contains("r000001"), "the old history is not this directory's: {out}");
+    assert!(err.contains("is not the directory whose history") && err.contains(".replaced-"), "{err}");
+
+    let stores = fx.rewindfs(&["stores", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&stores.stdout).expect("stores --json");
+    let rows = rows.as_array().expect("an array");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let old = rows.iter().find(|r| r["replaced"] == true).unwrap_or_else(|| panic!("no replaced store: {rows:?}"));
+    assert_eq!(old["workspace_exists"], false, "{old:?}");
+    let old_store = old["store"].as_str().expect("store path").to_string();
+    let (old_log, _) = ok(&fx, &["log", "--all", "-C", &ws]);
+    assert!(old_log.contains("r000002") && !old_log.contains("r000001"), "{old_log}");
+
+    let out = fx.rewindfs(&["run", &ws, "--store", &old_store, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe_status(&out));
+    assert!(stderr(&out).contains("holds the history of the directory that was at"), "{}", stderr(&out));
+    assert!(!is_mounted(&fx.ws));
+}
+
 /// A mount's row holds the changes made after mounting, before the next
 /// checkpoint, and says so; a mount where nothing changed gets no row
 /// unless `--all`.

@@ -428,9 +428,12 @@ fn the_agent_user_may_mark_turns_and_preview_but_not_change_the_tree() {
     ] {
         check(rewindfs_as_agent(&fx, &args), &format!("the agent's {args:?}"));
     }
-    for args in
-        [vec!["rewind", "-C", &mp, &first], vec!["restore", "-C", &mp, &first, "--", "f.txt"], vec!["unmount", &mp]]
-    {
+    for args in [
+        vec!["rewind", "-C", &mp, &first],
+        vec!["restore", "-C", &mp, &first, "--", "f.txt"],
+        vec!["unmount", &mp],
+        vec!["push", "-C", &mp],
+    ] {
         let out = rewindfs_as_agent(&fx, &args);
         assert_eq!(out.status.code(), Some(5), "the agent's {args:?} must be refused: {}", stderr(&out));
         assert!(stderr(&out).contains("owner's"), "{args:?}: {}", stderr(&out));

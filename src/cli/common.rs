@@ -36,6 +36,34 @@ pub fn default_store(workspace: &Path) -> PathBuf {
     stores_dir().join(format!("{name}-{}", &hash[..12]))
 }
 
+/// The default store of `workspace`, set aside first (renamed
+/// `<store>.replaced-<time>`, and said on stderr) when it holds the
+/// history of another directory that was at the same path: that history
+/// is kept, and this directory starts its own.
+fn fresh_default_store(workspace: &Path) -> Result<PathBuf> {
+    let store = default_store(workspace);
+    if !crate::engine::identity::records_other(&store, workspace)? {
+        return Ok(store);
+    }
+    let _lock = registry::lock(&crate::store_dir::StoreDir::new(&store).lock(), &format!("store {}", store.display()))
+        .map_err(|e| Error::kind_of(ErrorKind::Busy, format!("{e}; the store is in use: try again")))?;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    // 2026-12-05T10:15:56Z as 20261205T101556Z: a file name without colons.
+    let stamp: String = crate::text::rfc3339(now_ms).chars().filter(|c| !matches!(c, '-' | ':')).collect();
+    let aside = PathBuf::from(format!("{}.replaced-{stamp}", store.display()));
+    std::fs::rename(&store, &aside)
+        .map_err(|e| Error::io(format!("cannot move {} aside to {}", store.display(), aside.display()), e))?;
+    eprintln!(
+        "rewindfs: {} is not the directory whose history {} held (that one was removed or replaced); its history \
+         is kept in {} (`rewindfs stores` lists it; `rm -r` it when it is no longer wanted), and this directory \
+         starts its own",
+        workspace.display(),
+        store.display(),
+        aside.display()
+    );
+    Ok(store)
+}
+
 /// Where default stores are made: `$REWINDFS_HOME/stores`.
 pub fn stores_dir() -> PathBuf {
     let home = std::env::var_os("REWINDFS_HOME").map(PathBuf::from).unwrap_or_else(|| {
@@ -261,7 +289,13 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             }
         }
     }
-    let store_arg = opts.store.clone().unwrap_or_else(|| default_store(&ws));
+    let store_arg = match &opts.store {
+        Some(s) if crate::engine::identity::records_other(s, &ws)? => {
+            return Err(crate::engine::identity::refusal(s, &ws));
+        }
+        Some(s) => s.clone(),
+        None => fresh_default_store(&ws)?,
+    };
     let store_abs = std::path::absolute(&store_arg).map_err(|e| Error::io("bad store path", e))?;
     // Checked before anything is created: a refused store leaves no trace.
     let store_parent = store_abs.ancestors().find(|a| a.exists()).and_then(|a| a.canonicalize().ok());

@@ -61,6 +61,18 @@ pub fn mount_or_store(explicit: Option<&Path>, what: &str) -> Result<Source> {
     let Some((workspace, store)) = target(explicit).ok().and_then(|t| workspace_with_store(&t)) else {
         return Err(no_mount);
     };
+    if crate::engine::identity::records_other(&store, &workspace)? {
+        return Err(Error::kind_of(
+            ErrorKind::NoMount,
+            format!(
+                "{} has no history yet: its store {} holds the history of the directory that was at this path \
+                 before (it was removed or replaced since); `rewindfs mount` sets that store aside and starts \
+                 this directory's own",
+                workspace.display(),
+                store.display()
+            ),
+        ));
+    }
     let offline = open(&workspace, &store)?;
     eprintln!(
         "rewindfs: {} is not mounted: {what} read from its store {} (files changed since the unmount are read \

@@ -25,8 +25,13 @@ pub struct StoreRow {
     /// The workspace recorded at its last mount (None: unreadable).
     #[serde(with = "crate::name_json::option")]
     pub workspace: Option<PathBuf>,
-    /// Whether that workspace still exists.
+    /// Whether that workspace still exists (false when another directory
+    /// is at its path now).
     pub workspace_exists: bool,
+    /// Another directory is at the workspace's path now: the one this
+    /// history names was removed or replaced (a store that `mount` set
+    /// aside, or the next `mount` will).
+    pub replaced: bool,
     pub bytes: u64,
     /// When its history last changed (UTC).
     pub last_used: String,
@@ -76,8 +81,14 @@ pub fn rows() -> Vec<StoreRow> {
         .map(|store| {
             let dir = StoreDir::new(&store);
             let workspace = recorded_workspace(&dir);
+            let at_path = workspace.as_ref().is_some_and(|w| w.is_dir());
+            let replaced = at_path
+                && workspace
+                    .as_ref()
+                    .is_some_and(|w| crate::engine::identity::records_other(&store, w).unwrap_or(false));
             StoreRow {
-                workspace_exists: workspace.as_ref().is_some_and(|w| w.is_dir()),
+                workspace_exists: at_path && !replaced,
+                replaced,
                 workspace,
                 bytes: size(&store),
                 last_used: crate::text::rfc3339(last_used(&dir)),
@@ -101,10 +112,11 @@ pub fn run(args: StoresArgs) -> Result<()> {
     }
     outln!("{:<20}  {:>9}  {:<8}  workspace -> store", "last used", "size", "state");
     for r in &rows {
-        let state = match (r.mounted, r.workspace_exists) {
-            (true, _) => "mounted",
-            (false, true) => "",
-            (false, false) => "gone",
+        let state = match (r.mounted, r.workspace_exists, r.replaced) {
+            (true, _, _) => "mounted",
+            (false, true, _) => "",
+            (false, false, true) => "replaced",
+            (false, false, false) => "gone",
         };
         let ws = r.workspace.as_ref().map(|w| quote_name(w.as_os_str())).unwrap_or_else(|| "?".into());
         outln!(

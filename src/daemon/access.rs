@@ -109,6 +109,9 @@ mod tests {
             (op::Gc { dry_run: false, keep_count: None, keep_days: None, auto: None }.into(), false),
             (op::Snapshot { name: "n".into(), message: None, at: None }.into(), false),
             (op::Reset { confirm: true }.into(), false),
+            (op::Checkpoints.into(), true),
+            (op::Resolve { reference: "r1".into() }.into(), true),
+            (op::Push { wait_secs: 0 }.into(), false),
         ];
         for (req, agent) in &all {
             assert!(p.check(0, req).is_ok(), "owner refused {}", req.name());

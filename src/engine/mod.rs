@@ -13,6 +13,7 @@
 //! It imports only the layers below it: nothing from `fs`, `daemon` or `cli`.
 
 mod history;
+pub mod identity;
 pub mod replies;
 mod transaction;
 
@@ -108,6 +109,11 @@ impl Workspace {
             Some(chunks) => Journal::open_dir_with(&options.store, chunks.clone())?,
             None => Journal::open_dir(&options.store)?,
         });
+        // The records name files by handle: a store of another directory
+        // that was at this path would read as damage everywhere.
+        journal
+            .with_meta(|m| Ok::<_, crate::meta::MetaError>(identity::check(m, &options.store, &options.workspace)))
+            .map_err(|e| Error::Daemon(format!("cannot read the store: {e}")))??;
         // So `fsck --store` can find the workspace whose inodes views read.
         if let Err(e) = journal.with_meta(|m| m.set_state_bytes("workspace", options.workspace.as_os_str().as_bytes()))
         {

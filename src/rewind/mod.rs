@@ -256,7 +256,15 @@ impl Rewinder<'_> {
             let before = waiting.len();
             let mut later = Vec::new();
             for (dir, name, target) in waiting {
-                match self.dir_fd(dir).filter(|_| !self.in_attic.contains(&dir)) {
+                // A directory in the attic (moved aside by this rewind or an
+                // earlier one, alone or inside another) is not in the tree:
+                // a name put back there would be a link nobody sees, kept in
+                // the file's link count.
+                let dfd = match self.dir_fd(dir) {
+                    Some(dfd) if !self.is_in_attic(dir, dfd.as_fd())? => Some(dfd),
+                    _ => None,
+                };
+                match dfd {
                     Some(dfd) => {
                         self.place(dfd.as_fd(), dir, &name, target)?;
                         placed.push(target);
@@ -612,9 +620,10 @@ impl Rewinder<'_> {
     /// in the tree rewound to: that name is not in the tree, but it counts
     /// in the file's link count. Such names are removed (recorded, like any
     /// change) until each file has the link count it had at the checkpoint.
-    /// The directories searched are those this rewind moved aside and, when
-    /// it completes an attempt that was interrupted, those the earlier
-    /// attempts moved aside (a name they left there is as stray).
+    /// The directories searched are those this rewind moved aside, when
+    /// it completes an attempt that was interrupted those the earlier
+    /// attempts moved aside (a name they left there is as stray), and the
+    /// directories in the attic's own slots.
     fn drop_stray_links(&mut self, linked: &[ObjectId]) -> Result<(), RestoreError> {
         let mut excess: std::collections::HashMap<(u64, u64), (ObjectId, u64)> = std::collections::HashMap::new();
         for id in linked {
@@ -638,6 +647,12 @@ impl Rewinder<'_> {
                 }
             }
         }
+        // And those an earlier operation moved aside (a name linked into a
+        // directory that an undo then moved aside, taken out of it again
+        // here, leaves its other names there). Only files with too many
+        // links come this far, so the attic's slots are listed rarely.
+        let listed: HashSet<ObjectId> = moved.iter().copied().collect();
+        moved.extend(self.journal.with_meta(|m| m.attic_objects())?.into_iter().filter(|id| !listed.contains(id)));
         each_file_in_attic_dirs(attic, &moved, |dir, name, st| {
             let key = (st.st_dev, st.st_ino);
             let Some((id, left)) = excess.get_mut(&key) else { return Ok(true) };

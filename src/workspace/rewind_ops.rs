@@ -184,7 +184,7 @@ impl<'a> RewindOps<'a> {
         // Temporary names are recorded as absent, so that a crash leaving
         // one behind cannot show it in this turn's checkpoint (recovery
         // moves it away).
-        let temp = OsString::from(format!(".rewindfs-rewind-{}", id.0));
+        let temp = free_name(dir0.as_fd(), format!(".rewindfs-rewind-{}", id.0));
         self.entry(dir0.as_fd(), &temp)?;
         // Made unnamed, and noted (durably: born in this turn) before it
         // gets a name: a crash can leave it in the tree only as an object
@@ -218,7 +218,7 @@ impl<'a> RewindOps<'a> {
         let mut failed = None;
         for (i, (dir, name)) in others.iter().enumerate() {
             let step = (|| -> Res<()> {
-                let t = OsString::from(format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
+                let t = free_name(dir.as_fd(), format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
                 self.entry(dir.as_fd(), &t)?;
                 if crate::faults::fail_point("rewind-swap-link") {
                     return Err(Errno(libc::EIO));
@@ -269,7 +269,7 @@ impl<'a> RewindOps<'a> {
             }
         };
         for (i, (dir, name)) in swapped.iter().enumerate() {
-            let t = OsString::from(format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
+            let t = free_name(dir.as_fd(), format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
             let back = rustix::fs::linkat(&old, "", dir.as_fd(), &t, AtFlags::EMPTY_PATH)
                 .and_then(|()| rustix::fs::renameat(dir.as_fd(), &t, dir.as_fd(), name));
             if let Err(e) = back {
@@ -283,4 +283,17 @@ impl<'a> RewindOps<'a> {
             log::error!("rewind: cannot give {:?} its old inode back: {e}", name0);
         }
     }
+}
+
+/// `base` if no name `base` is in `dir`, else the first free `base.N`: a
+/// temporary name of the rewind must not be one the tree holds (a file a
+/// rewind to an interrupted checkpoint brought back, or one the agent
+/// made to stop rewinds). The tree is frozen: nobody takes it meanwhile.
+fn free_name(dir: BorrowedFd<'_>, base: String) -> OsString {
+    let taken = |n: &OsStr| rustix::fs::statat(dir, n, AtFlags::SYMLINK_NOFOLLOW).is_ok();
+    let first = OsString::from(&base);
+    if !taken(&first) {
+        return first;
+    }
+    (1u64..).map(|k| OsString::from(format!("{base}.{k}"))).find(|n| !taken(n)).expect("some name is free")
 }

@@ -1212,7 +1212,16 @@ pub fn seeds_from_env(prefix: &str, fixed: impl IntoIterator<Item = u64>, random
         (0..num("SEQUENCES").unwrap_or(random)).map(|i| Rng(base.wrapping_add(i)).next() % 1_000_000_000).collect();
     use std::io::Write;
     let name = prefix.to_lowercase();
-    let _ = writeln!(std::io::stderr(), "{name}: random seeds {random:?} (replay one: {prefix}_SEED=N)");
+    if random.len() <= 100 {
+        let _ = writeln!(std::io::stderr(), "{name}: random seeds {random:?} (replay one: {prefix}_SEED=N)");
+    } else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{name}: {} random seeds from {prefix}_BASE_SEED={base} (a failing one is printed; replay it with \
+             {prefix}_SEED=N)",
+            random.len()
+        );
+    }
     seeds.extend(random);
     seeds
 }
