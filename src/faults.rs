@@ -163,6 +163,21 @@ mod armed {
         }
     }
 
+    /// Holds the uploader before it sends a chunk while the file named by
+    /// `REWINDFS_TEST_REMOTE_PUT_PAUSE` exists (it writes `<that>.reached`
+    /// when it first waits): a push in flight for as long as a test needs.
+    /// A number N in the file lets N chunks go first.
+    pub fn remote_put() {
+        let Some(pause) = std::env::var_os("REWINDFS_TEST_REMOTE_PUT_PAUSE") else { return };
+        if let Some(n) = std::fs::read_to_string(&pause).ok().and_then(|t| t.trim().parse::<u64>().ok())
+            && n > 0
+        {
+            let _ = std::fs::write(&pause, (n - 1).to_string());
+            return;
+        }
+        wait_while("REWINDFS_TEST_REMOTE_PUT_PAUSE", "the uploader waits before sending a chunk");
+    }
+
     /// Waits while the file named by `$var` exists, writing `<that>.reached`
     /// when it first waits.
     fn wait_while(var: &str, what: &str) {
@@ -224,6 +239,7 @@ pub use armed::*;
 mod disarmed {
     pub fn hold_frozen() {}
     pub fn view_lookup() {}
+    pub fn remote_put() {}
     pub fn sync_fails() -> bool {
         false
     }

@@ -36,15 +36,77 @@ fn mount_with_remote(fx: &mut MountFixture, server: &S3Server, extra: &[&str]) {
 }
 
 fn push(fx: &MountFixture, server: &S3Server) -> serde_json::Value {
+    let (out, status) = push_output(fx, server);
+    check(out, "rewindfs push");
+    status
+}
+
+/// `push --wait --json`, whatever its exit status.
+fn push_output(fx: &MountFixture, server: &S3Server) -> (Output, serde_json::Value) {
     let mut cmd = fx.command();
     for (k, v) in server.env() {
         cmd.env(k, v);
     }
-    let out = check(
-        run_with_timeout(cmd.args(["push", "--wait", "120", "--json", "-C"]).arg(fx.path()), CHILD_TIMEOUT),
-        "rewindfs push",
-    );
-    serde_json::from_slice(&out.stdout).expect("push --json prints JSON")
+    let out = run_with_timeout(cmd.args(["push", "--wait", "120", "--json", "-C"]).arg(fx.path()), CHILD_TIMEOUT);
+    let status = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("push --json prints JSON ({e}): {}{}", stdout(&out), stderr(&out)));
+    (out, status)
+}
+
+/// Lines of the daemon's log that contain `text`.
+fn daemon_log_lines(fx: &MountFixture, text: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(fx.store.join("daemon.log")).expect("daemon log");
+    log.lines().filter(|l| l.contains(text)).map(str::to_string).collect()
+}
+
+/// Clones every checkpoint in `numbers` from the bucket alone and
+/// compares each with the mount's view of it.
+fn assert_clones_match(fx: &MountFixture, server: &S3Server, url: &str, numbers: &[i64], what: &str) {
+    let other = tempfile::tempdir().expect("a second machine's dir");
+    for n in numbers {
+        let dir = other.path().join(format!("c{n}"));
+        check(elsewhere(server, other.path(), &["clone", &format!("{url}@{n}"), dir.to_str().unwrap()]), "clone");
+        let view = fx.path().join(".rewindfs/checkpoints").join(n.to_string());
+        assert_same_tree(&view, &dir, &format!("{what}: clone of checkpoint {n}"));
+    }
+}
+
+/// `fsck --remote URL --json` from a home that never saw the workspace.
+fn fsck_remote(server: &S3Server, home: &Path, url: &str) -> (Output, serde_json::Value) {
+    let out = elsewhere(server, home, &["fsck", "--remote", url, "--json"]);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("fsck --remote --json prints JSON ({e}): {}{}", stdout(&out), stderr(&out)));
+    (out, report)
+}
+
+/// `fsck --remote` finds nothing: exit 0, `no problems`, and every
+/// checkpoint in `numbers` checked.
+fn assert_remote_clean(server: &S3Server, url: &str, checkpoints: usize, what: &str) {
+    let home = tempfile::tempdir().expect("a home");
+    let (out, report) = fsck_remote(server, home.path(), url);
+    assert!(out.status.success(), "{what}: fsck --remote must pass: {report}");
+    assert_eq!(report["problems"], serde_json::json!([]), "{what}: {report}");
+    assert_eq!(report["checkpoints"].as_u64(), Some(checkpoints as u64), "{what}: {report}");
+    assert_eq!(report["manifests_checked"].as_u64(), Some(checkpoints as u64), "{what}: {report}");
+    let text = stdout(&elsewhere(server, home.path(), &["fsck", "--remote", url]));
+    assert!(text.lines().next().is_some_and(|l| l.ends_with("no problems")), "{what}: {text}");
+}
+
+/// `fsck --remote` finds problems of `kind` naming one of `keys`.
+fn assert_remote_problem(server: &S3Server, url: &str, kind: &str, keys: &[String], what: &str) -> serde_json::Value {
+    let home = tempfile::tempdir().expect("a home");
+    let (out, report) = fsck_remote(server, home.path(), url);
+    assert_eq!(out.status.code(), Some(6), "{what}: fsck --remote exits 6 on problems: {report}");
+    assert_eq!(report["exit_status"].as_i64(), Some(6), "{what}: {report}");
+    let problems = report["problems"].as_array().expect("problems");
+    let found = problems.iter().find(|p| p["kind"] == kind).unwrap_or_else(|| panic!("{what}: no {kind}: {report}"));
+    let key = found["key"].as_str().unwrap_or_default();
+    assert!(keys.iter().any(|k| k == key), "{what}: the problem names the object ({key}): {report}");
+    found.clone()
+}
+
+fn env_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
 /// A tree with what a clone must reproduce, then two turns of changes.
@@ -97,6 +159,7 @@ fn a_pushed_history_is_logged_and_cloned_exactly_from_a_store_that_never_saw_the
     let grep = Command::new("grep").args(["-rl", s3::SECRET_FOR_TESTS]).arg(&fx.store).output().expect("grep");
     assert!(grep.stdout.is_empty(), "the secret is in the store: {}", stdout(&grep));
 
+    assert_remote_clean(&server, &url, 3, "a pushed history");
     let other = tempfile::tempdir().expect("a second machine's dir");
     let log = check(elsewhere(&server, other.path(), &["log", &url, "--json"]), "log s3://");
     let log: serde_json::Value = serde_json::from_slice(&log.stdout).expect("log --json");
@@ -134,12 +197,16 @@ fn a_later_mount_pushes_to_the_stored_remote_and_a_kill_mid_push_resumes() {
     sh(&fx.ws, "echo one > a && mkdir d && head -c 100000 /dev/urandom > d/blob");
     let url = server.url("ws2");
     // Killed after the first checkpoint's content and manifest are sent,
-    // before its head is written.
+    // before its head is written; held before its first chunk until the
+    // mount has answered.
+    let pause = fx.dir.path().join("put-pause");
+    std::fs::write(&pause, b"").unwrap();
     let mut env = server.env();
     env.push(("REWINDFS_TEST_KILL_AT", "remote-before-head:1".into()));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    fx.mount_with_env(false, &["--remote", &url], &env);
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    fx.mount_with_env(false, &["--remote", &url], &env_refs(&env));
     let pid = fx.daemon_pid();
+    std::fs::remove_file(&pause).unwrap();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while alive(pid) {
         assert!(std::time::Instant::now() < until, "the daemon was not killed at the push");
@@ -157,10 +224,300 @@ fn a_later_mount_pushes_to_the_stored_remote_and_a_kill_mid_push_resumes() {
     let pushed = push(&fx, &server);
     assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
     assert_eq!(pushed["remote_checkpoint"].as_i64(), Some(n));
-    for k in 0..=n {
-        let dir = other.path().join(format!("c{k}"));
-        check(elsewhere(&server, other.path(), &["clone", &format!("{url}@{k}"), dir.to_str().unwrap()]), "clone");
-        assert_same_tree(&fx.path().join(".rewindfs/checkpoints").join(k.to_string()), &dir, "clone after resume");
+    assert_clones_match(&fx, &server, &url, &(0..=n).collect::<Vec<_>>(), "after the resumed push");
+    fx.unmount();
+}
+
+/// The chunk objects the (file-backed) server holds.
+fn bucket_chunks(server: &S3Server) -> usize {
+    std::fs::read_dir(server.dir.path().join("data").join(s3::BUCKET).join("chunks")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn a_rewind_while_a_push_is_in_flight_does_not_wait_for_the_network() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    // Checkpoint 0's content lives only in the workspace: the first push
+    // reads and sends it all.
+    sh(&fx.ws, "for i in 1 2 3 4; do head -c 40000 /dev/urandom > f$i; done");
+    // The uploader stops before each chunk it sends while this file exists:
+    // a network that does not answer, for as long as the test needs.
+    let pause = fx.dir.path().join("put-pause");
+    std::fs::write(&pause, b"").unwrap();
+    let reached = fx.dir.path().join("put-pause.reached");
+    let url = server.url("slow");
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &env);
+    let before = fx.copy_tree("before");
+    fx.sh("echo changed > f1 && rm f2 && echo new > f5");
+    fx.turn("r000001");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !reached.exists() {
+        assert!(std::time::Instant::now() < until, "the uploader never started sending");
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // A push is in flight: it holds a chunk it cannot send.
+    let mp = fx.path().to_str().unwrap().to_string();
+    let mut rewind = fx
+        .command()
+        .args(["rewind", "-C", &mp, "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rewindfs rewind");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let finished_while_paused = loop {
+        if rewind.try_wait().expect("wait for the rewind").is_some() {
+            break true;
+        }
+        if std::time::Instant::now() >= until {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let head_then = server.dir.path().join("data").join(s3::BUCKET).join("slow/head.json").exists();
+    let chunks_then = bucket_chunks(&server);
+    std::fs::remove_file(&pause).unwrap();
+    let out = wait_child(&mut rewind, CHILD_TIMEOUT, "rewindfs rewind");
+    assert!(finished_while_paused, "the rewind finished only after the uploader was let go: it waited for the network");
+    assert!(
+        !head_then && chunks_then < 4,
+        "the push had finished before the rewind ({chunks_then} chunks, head: {head_then})"
+    );
+    check(out, "rewindfs rewind while a push is in flight");
+    for f in ["f1", "f2", "f3", "f4"] {
+        assert_eq!(std::fs::read(fx.path().join(f)).ok(), std::fs::read(before.join(f)).ok(), "{f} after the rewind");
+    }
+    assert!(!fx.path().join("f5").exists(), "f5 was made after checkpoint 0");
+    // The push then completes every checkpoint, the rewind's included.
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    assert_clones_match(&fx, &server, &url, &[0, 1], "after the rewind");
+    fx.unmount();
+}
+
+fn wait_for(path: &Path, what: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < until, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_server_down_at_mount_delays_nothing_is_reported_unreachable_and_is_caught_up_when_back() {
+    let mut server = S3Server::start();
+    server.stop();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "echo before > a");
+    let url = server.url("down");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    // Recording and turns go on without the remote.
+    fx.sh("echo one > b && mkdir d && echo two > d/c");
+    let first = fx.turn("r000001");
+    let (out, pushed) = push_output(&fx, &server);
+    assert!(!out.status.success(), "push must fail while the server is down: {pushed}");
+    assert_eq!(pushed["backlog"], serde_json::json!([0, first]), "{pushed}");
+    assert_eq!(pushed["reachable"], serde_json::json!(false), "{pushed}");
+    let error = pushed["last_error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("cannot be reached"), "the error says the server cannot be reached: {error}");
+    let status = fx.status_json();
+    assert_eq!(status["remote"]["reachable"], serde_json::json!(false), "{status}");
+    assert_eq!(status["remote"]["last_error"].as_str(), Some(error.as_str()), "{status}");
+    assert_eq!(status["remote"]["backlog"], serde_json::json!([0, first]), "{status}");
+    let text = stdout(&fx.rewindfs(&["status", "-C", fx.path().to_str().unwrap()]));
+    assert!(text.contains("UNREACHABLE") && text.contains("2 not pushed yet"), "status says it: {text}");
+    let out = elsewhere(&server, fx.dir.path(), &["fsck", "--remote", &url]);
+    assert!(
+        out.status.code() == Some(1) && stderr(&out).contains("cannot be reached"),
+        "fsck --remote of a server that is down cannot run: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    fx.sh("echo three > b");
+    let second = fx.turn("r000002");
+    // Failed passes again (the one push asked for, the uploader's own):
+    // the failure is logged once.
+    let (out, _) = push_output(&fx, &server);
+    assert!(!out.status.success());
+    let warned = daemon_log_lines(&fx, "Cannot push to");
+    assert_eq!(warned.len(), 1, "the same failure is logged once: {warned:?}");
+
+    server.restart();
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    assert_eq!(pushed["remote_checkpoint"].as_i64(), Some(second), "{pushed}");
+    assert!(pushed.get("last_error").is_none(), "{pushed}");
+    assert_eq!(daemon_log_lines(&fx, "answers again").len(), 1, "the recovery is logged");
+    assert_clones_match(&fx, &server, &url, &[0, first, second], "after the server came back");
+    fx.unmount();
+}
+
+#[test]
+fn a_daemon_killed_mid_upload_leaves_no_head_for_it_and_the_next_mount_completes_it() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "for i in 1 2 3 4; do head -c 40000 /dev/urandom > f$i; done");
+    let pause = fx.dir.path().join("put-pause");
+    // Three chunks go, then the uploader waits before the fourth.
+    std::fs::write(&pause, b"3").unwrap();
+    let url = server.url("killed");
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &env_refs(&env));
+    wait_for(&fx.dir.path().join("put-pause.reached"), "the uploader never reached its fourth chunk");
+    let pid = fx.daemon_pid();
+    check(run_with_timeout(Command::new("kill").args(["-9", &pid.to_string()]), CHILD_TIMEOUT), "kill -9");
+    fx.detach_dead(pid);
+    assert_eq!(bucket_chunks(&server), 3, "three chunks were sent before the kill");
+    assert!(!server.object_path("killed/head.json").exists(), "a head was written for an unfinished checkpoint");
+    let other = tempfile::tempdir().unwrap();
+    let log = stdout(&check(elsewhere(&server, other.path(), &["log", &url]), "log after the kill"));
+    assert!(log.contains("holds no checkpoint"), "{log}");
+    let (out, report) = fsck_remote(&server, other.path(), &url);
+    assert!(out.status.success() && report["problems"] == serde_json::json!([]), "after the kill: {report}");
+
+    std::fs::remove_file(&pause).unwrap();
+    mount_with_remote(&mut fx, &server, &["--auto-turn", "0"]);
+    fx.sh("echo more > f1");
+    let n = fx.turn("r000001");
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    assert_remote_clean(&server, &url, n as usize + 1, "after the kill and the next mount");
+    assert_clones_match(&fx, &server, &url, &[0, n], "after the kill");
+    fx.unmount();
+}
+
+#[test]
+fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
+    let server = S3Server::start_uncached();
+    assert!(server.kind != "garage", "this test damages the server's files: run it with rclone or s3s-fs");
+    let mut fx = MountFixture::unmounted();
+    let url = server.url("damaged");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    fx.sh("mkdir d && head -c 100000 /dev/urandom > d/blob && echo small > a");
+    let n = fx.turn("r000001");
+    push(&fx, &server);
+    fx.unmount();
+    let other = tempfile::tempdir().unwrap();
+    let home = other.path();
+    let refused = |args: &[&str], names: &[String], what: &str| {
+        let out = elsewhere(&server, home, args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{what}: must fail: {}", stdout(&out));
+        assert!(names.iter().any(|k| err.contains(k.as_str())), "{what}: the error names the object: {err}");
+        err
+    };
+
+    // Every chunk damaged: flip the first byte.
+    let chunks: Vec<String> = std::fs::read_dir(server.object_path("chunks"))
+        .expect("chunks")
+        .map(|e| format!("chunks/{}", e.unwrap().file_name().to_str().unwrap()))
+        .collect();
+    assert!(!chunks.is_empty());
+    let mut saved = Vec::new();
+    for key in &chunks {
+        let path = server.object_path(key);
+        let mut bytes = std::fs::read(&path).unwrap();
+        saved.push((path.clone(), bytes.clone()));
+        bytes[0] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    let target = home.join("clone");
+    let damaged = assert_remote_problem(&server, &url, "chunk_damaged", &chunks, "damaged chunks");
+    assert!(
+        damaged["affected"].as_array().is_some_and(|a| a.iter().any(|x| x["checkpoint"].as_i64() == Some(n))),
+        "the problem names the checkpoints it costs: {damaged}"
+    );
+    let err = refused(&["clone", &format!("{url}@{n}"), target.to_str().unwrap()], &chunks, "a damaged chunk");
+    assert!(err.contains("does not match its blake3 name"), "{err}");
+    assert!(!target.exists(), "a failed clone left its target behind");
+    let empty = home.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    refused(&["clone", &format!("{url}@{n}"), empty.to_str().unwrap()], &chunks, "into an empty dir");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "the empty target was filled in part");
+    let left: Vec<_> = std::fs::read_dir(home)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().contains("rewindfs-clone"))
+        .collect();
+    assert!(left.is_empty(), "an unfinished clone was left: {left:?}");
+    for (path, bytes) in saved {
+        std::fs::write(path, bytes).unwrap();
+    }
+    assert_remote_clean(&server, &url, 2, "the chunks put back");
+    // A chunk gone.
+    let gone = server.object_path(&chunks[0]);
+    let kept = std::fs::read(&gone).unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    assert_remote_problem(&server, &url, "chunk_missing", &chunks[..1], "a missing chunk");
+    std::fs::write(&gone, kept).unwrap();
+
+    // A damaged manifest.
+    let manifests: Vec<String> = std::fs::read_dir(server.object_path("damaged/manifests"))
+        .expect("manifests")
+        .map(|e| format!("damaged/manifests/{}", e.unwrap().file_name().to_str().unwrap()))
+        .collect();
+    for key in &manifests {
+        std::fs::write(server.object_path(key), b"not a manifest").unwrap();
+    }
+    refused(&["clone", &format!("{url}@{n}"), target.to_str().unwrap()], &manifests, "a damaged manifest");
+    assert_remote_problem(&server, &url, "manifest_damaged", &manifests, "a damaged manifest");
+    assert!(!target.exists());
+
+    // A damaged head (the one object not named by its content).
+    std::fs::write(server.object_path("damaged/head.json"), b"{\"format\": 1, \"check").unwrap();
+    refused(&["log", &url], &["damaged/head.json".to_string()], "a damaged head");
+    assert_remote_problem(&server, &url, "head_damaged", &["damaged/head.json".to_string()], "a damaged head");
+}
+
+#[test]
+fn bad_credentials_and_a_missing_bucket_are_one_clear_error() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    let url = server.url("denied");
+    let mut env = server.env();
+    for (k, v) in env.iter_mut() {
+        if *k == "AWS_SECRET_ACCESS_KEY" {
+            *v = "not-the-secret".into();
+        }
+    }
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &env_refs(&env));
+    fx.sh("echo a > a");
+    fx.turn("r000001");
+    for _ in 0..3 {
+        let (out, pushed) = push_output(&fx, &server);
+        assert!(!out.status.success(), "{pushed}");
+        let error = pushed["last_error"].as_str().unwrap_or_default();
+        assert!(error.contains("access denied"), "the error says access was denied: {pushed}");
+        assert_eq!(pushed["reachable"], serde_json::json!(true), "the server answered: {pushed}");
+    }
+    let warned = daemon_log_lines(&fx, "Cannot push to");
+    assert_eq!(warned.len(), 1, "one line for the same failure, not one per retry: {warned:?}");
+    assert!(daemon_log_lines(&fx, "not-the-secret").is_empty(), "a secret is in the daemon log");
+
+    let other = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.env("REWINDFS_RUNTIME_DIR", other.path().join("run")).env("REWINDFS_HOME", other.path().join("home"));
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    let out = run_with_timeout(cmd.args(["log", &url]), CHILD_TIMEOUT);
+    assert!(
+        !out.status.success() && stderr(&out).contains("access denied"),
+        "log with bad credentials: {}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("not-the-secret"));
+
+    let missing = "s3://no-such-bucket/ws";
+    let out = elsewhere(&server, other.path(), &["log", missing]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("the bucket does not exist"),
+        "log of a missing bucket: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     fx.unmount();
 }

@@ -71,6 +71,9 @@ fn choose(args: &FsckArgs) -> Result<Via> {
 }
 
 pub fn run(args: FsckArgs) -> Result<i32> {
+    if let Some(remote) = &args.remote {
+        return crate::cli::remote::fsck(remote, args.json, EXIT_PROBLEMS);
+    }
     let via = choose(&args)?;
     let (store, report) = match via {
         Via::Daemon(info) => {

@@ -255,6 +255,10 @@ pub struct FsckArgs {
     /// lost what. Never touches the workspace. Needs the store unmounted.
     #[arg(long)]
     pub repair: bool,
+    /// Check a remote instead (`s3://bucket/prefix`): every checkpoint its
+    /// head lists, read back from the bucket alone.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["repair", "store", "mount"])]
+    pub remote: Option<String>,
     /// Print JSON for programs.
     #[arg(long)]
     pub json: bool,

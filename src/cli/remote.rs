@@ -49,6 +49,25 @@ fn print_status(s: &RemoteStatus) {
     }
 }
 
+/// One line for `status`: what the remote holds, what it lacks, and why.
+pub fn status_line(s: &RemoteStatus) -> String {
+    let holds = match s.remote_checkpoint {
+        Some(n) => format!("holds checkpoints up to {n}"),
+        None => "holds no checkpoint yet".to_string(),
+    };
+    let behind = if s.backlog.is_empty() {
+        "nothing to push".to_string()
+    } else {
+        format!("{} not pushed yet ({})", s.backlog.len(), list(&s.backlog))
+    };
+    let failing = match (&s.last_error, s.reachable) {
+        (Some(e), Some(false)) => format!("; UNREACHABLE: {e}"),
+        (Some(e), _) => format!("; FAILING: {e}"),
+        (None, _) => String::new(),
+    };
+    format!("{}: {holds}, {behind}{failing}", s.remote)
+}
+
 fn list(ns: &[i64]) -> String {
     let shown: Vec<String> = ns.iter().take(10).map(|n| n.to_string()).collect();
     if ns.len() > 10 { format!("{} ...", shown.join(", ")) } else { shown.join(", ") }
@@ -116,6 +135,51 @@ pub fn log(remote: &str, json: bool) -> Result<i32> {
         outln!("{line}");
     }
     Ok(0)
+}
+
+/// `rewindfs fsck --remote s3://bucket/prefix`: exit 0 when every
+/// checkpoint the head lists reads back, `problems_exit` when some do not;
+/// an error (exit 1) when the bucket cannot be asked.
+pub fn fsck(remote: &str, json: bool, problems_exit: i32) -> Result<i32> {
+    let url = RemoteUrl::parse(remote).map_err(remote_error)?;
+    let bucket = Bucket::open(&url).map_err(remote_error)?;
+    let report = crate::remote::check::check(&bucket, |_, _| {}).map_err(remote_error)?;
+    let code = if report.problems.is_empty() { 0 } else { problems_exit };
+    if json {
+        let mut v = serde_json::to_value(&report).map_err(|e| Error::Daemon(e.to_string()))?;
+        v["exit_status"] = code.into();
+        common::print_json(&v)?;
+        return Ok(code);
+    }
+    let found = match report.problems.len() {
+        0 => "no problems".to_string(),
+        1 => "1 problem".to_string(),
+        n => format!("{n} problems"),
+    };
+    outln!(
+        "fsck {url}: {} checkpoints, {} manifests and {} chunks ({}) read: {found}",
+        report.checkpoints,
+        report.manifests_checked,
+        report.chunks_checked,
+        crate::text::human_bytes(report.bytes_checked)
+    );
+    for p in &report.problems {
+        let costs: Vec<String> = p
+            .affected
+            .iter()
+            .map(|a| {
+                let message = a.message_id.as_deref().map(|m| format!(" (message {m})")).unwrap_or_default();
+                let path = a.path.as_deref().map(|p| format!(": {}", crate::text::quote_name(p))).unwrap_or_default();
+                format!("checkpoint {}{message}{path}", a.checkpoint)
+            })
+            .collect();
+        let costs = if costs.is_empty() { String::new() } else { format!("; costs {}", costs.join(", ")) };
+        outln!("{}: {}{costs}", p.key, p.detail);
+    }
+    for n in &report.notes {
+        outln!("note: {n}");
+    }
+    Ok(code)
 }
 
 /// `rewindfs clone s3://bucket/prefix@CHECKPOINT DIR`.

@@ -112,6 +112,9 @@ pub fn run(args: StatusArgs) -> Result<()> {
                 s.snapshots.iter().map(|n| format!("{} ({})", crate::text::quote(&n.name), n.checkpoint)).collect();
             outln!("  snapshots:   {}", names.join(", "));
         }
+        if let Some(r) = &s.remote {
+            outln!("  remote:      {}", crate::cli::remote::status_line(r));
+        }
     }
     Ok(())
 }

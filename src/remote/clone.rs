@@ -43,7 +43,9 @@ pub fn find(bucket: &Bucket, reference: Option<&str>) -> RemoteResult<RemoteChec
 }
 
 /// Writes checkpoint `reference` of the bucket into `dir` (created if
-/// missing; it must be empty).
+/// missing; it must be empty). The tree is written beside it first and
+/// renamed into place once whole: a clone that fails (a damaged or missing
+/// object, a full disk) leaves `dir` as it was, nothing half made.
 pub fn clone_into(bucket: &Bucket, reference: Option<&str>, dir: &Path) -> RemoteResult<Cloned> {
     let io = |what: String| move |source| RemoteError::Io { what, source };
     let checkpoint = find(bucket, reference)?;
@@ -58,11 +60,22 @@ pub fn clone_into(bucket: &Bucket, reference: Option<&str>, dir: &Path) -> Remot
                 });
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir(dir).map_err(io(format!("cannot create {}", dir.display())))?
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(format!("cannot read {}", dir.display()))(e)),
     }
+    let name = dir.file_name().ok_or_else(|| RemoteError::Refused {
+        remote: bucket.url().to_string(),
+        what: format!("cannot clone into {}: it names no directory", dir.display()),
+    })?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut partial = std::ffi::OsString::from(".");
+    partial.push(name);
+    partial.push(format!(".rewindfs-clone-{}", std::process::id()));
+    let partial = parent.join(partial);
+    std::fs::create_dir(&partial).map_err(io(format!("cannot create {}", partial.display())))?;
     let mut done = Cloned {
         checkpoint: checkpoint.checkpoint,
         entries: manifest.entries.len() as u64,
@@ -70,6 +83,22 @@ pub fn clone_into(bucket: &Bucket, reference: Option<&str>, dir: &Path) -> Remot
         chunks_fetched: 0,
         not_set: Vec::new(),
     };
+    // Over an empty directory, rename replaces it.
+    let written = write_tree(bucket, &manifest, &partial, &mut done).and_then(|()| {
+        std::fs::rename(&partial, dir).map_err(io(format!("cannot move the clone to {}", dir.display())))
+    });
+    if let Err(e) = written {
+        if let Err(left) = std::fs::remove_dir_all(&partial) {
+            log::warn!("Cannot remove the unfinished clone {}: {left}.", partial.display());
+        }
+        return Err(e);
+    }
+    Ok(done)
+}
+
+/// Creates the manifest's entries under `dir`, then sets their attributes.
+fn write_tree(bucket: &Bucket, manifest: &Manifest, dir: &Path, done: &mut Cloned) -> RemoteResult<()> {
+    let io = |what: String| move |source| RemoteError::Io { what, source };
     for entry in &manifest.entries {
         let path = dir.join(&entry.path);
         let at = || format!("cannot create {}", path.display());
@@ -125,7 +154,7 @@ pub fn clone_into(bucket: &Bucket, reference: Option<&str>, dir: &Path) -> Remot
         }
         set_attributes(&dir.join(&entry.path), entry, &mut done.not_set)?;
     }
-    Ok(done)
+    Ok(())
 }
 
 fn malformed(bucket: &Bucket, entry: &Entry, what: &str) -> RemoteError {
@@ -138,7 +167,7 @@ fn malformed(bucket: &Bucket, entry: &Entry, what: &str) -> RemoteError {
 /// Every path is relative, of plain names, under a directory that an
 /// earlier entry creates: nothing a manifest says can write outside the
 /// clone or through a symlink it made.
-fn check_paths(bucket: &Bucket, manifest: &Manifest) -> RemoteResult<()> {
+pub fn check_paths(bucket: &Bucket, manifest: &Manifest) -> RemoteResult<()> {
     let mut dirs: HashSet<&Path> = HashSet::new();
     for (i, entry) in manifest.entries.iter().enumerate() {
         let bad = |what: &str| malformed(bucket, entry, what);

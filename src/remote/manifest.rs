@@ -1,6 +1,7 @@
 //! A checkpoint's tree as the bucket keeps it: every path with its
-//! attributes and, for a file, the chunks of its content, read through the
-//! checkpoint's view; and sending the content a manifest names.
+//! attributes and, for a file, the chunks of its content, walked through
+//! the checkpoint's view under the tree lock; and sending the content a
+//! manifest names, with the lock released.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -12,10 +13,13 @@ use fastcdc::v2020::StreamCDC;
 use serde::{Deserialize, Serialize};
 
 use super::{Bucket, RemoteError, RemoteResult, RemoteUrl};
-use crate::store::chunker::{AVG_CHUNK, ChunkSpan, MAX_CHUNK, MIN_CHUNK};
-use crate::store::{ChunkId, ChunkStore};
+use crate::journal::{Journal, Mark};
+use crate::meta::ObjectId;
+use crate::store::ChunkId;
+use crate::store::chunker::{AVG_CHUNK, ChunkSpan, ContentRef, MAX_CHUNK, MIN_CHUNK};
+use crate::sys::FileHandle;
 use crate::view::{Content, Node, NodeState, TreeView};
-use crate::workspace::Kind;
+use crate::workspace::{Kind, LiveTree};
 
 /// One checkpoint's whole tree, parents before their children; the first
 /// entry is the root (path "").
@@ -115,21 +119,59 @@ pub struct Memory {
     live: HashMap<LiveKey, (ChunkId, Vec<ChunkSpan>)>,
 }
 
-/// Builds the manifest of `view`'s checkpoint and sends the content it
-/// names that the bucket lacks (chunks first: a manifest in the bucket
-/// never names a missing chunk).
-pub fn push_tree(
-    view: &TreeView<'_>,
-    store: &dyn ChunkStore,
-    bucket: &Bucket,
-    memory: &mut Memory,
-    sent: &mut Sent,
-) -> RemoteResult<Manifest> {
+/// A file the walk found live and did not know: its bytes are read after
+/// the walk, without the tree lock.
+struct LiveFile {
+    /// Its entry in the manifest.
+    entry: usize,
+    handle: FileHandle,
+    id: Option<ObjectId>,
+    /// When the walk read its state: the bytes read later are the
+    /// checkpoint's while no record names the object since.
+    mark: Mark,
+    key: Option<LiveKey>,
+}
+
+/// A checkpoint's tree as a walk under the tree lock found it: the
+/// manifest, every file's content in it known except the live files it
+/// lists, and the content to send. Nothing in it needs the lock again:
+/// stored chunks are immutable in the chunk store, and a live file's bytes
+/// are checked against the journal after they are read.
+pub struct Walked {
+    manifest: Manifest,
+    /// Chunks of stored content (pre-images, rewound files' pending
+    /// content), read from the chunk store when sent.
+    stored: Vec<ChunkId>,
+    /// Chunks read under the lock (`walk` with `read_live`).
+    buffered: Vec<(ChunkId, Vec<u8>)>,
+    live: Vec<LiveFile>,
+}
+
+impl Walked {
+    pub fn into_manifest(self) -> Manifest {
+        self.manifest
+    }
+}
+
+/// Walks `view`'s checkpoint: paths, attributes and, for each file, its
+/// chunk list where it is known without reading (stored content, a live
+/// file read by an earlier checkpoint and unchanged). Reads no file bytes
+/// and sends nothing, unless `read_live`: then live files are read now,
+/// through the view, into memory (for a file that keeps changing while it
+/// is read without the lock).
+pub fn walk(view: &TreeView<'_>, memory: &Memory, read_live: bool) -> RemoteResult<Walked> {
     let checkpoint = view.checkpoint().unwrap_or(-1);
-    let mut entries = Vec::new();
+    let mut walked = Walked {
+        manifest: Manifest { format: super::FORMAT, checkpoint, entries: Vec::new() },
+        stored: Vec::new(),
+        buffered: Vec::new(),
+        live: Vec::new(),
+    };
+    let mut stored_seen: HashSet<ChunkId> = HashSet::new();
     let mut first_name: HashMap<Vec<u8>, usize> = HashMap::new();
     let mut stack: Vec<(PathBuf, Node)> = vec![(PathBuf::new(), view.root()?)];
     while let Some((path, node)) = stack.pop() {
+        let entries = &mut walked.manifest.entries;
         let state = view.state(&node)?;
         let kind = EntryKind::of(state.kind);
         if kind != EntryKind::Dir && state.nlink > 1 {
@@ -168,10 +210,36 @@ pub fn push_tree(
             link: None,
         };
         if kind == EntryKind::File {
-            let (hash, spans) = file_content(view, &state, store, bucket, memory, sent)?;
-            entry.size = spans.iter().map(|s| s.len as u64).sum();
-            entry.hash = Some(hash.to_string());
-            entry.chunks = spans.iter().map(|s| Span { id: s.id.to_string(), len: s.len }).collect();
+            let known = match &state.content {
+                Content::Stored(c) => Some(stored(c, &mut walked.stored, &mut stored_seen)),
+                Content::Live(h) => match view.live_tree().pending().content(h) {
+                    // Rewound, its bytes not written yet: they are in the store.
+                    Some(c) => Some(stored(&c, &mut walked.stored, &mut stored_seen)),
+                    None => {
+                        let key = live_key(view.live_tree(), h);
+                        match key.as_ref().and_then(|k| memory.live.get(k)) {
+                            Some(known) if known.1.iter().all(|s| memory.present.contains(&s.id)) => {
+                                Some(known.clone())
+                            }
+                            _ if read_live => Some(read_through_view(view, &state, &mut walked.buffered)?),
+                            _ => {
+                                walked.live.push(LiveFile {
+                                    entry: entries.len(),
+                                    handle: h.clone(),
+                                    id: state.id,
+                                    mark: state.mark,
+                                    key,
+                                });
+                                None
+                            }
+                        }
+                    }
+                },
+                Content::None => Some((ChunkId::of(b""), Vec::new())),
+            };
+            if let Some((hash, spans)) = known {
+                set_content(&mut entry, hash, &spans);
+            }
         }
         entries.push(entry);
         if kind == EntryKind::Dir {
@@ -183,62 +251,133 @@ pub fn push_tree(
             }
         }
     }
-    Ok(Manifest { format: super::FORMAT, checkpoint, entries })
+    Ok(walked)
+}
+
+fn stored(c: &ContentRef, chunks: &mut Vec<ChunkId>, seen: &mut HashSet<ChunkId>) -> (ChunkId, Vec<ChunkSpan>) {
+    for span in &c.chunks {
+        if seen.insert(span.id) {
+            chunks.push(span.id);
+        }
+    }
+    (c.hash, c.chunks.clone())
+}
+
+fn set_content(entry: &mut Entry, hash: ChunkId, spans: &[ChunkSpan]) {
+    entry.size = spans.iter().map(|s| s.len as u64).sum();
+    entry.hash = Some(hash.to_string());
+    entry.chunks = spans.iter().map(|s| Span { id: s.id.to_string(), len: s.len }).collect();
 }
 
 fn link_entry(path: PathBuf, first: &Entry, index: usize) -> Entry {
     Entry { path, link: Some(index), chunks: Vec::new(), hash: None, xattrs: Vec::new(), ..first.clone() }
 }
 
-/// A file's whole hash and chunks, every chunk in the bucket once this
-/// returns.
-fn file_content(
-    view: &TreeView<'_>,
-    state: &NodeState,
-    store: &dyn ChunkStore,
+/// Sends the content `walked` names that the bucket lacks, without the
+/// tree lock: stored chunks from the chunk store, live files read from
+/// the backing tree. True when the manifest is complete; false when a live
+/// file changed while it was read (its record now holds the checkpoint's
+/// bytes: walk again).
+pub fn send(
+    walked: &mut Walked,
+    tree: &LiveTree,
+    journal: &Journal,
     bucket: &Bucket,
     memory: &mut Memory,
     sent: &mut Sent,
-) -> RemoteResult<(ChunkId, Vec<ChunkSpan>)> {
-    match &state.content {
-        Content::Stored(c) => {
-            for span in &c.chunks {
-                send_chunk(bucket, memory, sent, &span.id, || Ok(store.get(&span.id)?))?;
-            }
-            Ok((c.hash, c.chunks.clone()))
-        }
-        Content::Live(h) => {
-            let key = live_key(view, h);
-            if let Some(known) = key.as_ref().and_then(|k| memory.live.get(k))
-                && known.1.iter().all(|s| memory.present.contains(&s.id))
-            {
-                return Ok(known.clone());
-            }
-            let mut reader = ViewReader { view, state, offset: 0, hasher: blake3::Hasher::new() };
-            let mut spans = Vec::new();
-            let mut stream = StreamCDC::new(&mut reader, MIN_CHUNK as usize, AVG_CHUNK as usize, MAX_CHUNK as usize);
-            for chunk in &mut stream {
-                let chunk = chunk
-                    .map_err(|e| RemoteError::Io { what: "cannot read a file to send".into(), source: e.into() })?;
-                let id = ChunkId::of(&chunk.data);
-                send_chunk(bucket, memory, sent, &id, || Ok(chunk.data.clone()))?;
-                spans.push(ChunkSpan { id, len: u32::try_from(chunk.length).unwrap_or(u32::MAX) });
-            }
-            drop(stream);
-            let hash = ChunkId::from_bytes(*reader.hasher.finalize().as_bytes());
-            if let Some(key) = key {
-                memory.live.insert(key, (hash, spans.clone()));
-            }
-            Ok((hash, spans))
-        }
-        Content::None => Ok((ChunkId::of(b""), Vec::new())),
+) -> RemoteResult<bool> {
+    let store = journal.store();
+    for id in &walked.stored {
+        send_chunk(bucket, memory, sent, id, || Ok(store.get(id)?))?;
     }
+    for (id, data) in std::mem::take(&mut walked.buffered) {
+        send_chunk(bucket, memory, sent, &id, || Ok(data))?;
+    }
+    let mut complete = true;
+    for file in std::mem::take(&mut walked.live) {
+        match read_live(&file, tree, journal, bucket, memory, sent)? {
+            Some((hash, spans)) => {
+                set_content(&mut walked.manifest.entries[file.entry], hash, &spans);
+                if let Some(key) = file.key {
+                    memory.live.insert(key, (hash, spans));
+                }
+            }
+            None => complete = false,
+        }
+    }
+    // Hard links name their first entry's content.
+    let entries = &mut walked.manifest.entries;
+    for i in 0..entries.len() {
+        if let Some(first) = entries[i].link {
+            entries[i].size = entries[first].size;
+        }
+    }
+    Ok(complete)
+}
+
+/// A live file's bytes, chunked, hashed and sent; None when a record named
+/// the file since the walk read its state (the bytes read may then not be
+/// the checkpoint's).
+fn read_live(
+    file: &LiveFile,
+    tree: &LiveTree,
+    journal: &Journal,
+    bucket: &Bucket,
+    memory: &mut Memory,
+    sent: &mut Sent,
+) -> RemoteResult<Option<(ChunkId, Vec<ChunkSpan>)>> {
+    let moved = || journal.moved_since(file.mark, file.id, Some(&file.handle));
+    let what = || "cannot read a file to send".to_string();
+    let fd = match tree.backing().open_handle(&file.handle, libc::O_RDONLY) {
+        Ok(fd) => fd,
+        Err(_) if moved() => return Ok(None),
+        Err(e) => return Err(RemoteError::Io { what: what(), source: std::io::Error::from_raw_os_error(e.0) }),
+    };
+    let mut reader = Hashing { inner: std::fs::File::from(fd), hasher: blake3::Hasher::new() };
+    let mut spans = Vec::new();
+    let mut stream = StreamCDC::new(&mut reader, MIN_CHUNK as usize, AVG_CHUNK as usize, MAX_CHUNK as usize);
+    for chunk in &mut stream {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(_) if moved() => return Ok(None),
+            Err(e) => return Err(RemoteError::Io { what: what(), source: e.into() }),
+        };
+        let id = ChunkId::of(&chunk.data);
+        send_chunk(bucket, memory, sent, &id, || Ok(chunk.data.clone()))?;
+        spans.push(ChunkSpan { id, len: u32::try_from(chunk.length).unwrap_or(u32::MAX) });
+    }
+    drop(stream);
+    if moved() || tree.pending().content(&file.handle).is_some() {
+        return Ok(None);
+    }
+    Ok(Some((ChunkId::from_bytes(*reader.hasher.finalize().as_bytes()), spans)))
+}
+
+/// A live file read through its view, under the lock, its chunks kept in
+/// `buffered` for sending after.
+fn read_through_view(
+    view: &TreeView<'_>,
+    state: &NodeState,
+    buffered: &mut Vec<(ChunkId, Vec<u8>)>,
+) -> RemoteResult<(ChunkId, Vec<ChunkSpan>)> {
+    let mut reader = Hashing { inner: ViewReader { view, state, offset: 0 }, hasher: blake3::Hasher::new() };
+    let mut spans = Vec::new();
+    let mut stream = StreamCDC::new(&mut reader, MIN_CHUNK as usize, AVG_CHUNK as usize, MAX_CHUNK as usize);
+    for chunk in &mut stream {
+        let chunk =
+            chunk.map_err(|e| RemoteError::Io { what: "cannot read a file to send".into(), source: e.into() })?;
+        let id = ChunkId::of(&chunk.data);
+        spans.push(ChunkSpan { id, len: u32::try_from(chunk.length).unwrap_or(u32::MAX) });
+        buffered.push((id, chunk.data));
+    }
+    drop(stream);
+    Ok((ChunkId::from_bytes(*reader.hasher.finalize().as_bytes()), spans))
 }
 
 /// The cache key of a live file, None while its ctime is too recent to
 /// trust (a change in the same clock tick would leave it unchanged).
-fn live_key(view: &TreeView<'_>, handle: &crate::sys::FileHandle) -> Option<LiveKey> {
-    let fd = view.live_tree().backing().open_handle(handle, libc::O_PATH).ok()?;
+fn live_key(tree: &LiveTree, handle: &FileHandle) -> Option<LiveKey> {
+    let fd = tree.backing().open_handle(handle, libc::O_PATH).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64;
     if st.st_ctime >= now - 1 {
@@ -269,6 +408,7 @@ fn send_chunk(
         sent.chunks_present += 1;
     } else {
         let data = data()?;
+        crate::faults::remote_put();
         sent.chunks_sent += 1;
         sent.bytes_sent += data.len() as u64;
         bucket.put(&key, data)?;
@@ -291,12 +431,25 @@ pub fn send_manifest(bucket: &Bucket, manifest: &Manifest) -> RemoteResult<Chunk
     Ok(id)
 }
 
-/// A file of a view as a reader, hashing what it yields.
+/// A reader that hashes what it yields.
+struct Hashing<R> {
+    inner: R,
+    hasher: blake3::Hasher,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// A file of a view as a reader.
 struct ViewReader<'v, 'a> {
     view: &'v TreeView<'a>,
     state: &'v NodeState,
     offset: u64,
-    hasher: blake3::Hasher,
 }
 
 impl Read for ViewReader<'_, '_> {
@@ -306,7 +459,6 @@ impl Read for ViewReader<'_, '_> {
             .view
             .read_at(self.state, self.offset, buf)
             .map_err(|e| std::io::Error::from_raw_os_error(e.errno().0))?;
-        self.hasher.update(&buf[..n]);
         self.offset += n as u64;
         Ok(n)
     }

@@ -1,7 +1,8 @@
 //! History replicated to S3-compatible object storage: the objects a
 //! bucket holds (docs/format.md, "Remote object layout"), the client that
-//! reads and writes them, pushing sealed checkpoints (`push.rs`) and
-//! rebuilding one from the bucket alone (`clone.rs`).
+//! reads and writes them, pushing sealed checkpoints (`push.rs`),
+//! rebuilding one from the bucket alone (`clone.rs`) and checking that
+//! every checkpoint a head lists can be (`check.rs`).
 //!
 //! The client is the `object_store` crate, driven by one small
 //! current-thread tokio runtime that each [`Bucket`] owns: nothing else in
@@ -16,6 +17,7 @@
 //! one object that is not named by its content, the head, is written last,
 //! so a reader never sees a checkpoint whose objects are not all there.
 
+pub mod check;
 pub mod clone;
 pub mod manifest;
 pub mod push;
@@ -32,8 +34,11 @@ use crate::store::ChunkId;
 pub enum RemoteError {
     #[error("bad remote address {address:?}: {why}")]
     BadAddress { address: String, why: &'static str },
-    #[error("remote {remote}: {what}: {source}")]
-    Store { remote: String, what: String, source: object_store::Error },
+    /// The object store failed; `cause` is said the same way every time
+    /// the same thing fails (no timings or request ids), so a failure that
+    /// repeats is logged once.
+    #[error("remote {remote}: {what}: {cause}")]
+    Store { remote: String, what: String, cause: String, reach: Reach },
     #[error("remote {remote}: object {key} does not match its blake3 name (damaged or partial)")]
     Corrupt { remote: String, key: String },
     #[error("remote {remote}: object {key} is missing")]
@@ -55,7 +60,10 @@ impl AsErrno for RemoteError {
         match self {
             RemoteError::BadAddress { .. } | RemoteError::Refused { .. } => Errno(libc::EINVAL),
             RemoteError::Missing { .. } => Errno(libc::ENOENT),
-            RemoteError::Store { .. } => Errno(libc::EHOSTUNREACH),
+            RemoteError::Store { reach: Reach::Unreachable, .. } => Errno(libc::EHOSTUNREACH),
+            RemoteError::Store { reach: Reach::Denied, .. } => Errno(libc::EACCES),
+            RemoteError::Store { reach: Reach::NoBucket, .. } => Errno(libc::ENOENT),
+            RemoteError::Store { reach: Reach::Failed, .. } => Errno::EIO,
             RemoteError::Corrupt { .. } | RemoteError::Malformed { .. } => Errno::EIO,
             RemoteError::Io { source, .. } => source.raw_os_error().map(Errno).unwrap_or(Errno::EIO),
             RemoteError::View(e) => e.errno(),
@@ -65,6 +73,79 @@ impl AsErrno for RemoteError {
 }
 
 pub type RemoteResult<T> = Result<T, RemoteError>;
+
+impl RemoteError {
+    /// Whether the server could not be reached at all (as opposed to
+    /// answering with an error).
+    pub fn unreachable(&self) -> bool {
+        matches!(self, RemoteError::Store { reach: Reach::Unreachable, .. })
+    }
+}
+
+/// How an object store request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// No connection, or no answer in time.
+    Unreachable,
+    /// The server refused the credentials or the request (401, 403).
+    Denied,
+    /// The bucket does not exist.
+    NoBucket,
+    /// Anything else the server answered.
+    Failed,
+}
+
+/// What failed, in words that do not change from one attempt to the next:
+/// `object_store`'s own text carries the time taken and the retries made.
+fn cause(e: &object_store::Error) -> (String, Reach) {
+    let mut texts = Vec::new();
+    let mut level: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(l) = level {
+        texts.push(l.to_string());
+        level = l.source();
+    }
+    // After `Error performing GET <url> in 1.2s, after 3 retries ... - `:
+    // the request's own error (object_store's `RequestError`, private).
+    let request = texts.iter().position(|t| t.starts_with("Error performing ")).and_then(|i| texts.get(i + 1));
+    let all = texts.join(" ");
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let start = all.find(&open)? + open.len();
+        let len = all[start..].find("</")?;
+        Some(all[start..start + len].trim().to_string())
+    };
+    let said = match (tag("Code"), tag("Message")) {
+        (Some(c), Some(m)) if !m.is_empty() => Some(format!("{c}: {m}")),
+        (Some(c), _) => Some(c),
+        _ => None,
+    };
+    if said.as_deref().is_some_and(|s| s.starts_with("NoSuchBucket")) {
+        return ("the bucket does not exist".into(), Reach::NoBucket);
+    }
+    match e {
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            let said = said.unwrap_or_else(|| "no reason given".into());
+            return (
+                format!("access denied (check the credentials and the bucket's permissions): {said}"),
+                Reach::Denied,
+            );
+        }
+        _ => {}
+    }
+    if let Some(said) = said {
+        return (format!("the server answered {said}"), Reach::Failed);
+    }
+    match request {
+        // No HTTP answer at all: no connection, or none in time. The
+        // innermost cause (`Connection refused`, `timed out`) names it.
+        Some(r) if r.starts_with("HTTP error") => {
+            let last = texts.last().cloned().unwrap_or_default();
+            (format!("the server cannot be reached ({last})"), Reach::Unreachable)
+        }
+        Some(r) => (r.clone(), Reach::Failed),
+        None => (e.to_string(), Reach::Failed),
+    }
+}
 
 /// `s3://bucket/prefix`: a workspace's history in a bucket. The prefix
 /// is the workspace's own; content (`chunks/`) is shared by every
@@ -187,6 +268,11 @@ impl Head {
     }
 }
 
+/// Attempts of one request, and how long they may take together.
+const RETRIES: usize = 3;
+const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+const CONNECT_TIMEOUT: &str = "5s";
+
 /// A bucket reached through `object_store`, with the runtime that drives it.
 pub struct Bucket {
     url: RemoteUrl,
@@ -197,9 +283,25 @@ pub struct Bucket {
 impl Bucket {
     /// The client for `url`, configured from the environment.
     pub fn open(url: &RemoteUrl) -> RemoteResult<Bucket> {
-        let store =
-            object_store::aws::AmazonS3Builder::from_env().with_bucket_name(&url.bucket).build().map_err(|source| {
-                RemoteError::Store { remote: url.to_string(), what: "cannot configure".into(), source }
+        // A request is retried for seconds, not object_store's default
+        // three minutes: the uploader retries whole passes itself, and a
+        // command should say soon that the server cannot be reached.
+        let retry = object_store::RetryConfig {
+            backoff: object_store::BackoffConfig::default(),
+            max_retries: RETRIES,
+            retry_timeout: RETRY_TIMEOUT,
+        };
+        let store = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(&url.bucket)
+            .with_retry(retry)
+            .with_config(
+                object_store::aws::AmazonS3ConfigKey::Client(object_store::ClientConfigKey::ConnectTimeout),
+                CONNECT_TIMEOUT,
+            )
+            .build()
+            .map_err(|e| {
+                let (cause, reach) = cause(&e);
+                RemoteError::Store { remote: url.to_string(), what: "cannot configure".into(), cause, reach }
             })?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -213,7 +315,10 @@ impl Bucket {
     }
 
     fn failed(&self, what: String) -> impl FnOnce(object_store::Error) -> RemoteError + '_ {
-        move |source| RemoteError::Store { remote: self.url.to_string(), what, source }
+        move |e| {
+            let (cause, reach) = cause(&e);
+            RemoteError::Store { remote: self.url.to_string(), what, cause, reach }
+        }
     }
 
     /// The object at `key`, or None where there is none.
@@ -223,6 +328,7 @@ impl Bucket {
         let got = self.rt.block_on(async {
             match self.store.get(&path).await {
                 Ok(r) => r.bytes().await.map(Some),
+                Err(e @ object_store::Error::NotFound { .. }) if cause(&e).1 == Reach::NoBucket => Err(e),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e),
             }
@@ -255,6 +361,9 @@ impl Bucket {
         let path = object_store::path::Path::from(key);
         match self.rt.block_on(self.store.head(&path)) {
             Ok(_) => Ok(true),
+            Err(e @ object_store::Error::NotFound { .. }) if cause(&e).1 == Reach::NoBucket => {
+                Err(self.failed(format!("cannot look up {key}"))(e))
+            }
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(self.failed(format!("cannot look up {key}"))(e)),
         }
@@ -263,8 +372,10 @@ impl Bucket {
     /// The workspace's head, None when nothing was pushed yet.
     pub fn head(&self) -> RemoteResult<Option<Head>> {
         let Some(bytes) = self.get(&self.url.head_key())? else { return Ok(None) };
-        let head: Head = serde_json::from_slice(&bytes)
-            .map_err(|e| RemoteError::Malformed { remote: self.url.to_string(), what: format!("head.json: {e}") })?;
+        let head: Head = serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed {
+            remote: self.url.to_string(),
+            what: format!("{} cannot be read: {e}", self.url.head_key()),
+        })?;
         if head.format > FORMAT {
             return Err(RemoteError::Malformed {
                 remote: self.url.to_string(),

@@ -2,10 +2,11 @@
 //! runs, and one pass of it (what `rewindfs push` waits for).
 //!
 //! A pass reads the bucket's head, then for each local checkpoint it does
-//! not list, oldest first: the checkpoint's manifest through its view
+//! not list, oldest first: the checkpoint's tree walked through its view
 //! (under an ordinary operation of the world lock, so no rewind changes
-//! the tree and the records while it is read), the content it names that
-//! the bucket lacks, the manifest, and last the head listing it. A daemon
+//! the tree and the records while it is walked), then with the lock
+//! released the content it names that the bucket lacks, the manifest, and
+//! last the head listing it. A daemon
 //! killed anywhere in between leaves a head that lists only checkpoints
 //! whose objects are all in the bucket; the next mount's pass sends the
 //! rest again (every object is named by its content, so sending one twice
@@ -15,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use log::{info, warn};
+use log::{debug, info, warn};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{self, Memory, Sent};
@@ -37,6 +38,10 @@ pub struct RemoteStatus {
     /// Why the last pass failed; absent after one that succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// False when the last pass could not reach the server at all (no
+    /// connection, no answer in time); absent before a pass ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<bool>,
 }
 
 #[derive(Default)]
@@ -44,7 +49,9 @@ struct State {
     /// Checkpoints the bucket's head lists (known once a pass read it).
     pushed: Option<BTreeSet<i64>>,
     last_error: Option<String>,
-    /// Passes finished, successful or not.
+    reachable: Option<bool>,
+    /// Passes started, and finished (successful or not).
+    started: u64,
     passes: u64,
     /// A pass was asked for (`push`, a seal).
     wanted: bool,
@@ -56,6 +63,16 @@ struct Shared {
     changed: Condvar,
 }
 
+impl Shared {
+    /// A pass got through (a checkpoint pushed, or nothing left to push).
+    fn reached(&self, state: &mut State) {
+        if state.last_error.take().is_some() {
+            info!("{} answers again; pushing resumed.", self.url);
+        }
+        state.reachable = Some(true);
+    }
+}
+
 /// The background uploader of one mount.
 pub struct Uploader {
     shared: Arc<Shared>,
@@ -63,6 +80,9 @@ pub struct Uploader {
 
 /// How often the uploader looks for newly sealed checkpoints on its own.
 const TICK: Duration = Duration::from_secs(2);
+/// Walks of one checkpoint before its live files are read under the lock
+/// (each further walk follows a file that changed while it was read).
+const ATTEMPTS: u32 = 3;
 /// The longest wait between retries while the remote fails.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -81,6 +101,7 @@ impl Uploader {
             let mut pusher = Pusher { url, store_id, bucket: None, head: None, memory: Memory::default() };
             let mut backoff = TICK;
             loop {
+                crate::poison::lock(&worker.state, "the uploader's state").started += 1;
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     pusher.pass(&tree, &journal, &world, &worker)
                 }))
@@ -94,12 +115,18 @@ impl Uploader {
                 {
                     let mut state = crate::poison::lock(&worker.state, "the uploader's state");
                     match result {
-                        Ok(()) => state.last_error = None,
+                        Ok(()) => worker.reached(&mut state),
                         Err(e) => {
+                            // Said once; the same failure again (a server
+                            // down for minutes, bad credentials) is not a
+                            // line per retry.
                             if state.last_error.as_deref() != Some(&e.to_string()) {
-                                warn!("Cannot push to {}: {e}; retrying.", worker.url);
+                                warn!("Cannot push to {}: {e}; retrying until it works.", worker.url);
+                            } else {
+                                debug!("Still cannot push to {}: {e}.", worker.url);
                             }
                             state.last_error = Some(e.to_string());
+                            state.reachable = Some(!e.unreachable());
                             // Read the head again: the bucket may have been
                             // restored or changed by hand meanwhile.
                             pusher.head = None;
@@ -138,10 +165,12 @@ impl Uploader {
         let mut state = crate::poison::lock(&self.shared.state, "the uploader's state");
         state.wanted = true;
         self.shared.changed.notify_all();
-        let start = state.passes;
+        // A pass already under way may have read the head or failed before
+        // this call: only one that starts after it answers it.
+        let answering = state.started + 1;
         loop {
             let done = state.pushed.as_ref().is_some_and(|p| target.is_subset(p));
-            let failed = state.passes > start && state.last_error.is_some();
+            let failed = state.passes >= answering && state.last_error.is_some();
             let left = deadline.saturating_duration_since(Instant::now());
             if done || failed || left.is_zero() {
                 return status_of(&self.shared.url, &state, journal);
@@ -163,6 +192,7 @@ fn status_of(url: &RemoteUrl, state: &State, journal: &Journal) -> RemoteStatus 
         remote_checkpoint: pushed.last().copied(),
         backlog: local_checkpoints(journal).into_iter().filter(|c| !pushed.contains(c)).collect(),
         last_error: state.last_error.clone(),
+        reachable: state.reachable,
     }
 }
 
@@ -211,22 +241,34 @@ impl Pusher {
             }
             let began = Instant::now();
             let mut sent = Sent::default();
-            let tree_manifest = {
-                let op = world.op();
-                manifest::push_tree(
-                    &TreeView::at(op.held(), tree, journal, c.checkpoint),
-                    journal.store(),
-                    bucket,
-                    &mut self.memory,
-                    &mut sent,
-                )
+            let gone = || !local_checkpoints(journal).contains(&c.checkpoint);
+            let mut attempt = 1;
+            let tree_manifest = loop {
+                // The walk holds the tree lock; sending, the network part,
+                // does not, so a rewind never waits for the remote.
+                let walked = {
+                    let op = world.op();
+                    manifest::walk(
+                        &TreeView::at(op.held(), tree, journal, c.checkpoint),
+                        &self.memory,
+                        attempt == ATTEMPTS,
+                    )
+                };
+                let sent_all = walked.and_then(|mut w| {
+                    manifest::send(&mut w, tree, journal, bucket, &mut self.memory, &mut sent).map(|done| (done, w))
+                });
+                match sent_all {
+                    Ok((true, w)) => break Some(w.into_manifest()),
+                    Ok((false, _)) => {
+                        debug!("A file of checkpoint {} changed while it was sent; walking it again.", c.checkpoint);
+                        attempt += 1;
+                    }
+                    // Collected while it was read: nothing left to push.
+                    Err(_) if gone() => break None,
+                    Err(e) => return Err(e),
+                }
             };
-            let tree_manifest = match tree_manifest {
-                Ok(m) => m,
-                // Collected while it was read: nothing left to push.
-                Err(_) if !local_checkpoints(journal).contains(&c.checkpoint) => continue,
-                Err(e) => return Err(e),
-            };
+            let Some(tree_manifest) = tree_manifest else { continue };
             let name = manifest::send_manifest(bucket, &tree_manifest)?;
             head.checkpoints.push(RemoteCheckpoint {
                 checkpoint: c.checkpoint,
@@ -253,6 +295,7 @@ impl Pusher {
                 sent.chunks_present
             );
             let mut state = crate::poison::lock(&shared.state, "the uploader's state");
+            shared.reached(&mut state);
             state.pushed.get_or_insert_with(BTreeSet::new).insert(c.checkpoint);
             shared.changed.notify_all();
         }

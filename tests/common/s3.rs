@@ -26,6 +26,11 @@ pub struct S3Server {
     pub endpoint: String,
     child: Child,
     pub kind: &'static str,
+    /// How it was started, to start it again after `stop` (same port, same
+    /// data).
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
+    port: u16,
 }
 
 fn free_port() -> u16 {
@@ -38,16 +43,28 @@ fn program(name: &str) -> String {
 
 impl S3Server {
     pub fn start() -> S3Server {
+        Self::start_with(&[])
+    }
+
+    /// As `start`, with a server that keeps no listing cache (rclone's
+    /// `--dir-cache-time 0s`): a test that removes an object's file gets
+    /// 404 for it, not an error from a stale entry. Slower: each request
+    /// lists the folder.
+    pub fn start_uncached() -> S3Server {
+        Self::start_with(&["--dir-cache-time", "0s"])
+    }
+
+    fn start_with(rclone_args: &[&str]) -> S3Server {
         let dir = tempfile::Builder::new().prefix("rewindfs-s3-").tempdir().expect("temp dir for the S3 server");
         match std::env::var("REWINDFS_TEST_S3_SERVER").as_deref() {
             Ok("garage") => Self::garage(dir),
             Ok("s3s-fs") => Self::s3s_fs(dir),
-            Ok("rclone") | Err(_) => Self::rclone(dir),
+            Ok("rclone") | Err(_) => Self::rclone(dir, rclone_args),
             Ok(other) => panic!("REWINDFS_TEST_S3_SERVER={other}: expected rclone, s3s-fs or garage"),
         }
     }
 
-    fn rclone(dir: tempfile::TempDir) -> S3Server {
+    fn rclone(dir: tempfile::TempDir, extra: &[&str]) -> S3Server {
         let port = free_port();
         let mut cmd = Command::new(program("rclone"));
         cmd.arg("serve")
@@ -56,6 +73,7 @@ impl S3Server {
             .arg("--config")
             .arg(dir.path().join("rclone.conf"))
             .args(["--addr", &format!("127.0.0.1:{port}"), "--auth-key", &format!("{KEY_ID},{SECRET}")])
+            .args(extra)
             .arg(Self::buckets(&dir));
         Self::serve(dir, "rclone", cmd, port, "run mount-scripts/ensure-deps (it installs rclone)")
     }
@@ -83,9 +101,35 @@ impl S3Server {
             .stderr(std::fs::File::create(dir.path().join("server.log")).expect("log"))
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run the {kind} S3 server ({e}): {install}"));
-        let mut server = S3Server { dir, endpoint: format!("http://127.0.0.1:{port}"), child, kind };
+        let program = cmd.get_program().to_os_string();
+        let args = cmd.get_args().map(|a| a.to_os_string()).collect();
+        let mut server =
+            S3Server { dir, endpoint: format!("http://127.0.0.1:{port}"), child, kind, program, args, port };
         server.wait_listening(port);
         server
+    }
+
+    /// Kills the server (kill -9): the remote unreachable.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port over the same data.
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new().append(true).open(self.dir.path().join("server.log")).expect("log");
+        self.child = Command::new(&self.program)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the {} S3 server again: {e}", self.kind));
+        self.wait_listening(self.port);
+    }
+
+    /// The object at `key` as the (file-backed) server stores it.
+    pub fn object_path(&self, key: &str) -> std::path::PathBuf {
+        self.dir.path().join("data").join(BUCKET).join(key)
     }
 
     fn garage(dir: tempfile::TempDir) -> S3Server {
