@@ -334,3 +334,30 @@ fn a_rewind_takes_a_temporary_name_the_tree_does_not_hold() {
         "rewind 8",
     ]);
 }
+
+/// A restore completed after a crash, whose interrupted tree is rewound to
+/// later: a descriptor opened there, the file linked and written, then a
+/// rewind that swaps in another inode. The descriptor keeps the old inode
+/// and its bytes (840); the model expected 433, the bytes of a node the
+/// completed restore had replaced but kept (the harness's model, not the
+/// engine: it dropped unreachable nodes before the restore, not after).
+#[test]
+fn a_descriptor_on_a_file_of_an_interrupted_restore_s_tree_keeps_its_inode_across_a_rewind() {
+    replay(&[
+        "append b/a 133 41161",
+        "killrestore 0 b 2",
+        "turn m1",
+        "turn m2",
+        "rewind 5",
+        "rewind 2",
+        "turn m3",
+        "turn m4",
+        "undo",
+        "rewind 3",
+        "rewind 10",
+        "open b/a",
+        "link b/a b/c",
+        "write b/c 475 365 50952",
+        "rewind 16",
+    ]);
+}

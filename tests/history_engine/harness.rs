@@ -901,8 +901,12 @@ impl Runner {
                         // tree the crash left, its temporary files put away.
                         let mut done = half.clone();
                         done.entries.retain(|p, _| !is_temporary(p));
-                        done.gc();
                         done.restore(&k, path, &mut self.next_id);
+                        // Nodes the restore replaced are in no tree: kept,
+                        // one would shadow what a descriptor opened later
+                        // holds once a rewind leaves it out (no descriptor
+                        // is open across the crash).
+                        done.gc();
                         result = Some(done);
                         half
                     } else if n == r.result_checkpoint {
