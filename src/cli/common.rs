@@ -290,9 +290,6 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
         }
     }
     let store_arg = match &opts.store {
-        Some(s) if crate::engine::identity::records_other(s, &ws)? => {
-            return Err(crate::engine::identity::refusal(s, &ws));
-        }
         Some(s) => s.clone(),
         None => fresh_default_store(&ws)?,
     };
@@ -354,6 +351,10 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
                 ),
             ));
         }
+    }
+    // After "in use": a store another mount serves records that one.
+    if opts.store.is_some() && crate::engine::identity::records_other(&store, &ws)? {
+        return Err(crate::engine::identity::refusal(&store, &ws));
     }
     Ok(MountSpec {
         workspace: ws,

@@ -8,7 +8,8 @@
 //! of a replaced directory is set aside by the CLI ([`records_other`]).
 
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::meta::{Meta, MetaResult};
@@ -38,22 +39,41 @@ fn other(meta: &Meta, root: &[u8]) -> MetaResult<bool> {
 /// Whether the store at `store` (read-only, if it has a database at all)
 /// holds the history of another directory than the one now at `workspace`.
 pub fn records_other(store: &Path, workspace: &Path) -> Result<bool> {
+    Ok(other_directory(store, workspace)?.is_some())
+}
+
+/// The path the store recorded for the other directory whose history it
+/// holds (empty when it recorded none), if it holds another's.
+fn other_directory(store: &Path, workspace: &Path) -> Result<Option<PathBuf>> {
     let db = crate::store_dir::StoreDir::new(store).meta();
     if !db.is_file() {
-        return Ok(false);
+        return Ok(None);
     }
-    let meta = Meta::open_read_only(&db).map_err(|e| Error::Daemon(format!("cannot read {}: {e}", db.display())))?;
-    other(&meta, &root_handle(workspace)?).map_err(|e| Error::Daemon(format!("cannot read {}: {e}", db.display())))
+    let failed = |e: crate::meta::MetaError| Error::Daemon(format!("cannot read {}: {e}", db.display()));
+    let meta = Meta::open_read_only(&db).map_err(failed)?;
+    if !other(&meta, &root_handle(workspace)?).map_err(failed)? {
+        return Ok(None);
+    }
+    let path = meta.get_state_bytes("workspace").map_err(failed)?.unwrap_or_default();
+    Ok(Some(PathBuf::from(std::ffi::OsString::from_vec(path))))
 }
 
 /// The refusal of a store that records another directory.
 pub fn refusal(store: &Path, workspace: &Path) -> Error {
+    let recorded = other_directory(store, workspace).ok().flatten().unwrap_or_default();
+    let whose = if recorded.as_os_str().is_empty() || recorded == workspace {
+        format!(
+            "the directory that was at {} before (it was removed or replaced since: its files are not the ones \
+             the history names)",
+            workspace.display()
+        )
+    } else {
+        format!("another directory ({})", recorded.display())
+    };
     Error::kind_of(
         ErrorKind::Usage,
         format!(
-            "store {} holds the history of the directory that was at {} before (it was removed or replaced \
-             since: its files are not the ones the history names); give this directory a new store \
-             (`--store DIR`), or move that one aside",
+            "store {} holds the history of {whose}; give {} a store of its own (`--store DIR`)",
             store.display(),
             workspace.display()
         ),
