@@ -49,12 +49,13 @@ fn other_directory(store: &Path, workspace: &Path) -> Result<Option<PathBuf>> {
     if !db.is_file() {
         return Ok(None);
     }
-    let failed = |e: crate::meta::MetaError| Error::Daemon(format!("cannot read {}: {e}", db.display()));
-    let meta = Meta::open_read_only(&db).map_err(failed)?;
-    if !other(&meta, &root_handle(workspace)?).map_err(failed)? {
+    // A database that cannot be read says nothing here: the store's checks
+    // at opening name the damage (`journal::store_check`).
+    let Ok(meta) = Meta::open_read_only(&db) else { return Ok(None) };
+    if !other(&meta, &root_handle(workspace)?).unwrap_or(false) {
         return Ok(None);
     }
-    let path = meta.get_state_bytes("workspace").map_err(failed)?.unwrap_or_default();
+    let path = meta.get_state_bytes("workspace").ok().flatten().unwrap_or_default();
     Ok(Some(PathBuf::from(std::ffi::OsString::from_vec(path))))
 }
 
