@@ -352,10 +352,7 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
             ));
         }
     }
-    // After "in use": a store another mount serves records that one.
-    if opts.store.is_some() && crate::engine::identity::records_other(&store, &ws)? {
-        return Err(crate::engine::identity::refusal(&store, &ws));
-    }
+
     Ok(MountSpec {
         workspace: ws,
         mountpoint: mp,
