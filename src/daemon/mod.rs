@@ -413,7 +413,7 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
             Ok(protocol::TurnReply { checkpoint: n, info: turn })
         }),
         Request::Checkpoints(op) => answer(op, |_| {
-            ws.journal().with_meta(|m| m.checkpoints()).map_err(|e| {
+            ws.journal().with_checkpoints(|m| m.checkpoints()).map_err(|e| {
                 let e = JournalError::from(e);
                 Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}"))
             })
@@ -474,7 +474,7 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let turn = journal.current_turn();
     let (changes, idle) = journal.activity();
-    let message = journal.with_meta(|m| m.checkpoint(turn)).ok().flatten().and_then(|c| c.message_id);
+    let message = journal.with_checkpoints(|m| m.checkpoint(turn)).ok().flatten().and_then(|c| c.message_id);
     protocol::StatusReply {
         failure: journal.failure(),
         mount: info.clone(),
@@ -498,7 +498,7 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
         retention: journal.policy().ok(),
         auto_gc: journal.last_auto().ok().flatten(),
         snapshots: journal
-            .with_meta(|m| m.snapshot_names())
+            .with_checkpoints(|m| m.snapshot_names())
             .map(|names| {
                 names.into_iter().map(|(name, checkpoint)| protocol::SnapshotRow { name, checkpoint }).collect()
             })

@@ -389,7 +389,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
             report.problems.push(problem(ProblemKind::StoreDamaged { detail: d.detail }, None, None));
         }
     }
-    let checkpoints = journal.with_meta(|m| m.checkpoints())?;
+    let checkpoints = journal.with_checkpoints(|m| m.checkpoints())?;
     report.checkpoints = checkpoints.len() as u64;
 
     // Every chunk, read and hashed.
@@ -678,7 +678,7 @@ fn unrecorded_changes(
             crate::workspace::Kind::File => records.last_content_turn.max(records.born_turn),
             _ => records.last_turn.max(records.born_turn),
         };
-        let Some(newest) = journal.with_meta(|m| m.newest_sealed_before(ctime))? else { continue };
+        let Some(newest) = journal.with_checkpoints(|m| m.newest_sealed_before(ctime))? else { continue };
         let node = crate::view::Node { id, handle: Some(c.handle.clone()) };
         let mut unknown = Vec::new();
         let mut tainted_before = i64::MIN;

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::meta::{Checkpoint, ObjectState, PreImages, Reason};
+use crate::meta::{Checkpoint, Checkpoints, ObjectState, PreImages, Reason};
 use crate::store::{ChunkStore, MemoryStore, store_content};
 
 fn state(content: Option<(Vec<u8>, Vec<u8>)>) -> ObjectState {
@@ -44,7 +44,7 @@ fn fixture() -> Fixture {
     let dir = meta.intern_object(b"dir-handle", 2).expect("dir");
     let file = meta.intern_object(b"file-handle", 1).expect("file");
     for n in 0..=4 {
-        meta.insert_checkpoint(&checkpoint(n, (n > 0).then(|| n - 1), (n == 3).then_some("m2"))).expect("checkpoint");
+        meta.seal(&checkpoint(n, (n > 0).then(|| n - 1), (n == 3).then_some("m2"))).expect("checkpoint");
     }
     let mut chunk3 = None;
     for (turn, bytes) in [(1, &b"version one"[..]), (3, &b"version three"[..])] {
@@ -133,7 +133,7 @@ fn dangling_references_are_found() {
     let f = fixture();
     f.journal
         .with_meta(|m| {
-            m.insert_checkpoint(&checkpoint(7, Some(6), None))?;
+            m.seal(&checkpoint(7, Some(6), None))?;
             m.record_entry(9, ObjectId(500), b"x", Some(ObjectId(501)), None)?;
             Ok::<(), MetaError>(())
         })

@@ -25,10 +25,10 @@ pub mod store_check;
 pub mod store_identity;
 
 use crate::error::{AsErrno, Errno};
-use crate::meta::PreImages;
 use crate::meta::{
     Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, MetaResult, ObjectId, ObjectState, Reason,
 };
+use crate::meta::{Checkpoints, PreImages};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use crate::sys::FileHandle;
 use crate::text::{quote, quoted};
@@ -604,7 +604,7 @@ impl Journal {
             );
         }
         meta.transaction(|m| {
-            m.insert_checkpoint(&Checkpoint {
+            m.seal(&Checkpoint {
                 checkpoint: turn,
                 parent: last,
                 message_id: None,
@@ -809,6 +809,12 @@ impl Journal {
     /// As `with_meta`, with only the pre-image records
     /// ([`crate::meta::PreImages`]): what views and rewinds read.
     pub fn with_pre_images<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::PreImages) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
+    /// As `with_meta`, with only the checkpoints and their names
+    /// ([`crate::meta::Checkpoints`]).
+    pub fn with_checkpoints<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Checkpoints) -> T) -> T {
         self.with_meta(|m| f(m))
     }
 
@@ -1290,7 +1296,7 @@ impl Journal {
             let next = inner.turn + 1;
             let parent = parent.unwrap_or(inner.turn);
             inner.transaction(|m| {
-                m.insert_checkpoint(&Checkpoint {
+                m.seal(&Checkpoint {
                     checkpoint: next,
                     parent: Some(parent),
                     message_id: info.message_id.clone(),
@@ -1538,21 +1544,21 @@ impl Journal {
         // every checkpoint, since it may mean one by several readings.
         if let Some(back) = reference.strip_prefix('~') {
             let found = match back.parse::<usize>() {
-                Ok(n) => self.with_meta(|m| m.checkpoint_back(n as u64))?,
+                Ok(n) => self.with_checkpoints(|m| m.checkpoint_back(n as u64))?,
                 Err(_) => None,
             };
             return match found {
                 Some(c) => Ok((CheckpointId(c.checkpoint), None)),
-                None => Err(self.unknown_checkpoint(reference, &self.with_meta(|m| m.checkpoints())?)?),
+                None => Err(self.unknown_checkpoint(reference, &self.with_checkpoints(|m| m.checkpoints())?)?),
             };
         }
         // A number is no word anyone can choose (message ids and names
         // are never all digits): with the names it equals, it is final.
         let by_num: Vec<i64> = match reference.parse::<i64>() {
-            Ok(n) if self.with_meta(|m| m.checkpoint(n))?.is_some() => vec![n],
+            Ok(n) if self.with_checkpoints(|m| m.checkpoint(n))?.is_some() => vec![n],
             _ => Vec::new(),
         };
-        let by_name = self.with_meta(|m| m.checkpoints_named(reference))?;
+        let by_name = self.with_checkpoints(|m| m.checkpoints_named(reference))?;
         if !by_num.is_empty() {
             let mut matches: Vec<i64> = by_num.into_iter().chain(by_name).collect();
             matches.sort_unstable();
@@ -1560,7 +1566,7 @@ impl Journal {
             return match matches.as_slice() {
                 [one] => Ok((CheckpointId(*one), None)),
                 many => {
-                    let all = self.with_meta(|m| m.checkpoints())?;
+                    let all = self.with_checkpoints(|m| m.checkpoints())?;
                     Err(JournalError::Ambiguous {
                         reference: reference.to_string(),
                         matches: reference::describe(&all, many),
@@ -1572,7 +1578,7 @@ impl Journal {
         // beats no prefix and no label words, since the agent chooses ids
         // and labels; a reference that could mean two checkpoints is
         // refused with both listed, never taken as the agent's.
-        let all = self.with_meta(|m| m.checkpoints())?;
+        let all = self.with_checkpoints(|m| m.checkpoints())?;
         let mut matches: Vec<i64> = by_name.into_iter().chain(reference::loose_matches(&all, reference)).collect();
         matches.sort_unstable();
         matches.dedup();
@@ -1869,7 +1875,7 @@ mod tests {
         }
         let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
         j.collect(&[2, 10, 11, 33], "forget", false, &no_attic, None, &retention::no_cache).unwrap();
-        let all = j.with_meta(|m| m.checkpoints()).unwrap();
+        let all = j.with_checkpoints(|m| m.checkpoints()).unwrap();
         assert_eq!(all.len(), 37);
         for (back, c) in all.iter().rev().enumerate() {
             let n = c.checkpoint;

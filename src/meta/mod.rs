@@ -12,11 +12,13 @@ use crate::sqlite::{disk_full_note, shrink, sqlite_errno};
 use serde::Serialize;
 
 mod bypass;
+pub mod checkpoints;
 pub mod pre_images;
 mod refs;
 mod retention;
 mod semantic;
 pub use bypass::{Records, Vouched};
+pub use checkpoints::{Checkpoints, MemoryCheckpoints};
 pub use pre_images::{ContentRecord, MemoryPreImages, PreImages};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
@@ -71,6 +73,32 @@ pub(crate) fn sqlite_failure(code: std::ffi::c_int) -> MetaError {
 }
 
 pub type MetaResult<T> = Result<T, MetaError>;
+
+/// What an in-memory model answers where SQLite would refuse a write for
+/// a constraint (a key used twice): the same error, so callers and their
+/// errno cannot tell the two apart.
+fn refused(what: &str, why: &str) -> MetaError {
+    MetaError::Sqlite {
+        context: what.to_string(),
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
+            Some(why.to_string()),
+        ),
+    }
+}
+
+/// The random numbers of the areas' kits: a xorshift generator from
+/// `seed`, giving values below its argument.
+#[cfg(any(test, feature = "test-kit"))]
+fn kit_random(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move |n| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    }
+}
 
 trait Ctx<T> {
     fn ctx(self, what: &str) -> MetaResult<T>;
@@ -984,134 +1012,6 @@ impl Meta {
             .map(Option::flatten)
     }
 
-    /// Inserts a checkpoint row.
-    pub fn insert_checkpoint(&self, c: &Checkpoint) -> MetaResult<()> {
-        self.conn
-            .execute(
-                "INSERT INTO checkpoints(id, parent, message_id, session, label, reason, created_at, store_bytes_at_start, sealed_by)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![c.checkpoint, c.parent, c.message_id, c.session, c.label, c.reason.as_str(), c.created_at, c.store_bytes_at_start, c.sealed_by],
-            )
-            .ctx("record checkpoint")?;
-        Ok(())
-    }
-
-    /// All checkpoints, oldest first.
-    pub fn checkpoints(&self) -> MetaResult<Vec<Checkpoint>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id"))
-            .ctx("prepare")?;
-        let rows = stmt.query_map([], checkpoint_from_row).ctx("list checkpoints")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list checkpoints")
-    }
-
-    /// Checkpoint `n`, if it exists.
-    pub fn checkpoint(&self, n: i64) -> MetaResult<Option<Checkpoint>> {
-        self.conn
-            .prepare_cached(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} WHERE c.id = ?1"))
-            .ctx("prepare")?
-            .query_row([n], checkpoint_from_row)
-            .optional()
-            .ctx("read checkpoint")
-    }
-
-    /// The checkpoint `back` before the newest (0: the newest), if there
-    /// are that many: `~N` without reading the others' rows.
-    pub fn checkpoint_back(&self, back: u64) -> MetaResult<Option<Checkpoint>> {
-        let Ok(back) = i64::try_from(back) else { return Ok(None) };
-        self.conn
-            .prepare_cached(&format!(
-                "SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id DESC LIMIT 1 OFFSET ?1"
-            ))
-            .ctx("prepare")?
-            .query_row([back], checkpoint_from_row)
-            .optional()
-            .ctx("read checkpoint")
-    }
-
-    /// The checkpoints whose message id or snapshot name is `word`, oldest
-    /// first (indexed: `checkpoints_by_message`, the snapshots' names).
-    pub fn checkpoints_named(&self, word: &str) -> MetaResult<Vec<i64>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT id FROM checkpoints WHERE message_id = ?1 \
-                 UNION SELECT c.id FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint WHERE s.name = ?1 \
-                 ORDER BY 1",
-            )
-            .ctx("prepare")?;
-        let rows = stmt.query_map([word], |r| r.get(0)).ctx("read checkpoints")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read checkpoints")
-    }
-
-    /// The oldest checkpoint whose message id is not `id` but shares a
-    /// prefix reference with it: one of the two starts with the other, and
-    /// the shorter has at least `min` characters (shorter ones are no
-    /// prefix reference). As (checkpoint, its message id).
-    pub fn checkpoint_with_overlapping_message(&self, id: &str, min: usize) -> MetaResult<Option<(i64, String)>> {
-        // Indexed (`checkpoints_by_message`), as a seal's other checks:
-        // longer ids beginning with `id` lie in one range of the index
-        // (UTF-8 sorts bytewise as code points), and the shorter ones `id`
-        // begins with are among its prefixes, each looked up.
-        let mut found: Option<(i64, String)> = None;
-        let mut keep = |hit: Option<(i64, String)>| {
-            if let Some(h) = hit
-                && found.as_ref().is_none_or(|f| h.0 < f.0)
-            {
-                found = Some(h);
-            }
-        };
-        if id.chars().count() >= min {
-            let end = format!("{id}\u{10ffff}");
-            let hit = self
-                .conn
-                .prepare_cached(
-                    "SELECT id, message_id FROM checkpoints WHERE message_id > ?1 AND message_id < ?2
-                     AND substr(message_id, 1, length(?1)) = ?1 ORDER BY id LIMIT 1",
-                )
-                .ctx("prepare")?
-                .query_row(params![id, end], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-                .ctx("read checkpoints")?;
-            keep(hit);
-        }
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT id, message_id FROM checkpoints WHERE message_id = ?1 ORDER BY id LIMIT 1")
-            .ctx("prepare")?;
-        for (n, (at, _)) in id.char_indices().enumerate() {
-            if n < min {
-                continue;
-            }
-            let hit = stmt.query_row([&id[..at]], |r| Ok((r.get(0)?, r.get(1)?))).optional().ctx("read checkpoints")?;
-            keep(hit);
-        }
-        Ok(found)
-    }
-
-    /// The oldest checkpoint other than `except` whose message id is `id`.
-    pub fn checkpoint_with_message(&self, id: &str, except: Option<i64>) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT id FROM checkpoints WHERE message_id = ?1 AND id IS NOT ?2 ORDER BY id LIMIT 1")
-            .ctx("prepare")?
-            .query_row(params![id, except], |r| r.get(0))
-            .optional()
-            .ctx("read checkpoints")
-    }
-
-    /// The named snapshots, as (name, checkpoint), oldest checkpoint first.
-    pub fn snapshot_names(&self) -> MetaResult<Vec<(String, i64)>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT s.name, s.checkpoint FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint ORDER BY s.checkpoint",
-            )
-            .ctx("prepare")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).ctx("read snapshots")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read snapshots")
-    }
-
     fn record_object_counted(
         &self,
         turn: i64,
@@ -1395,14 +1295,6 @@ impl Meta {
             out.push(Intent { id, op, checkpoint, undo_checkpoint, paths, started_at });
         }
         Ok(out)
-    }
-
-    /// Sets the label of a checkpoint.
-    pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
-        self.conn
-            .execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint])
-            .ctx("label checkpoint")?;
-        Ok(())
     }
 
     /// Every turn at which `object` was noted changed outside the mount.

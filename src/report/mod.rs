@@ -287,7 +287,7 @@ fn unknown(path: &Path, e: &crate::view::ViewError, out: &mut Vec<FileChange>) -
 /// are computed once and stored (by the daemon right after the seal, or
 /// here when missing); the open turn's are computed each time.
 pub fn log(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
-    let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
+    let checkpoints: Vec<Checkpoint> = journal.with_checkpoints(|m| m.checkpoints())?;
     let current = journal.current_turn();
     let store_now = journal.store().stats()?.stored_bytes as i64;
     let mut stored = journal.with_meta(|m| m.turn_stats())?;
@@ -357,7 +357,7 @@ pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal,
     let paths = journal.with_meta(|m| m.turn_paths(turn))?.map(|p| decode_paths(&p));
     // The next kept checkpoint: forgotten ones merged their turns into
     // the one before them (`journal/retention.rs`).
-    let next = journal.with_meta(|m| m.first_sealed_after(turn))?.map_or(turn + 1, |(c, _)| c);
+    let next = journal.with_checkpoints(|m| m.first_sealed_after(turn))?.map_or(turn + 1, |(c, _)| c);
     let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(lock, tree, journal, next))?;
     if let Err(e) = journal.with_meta(|m| m.set_turn_stats(turn, &stats)) {
         log::warn!("cannot store the statistics of turn {turn}: {e}");
@@ -659,7 +659,7 @@ pub struct PathEvent {
 /// object are compared, as before; the way to `path` is taken again in
 /// each one compared (it changes only there).
 pub fn history(lock: Held<'_>, tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Vec<PathEvent>> {
-    let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
+    let checkpoints: Vec<Checkpoint> = journal.with_checkpoints(|m| m.checkpoints())?;
     let mut out = Vec::new();
     let mut way = Way::to(&TreeView::live(lock, tree, journal), path)?;
     // Checkpoints from `upto` on are done (their turns are compared).
