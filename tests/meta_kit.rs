@@ -8,6 +8,8 @@
 //! the in-process model tier (`tests/history_engine.rs`) and the mounted
 //! tests check what is built on it.
 
+use std::sync::Arc;
+
 use rewindfs::meta::{self, Meta};
 
 /// A fresh database in a file of its own (kept until the test ends).
@@ -50,5 +52,27 @@ fn checkpoints_model_passes_the_kit() {
 fn checkpoints_database_agrees_with_the_model() {
     for seed in SEEDS {
         meta::checkpoints::kit::agrees(&database().1, &meta::MemoryCheckpoints::new(), seed);
+    }
+}
+
+#[test]
+fn intents_database_passes_the_kit() {
+    let (_dir, m) = database();
+    meta::intents::kit::run_all(&m, &m);
+}
+
+#[test]
+fn intents_model_passes_the_kit() {
+    let records = Arc::new(meta::MemoryPreImages::new());
+    meta::intents::kit::run_all(&meta::MemoryIntents::new(records.clone()), &*records);
+}
+
+#[test]
+fn intents_database_agrees_with_the_model() {
+    for seed in SEEDS {
+        let (_dir, m) = database();
+        let records = Arc::new(meta::MemoryPreImages::new());
+        let model = meta::MemoryIntents::new(records.clone());
+        meta::intents::kit::agrees((&m, &m), (&model, &*records), seed);
     }
 }

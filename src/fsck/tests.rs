@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::meta::{Checkpoint, Checkpoints, ObjectState, PreImages, Reason};
+use crate::meta::{Checkpoint, Checkpoints, Intents, ObjectState, PreImages, Reason};
 use crate::store::{ChunkStore, MemoryStore, store_content};
 
 fn state(content: Option<(Vec<u8>, Vec<u8>)>) -> ObjectState {
@@ -245,7 +245,7 @@ fn pending_files_whose_content_is_gone_are_named_in_the_workspace_and_never_repa
     let forgotten = Forgetful(Mutex::new(Vec::new()));
     f.journal.with_meta(|m| repair(m, &forgotten, &mut report)).expect("repair");
     assert!(report.problems.iter().all(|p| p.repaired.is_none()), "{:?}", report.problems);
-    assert_eq!(f.journal.with_meta(|m| m.all_pending()).expect("pending").len(), 3, "pending rows stay");
+    assert_eq!(f.journal.with_intents(|m| m.all_pending()).expect("pending").len(), 3, "pending rows stay");
 }
 
 #[test]

@@ -28,7 +28,7 @@ use crate::error::{AsErrno, Errno};
 use crate::meta::{
     Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, MetaResult, ObjectId, ObjectState, Reason,
 };
-use crate::meta::{Checkpoints, PreImages};
+use crate::meta::{Checkpoints, Intents, PreImages};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use crate::sys::FileHandle;
 use crate::text::{quote, quoted};
@@ -815,6 +815,12 @@ impl Journal {
     /// As `with_meta`, with only the checkpoints and their names
     /// ([`crate::meta::Checkpoints`]).
     pub fn with_checkpoints<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Checkpoints) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
+    /// As `with_meta`, with only the intents and pending files
+    /// ([`crate::meta::Intents`]).
+    pub fn with_intents<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Intents) -> T) -> T {
         self.with_meta(|m| f(m))
     }
 
@@ -1783,13 +1789,13 @@ mod tests {
         let list = content.encode_chunks();
         j.note_pending(&handle(b"p"), &content, crate::meta::PendingList::Inline(&list), 5).unwrap();
         let logged = RecordLog::read(&log).unwrap();
-        assert!(j.with_meta(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap());
+        assert!(j.with_intents(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap());
         j.settled(&handle(b"p"), None).unwrap();
         let mut logged_again = logged.clone();
         logged_again.extend(RecordLog::read(&log).unwrap());
         assert!(logged_again.iter().any(|r| matches!(r, LogRecord::Settled { .. })), "{logged_again:?}");
         j.with_meta(|m| record_log::fold(m, &logged_again)).unwrap();
-        assert!(!j.with_meta(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap(), "settled, then pending again");
+        assert!(!j.with_intents(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap(), "settled, then pending again");
     }
 
     /// Every created object gets a birth turn, with one record for a new

@@ -28,7 +28,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
-use crate::meta::{Checkpoint, Checkpoints, Meta, MetaResult, ObjectId, Reason};
+use crate::meta::{Checkpoint, Checkpoints, Intents, Meta, MetaResult, ObjectId, Reason};
 use crate::store::ChunkId;
 use crate::sys::{self, FileHandle};
 
@@ -1319,7 +1319,7 @@ mod journal_tests {
             m.add_pending(b"h", rewound.hash.as_bytes(), crate::meta::PendingList::Inline(&rewound.encode_chunks()), 0)
         })
         .unwrap();
-        j.with_meta(|m| m.remove_pending(b"h")).unwrap();
+        j.with_intents(|m| m.remove_pending(b"h")).unwrap();
         // Turn 0 records f ("v0", cached for its ctime); turn 1 records it
         // again without content (a chmod).
         let v0 = stored(b"v0");

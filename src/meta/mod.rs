@@ -13,12 +13,14 @@ use serde::Serialize;
 
 mod bypass;
 pub mod checkpoints;
+pub mod intents;
 pub mod pre_images;
 mod refs;
 mod retention;
 mod semantic;
 pub use bypass::{Records, Vouched};
 pub use checkpoints::{Checkpoints, MemoryCheckpoints};
+pub use intents::{Intents, MemoryIntents};
 pub use pre_images::{ContentRecord, MemoryPreImages, PreImages};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
@@ -1185,116 +1187,10 @@ impl Meta {
         Ok(())
     }
 
-    /// Records a pending file: its chunk list is either `chunks` or that of
-    /// the pre-image record `source` (turn, object).
-    pub fn add_pending(&self, handle: &[u8], hash: &[u8], list: PendingList<'_>, mtime_ns: i64) -> MetaResult<()> {
-        let (chunks, turn, object) = match list {
-            PendingList::Inline(c) => (Some(c), None, None),
-            PendingList::Record(turn, object) => (None, Some(turn), Some(object.0)),
-        };
-        self.atomic(|m| {
-            m.count_lists("SELECT chunks FROM pending WHERE handle = ?1", [handle], -1)?;
-            m.conn
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, source_turn, source_object, mtime_ns) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .and_then(|mut s| s.execute(params![handle, hash, chunks, turn, object, mtime_ns]))
-                .ctx("record pending content")?;
-            if let Some(list) = chunks {
-                m.count_list(list, 1)?;
-            }
-            Ok(())
-        })
-    }
-
-    pub fn remove_pending(&self, handle: &[u8]) -> MetaResult<()> {
-        self.atomic(|m| {
-            m.count_lists("DELETE FROM pending WHERE handle = ?1 RETURNING chunks", [handle], -1).map(|_| ())
-        })
-    }
-
-    /// Whether the file `handle` waits for its content.
-    pub fn is_pending(&self, handle: &[u8]) -> MetaResult<bool> {
-        self.conn
-            .query_row("SELECT 1 FROM pending WHERE handle = ?1", [handle], |_| Ok(()))
-            .optional()
-            .map(|r| r.is_some())
-            .ctx("read pending content")
-    }
-
     /// Removes every state key starting with `prefix`.
     pub fn remove_states_with_prefix(&self, prefix: &str) -> MetaResult<()> {
         self.conn.execute("DELETE FROM state WHERE substr(key, 1, length(?1)) = ?1", [prefix]).ctx("clear state")?;
         Ok(())
-    }
-
-    /// Every file still waiting for its content, with its chunk list
-    /// (None: the pre-image record it points at is gone).
-    pub fn all_pending(&self) -> MetaResult<Vec<PendingRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT p.handle, p.content_hash, COALESCE(p.chunks, o.chunks), p.mtime_ns FROM pending p \
-                 LEFT JOIN object_pre o ON o.turn = p.source_turn AND o.object = p.source_object",
-            )
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(PendingRow { handle: r.get(0)?, hash: r.get(1)?, chunks: r.get(2)?, mtime_ns: r.get(3)? })
-            })
-            .ctx("list pending content")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
-    }
-
-    /// Notes an intent; returns its id.
-    pub fn begin_intent(&self, i: &Intent) -> MetaResult<i64> {
-        let mut paths = Vec::new();
-        for p in &i.paths {
-            // NUL cannot be in a path: a safe separator.
-            paths.extend_from_slice(p);
-            paths.push(0);
-        }
-        self.conn
-            .execute(
-                "INSERT INTO intents(op, checkpoint, undo_checkpoint, paths, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![i.op.as_str(), i.checkpoint, i.undo_checkpoint, paths, i.started_at],
-            )
-            .ctx("record an intent")?;
-        Ok(self.conn.last_insert_rowid())
-    }
-
-    pub fn end_intent(&self, id: i64) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM intents WHERE id = ?1", [id]).ctx("clear an intent")?;
-        Ok(())
-    }
-
-    /// Intents not ended, oldest first.
-    pub fn open_intents(&self) -> MetaResult<Vec<Intent>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, op, checkpoint, undo_checkpoint, paths, started_at FROM intents ORDER BY id")
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([], |r| {
-                let op: String = r.get(1)?;
-                let paths: Option<Vec<u8>> = r.get(4)?;
-                Ok((r.get(0)?, op, r.get(2)?, r.get(3)?, paths.unwrap_or_default(), r.get(5)?))
-            })
-            .ctx("list intents")?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, op, checkpoint, undo_checkpoint, paths, started_at): (i64, String, i64, i64, Vec<u8>, i64) =
-                row.ctx("list intents")?;
-            let op = match op.as_str() {
-                "rewind" => IntentOp::Rewind,
-                "restore" => IntentOp::Restore,
-                _ => return Err(MetaError::Malformed { what: "intent (unknown operation)" }),
-            };
-            let paths = paths.split(|b| *b == 0).filter(|p| !p.is_empty()).map(<[u8]>::to_vec).collect();
-            out.push(Intent { id, op, checkpoint, undo_checkpoint, paths, started_at });
-        }
-        Ok(out)
     }
 
     /// Every turn at which `object` was noted changed outside the mount.
@@ -1730,8 +1626,9 @@ pub fn decode_xattrs(mut b: &[u8]) -> MetaResult<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
-/// A plain file's state of `size` bytes without content, for tests.
-#[cfg(test)]
+/// A plain file's state of `size` bytes without content, for tests and
+/// the areas' kits.
+#[cfg(any(test, feature = "test-kit"))]
 pub(crate) fn test_file_state(size: u64) -> ObjectState {
     ObjectState {
         kind: 1,

@@ -815,7 +815,7 @@ fn changed(c: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::{Checkpoint, Checkpoints, ObjectId, ObjectState, PreImages, Reason, test_file_state};
+    use crate::meta::{Checkpoint, Checkpoints, Intents, ObjectId, ObjectState, PreImages, Reason, test_file_state};
     use crate::store::ContentRef;
 
     fn checkpoint(m: &Meta, n: i64) {
