@@ -21,39 +21,36 @@ fn database() -> (tempfile::TempDir, Meta) {
 
 const SEEDS: std::ops::RangeInclusive<u64> = 1..=30;
 
-#[test]
-fn pre_images_database_passes_the_kit() {
-    meta::pre_images::kit::run_all(&database().1);
+/// The three tests of an area whose model needs nothing else: the kit on
+/// the database, the kit on the model, and the two compared.
+macro_rules! area_kit {
+    ($area:ident, $model:expr) => {
+        mod $area {
+            use super::*;
+
+            #[test]
+            fn database_passes_the_kit() {
+                meta::$area::kit::run_all(&database().1);
+            }
+
+            #[test]
+            fn model_passes_the_kit() {
+                meta::$area::kit::run_all(&$model);
+            }
+
+            #[test]
+            fn database_agrees_with_the_model() {
+                for seed in SEEDS {
+                    meta::$area::kit::agrees(&database().1, &$model, seed);
+                }
+            }
+        }
+    };
 }
 
-#[test]
-fn pre_images_model_passes_the_kit() {
-    meta::pre_images::kit::run_all(&meta::MemoryPreImages::new());
-}
-
-#[test]
-fn pre_images_database_agrees_with_the_model() {
-    for seed in SEEDS {
-        meta::pre_images::kit::agrees(&database().1, &meta::MemoryPreImages::new(), seed);
-    }
-}
-
-#[test]
-fn checkpoints_database_passes_the_kit() {
-    meta::checkpoints::kit::run_all(&database().1);
-}
-
-#[test]
-fn checkpoints_model_passes_the_kit() {
-    meta::checkpoints::kit::run_all(&meta::MemoryCheckpoints::new());
-}
-
-#[test]
-fn checkpoints_database_agrees_with_the_model() {
-    for seed in SEEDS {
-        meta::checkpoints::kit::agrees(&database().1, &meta::MemoryCheckpoints::new(), seed);
-    }
-}
+area_kit!(pre_images, meta::MemoryPreImages::new());
+area_kit!(checkpoints, meta::MemoryCheckpoints::new());
+area_kit!(turn_stats, meta::MemoryTurnStatistics::new());
 
 #[test]
 fn intents_database_passes_the_kit() {

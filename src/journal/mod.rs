@@ -824,6 +824,12 @@ impl Journal {
         self.with_meta(|m| f(m))
     }
 
+    /// As `with_meta`, with only the turns' statistics and paths
+    /// ([`crate::meta::TurnStatistics`]).
+    pub fn with_turn_stats<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::TurnStatistics) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
     /// Runs `f` with the folds of the journal log going into one SQLite
     /// transaction, committed every `FOLD_BATCH` records and when `f`
     /// returns (or unwinds), instead of one commit per fold: for an

@@ -18,12 +18,14 @@ pub mod pre_images;
 mod refs;
 mod retention;
 mod semantic;
+pub mod turn_stats;
 pub use bypass::{Records, Vouched};
 pub use checkpoints::{Checkpoints, MemoryCheckpoints};
 pub use intents::{Intents, MemoryIntents};
 pub use pre_images::{ContentRecord, MemoryPreImages, PreImages};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
+pub use turn_stats::{MemoryTurnStatistics, TurnStatistics};
 
 /// Current schema version.
 pub const SCHEMA_VERSION: i64 = 15;
@@ -1210,120 +1212,6 @@ impl Meta {
             .ctx("prepare")?;
         let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
         rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
-    }
-
-    /// Where the changes of `turn` are in the tree at its end: `Some`
-    /// paths (encoded by `encode_paths`), or `None` when only a walk of the
-    /// whole tree can tell. Set when the turn is sealed.
-    pub fn set_turn_paths(&self, turn: i64, paths: Option<&[u8]>) -> MetaResult<()> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO turn_summaries(turn, paths) VALUES (?1, ?2)
-                 ON CONFLICT(turn) DO UPDATE SET paths = excluded.paths",
-            )
-            .ctx("prepare")?
-            .execute(params![turn, paths])
-            .ctx("record where a turn's changes are")?;
-        Ok(())
-    }
-
-    /// The paths recorded by `set_turn_paths` (`None`: no row, or the
-    /// whole tree).
-    pub fn turn_paths(&self, turn: i64) -> MetaResult<Option<Vec<u8>>> {
-        self.conn
-            .prepare_cached("SELECT paths FROM turn_summaries WHERE turn = ?1")
-            .ctx("prepare")?
-            .query_row([turn], |r| r.get::<_, Option<Vec<u8>>>(0))
-            .optional()
-            .map(Option::flatten)
-            .ctx("read where a turn's changes are")
-    }
-
-    /// Stores a sealed turn's statistics.
-    pub fn set_turn_stats(&self, turn: i64, stats: &TurnStats) -> MetaResult<()> {
-        self.transaction(|m| {
-            m.conn
-                .prepare_cached(
-                    "INSERT INTO turn_summaries(turn, files_added, files_modified, files_deleted,
-                         lines_added, lines_removed) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT(turn) DO UPDATE SET files_added = excluded.files_added,
-                         files_modified = excluded.files_modified, files_deleted = excluded.files_deleted,
-                         lines_added = excluded.lines_added, lines_removed = excluded.lines_removed",
-                )
-                .ctx("prepare")?
-                .execute(params![
-                    turn,
-                    stats.files_added as i64,
-                    stats.files_modified as i64,
-                    stats.files_deleted as i64,
-                    stats.lines_added as i64,
-                    stats.lines_removed as i64
-                ])
-                .ctx("store turn statistics")?;
-            m.conn.execute("DELETE FROM turn_programs WHERE turn = ?1", [turn]).ctx("store turn statistics")?;
-            let mut insert = m
-                .conn
-                .prepare_cached("INSERT INTO turn_programs(turn, program, records) VALUES (?1, ?2, ?3)")
-                .ctx("prepare")?;
-            for (program, n) in &stats.programs {
-                insert.execute(params![turn, program, *n as i64]).ctx("store turn statistics")?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Every stored turn's statistics, by turn.
-    pub fn turn_stats(&self) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
-        self.stored_turn_stats(None)
-    }
-
-    /// One turn's stored statistics, if computed.
-    pub fn turn_stats_of(&self, turn: i64) -> MetaResult<Option<TurnStats>> {
-        Ok(self.stored_turn_stats(Some(turn))?.remove(&turn))
-    }
-
-    fn stored_turn_stats(&self, only: Option<i64>) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
-        let mut out = std::collections::HashMap::new();
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT turn, files_added, files_modified, files_deleted, lines_added, lines_removed
-                 FROM turn_summaries WHERE files_added IS NOT NULL AND (?1 IS NULL OR turn = ?1)",
-            )
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([only], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    TurnStats {
-                        files_added: r.get::<_, i64>(1)? as u64,
-                        files_modified: r.get::<_, i64>(2)? as u64,
-                        files_deleted: r.get::<_, i64>(3)? as u64,
-                        lines_added: r.get::<_, i64>(4)? as u64,
-                        lines_removed: r.get::<_, i64>(5)? as u64,
-                        programs: Default::default(),
-                    },
-                ))
-            })
-            .ctx("read turn statistics")?;
-        for row in rows {
-            let (turn, stats) = row.ctx("read turn statistics")?;
-            out.insert(turn, stats);
-        }
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT turn, program, records FROM turn_programs WHERE ?1 IS NULL OR turn = ?1")
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([only], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
-            .ctx("read turn statistics")?;
-        for row in rows {
-            let (turn, program, n) = row.ctx("read turn statistics")?;
-            if let Some(s) = out.get_mut(&turn) {
-                s.programs.insert(program, n as u64);
-            }
-        }
-        Ok(out)
     }
 
     /// How many records each program caused in a turn.

@@ -852,7 +852,7 @@ impl Rewinder<'_> {
             }
         }
         for turn in self.checkpoint..self.journal.current_turn() {
-            if let Some(paths) = self.journal.with_meta(|m| m.turn_paths(turn))? {
+            if let Some(paths) = self.journal.with_turn_stats(|m| m.turn_paths(turn))? {
                 for path in crate::report::decode_paths(&paths) {
                     index.add_path(self.tree.root_fd(), &path);
                 }
