@@ -51,6 +51,7 @@ macro_rules! area_kit {
 area_kit!(pre_images, meta::MemoryPreImages::new());
 area_kit!(checkpoints, meta::MemoryCheckpoints::new());
 area_kit!(turn_stats, meta::MemoryTurnStatistics::new());
+area_kit!(objects, meta::MemoryObjects::new());
 
 #[test]
 fn intents_database_passes_the_kit() {

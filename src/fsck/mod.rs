@@ -432,7 +432,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
             }
         };
         if let Some(kind) = kind {
-            let object = journal.with_meta(|m| m.object_by_handle(&p.handle))?;
+            let object = journal.with_objects(|m| m.object_by_handle(&p.handle))?;
             let mut pr = problem(kind, object, None);
             // The workspace itself is affected, whatever a repair of the
             // history does: never repaired here (fsck does not touch it).
@@ -727,7 +727,7 @@ fn content_checkpoints(
 
 fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Report) -> FsckResult<()> {
     let rows: HashMap<i64, Option<Vec<u8>>> =
-        journal.with_meta(|m| m.object_handles())?.into_iter().map(|(id, h)| (id.0, h)).collect();
+        journal.with_objects(|m| m.object_handles())?.into_iter().map(|(id, h)| (id.0, h)).collect();
     let entries = std::fs::read_dir(attic)
         .map_err(|e| FsckError::Io { context: format!("cannot list the attic {}", attic.display()), source: e })?;
     let mut names = Vec::new();
@@ -880,7 +880,7 @@ impl<'a> Namer<'a> {
             }
         }
         // Where it is now, if its name did not change since.
-        if let Some(handle) = journal.with_meta(|m| m.object_handle(object))?
+        if let Some(handle) = journal.with_objects(|m| m.object_handle(object))?
             && let Some(p) = live_path(self.target, &handle)
         {
             out.push(p.into_os_string().into_vec());

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::meta::{Checkpoint, Checkpoints, Intents, ObjectState, PreImages, Reason};
+use crate::meta::{Checkpoint, Checkpoints, Intents, ObjectState, Objects, PreImages, Reason};
 use crate::store::{ChunkStore, MemoryStore, store_content};
 
 fn state(content: Option<(Vec<u8>, Vec<u8>)>) -> ObjectState {
@@ -155,7 +155,7 @@ fn attic_entries_and_lost_inodes_are_found() {
     // inode is then deleted from the attic.
     let dirfd = std::fs::File::open(attic.path()).expect("open attic");
     let handle = backing::handle_at(dirfd.as_fd(), OsStr::new("kept")).expect("handle").to_bytes();
-    let gone = f.journal.with_meta(|m| m.intern_object(&handle, 1)).expect("object");
+    let gone = f.journal.with_objects(|m| m.intern_object(&handle, 1)).expect("object");
     f.journal.with_meta(|m| m.record_entry(3, f.dir, b"old.txt", Some(gone), None)).expect("entry");
     std::fs::rename(attic.path().join("kept"), attic.path().join(gone.0.to_string())).expect("rename");
     let report = run(&f.journal, Some(attic.path()));

@@ -28,7 +28,7 @@ use crate::error::{AsErrno, Errno};
 use crate::meta::{
     Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, MetaResult, ObjectId, ObjectState, Reason,
 };
-use crate::meta::{Checkpoints, Intents, PreImages};
+use crate::meta::{Checkpoints, Intents, Objects, PreImages};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use crate::sys::FileHandle;
 use crate::text::{quote, quoted};
@@ -830,6 +830,12 @@ impl Journal {
         self.with_meta(|m| f(m))
     }
 
+    /// As `with_meta`, with only the objects and their handles
+    /// ([`crate::meta::Objects`]).
+    pub fn with_objects<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Objects) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
     /// Runs `f` with the folds of the journal log going into one SQLite
     /// transaction, committed every `FOLD_BATCH` records and when `f`
     /// returns (or unwinds), instead of one commit per fold: for an
@@ -1050,7 +1056,7 @@ impl Journal {
 
     /// Whether object `id` is in its attic slot, from the attic table.
     pub fn in_attic(&self, id: ObjectId) -> JournalResult<bool> {
-        Ok(self.with_meta(|m| m.attic_since(id))?.is_some())
+        Ok(self.with_objects(|m| m.attic_since(id))?.is_some())
     }
 
     /// Fills the attic table from the slots found in the attic directory,
@@ -1692,13 +1698,13 @@ mod tests {
         let j = journal();
         j.derive_attic_table(&[ObjectId(3), ObjectId(5)]).unwrap();
         assert!(j.in_attic(ObjectId(3)).unwrap() && j.in_attic(ObjectId(5)).unwrap());
-        assert_eq!(j.with_meta(|m| m.attic_since(ObjectId(3))).unwrap(), Some(None), "found there: no turn");
+        assert_eq!(j.with_objects(|m| m.attic_since(ObjectId(3))).unwrap(), Some(None), "found there: no turn");
         j.note_attic_out(ObjectId(3)).unwrap();
         j.derive_attic_table(&[ObjectId(3), ObjectId(9)]).unwrap();
         assert!(!j.in_attic(ObjectId(3)).unwrap(), "derived only once");
         assert!(!j.in_attic(ObjectId(9)).unwrap(), "derived only once");
         j.note_attic(ObjectId(9)).unwrap();
-        assert_eq!(j.with_meta(|m| m.attic_since(ObjectId(9))).unwrap(), Some(Some(0)));
+        assert_eq!(j.with_objects(|m| m.attic_since(ObjectId(9))).unwrap(), Some(Some(0)));
     }
 
     /// After a crash, the scan's finds: an object no daemon knew and born
@@ -1726,11 +1732,11 @@ mod tests {
             (handle(b"old"), 1, Some(since - 5)),
         ];
         assert_eq!(j.record_outside_changes(&found).unwrap(), 3, "older, no-btime and old changed outside");
-        let id = |n: &[u8]| j.with_meta(|m| m.object_by_handle(&handle(n).to_bytes())).unwrap().unwrap();
+        let id = |n: &[u8]| j.with_objects(|m| m.object_by_handle(&handle(n).to_bytes())).unwrap().unwrap();
         let last = j.current_turn() - 1;
         let new = id(b"new");
-        assert_eq!(j.with_meta(|m| m.born_turn(new)).unwrap(), Some(last));
-        assert_eq!(j.with_meta(|m| m.born_turn(noted)).unwrap(), Some(last));
+        assert_eq!(j.with_objects(|m| m.born_turn(new)).unwrap(), Some(last));
+        assert_eq!(j.with_objects(|m| m.born_turn(noted)).unwrap(), Some(last));
         for (o, what) in [(new, "new"), (noted, "noted")] {
             assert!(j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_none(), "{what} marked changed outside");
         }
@@ -1759,7 +1765,7 @@ mod tests {
         let ids = j
             .batched(|| {
                 let a = j.object_id(&handle(b"a"), 1).unwrap();
-                assert_eq!(j.with_meta(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(a));
+                assert_eq!(j.with_objects(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(a));
                 assert_eq!(committed(b"a"), None, "committed before the batch ended");
                 assert!(!RecordLog::read(&log).unwrap().is_empty(), "the log was emptied before the commit");
                 // The files as a kill -9 here would leave them.
@@ -1778,7 +1784,7 @@ mod tests {
         assert_eq!(committed(b"b2"), Some(ids.1));
         assert!(RecordLog::read(&log).unwrap().is_empty(), "the log was not emptied at the end of the batch");
         let j2 = logged(&crashed.join("meta.sqlite"), &crashed.join("journal.log"), &store);
-        assert_eq!(j2.with_meta(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(ids.0));
+        assert_eq!(j2.with_objects(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(ids.0));
     }
 
     /// A pending file is a record of the log, and so is its settling: a
@@ -1812,7 +1818,7 @@ mod tests {
         j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
         let id = j.note_born(&handle(b"new"), 1).unwrap();
         assert_eq!(j.object_id(&handle(b"new"), 1).unwrap(), id);
-        assert_eq!(j.with_meta(|m| m.born_turn(id)).unwrap(), Some(1));
+        assert_eq!(j.with_objects(|m| m.born_turn(id)).unwrap(), Some(1));
     }
 
     /// A created inode whose handle is already recorded (the filesystem
@@ -1845,7 +1851,7 @@ mod tests {
         let meta = Meta::open(&dir.path().join("meta.db")).unwrap();
         let j = Journal::open_with_log(meta, Arc::new(MemoryStore::new()), Some(&dir.path().join("log"))).unwrap();
         let dead = j.object_id(&handle(b"h"), 1).unwrap();
-        assert_eq!(j.with_meta(|m| m.object_by_handle(&handle(b"h").to_bytes())).unwrap(), Some(dead));
+        assert_eq!(j.with_objects(|m| m.object_by_handle(&handle(b"h").to_bytes())).unwrap(), Some(dead));
         let new = j.note_born(&handle(b"h"), 1).unwrap();
         let other = j.note_born(&handle(b"k"), 1).unwrap();
         j.with_meta(|m| -> MetaResult<()> {

@@ -28,7 +28,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
-use crate::meta::{Checkpoint, Checkpoints, Intents, Meta, MetaResult, ObjectId, Reason};
+use crate::meta::{Checkpoint, Checkpoints, Intents, Meta, MetaResult, ObjectId, Objects, Reason};
 use crate::store::ChunkId;
 use crate::sys::{self, FileHandle};
 

@@ -14,6 +14,7 @@ use serde::Serialize;
 mod bypass;
 pub mod checkpoints;
 pub mod intents;
+pub mod objects;
 pub mod pre_images;
 mod refs;
 mod retention;
@@ -22,6 +23,7 @@ pub mod turn_stats;
 pub use bypass::{Records, Vouched};
 pub use checkpoints::{Checkpoints, MemoryCheckpoints};
 pub use intents::{Intents, MemoryIntents};
+pub use objects::{MemoryObjects, Objects};
 pub use pre_images::{ContentRecord, MemoryPreImages, PreImages};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
@@ -879,143 +881,6 @@ impl Meta {
         Ok(())
     }
 
-    /// The object id of a handle, if it was ever recorded.
-    pub fn object_by_handle(&self, handle: &[u8]) -> MetaResult<Option<ObjectId>> {
-        self.conn
-            .prepare_cached("SELECT id FROM objects WHERE handle = ?1")
-            .ctx("prepare")?
-            .query_row([handle], |r| r.get(0).map(ObjectId))
-            .optional()
-            .ctx("find object")
-    }
-
-    /// The object id of a handle, recording it if new.
-    pub fn intern_object(&self, handle: &[u8], kind: u8) -> MetaResult<ObjectId> {
-        if let Some(id) = self.object_by_handle(handle)? {
-            return Ok(id);
-        }
-        self.conn
-            .prepare_cached("INSERT INTO objects(handle, kind) VALUES (?1, ?2)")
-            .ctx("prepare")?
-            .execute(params![handle, kind])
-            .ctx("record object")?;
-        Ok(ObjectId(self.conn.last_insert_rowid()))
-    }
-
-    /// Notes that an object was created in `turn`.
-    pub fn set_born(&self, id: ObjectId, turn: i64) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("UPDATE objects SET born_turn = ?1 WHERE id = ?2 AND born_turn IS NULL")
-            .ctx("prepare")?
-            .execute(params![turn, id.0])
-            .ctx("record creation turn")?;
-        Ok(())
-    }
-
-    /// Notes that object `id` is in its attic slot since `turn` (None:
-    /// found there when the table was first filled).
-    pub fn attic_put(&self, id: ObjectId, turn: Option<i64>) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("INSERT OR REPLACE INTO attic(object, since_turn) VALUES (?1, ?2)")
-            .ctx("prepare")?
-            .execute(params![id.0, turn])
-            .ctx("record a move into the attic")?;
-        Ok(())
-    }
-
-    /// Notes that object `id` left its attic slot.
-    pub fn attic_take(&self, id: ObjectId) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("DELETE FROM attic WHERE object = ?1")
-            .ctx("prepare")?
-            .execute([id.0])
-            .ctx("record a move out of the attic")?;
-        Ok(())
-    }
-
-    /// Whether object `id` is in its attic slot, and since which turn.
-    pub fn attic_since(&self, id: ObjectId) -> MetaResult<Option<Option<i64>>> {
-        self.conn
-            .prepare_cached("SELECT since_turn FROM attic WHERE object = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get::<_, Option<i64>>(0))
-            .optional()
-            .ctx("read the attic table")
-    }
-
-    /// Every object in its attic slot.
-    pub fn attic_objects(&self) -> MetaResult<Vec<ObjectId>> {
-        let mut stmt = self.conn.prepare_cached("SELECT object FROM attic ORDER BY object").ctx("prepare")?;
-        let rows = stmt.query_map([], |r| Ok(ObjectId(r.get(0)?))).ctx("read the attic table")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read the attic table")
-    }
-
-    /// The turn an object was created in, if recorded.
-    pub fn born_turn(&self, id: ObjectId) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT born_turn FROM objects WHERE id = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get::<_, Option<i64>>(0))
-            .optional()
-            .map(Option::flatten)
-            .ctx("read creation turn")
-    }
-
-    /// Records an object under a given id (ids are handed out by the
-    /// journal); repeating it changes nothing.
-    pub fn insert_object(&self, id: ObjectId, handle: &[u8], kind: u8) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("INSERT OR IGNORE INTO objects(id, handle, kind) VALUES (?1, ?2, ?3)")
-            .ctx("prepare")?
-            .execute(params![id.0, handle, kind])
-            .ctx("record object")?;
-        Ok(())
-    }
-
-    /// Records an object just created, under a given id. Its handle names
-    /// no other living inode, so a row holding it names a dead one (the
-    /// filesystem reused its number and generation): that row gives the
-    /// handle up, or the insert would be ignored under the unique index and
-    /// the new id would have no row. Repeating it changes nothing: once the
-    /// id has its row, the handle may have moved on (a rewind rebinds).
-    pub fn insert_new_object(&self, id: ObjectId, handle: &[u8], kind: u8) -> MetaResult<()> {
-        self.conn
-            .prepare_cached(
-                "UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2 \
-                 AND NOT EXISTS (SELECT 1 FROM objects WHERE id = ?2)",
-            )
-            .ctx("prepare")?
-            .execute(params![handle, id.0])
-            .ctx("release a dead object's handle")?;
-        self.insert_object(id, handle, kind)
-    }
-
-    /// The largest object id in use.
-    pub fn max_object_id(&self) -> MetaResult<i64> {
-        self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")
-    }
-
-    /// The kind code an object was recorded with.
-    pub fn object_kind(&self, id: ObjectId) -> MetaResult<Option<u8>> {
-        self.conn
-            .prepare_cached("SELECT kind FROM objects WHERE id = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get(0))
-            .optional()
-            .ctx("read object kind")
-    }
-
-    /// The handle of an object (None once forgotten).
-    pub fn object_handle(&self, id: ObjectId) -> MetaResult<Option<Vec<u8>>> {
-        self.conn
-            .prepare_cached("SELECT handle FROM objects WHERE id = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get(0))
-            .optional()
-            .ctx("read object")
-            .map(Option::flatten)
-    }
-
     fn record_object_counted(
         &self,
         turn: i64,
@@ -1178,17 +1043,6 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed objects")
     }
 
-    /// Points an object id at a new backing inode (a rewind recreated it).
-    pub fn set_object_handle(&self, id: ObjectId, handle: &[u8]) -> MetaResult<()> {
-        self.conn
-            .execute("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
-            .ctx("release handle")?;
-        self.conn
-            .execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0])
-            .ctx("rebind object")?;
-        Ok(())
-    }
-
     /// Removes every state key starting with `prefix`.
     pub fn remove_states_with_prefix(&self, prefix: &str) -> MetaResult<()> {
         self.conn.execute("DELETE FROM state WHERE substr(key, 1, length(?1)) = ?1", [prefix]).ctx("clear state")?;
@@ -1306,13 +1160,6 @@ impl Meta {
             })
             .ctx("list record coverage")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list record coverage")
-    }
-
-    /// Every object row: (id, handle).
-    pub fn object_handles(&self) -> MetaResult<Vec<(ObjectId, Option<Vec<u8>>)>> {
-        let mut stmt = self.conn.prepare("SELECT id, handle FROM objects").ctx("prepare")?;
-        let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list objects")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list objects")
     }
 
     /// Entry records naming a directory that has no object row: (turn, dir, name).

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Checkpoint, Ctx, Meta, MetaError, MetaResult, ObjectId};
+use super::{Checkpoint, Ctx, Meta, MetaError, MetaResult, ObjectId, Objects};
 use crate::store::ChunkId;
 
 /// A checkpoint that was forgotten: what references to it are told.

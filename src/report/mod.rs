@@ -554,7 +554,7 @@ fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> View
     if tree.attic().holds(id) {
         return Ok(Placed::Gone);
     }
-    let handle = journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
+    let handle = journal.with_objects(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
     let Some(handle) = handle else { return Ok(Placed::Gone) };
     let fd = match tree.backing().open_handle(&handle, libc::O_PATH) {
         Ok(fd) => fd,
