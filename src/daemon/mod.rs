@@ -428,7 +428,7 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
             Ok(protocol::TurnReply { checkpoint: n, info: turn })
         }),
         Request::Checkpoints(op) => answer(op, |_| {
-            ws.journal().with_meta(|m| m.checkpoints()).map_err(|e| {
+            ws.journal().with_checkpoints(|m| m.checkpoints()).map_err(|e| {
                 let e = JournalError::from(e);
                 Failure::failed(e.errno().0, format!("cannot read the checkpoints: {e}"))
             })
@@ -493,8 +493,10 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
     let sound = !journal.poisoned();
     let turn = sound.then(|| journal.current_turn());
     let (changes, idle) = if sound { journal.activity() } else { (0, None) };
-    let message =
-        turn.and_then(|turn| journal.with_meta(|m| m.checkpoint(turn)).ok()).flatten().and_then(|c| c.message_id);
+    let message = turn
+        .and_then(|turn| journal.with_checkpoints(|m| m.checkpoint(turn)).ok())
+        .flatten()
+        .and_then(|c| c.message_id);
     protocol::StatusReply {
         failure,
         mount: info.clone(),
@@ -518,7 +520,7 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
         retention: sound.then(|| journal.policy().ok()).flatten(),
         auto_gc: sound.then(|| journal.last_auto().ok().flatten()).flatten(),
         snapshots: sound
-            .then(|| journal.with_meta(|m| m.snapshot_names()).ok())
+            .then(|| journal.with_checkpoints(|m| m.snapshot_names()).ok())
             .flatten()
             .map(|names| {
                 names.into_iter().map(|(name, checkpoint)| protocol::SnapshotRow { name, checkpoint }).collect()

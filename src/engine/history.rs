@@ -196,7 +196,7 @@ impl Workspace {
         // newest one's safety checkpoint (sealed just before its result).
         let newest_rewind = self
             .journal
-            .with_meta(|m| m.checkpoints())
+            .with_checkpoints(|m| m.checkpoints())
             .ok()
             .and_then(|cs| cs.iter().filter(|c| c.reason == Reason::Rewind).map(|c| c.checkpoint - 1).max());
         let mut by_checkpoint: std::collections::BTreeMap<i64, Vec<PathBuf>> = Default::default();
@@ -296,7 +296,7 @@ impl Workspace {
         let (checkpoints, messages) = self.hidden.get().map(|b| b.listing_dirs()).unwrap_or_default();
         let views = match (checkpoints, messages) {
             (None, None) => Vec::new(),
-            _ => journal.with_meta(|m| m.checkpoints()).map_err(|e| journal_failure(e.into()))?,
+            _ => journal.with_checkpoints(|m| m.checkpoints()).map_err(|e| journal_failure(e.into()))?,
         };
         let attic_dir = crate::store_dir::StoreDir::new(&self.store).attic();
         let collected = journal.reset(&attic, &attic_dir, &step).map_err(journal_failure)?;
@@ -346,7 +346,7 @@ impl Workspace {
             let left: Vec<i64> = victims
                 .iter()
                 .copied()
-                .filter(|&v| journal.with_meta(|m| m.checkpoint(v)).is_ok_and(|c| c.is_some()))
+                .filter(|&v| journal.with_checkpoints(|m| m.checkpoint(v)).is_ok_and(|c| c.is_some()))
                 .collect();
             self.collect_sliced(&history, &left, "forget", false, progress)
         })?;

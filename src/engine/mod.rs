@@ -381,7 +381,7 @@ impl Workspace {
         let mut out = Vec::new();
         for intent in intents {
             let what = recovery::describe(&intent);
-            let checkpoints = journal.with_meta(|m| m.checkpoints()).map_err(|e| refuse(e.to_string()))?;
+            let checkpoints = journal.with_checkpoints(|m| m.checkpoints()).map_err(|e| refuse(e.to_string()))?;
             // The result was sealed; only the intent's removal was lost.
             let sealed =
                 checkpoints.iter().any(|c| c.checkpoint == intent.undo_checkpoint + 1 && c.reason != Reason::Mount);
@@ -395,7 +395,7 @@ impl Workspace {
                 let left = recovery::temporaries(tree)
                     .map_err(|e| refuse(format!("{what} was interrupted; cannot look for its temporary files: {e}")))?;
                 let label = recovery::abandoned_label(&intent);
-                journal.with_meta(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
+                journal.with_checkpoints(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
                 journal.end_intent(intent.id).map_err(|e| refuse(e.to_string()))?;
                 let report = recovery::abandoned(&intent, interrupted, &left);
                 warn!("{}", report.message);
@@ -404,7 +404,7 @@ impl Workspace {
             }
             warn!("{what} was interrupted; completing it before mounting");
             let label = format!("state at mount: {what} was interrupted, half applied");
-            journal.with_meta(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
+            journal.with_checkpoints(|m| m.set_label(interrupted, &label)).map_err(|e| refuse(e.to_string()))?;
             let stuck = |why: String, unchanged: bool| {
                 refuse(format!(
                     "{what} was interrupted (the daemon died) and could not be completed at mount: {why}. {}; \

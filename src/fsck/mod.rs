@@ -389,7 +389,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
             report.problems.push(problem(ProblemKind::StoreDamaged { detail: d.detail }, None, None));
         }
     }
-    let checkpoints = journal.with_meta(|m| m.checkpoints())?;
+    let checkpoints = journal.with_checkpoints(|m| m.checkpoints())?;
     report.checkpoints = checkpoints.len() as u64;
 
     // Every chunk, read and hashed.
@@ -432,7 +432,7 @@ pub fn check(target: &Target<'_>, progress: &mut dyn FnMut(Progress)) -> FsckRes
             }
         };
         if let Some(kind) = kind {
-            let object = journal.with_meta(|m| m.object_by_handle(&p.handle))?;
+            let object = journal.with_objects(|m| m.object_by_handle(&p.handle))?;
             let mut pr = problem(kind, object, None);
             // The workspace itself is affected, whatever a repair of the
             // history does: never repaired here (fsck does not touch it).
@@ -678,7 +678,7 @@ fn unrecorded_changes(
             crate::workspace::Kind::File => records.last_content_turn.max(records.born_turn),
             _ => records.last_turn.max(records.born_turn),
         };
-        let Some(newest) = journal.with_meta(|m| m.newest_sealed_before(ctime))? else { continue };
+        let Some(newest) = journal.with_checkpoints(|m| m.newest_sealed_before(ctime))? else { continue };
         let node = crate::view::Node { id, handle: Some(c.handle.clone()) };
         let mut unknown = Vec::new();
         let mut tainted_before = i64::MIN;
@@ -727,7 +727,7 @@ fn content_checkpoints(
 
 fn check_attic(journal: &Journal, attic: &Path, fd: &OwnedFd, report: &mut Report) -> FsckResult<()> {
     let rows: HashMap<i64, Option<Vec<u8>>> =
-        journal.with_meta(|m| m.object_handles())?.into_iter().map(|(id, h)| (id.0, h)).collect();
+        journal.with_objects(|m| m.object_handles())?.into_iter().map(|(id, h)| (id.0, h)).collect();
     let entries = std::fs::read_dir(attic)
         .map_err(|e| FsckError::Io { context: format!("cannot list the attic {}", attic.display()), source: e })?;
     let mut names = Vec::new();
@@ -880,7 +880,7 @@ impl<'a> Namer<'a> {
             }
         }
         // Where it is now, if its name did not change since.
-        if let Some(handle) = journal.with_meta(|m| m.object_handle(object))?
+        if let Some(handle) = journal.with_objects(|m| m.object_handle(object))?
             && let Some(p) = live_path(self.target, &handle)
         {
             out.push(p.into_os_string().into_vec());

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::meta::{Checkpoint, ObjectState, PreImages, Reason};
+use crate::meta::{Checkpoint, Checkpoints, Intents, ObjectState, Objects, PreImages, Reason};
 use crate::store::{ChunkStore, MemoryStore, store_content};
 
 fn state(content: Option<(Vec<u8>, Vec<u8>)>) -> ObjectState {
@@ -44,7 +44,7 @@ fn fixture() -> Fixture {
     let dir = meta.intern_object(b"dir-handle", 2).expect("dir");
     let file = meta.intern_object(b"file-handle", 1).expect("file");
     for n in 0..=4 {
-        meta.insert_checkpoint(&checkpoint(n, (n > 0).then(|| n - 1), (n == 3).then_some("m2"))).expect("checkpoint");
+        meta.seal(&checkpoint(n, (n > 0).then(|| n - 1), (n == 3).then_some("m2"))).expect("checkpoint");
     }
     let mut chunk3 = None;
     for (turn, bytes) in [(1, &b"version one"[..]), (3, &b"version three"[..])] {
@@ -133,7 +133,7 @@ fn dangling_references_are_found() {
     let f = fixture();
     f.journal
         .with_meta(|m| {
-            m.insert_checkpoint(&checkpoint(7, Some(6), None))?;
+            m.seal(&checkpoint(7, Some(6), None))?;
             m.record_entry(9, ObjectId(500), b"x", Some(ObjectId(501)), None)?;
             Ok::<(), MetaError>(())
         })
@@ -155,7 +155,7 @@ fn attic_entries_and_lost_inodes_are_found() {
     // inode is then deleted from the attic.
     let dirfd = std::fs::File::open(attic.path()).expect("open attic");
     let handle = backing::handle_at(dirfd.as_fd(), OsStr::new("kept")).expect("handle").to_bytes();
-    let gone = f.journal.with_meta(|m| m.intern_object(&handle, 1)).expect("object");
+    let gone = f.journal.with_objects(|m| m.intern_object(&handle, 1)).expect("object");
     f.journal.with_meta(|m| m.record_entry(3, f.dir, b"old.txt", Some(gone), None)).expect("entry");
     std::fs::rename(attic.path().join("kept"), attic.path().join(gone.0.to_string())).expect("rename");
     let report = run(&f.journal, Some(attic.path()));
@@ -245,7 +245,7 @@ fn pending_files_whose_content_is_gone_are_named_in_the_workspace_and_never_repa
     let forgotten = Forgetful(Mutex::new(Vec::new()));
     f.journal.with_meta(|m| repair(m, &forgotten, &mut report)).expect("repair");
     assert!(report.problems.iter().all(|p| p.repaired.is_none()), "{:?}", report.problems);
-    assert_eq!(f.journal.with_meta(|m| m.all_pending()).expect("pending").len(), 3, "pending rows stay");
+    assert_eq!(f.journal.with_intents(|m| m.all_pending()).expect("pending").len(), 3, "pending rows stay");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! recorded (see `meta/bypass.rs` and docs/design.md, "Processes already
 //! inside the workspace").
 
-use crate::meta::{Meta, MetaResult, ObjectId, end_of_ms};
+use crate::meta::{Checkpoints, Meta, MetaResult, ObjectId, end_of_ms};
 
 use super::{Journal, JournalResult, SEALED_NS};
 

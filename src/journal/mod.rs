@@ -25,10 +25,10 @@ pub mod store_check;
 pub mod store_identity;
 
 use crate::error::{AsErrno, Errno};
-use crate::meta::PreImages;
 use crate::meta::{
     Checkpoint, CheckpointId, Intent, IntentOp, Meta, MetaError, MetaResult, ObjectId, ObjectState, Reason,
 };
+use crate::meta::{Checkpoints, Intents, Objects, PreImages};
 use crate::store::{ChunkStore, ContentRef, StoreError};
 use crate::sys::FileHandle;
 use crate::text::{quote, quoted};
@@ -609,7 +609,7 @@ impl Journal {
             );
         }
         meta.transaction(|m| {
-            m.insert_checkpoint(&Checkpoint {
+            m.seal(&Checkpoint {
                 checkpoint: turn,
                 parent: last,
                 message_id: None,
@@ -814,6 +814,30 @@ impl Journal {
     /// As `with_meta`, with only the pre-image records
     /// ([`crate::meta::PreImages`]): what views and rewinds read.
     pub fn with_pre_images<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::PreImages) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
+    /// As `with_meta`, with only the checkpoints and their names
+    /// ([`crate::meta::Checkpoints`]).
+    pub fn with_checkpoints<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Checkpoints) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
+    /// As `with_meta`, with only the intents and pending files
+    /// ([`crate::meta::Intents`]).
+    pub fn with_intents<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Intents) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
+    /// As `with_meta`, with only the turns' statistics and paths
+    /// ([`crate::meta::TurnStatistics`]).
+    pub fn with_turn_stats<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::TurnStatistics) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
+    /// As `with_meta`, with only the objects and their handles
+    /// ([`crate::meta::Objects`]).
+    pub fn with_objects<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Objects) -> T) -> T {
         self.with_meta(|m| f(m))
     }
 
@@ -1042,7 +1066,7 @@ impl Journal {
 
     /// Whether object `id` is in its attic slot, from the attic table.
     pub fn in_attic(&self, id: ObjectId) -> JournalResult<bool> {
-        Ok(self.with_meta(|m| m.attic_since(id))?.is_some())
+        Ok(self.with_objects(|m| m.attic_since(id))?.is_some())
     }
 
     /// Fills the attic table from the slots found in the attic directory,
@@ -1300,7 +1324,7 @@ impl Journal {
             let next = inner.turn + 1;
             let parent = parent.unwrap_or(inner.turn);
             inner.transaction(|m| {
-                m.insert_checkpoint(&Checkpoint {
+                m.seal(&Checkpoint {
                     checkpoint: next,
                     parent: Some(parent),
                     message_id: info.message_id.clone(),
@@ -1548,21 +1572,21 @@ impl Journal {
         // every checkpoint, since it may mean one by several readings.
         if let Some(back) = reference.strip_prefix('~') {
             let found = match back.parse::<usize>() {
-                Ok(n) => self.with_meta(|m| m.checkpoint_back(n as u64))?,
+                Ok(n) => self.with_checkpoints(|m| m.checkpoint_back(n as u64))?,
                 Err(_) => None,
             };
             return match found {
                 Some(c) => Ok((CheckpointId(c.checkpoint), None)),
-                None => Err(self.unknown_checkpoint(reference, &self.with_meta(|m| m.checkpoints())?)?),
+                None => Err(self.unknown_checkpoint(reference, &self.with_checkpoints(|m| m.checkpoints())?)?),
             };
         }
         // A number is no word anyone can choose (message ids and names
         // are never all digits): with the names it equals, it is final.
         let by_num: Vec<i64> = match reference.parse::<i64>() {
-            Ok(n) if self.with_meta(|m| m.checkpoint(n))?.is_some() => vec![n],
+            Ok(n) if self.with_checkpoints(|m| m.checkpoint(n))?.is_some() => vec![n],
             _ => Vec::new(),
         };
-        let by_name = self.with_meta(|m| m.checkpoints_named(reference))?;
+        let by_name = self.with_checkpoints(|m| m.checkpoints_named(reference))?;
         if !by_num.is_empty() {
             let mut matches: Vec<i64> = by_num.into_iter().chain(by_name).collect();
             matches.sort_unstable();
@@ -1570,7 +1594,7 @@ impl Journal {
             return match matches.as_slice() {
                 [one] => Ok((CheckpointId(*one), None)),
                 many => {
-                    let all = self.with_meta(|m| m.checkpoints())?;
+                    let all = self.with_checkpoints(|m| m.checkpoints())?;
                     Err(JournalError::Ambiguous {
                         reference: reference.to_string(),
                         matches: reference::describe(&all, many),
@@ -1582,7 +1606,7 @@ impl Journal {
         // beats no prefix and no label words, since the agent chooses ids
         // and labels; a reference that could mean two checkpoints is
         // refused with both listed, never taken as the agent's.
-        let all = self.with_meta(|m| m.checkpoints())?;
+        let all = self.with_checkpoints(|m| m.checkpoints())?;
         let mut matches: Vec<i64> = by_name.into_iter().chain(reference::loose_matches(&all, reference)).collect();
         matches.sort_unstable();
         matches.dedup();
@@ -1684,13 +1708,13 @@ mod tests {
         let j = journal();
         j.derive_attic_table(&[ObjectId(3), ObjectId(5)]).unwrap();
         assert!(j.in_attic(ObjectId(3)).unwrap() && j.in_attic(ObjectId(5)).unwrap());
-        assert_eq!(j.with_meta(|m| m.attic_since(ObjectId(3))).unwrap(), Some(None), "found there: no turn");
+        assert_eq!(j.with_objects(|m| m.attic_since(ObjectId(3))).unwrap(), Some(None), "found there: no turn");
         j.note_attic_out(ObjectId(3)).unwrap();
         j.derive_attic_table(&[ObjectId(3), ObjectId(9)]).unwrap();
         assert!(!j.in_attic(ObjectId(3)).unwrap(), "derived only once");
         assert!(!j.in_attic(ObjectId(9)).unwrap(), "derived only once");
         j.note_attic(ObjectId(9)).unwrap();
-        assert_eq!(j.with_meta(|m| m.attic_since(ObjectId(9))).unwrap(), Some(Some(0)));
+        assert_eq!(j.with_objects(|m| m.attic_since(ObjectId(9))).unwrap(), Some(Some(0)));
     }
 
     /// After a crash, the scan's finds: an object no daemon knew and born
@@ -1718,11 +1742,11 @@ mod tests {
             (handle(b"old"), 1, Some(since - 5)),
         ];
         assert_eq!(j.record_outside_changes(&found).unwrap(), 3, "older, no-btime and old changed outside");
-        let id = |n: &[u8]| j.with_meta(|m| m.object_by_handle(&handle(n).to_bytes())).unwrap().unwrap();
+        let id = |n: &[u8]| j.with_objects(|m| m.object_by_handle(&handle(n).to_bytes())).unwrap().unwrap();
         let last = j.current_turn() - 1;
         let new = id(b"new");
-        assert_eq!(j.with_meta(|m| m.born_turn(new)).unwrap(), Some(last));
-        assert_eq!(j.with_meta(|m| m.born_turn(noted)).unwrap(), Some(last));
+        assert_eq!(j.with_objects(|m| m.born_turn(new)).unwrap(), Some(last));
+        assert_eq!(j.with_objects(|m| m.born_turn(noted)).unwrap(), Some(last));
         for (o, what) in [(new, "new"), (noted, "noted")] {
             assert!(j.with_meta(|m| m.taint_after(o, 0)).unwrap().is_none(), "{what} marked changed outside");
         }
@@ -1751,7 +1775,7 @@ mod tests {
         let ids = j
             .batched(|| {
                 let a = j.object_id(&handle(b"a"), 1).unwrap();
-                assert_eq!(j.with_meta(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(a));
+                assert_eq!(j.with_objects(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(a));
                 assert_eq!(committed(b"a"), None, "committed before the batch ended");
                 assert!(!RecordLog::read(&log).unwrap().is_empty(), "the log was emptied before the commit");
                 // The files as a kill -9 here would leave them.
@@ -1770,7 +1794,7 @@ mod tests {
         assert_eq!(committed(b"b2"), Some(ids.1));
         assert!(RecordLog::read(&log).unwrap().is_empty(), "the log was not emptied at the end of the batch");
         let j2 = logged(&crashed.join("meta.sqlite"), &crashed.join("journal.log"), &store);
-        assert_eq!(j2.with_meta(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(ids.0));
+        assert_eq!(j2.with_objects(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap(), Some(ids.0));
     }
 
     /// A pending file is a record of the log, and so is its settling: a
@@ -1787,13 +1811,13 @@ mod tests {
         let list = content.encode_chunks();
         j.note_pending(&handle(b"p"), &content, crate::meta::PendingList::Inline(&list), 5).unwrap();
         let logged = RecordLog::read(&log).unwrap();
-        assert!(j.with_meta(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap());
+        assert!(j.with_intents(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap());
         j.settled(&handle(b"p"), None).unwrap();
         let mut logged_again = logged.clone();
         logged_again.extend(RecordLog::read(&log).unwrap());
         assert!(logged_again.iter().any(|r| matches!(r, LogRecord::Settled { .. })), "{logged_again:?}");
         j.with_meta(|m| record_log::fold(m, &logged_again)).unwrap();
-        assert!(!j.with_meta(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap(), "settled, then pending again");
+        assert!(!j.with_intents(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap(), "settled, then pending again");
     }
 
     /// Every created object gets a birth turn, with one record for a new
@@ -1804,7 +1828,7 @@ mod tests {
         j.seal(&TurnInfo::default(), Reason::Turn, || {}).unwrap();
         let id = j.note_born(&handle(b"new"), 1).unwrap();
         assert_eq!(j.object_id(&handle(b"new"), 1).unwrap(), id);
-        assert_eq!(j.with_meta(|m| m.born_turn(id)).unwrap(), Some(1));
+        assert_eq!(j.with_objects(|m| m.born_turn(id)).unwrap(), Some(1));
     }
 
     /// A created inode whose handle is already recorded (the filesystem
@@ -1837,7 +1861,7 @@ mod tests {
         let meta = Meta::open(&dir.path().join("meta.db")).unwrap();
         let j = Journal::open_with_log(meta, Arc::new(MemoryStore::new()), Some(&dir.path().join("log"))).unwrap();
         let dead = j.object_id(&handle(b"h"), 1).unwrap();
-        assert_eq!(j.with_meta(|m| m.object_by_handle(&handle(b"h").to_bytes())).unwrap(), Some(dead));
+        assert_eq!(j.with_objects(|m| m.object_by_handle(&handle(b"h").to_bytes())).unwrap(), Some(dead));
         let new = j.note_born(&handle(b"h"), 1).unwrap();
         let other = j.note_born(&handle(b"k"), 1).unwrap();
         j.with_meta(|m| -> MetaResult<()> {
@@ -1879,7 +1903,7 @@ mod tests {
         }
         let no_attic = |_: ObjectId, _: &[u8], _: bool| None;
         j.collect(&[2, 10, 11, 33], "forget", false, &no_attic, None, &retention::no_cache).unwrap();
-        let all = j.with_meta(|m| m.checkpoints()).unwrap();
+        let all = j.with_checkpoints(|m| m.checkpoints()).unwrap();
         assert_eq!(all.len(), 37);
         for (back, c) in all.iter().rev().enumerate() {
             let n = c.checkpoint;

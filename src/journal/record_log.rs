@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::meta::PreImages;
+use crate::meta::{Intents, Objects, PreImages};
 use crate::meta::{Meta, MetaResult, ObjectId, ObjectState, PendingList};
 
 /// One logged fact.

@@ -28,7 +28,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
-use crate::meta::{Checkpoint, Meta, MetaResult, ObjectId, Reason};
+use crate::meta::{Checkpoint, Checkpoints, Intents, Meta, MetaResult, ObjectId, Objects, Reason};
 use crate::store::ChunkId;
 use crate::sys::{self, FileHandle};
 
@@ -404,17 +404,17 @@ impl Journal {
         }
         // Indexed lookups (the name, the message id, the checkpoint), not
         // the history: a snapshot is named in constant time.
-        if let Some(n) = self.with_meta(|m| m.snapshot(name))? {
+        if let Some(n) = self.with_checkpoints(|m| m.snapshot(name))? {
             return Err(JournalError::DuplicateSnapshotName { name: format!("{name:?}"), checkpoint: n });
         }
-        if let Some(n) = self.with_meta(|m| m.checkpoint_with_message(name, checkpoint))? {
+        if let Some(n) = self.with_checkpoints(|m| m.checkpoint_with_message(name, checkpoint))? {
             return Err(JournalError::DuplicateSnapshotName {
                 name: format!("{name:?} (as its message id)"),
                 checkpoint: n,
             });
         }
         if let Some(n) = checkpoint
-            && let Some(old) = self.with_meta(|m| m.checkpoint(n))?.and_then(|c| c.name)
+            && let Some(old) = self.with_checkpoints(|m| m.checkpoint(n))?.and_then(|c| c.name)
         {
             return Err(JournalError::AlreadyNamed { checkpoint: n, name: format!("{old:?}") });
         }
@@ -639,8 +639,12 @@ impl Journal {
         step: &dyn Fn(u64, u64),
     ) -> JournalResult<Collected> {
         let newest = self.current_turn();
-        let victims: Vec<i64> =
-            self.with_meta(|m| m.checkpoints())?.into_iter().map(|c| c.checkpoint).filter(|&c| c < newest).collect();
+        let victims: Vec<i64> = self
+            .with_checkpoints(|m| m.checkpoints())?
+            .into_iter()
+            .map(|c| c.checkpoint)
+            .filter(|&c| c < newest)
+            .collect();
         self.collect_whole(&victims, RESET, false, attic, Some(attic_dir), true, step)
     }
 
@@ -1193,7 +1197,7 @@ mod journal_tests {
                 snapshot_message: None,
                 sealed_by: None,
             };
-            m.insert_checkpoint(&c).unwrap();
+            m.seal(&c).unwrap();
             if i % 97 == 96 {
                 m.add_snapshot(&format!("s{i}"), i, None, now).unwrap();
             }
@@ -1208,7 +1212,7 @@ mod journal_tests {
             }
         }
         let j = Journal::open(m, Arc::new(MemoryStore::new())).unwrap();
-        let all = j.with_meta(|m| m.checkpoints()).unwrap();
+        let all = j.with_checkpoints(|m| m.checkpoints()).unwrap();
         (j, all, tainted)
     }
 
@@ -1315,7 +1319,7 @@ mod journal_tests {
             m.add_pending(b"h", rewound.hash.as_bytes(), crate::meta::PendingList::Inline(&rewound.encode_chunks()), 0)
         })
         .unwrap();
-        j.with_meta(|m| m.remove_pending(b"h")).unwrap();
+        j.with_intents(|m| m.remove_pending(b"h")).unwrap();
         // Turn 0 records f ("v0", cached for its ctime); turn 1 records it
         // again without content (a chmod).
         let v0 = stored(b"v0");

@@ -153,6 +153,7 @@ fn damage_of(dir: &Path, thorough: bool) -> Vec<StoreDamage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::Objects;
 
     #[test]
     fn an_empty_database_next_to_history_is_refused() {

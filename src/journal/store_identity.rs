@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::meta::Meta;
+use crate::meta::{Checkpoints, Meta};
 
 use crate::store_dir::StoreDir;
 

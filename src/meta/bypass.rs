@@ -106,27 +106,6 @@ impl Meta {
             .query_row(params![object.0, turn], |r| Ok(Vouched { last_record_turn: r.get(0)?, born_turn: r.get(1)? }))
             .ctx("read what the journal vouches for")
     }
-
-    /// The newest checkpoint sealed before `ns` (ns since the epoch), to
-    /// the end of its millisecond: `created_at` has ms, and a change in the
-    /// same millisecond as a seal may be before or after it.
-    pub fn newest_sealed_before(&self, ns: i64) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT MAX(id) FROM checkpoints WHERE (created_at + 1) * 1000000 < ?1")
-            .ctx("prepare")?
-            .query_row(params![ns], |r| r.get(0))
-            .ctx("read checkpoints")
-    }
-
-    /// The first checkpoint after turn `turn` and when it was sealed (ms).
-    pub fn first_sealed_after(&self, turn: i64) -> MetaResult<Option<(i64, i64)>> {
-        self.conn
-            .prepare_cached("SELECT id, created_at FROM checkpoints WHERE id > ?1 ORDER BY id LIMIT 1")
-            .ctx("prepare")?
-            .query_row(params![turn], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
-            .ctx("read checkpoint")
-    }
 }
 
 impl Meta {

@@ -12,14 +12,22 @@ use crate::sqlite::{disk_full_note, shrink, sqlite_errno};
 use serde::Serialize;
 
 mod bypass;
+pub mod checkpoints;
+pub mod intents;
+pub mod objects;
 pub mod pre_images;
 mod refs;
 mod retention;
 mod semantic;
+pub mod turn_stats;
 pub use bypass::{Records, Vouched};
+pub use checkpoints::{Checkpoints, MemoryCheckpoints};
+pub use intents::{Intents, MemoryIntents};
+pub use objects::{MemoryObjects, Objects};
 pub use pre_images::{ContentRecord, MemoryPreImages, PreImages};
 pub use refs::WrongCount;
 pub use retention::{Forgotten, Merged, PlanRows};
+pub use turn_stats::{MemoryTurnStatistics, TurnStatistics};
 
 /// Current schema version.
 pub const SCHEMA_VERSION: i64 = 15;
@@ -71,6 +79,32 @@ pub(crate) fn sqlite_failure(code: std::ffi::c_int) -> MetaError {
 }
 
 pub type MetaResult<T> = Result<T, MetaError>;
+
+/// What an in-memory model answers where SQLite would refuse a write for
+/// a constraint (a key used twice): the same error, so callers and their
+/// errno cannot tell the two apart.
+fn refused(what: &str, why: &str) -> MetaError {
+    MetaError::Sqlite {
+        context: what.to_string(),
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
+            Some(why.to_string()),
+        ),
+    }
+}
+
+/// The random numbers of the areas' kits: a xorshift generator from
+/// `seed`, giving values below its argument.
+#[cfg(any(test, feature = "test-kit"))]
+fn kit_random(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move |n| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    }
+}
 
 trait Ctx<T> {
     fn ctx(self, what: &str) -> MetaResult<T>;
@@ -847,271 +881,6 @@ impl Meta {
         Ok(())
     }
 
-    /// The object id of a handle, if it was ever recorded.
-    pub fn object_by_handle(&self, handle: &[u8]) -> MetaResult<Option<ObjectId>> {
-        self.conn
-            .prepare_cached("SELECT id FROM objects WHERE handle = ?1")
-            .ctx("prepare")?
-            .query_row([handle], |r| r.get(0).map(ObjectId))
-            .optional()
-            .ctx("find object")
-    }
-
-    /// The object id of a handle, recording it if new.
-    pub fn intern_object(&self, handle: &[u8], kind: u8) -> MetaResult<ObjectId> {
-        if let Some(id) = self.object_by_handle(handle)? {
-            return Ok(id);
-        }
-        self.conn
-            .prepare_cached("INSERT INTO objects(handle, kind) VALUES (?1, ?2)")
-            .ctx("prepare")?
-            .execute(params![handle, kind])
-            .ctx("record object")?;
-        Ok(ObjectId(self.conn.last_insert_rowid()))
-    }
-
-    /// Notes that an object was created in `turn`.
-    pub fn set_born(&self, id: ObjectId, turn: i64) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("UPDATE objects SET born_turn = ?1 WHERE id = ?2 AND born_turn IS NULL")
-            .ctx("prepare")?
-            .execute(params![turn, id.0])
-            .ctx("record creation turn")?;
-        Ok(())
-    }
-
-    /// Notes that object `id` is in its attic slot since `turn` (None:
-    /// found there when the table was first filled).
-    pub fn attic_put(&self, id: ObjectId, turn: Option<i64>) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("INSERT OR REPLACE INTO attic(object, since_turn) VALUES (?1, ?2)")
-            .ctx("prepare")?
-            .execute(params![id.0, turn])
-            .ctx("record a move into the attic")?;
-        Ok(())
-    }
-
-    /// Notes that object `id` left its attic slot.
-    pub fn attic_take(&self, id: ObjectId) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("DELETE FROM attic WHERE object = ?1")
-            .ctx("prepare")?
-            .execute([id.0])
-            .ctx("record a move out of the attic")?;
-        Ok(())
-    }
-
-    /// Whether object `id` is in its attic slot, and since which turn.
-    pub fn attic_since(&self, id: ObjectId) -> MetaResult<Option<Option<i64>>> {
-        self.conn
-            .prepare_cached("SELECT since_turn FROM attic WHERE object = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get::<_, Option<i64>>(0))
-            .optional()
-            .ctx("read the attic table")
-    }
-
-    /// Every object in its attic slot.
-    pub fn attic_objects(&self) -> MetaResult<Vec<ObjectId>> {
-        let mut stmt = self.conn.prepare_cached("SELECT object FROM attic ORDER BY object").ctx("prepare")?;
-        let rows = stmt.query_map([], |r| Ok(ObjectId(r.get(0)?))).ctx("read the attic table")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read the attic table")
-    }
-
-    /// The turn an object was created in, if recorded.
-    pub fn born_turn(&self, id: ObjectId) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT born_turn FROM objects WHERE id = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get::<_, Option<i64>>(0))
-            .optional()
-            .map(Option::flatten)
-            .ctx("read creation turn")
-    }
-
-    /// Records an object under a given id (ids are handed out by the
-    /// journal); repeating it changes nothing.
-    pub fn insert_object(&self, id: ObjectId, handle: &[u8], kind: u8) -> MetaResult<()> {
-        self.conn
-            .prepare_cached("INSERT OR IGNORE INTO objects(id, handle, kind) VALUES (?1, ?2, ?3)")
-            .ctx("prepare")?
-            .execute(params![id.0, handle, kind])
-            .ctx("record object")?;
-        Ok(())
-    }
-
-    /// Records an object just created, under a given id. Its handle names
-    /// no other living inode, so a row holding it names a dead one (the
-    /// filesystem reused its number and generation): that row gives the
-    /// handle up, or the insert would be ignored under the unique index and
-    /// the new id would have no row. Repeating it changes nothing: once the
-    /// id has its row, the handle may have moved on (a rewind rebinds).
-    pub fn insert_new_object(&self, id: ObjectId, handle: &[u8], kind: u8) -> MetaResult<()> {
-        self.conn
-            .prepare_cached(
-                "UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2 \
-                 AND NOT EXISTS (SELECT 1 FROM objects WHERE id = ?2)",
-            )
-            .ctx("prepare")?
-            .execute(params![handle, id.0])
-            .ctx("release a dead object's handle")?;
-        self.insert_object(id, handle, kind)
-    }
-
-    /// The largest object id in use.
-    pub fn max_object_id(&self) -> MetaResult<i64> {
-        self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")
-    }
-
-    /// The kind code an object was recorded with.
-    pub fn object_kind(&self, id: ObjectId) -> MetaResult<Option<u8>> {
-        self.conn
-            .prepare_cached("SELECT kind FROM objects WHERE id = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get(0))
-            .optional()
-            .ctx("read object kind")
-    }
-
-    /// The handle of an object (None once forgotten).
-    pub fn object_handle(&self, id: ObjectId) -> MetaResult<Option<Vec<u8>>> {
-        self.conn
-            .prepare_cached("SELECT handle FROM objects WHERE id = ?1")
-            .ctx("prepare")?
-            .query_row([id.0], |r| r.get(0))
-            .optional()
-            .ctx("read object")
-            .map(Option::flatten)
-    }
-
-    /// Inserts a checkpoint row.
-    pub fn insert_checkpoint(&self, c: &Checkpoint) -> MetaResult<()> {
-        self.conn
-            .execute(
-                "INSERT INTO checkpoints(id, parent, message_id, session, label, reason, created_at, store_bytes_at_start, sealed_by)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![c.checkpoint, c.parent, c.message_id, c.session, c.label, c.reason.as_str(), c.created_at, c.store_bytes_at_start, c.sealed_by],
-            )
-            .ctx("record checkpoint")?;
-        Ok(())
-    }
-
-    /// All checkpoints, oldest first.
-    pub fn checkpoints(&self) -> MetaResult<Vec<Checkpoint>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id"))
-            .ctx("prepare")?;
-        let rows = stmt.query_map([], checkpoint_from_row).ctx("list checkpoints")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list checkpoints")
-    }
-
-    /// Checkpoint `n`, if it exists.
-    pub fn checkpoint(&self, n: i64) -> MetaResult<Option<Checkpoint>> {
-        self.conn
-            .prepare_cached(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} WHERE c.id = ?1"))
-            .ctx("prepare")?
-            .query_row([n], checkpoint_from_row)
-            .optional()
-            .ctx("read checkpoint")
-    }
-
-    /// The checkpoint `back` before the newest (0: the newest), if there
-    /// are that many: `~N` without reading the others' rows.
-    pub fn checkpoint_back(&self, back: u64) -> MetaResult<Option<Checkpoint>> {
-        let Ok(back) = i64::try_from(back) else { return Ok(None) };
-        self.conn
-            .prepare_cached(&format!(
-                "SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id DESC LIMIT 1 OFFSET ?1"
-            ))
-            .ctx("prepare")?
-            .query_row([back], checkpoint_from_row)
-            .optional()
-            .ctx("read checkpoint")
-    }
-
-    /// The checkpoints whose message id or snapshot name is `word`, oldest
-    /// first (indexed: `checkpoints_by_message`, the snapshots' names).
-    pub fn checkpoints_named(&self, word: &str) -> MetaResult<Vec<i64>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT id FROM checkpoints WHERE message_id = ?1 \
-                 UNION SELECT c.id FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint WHERE s.name = ?1 \
-                 ORDER BY 1",
-            )
-            .ctx("prepare")?;
-        let rows = stmt.query_map([word], |r| r.get(0)).ctx("read checkpoints")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read checkpoints")
-    }
-
-    /// The oldest checkpoint whose message id is not `id` but shares a
-    /// prefix reference with it: one of the two starts with the other, and
-    /// the shorter has at least `min` characters (shorter ones are no
-    /// prefix reference). As (checkpoint, its message id).
-    pub fn checkpoint_with_overlapping_message(&self, id: &str, min: usize) -> MetaResult<Option<(i64, String)>> {
-        // Indexed (`checkpoints_by_message`), as a seal's other checks:
-        // longer ids beginning with `id` lie in one range of the index
-        // (UTF-8 sorts bytewise as code points), and the shorter ones `id`
-        // begins with are among its prefixes, each looked up.
-        let mut found: Option<(i64, String)> = None;
-        let mut keep = |hit: Option<(i64, String)>| {
-            if let Some(h) = hit
-                && found.as_ref().is_none_or(|f| h.0 < f.0)
-            {
-                found = Some(h);
-            }
-        };
-        if id.chars().count() >= min {
-            let end = format!("{id}\u{10ffff}");
-            let hit = self
-                .conn
-                .prepare_cached(
-                    "SELECT id, message_id FROM checkpoints WHERE message_id > ?1 AND message_id < ?2
-                     AND substr(message_id, 1, length(?1)) = ?1 ORDER BY id LIMIT 1",
-                )
-                .ctx("prepare")?
-                .query_row(params![id, end], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-                .ctx("read checkpoints")?;
-            keep(hit);
-        }
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT id, message_id FROM checkpoints WHERE message_id = ?1 ORDER BY id LIMIT 1")
-            .ctx("prepare")?;
-        for (n, (at, _)) in id.char_indices().enumerate() {
-            if n < min {
-                continue;
-            }
-            let hit = stmt.query_row([&id[..at]], |r| Ok((r.get(0)?, r.get(1)?))).optional().ctx("read checkpoints")?;
-            keep(hit);
-        }
-        Ok(found)
-    }
-
-    /// The oldest checkpoint other than `except` whose message id is `id`.
-    pub fn checkpoint_with_message(&self, id: &str, except: Option<i64>) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached("SELECT id FROM checkpoints WHERE message_id = ?1 AND id IS NOT ?2 ORDER BY id LIMIT 1")
-            .ctx("prepare")?
-            .query_row(params![id, except], |r| r.get(0))
-            .optional()
-            .ctx("read checkpoints")
-    }
-
-    /// The named snapshots, as (name, checkpoint), oldest checkpoint first.
-    pub fn snapshot_names(&self) -> MetaResult<Vec<(String, i64)>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT s.name, s.checkpoint FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint ORDER BY s.checkpoint",
-            )
-            .ctx("prepare")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).ctx("read snapshots")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read snapshots")
-    }
-
     fn record_object_counted(
         &self,
         turn: i64,
@@ -1274,134 +1043,9 @@ impl Meta {
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list changed objects")
     }
 
-    /// Points an object id at a new backing inode (a rewind recreated it).
-    pub fn set_object_handle(&self, id: ObjectId, handle: &[u8]) -> MetaResult<()> {
-        self.conn
-            .execute("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
-            .ctx("release handle")?;
-        self.conn
-            .execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0])
-            .ctx("rebind object")?;
-        Ok(())
-    }
-
-    /// Records a pending file: its chunk list is either `chunks` or that of
-    /// the pre-image record `source` (turn, object).
-    pub fn add_pending(&self, handle: &[u8], hash: &[u8], list: PendingList<'_>, mtime_ns: i64) -> MetaResult<()> {
-        let (chunks, turn, object) = match list {
-            PendingList::Inline(c) => (Some(c), None, None),
-            PendingList::Record(turn, object) => (None, Some(turn), Some(object.0)),
-        };
-        self.atomic(|m| {
-            m.count_lists("SELECT chunks FROM pending WHERE handle = ?1", [handle], -1)?;
-            m.conn
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO pending(handle, content_hash, chunks, source_turn, source_object, mtime_ns) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .and_then(|mut s| s.execute(params![handle, hash, chunks, turn, object, mtime_ns]))
-                .ctx("record pending content")?;
-            if let Some(list) = chunks {
-                m.count_list(list, 1)?;
-            }
-            Ok(())
-        })
-    }
-
-    pub fn remove_pending(&self, handle: &[u8]) -> MetaResult<()> {
-        self.atomic(|m| {
-            m.count_lists("DELETE FROM pending WHERE handle = ?1 RETURNING chunks", [handle], -1).map(|_| ())
-        })
-    }
-
-    /// Whether the file `handle` waits for its content.
-    pub fn is_pending(&self, handle: &[u8]) -> MetaResult<bool> {
-        self.conn
-            .query_row("SELECT 1 FROM pending WHERE handle = ?1", [handle], |_| Ok(()))
-            .optional()
-            .map(|r| r.is_some())
-            .ctx("read pending content")
-    }
-
     /// Removes every state key starting with `prefix`.
     pub fn remove_states_with_prefix(&self, prefix: &str) -> MetaResult<()> {
         self.conn.execute("DELETE FROM state WHERE substr(key, 1, length(?1)) = ?1", [prefix]).ctx("clear state")?;
-        Ok(())
-    }
-
-    /// Every file still waiting for its content, with its chunk list
-    /// (None: the pre-image record it points at is gone).
-    pub fn all_pending(&self) -> MetaResult<Vec<PendingRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT p.handle, p.content_hash, COALESCE(p.chunks, o.chunks), p.mtime_ns FROM pending p \
-                 LEFT JOIN object_pre o ON o.turn = p.source_turn AND o.object = p.source_object",
-            )
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(PendingRow { handle: r.get(0)?, hash: r.get(1)?, chunks: r.get(2)?, mtime_ns: r.get(3)? })
-            })
-            .ctx("list pending content")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list pending content")
-    }
-
-    /// Notes an intent; returns its id.
-    pub fn begin_intent(&self, i: &Intent) -> MetaResult<i64> {
-        let mut paths = Vec::new();
-        for p in &i.paths {
-            // NUL cannot be in a path: a safe separator.
-            paths.extend_from_slice(p);
-            paths.push(0);
-        }
-        self.conn
-            .execute(
-                "INSERT INTO intents(op, checkpoint, undo_checkpoint, paths, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![i.op.as_str(), i.checkpoint, i.undo_checkpoint, paths, i.started_at],
-            )
-            .ctx("record an intent")?;
-        Ok(self.conn.last_insert_rowid())
-    }
-
-    pub fn end_intent(&self, id: i64) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM intents WHERE id = ?1", [id]).ctx("clear an intent")?;
-        Ok(())
-    }
-
-    /// Intents not ended, oldest first.
-    pub fn open_intents(&self) -> MetaResult<Vec<Intent>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, op, checkpoint, undo_checkpoint, paths, started_at FROM intents ORDER BY id")
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([], |r| {
-                let op: String = r.get(1)?;
-                let paths: Option<Vec<u8>> = r.get(4)?;
-                Ok((r.get(0)?, op, r.get(2)?, r.get(3)?, paths.unwrap_or_default(), r.get(5)?))
-            })
-            .ctx("list intents")?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, op, checkpoint, undo_checkpoint, paths, started_at): (i64, String, i64, i64, Vec<u8>, i64) =
-                row.ctx("list intents")?;
-            let op = match op.as_str() {
-                "rewind" => IntentOp::Rewind,
-                "restore" => IntentOp::Restore,
-                _ => return Err(MetaError::Malformed { what: "intent (unknown operation)" }),
-            };
-            let paths = paths.split(|b| *b == 0).filter(|p| !p.is_empty()).map(<[u8]>::to_vec).collect();
-            out.push(Intent { id, op, checkpoint, undo_checkpoint, paths, started_at });
-        }
-        Ok(out)
-    }
-
-    /// Sets the label of a checkpoint.
-    pub fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
-        self.conn
-            .execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint])
-            .ctx("label checkpoint")?;
         Ok(())
     }
 
@@ -1422,120 +1066,6 @@ impl Meta {
             .ctx("prepare")?;
         let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
         rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
-    }
-
-    /// Where the changes of `turn` are in the tree at its end: `Some`
-    /// paths (encoded by `encode_paths`), or `None` when only a walk of the
-    /// whole tree can tell. Set when the turn is sealed.
-    pub fn set_turn_paths(&self, turn: i64, paths: Option<&[u8]>) -> MetaResult<()> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO turn_summaries(turn, paths) VALUES (?1, ?2)
-                 ON CONFLICT(turn) DO UPDATE SET paths = excluded.paths",
-            )
-            .ctx("prepare")?
-            .execute(params![turn, paths])
-            .ctx("record where a turn's changes are")?;
-        Ok(())
-    }
-
-    /// The paths recorded by `set_turn_paths` (`None`: no row, or the
-    /// whole tree).
-    pub fn turn_paths(&self, turn: i64) -> MetaResult<Option<Vec<u8>>> {
-        self.conn
-            .prepare_cached("SELECT paths FROM turn_summaries WHERE turn = ?1")
-            .ctx("prepare")?
-            .query_row([turn], |r| r.get::<_, Option<Vec<u8>>>(0))
-            .optional()
-            .map(Option::flatten)
-            .ctx("read where a turn's changes are")
-    }
-
-    /// Stores a sealed turn's statistics.
-    pub fn set_turn_stats(&self, turn: i64, stats: &TurnStats) -> MetaResult<()> {
-        self.transaction(|m| {
-            m.conn
-                .prepare_cached(
-                    "INSERT INTO turn_summaries(turn, files_added, files_modified, files_deleted,
-                         lines_added, lines_removed) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT(turn) DO UPDATE SET files_added = excluded.files_added,
-                         files_modified = excluded.files_modified, files_deleted = excluded.files_deleted,
-                         lines_added = excluded.lines_added, lines_removed = excluded.lines_removed",
-                )
-                .ctx("prepare")?
-                .execute(params![
-                    turn,
-                    stats.files_added as i64,
-                    stats.files_modified as i64,
-                    stats.files_deleted as i64,
-                    stats.lines_added as i64,
-                    stats.lines_removed as i64
-                ])
-                .ctx("store turn statistics")?;
-            m.conn.execute("DELETE FROM turn_programs WHERE turn = ?1", [turn]).ctx("store turn statistics")?;
-            let mut insert = m
-                .conn
-                .prepare_cached("INSERT INTO turn_programs(turn, program, records) VALUES (?1, ?2, ?3)")
-                .ctx("prepare")?;
-            for (program, n) in &stats.programs {
-                insert.execute(params![turn, program, *n as i64]).ctx("store turn statistics")?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Every stored turn's statistics, by turn.
-    pub fn turn_stats(&self) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
-        self.stored_turn_stats(None)
-    }
-
-    /// One turn's stored statistics, if computed.
-    pub fn turn_stats_of(&self, turn: i64) -> MetaResult<Option<TurnStats>> {
-        Ok(self.stored_turn_stats(Some(turn))?.remove(&turn))
-    }
-
-    fn stored_turn_stats(&self, only: Option<i64>) -> MetaResult<std::collections::HashMap<i64, TurnStats>> {
-        let mut out = std::collections::HashMap::new();
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT turn, files_added, files_modified, files_deleted, lines_added, lines_removed
-                 FROM turn_summaries WHERE files_added IS NOT NULL AND (?1 IS NULL OR turn = ?1)",
-            )
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([only], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    TurnStats {
-                        files_added: r.get::<_, i64>(1)? as u64,
-                        files_modified: r.get::<_, i64>(2)? as u64,
-                        files_deleted: r.get::<_, i64>(3)? as u64,
-                        lines_added: r.get::<_, i64>(4)? as u64,
-                        lines_removed: r.get::<_, i64>(5)? as u64,
-                        programs: Default::default(),
-                    },
-                ))
-            })
-            .ctx("read turn statistics")?;
-        for row in rows {
-            let (turn, stats) = row.ctx("read turn statistics")?;
-            out.insert(turn, stats);
-        }
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT turn, program, records FROM turn_programs WHERE ?1 IS NULL OR turn = ?1")
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([only], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))
-            .ctx("read turn statistics")?;
-        for row in rows {
-            let (turn, program, n) = row.ctx("read turn statistics")?;
-            if let Some(s) = out.get_mut(&turn) {
-                s.programs.insert(program, n as u64);
-            }
-        }
-        Ok(out)
     }
 
     /// How many records each program caused in a turn.
@@ -1630,13 +1160,6 @@ impl Meta {
             })
             .ctx("list record coverage")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list record coverage")
-    }
-
-    /// Every object row: (id, handle).
-    pub fn object_handles(&self) -> MetaResult<Vec<(ObjectId, Option<Vec<u8>>)>> {
-        let mut stmt = self.conn.prepare("SELECT id, handle FROM objects").ctx("prepare")?;
-        let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list objects")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list objects")
     }
 
     /// Entry records naming a directory that has no object row: (turn, dir, name).
@@ -1838,8 +1361,9 @@ pub fn decode_xattrs(mut b: &[u8]) -> MetaResult<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
-/// A plain file's state of `size` bytes without content, for tests.
-#[cfg(test)]
+/// A plain file's state of `size` bytes without content, for tests and
+/// the areas' kits.
+#[cfg(any(test, feature = "test-kit"))]
 pub(crate) fn test_file_state(size: u64) -> ObjectState {
     ObjectState {
         kind: 1,

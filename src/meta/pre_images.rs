@@ -389,13 +389,7 @@ pub mod kit {
     /// objects and turns, so records collide), applied to `a` and `b`
     /// (both empty), then every query at every turn compared.
     pub fn agrees(a: &dyn PreImages, b: &dyn PreImages, seed: u64) {
-        let mut state_ = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = |n: u64| {
-            state_ ^= state_ << 13;
-            state_ ^= state_ >> 7;
-            state_ ^= state_ << 17;
-            state_ % n
-        };
+        let mut next = crate::meta::kit_random(seed);
         const TURNS: i64 = 8;
         let names: [&[u8]; 3] = [b"a", b"b", b"\xffc"];
         for _ in 0..200 {
@@ -447,28 +441,6 @@ pub mod kit {
                 };
                 assert_eq!(q(a), q(b), "seed {seed}: object {object:?} at {from}");
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_database_passes_the_kit() {
-        kit::run_all(&Meta::open_in_memory().expect("meta"));
-    }
-
-    #[test]
-    fn the_model_passes_the_kit() {
-        kit::run_all(&MemoryPreImages::new());
-    }
-
-    #[test]
-    fn the_database_agrees_with_the_model() {
-        for seed in 1..=30 {
-            kit::agrees(&Meta::open_in_memory().expect("meta"), &MemoryPreImages::new(), seed);
         }
     }
 }

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Checkpoint, Ctx, Meta, MetaError, MetaResult, ObjectId};
+use super::{Checkpoint, Ctx, Meta, MetaError, MetaResult, ObjectId, Objects};
 use crate::store::ChunkId;
 
 /// A checkpoint that was forgotten: what references to it are told.
@@ -87,29 +87,6 @@ impl Merged {
 }
 
 impl Meta {
-    /// Names checkpoint `checkpoint` (the caller has checked the name).
-    pub fn add_snapshot(&self, name: &str, checkpoint: i64, message: Option<&str>, at: i64) -> MetaResult<()> {
-        self.conn
-            .execute(
-                "INSERT INTO snapshots(name, checkpoint, message, created_at) VALUES (?1, ?2, ?3, ?4)",
-                params![name, checkpoint, message, at],
-            )
-            .ctx("name a checkpoint")?;
-        Ok(())
-    }
-
-    /// The checkpoint a snapshot name names.
-    pub fn snapshot(&self, name: &str) -> MetaResult<Option<i64>> {
-        self.conn
-            .prepare_cached(
-                "SELECT s.checkpoint FROM snapshots s JOIN checkpoints c ON c.id = s.checkpoint WHERE s.name = ?1",
-            )
-            .ctx("prepare")?
-            .query_row([name], |r| r.get(0))
-            .optional()
-            .ctx("read snapshot")
-    }
-
     /// A forgotten checkpoint by number or message id.
     pub fn forgotten(&self, reference: &str) -> MetaResult<Option<Forgotten>> {
         let number = reference.parse::<i64>().ok();
@@ -838,11 +815,11 @@ fn changed(c: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::{Checkpoint, ObjectId, ObjectState, PreImages, Reason, test_file_state};
+    use crate::meta::{Checkpoint, Checkpoints, Intents, ObjectId, ObjectState, PreImages, Reason, test_file_state};
     use crate::store::ContentRef;
 
     fn checkpoint(m: &Meta, n: i64) {
-        m.insert_checkpoint(&Checkpoint {
+        m.seal(&Checkpoint {
             checkpoint: n,
             parent: (n > 0).then_some(n - 1),
             message_id: Some(format!("m{n}")),

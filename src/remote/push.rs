@@ -181,7 +181,10 @@ impl Uploader {
 }
 
 fn local_checkpoints(journal: &Journal) -> Vec<i64> {
-    journal.with_meta(|m| m.checkpoints()).map(|cs| cs.iter().map(|c| c.checkpoint).collect()).unwrap_or_default()
+    journal
+        .with_checkpoints(|m| m.checkpoints())
+        .map(|cs| cs.iter().map(|c| c.checkpoint).collect())
+        .unwrap_or_default()
 }
 
 fn status_of(url: &RemoteUrl, state: &State, journal: &Journal) -> RemoteStatus {
@@ -230,7 +233,7 @@ impl Pusher {
             crate::poison::lock(&shared.state, "the uploader's state").pushed = Some(pushed);
             self.head = Some(head);
         }
-        let checkpoints = journal.with_meta(|m| m.checkpoints()).map_err(|e| RemoteError::Refused {
+        let checkpoints = journal.with_checkpoints(|m| m.checkpoints()).map_err(|e| RemoteError::Refused {
             remote: self.url.to_string(),
             what: format!("cannot read the checkpoints: {e}"),
         })?;

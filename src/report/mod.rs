@@ -287,10 +287,10 @@ fn unknown(path: &Path, e: &crate::view::ViewError, out: &mut Vec<FileChange>) -
 /// are computed once and stored (by the daemon right after the seal, or
 /// here when missing); the open turn's are computed each time.
 pub fn log(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
-    let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
+    let checkpoints: Vec<Checkpoint> = journal.with_checkpoints(|m| m.checkpoints())?;
     let current = journal.current_turn();
     let store_now = journal.store().stats()?.stored_bytes as i64;
-    let mut stored = journal.with_meta(|m| m.turn_stats())?;
+    let mut stored = journal.with_turn_stats(|m| m.turn_stats())?;
     let mut out = Vec::new();
     for (i, c) in checkpoints.iter().enumerate() {
         let next = checkpoints.get(i + 1);
@@ -351,15 +351,15 @@ static SUMMARIZING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// that `log` finds them stored.
 pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<TurnStats> {
     let _one_at_a_time = crate::poison::lock(&SUMMARIZING, "the statistics lock");
-    if let Some(stats) = journal.with_meta(|m| m.turn_stats_of(turn))? {
+    if let Some(stats) = journal.with_turn_stats(|m| m.turn_stats_of(turn))? {
         return Ok(stats);
     }
-    let paths = journal.with_meta(|m| m.turn_paths(turn))?.map(|p| decode_paths(&p));
+    let paths = journal.with_turn_stats(|m| m.turn_paths(turn))?.map(|p| decode_paths(&p));
     // The next kept checkpoint: forgotten ones merged their turns into
     // the one before them (`journal/retention.rs`).
-    let next = journal.with_meta(|m| m.first_sealed_after(turn))?.map_or(turn + 1, |(c, _)| c);
+    let next = journal.with_checkpoints(|m| m.first_sealed_after(turn))?.map_or(turn + 1, |(c, _)| c);
     let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(lock, tree, journal, next))?;
-    if let Err(e) = journal.with_meta(|m| m.set_turn_stats(turn, &stats)) {
+    if let Err(e) = journal.with_turn_stats(|m| m.set_turn_stats(turn, &stats)) {
         log::warn!("cannot store the statistics of turn {turn}: {e}");
     }
     Ok(stats)
@@ -554,7 +554,7 @@ fn locate(tree: &LiveTree, journal: &Journal, root: &[u8], id: ObjectId) -> View
     if tree.attic().holds(id) {
         return Ok(Placed::Gone);
     }
-    let handle = journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
+    let handle = journal.with_objects(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
     let Some(handle) = handle else { return Ok(Placed::Gone) };
     let fd = match tree.backing().open_handle(&handle, libc::O_PATH) {
         Ok(fd) => fd,
@@ -633,7 +633,7 @@ pub fn note_sealed_turn(tree: &LiveTree, journal: &Journal) {
         }
     };
     let encoded = paths.as_deref().map(encode_paths);
-    if let Err(e) = journal.with_meta(|m| m.set_turn_paths(turn, encoded.as_deref())) {
+    if let Err(e) = journal.with_turn_stats(|m| m.set_turn_paths(turn, encoded.as_deref())) {
         log::warn!("cannot record where turn {turn} changed the tree: {e}");
     }
 }
@@ -659,7 +659,7 @@ pub struct PathEvent {
 /// object are compared, as before; the way to `path` is taken again in
 /// each one compared (it changes only there).
 pub fn history(lock: Held<'_>, tree: &LiveTree, journal: &Journal, path: &Path) -> ViewResult<Vec<PathEvent>> {
-    let checkpoints: Vec<Checkpoint> = journal.with_meta(|m| m.checkpoints())?;
+    let checkpoints: Vec<Checkpoint> = journal.with_checkpoints(|m| m.checkpoints())?;
     let mut out = Vec::new();
     let mut way = Way::to(&TreeView::live(lock, tree, journal), path)?;
     // Checkpoints from `upto` on are done (their turns are compared).

@@ -184,7 +184,7 @@ fn rewind_batched(
     let mut dir_placements = Vec::new();
     let mut file_placements = Vec::new();
     for p in placements {
-        match journal.with_meta(|m| m.object_kind(p.2))? {
+        match journal.with_objects(|m| m.object_kind(p.2))? {
             Some(k) if k == dir_code => dir_placements.push(p),
             _ => file_placements.push(p),
         }
@@ -307,7 +307,7 @@ impl Rewinder<'_> {
     }
 
     fn handle_of(&self, id: ObjectId) -> Option<FileHandle> {
-        self.journal.with_meta(|m| m.object_handle(id)).ok().flatten().and_then(|h| FileHandle::from_bytes(&h))
+        self.journal.with_objects(|m| m.object_handle(id)).ok().flatten().and_then(|h| FileHandle::from_bytes(&h))
     }
 
     /// An `O_PATH` descriptor of a live object.
@@ -665,7 +665,7 @@ impl Rewinder<'_> {
         // here, leaves its other names there). Only files with too many
         // links come this far, so the attic's slots are listed rarely.
         let listed: HashSet<ObjectId> = moved.iter().copied().collect();
-        moved.extend(self.journal.with_meta(|m| m.attic_objects())?.into_iter().filter(|id| !listed.contains(id)));
+        moved.extend(self.journal.with_objects(|m| m.attic_objects())?.into_iter().filter(|id| !listed.contains(id)));
         each_file_in_attic_dirs(attic, &moved, |dir, name, st| {
             let key = (st.st_dev, st.st_ino);
             let Some((id, left)) = excess.get_mut(&key) else { return Ok(true) };
@@ -852,7 +852,7 @@ impl Rewinder<'_> {
             }
         }
         for turn in self.checkpoint..self.journal.current_turn() {
-            if let Some(paths) = self.journal.with_meta(|m| m.turn_paths(turn))? {
+            if let Some(paths) = self.journal.with_turn_stats(|m| m.turn_paths(turn))? {
                 for path in crate::report::decode_paths(&paths) {
                     index.add_path(self.tree.root_fd(), &path);
                 }

@@ -103,7 +103,7 @@ pub fn unreadable(
         if !seen.insert(id) {
             continue;
         }
-        let handle = journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
+        let handle = journal.with_objects(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
         let node = Node { id: Some(id), handle };
         let (problem, unknown) = match state_or_unknown(&view, &node) {
             Ok(None) => continue,

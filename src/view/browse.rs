@@ -418,11 +418,13 @@ impl Browser {
         let name = name.to_str().ok_or_else(enoent)?;
         // Indexed lookups: a view's first lookup does not read the history.
         let found = if by_message {
-            self.journal.with_meta(|m| m.checkpoint_with_message(name, None))?
+            self.journal.with_checkpoints(|m| m.checkpoint_with_message(name, None))?
         } else {
             match name.parse::<i64>() {
                 // Only the number as listed (`07` names nothing).
-                Ok(n) if n.to_string() == name => self.journal.with_meta(|m| m.checkpoint(n))?.map(|c| c.checkpoint),
+                Ok(n) if n.to_string() == name => {
+                    self.journal.with_checkpoints(|m| m.checkpoint(n))?.map(|c| c.checkpoint)
+                }
                 _ => None,
             }
         };
@@ -473,12 +475,12 @@ impl Browser {
                 out.push(dir_entry("messages".into(), Slot::MessagesDir.into()));
             }
             Slot::CheckpointsDir => {
-                for c in self.journal.with_meta(|m| m.checkpoints())? {
+                for c in self.journal.with_checkpoints(|m| m.checkpoints())? {
                     out.push(dir_entry(c.checkpoint.to_string(), self.checkpoint_root(held, c.checkpoint)?));
                 }
             }
             Slot::MessagesDir => {
-                for c in self.journal.with_meta(|m| m.checkpoints())? {
+                for c in self.journal.with_checkpoints(|m| m.checkpoints())? {
                     // Ids sealed before they were checked may not be names.
                     if let Some(m) = c.message_id.filter(|m| crate::journal::check_message_id(m).is_ok()) {
                         out.push(dir_entry(m, self.checkpoint_root(held, c.checkpoint)?));

@@ -182,7 +182,7 @@ impl<'a> TreeView<'a> {
 
     /// The node of an object by id, with its current handle.
     pub fn node_of_id(&self, id: ObjectId) -> ViewResult<Node> {
-        let handle = self.journal.with_meta(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
+        let handle = self.journal.with_objects(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
         Ok(Node { id: Some(id), handle })
     }
 

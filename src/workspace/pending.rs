@@ -143,7 +143,7 @@ impl<'a> Settler<'a> {
     /// during a settle resumes here).
     pub fn load(&self) -> Res<usize> {
         let Some(journal) = self.journal else { return Ok(0) };
-        let rows = journal.with_meta(|m| m.all_pending()).map_err(eio("cannot read pending files"))?;
+        let rows = journal.with_intents(|m| m.all_pending()).map_err(eio("cannot read pending files"))?;
         let mut map = self.pending_map();
         for row in rows {
             let Some(chunks) = row.chunks else {

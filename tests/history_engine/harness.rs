@@ -621,7 +621,7 @@ impl Runner {
         let listed: Vec<i64> = self
             .ws()
             .journal()
-            .with_meta(|m| m.checkpoints())
+            .with_checkpoints(|m| m.checkpoints())
             .or_else(|e| fail(what, e.to_string()))?
             .iter()
             .map(|c| c.checkpoint)
@@ -784,7 +784,7 @@ impl Runner {
         let fresh = self
             .ws()
             .journal()
-            .with_meta(|m| m.checkpoints())
+            .with_checkpoints(|m| m.checkpoints())
             .or_else(|e| fail(what, e.to_string()))?
             .into_iter()
             .filter(|c| c.checkpoint > newest)
