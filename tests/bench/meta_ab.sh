@@ -3,9 +3,12 @@
 # rewindfs builds against native ext4 (docs/benchmarks.md).
 #
 #   tests/bench/meta_ab.sh syscalls BIN [N] [same|sealed]
-#       strace -c -f of the daemon per phase of N files (default 2000);
-#       `--auto-turn 0`, and with `sealed` a `rewindfs turn` before each
-#       phase (the files were made in an earlier turn), else one turn
+#       strace -f of the daemon per phase of N files (default 2000), calls
+#       per file: those of the threads that answer FUSE requests (fuser-*,
+#       fuse-ring-*: the request's own cost), then the rest (background
+#       threads: turn statistics, settler); `--auto-turn 0`, and with
+#       `sealed` a `rewindfs turn` before each phase (the files were made
+#       in an earlier turn), else one turn
 #   tests/bench/meta_ab.sh ab ROUNDS N BIN...     alternating rounds: native, then each BIN
 #
 # Each round (and each syscall count) uses a fresh workspace, store and
@@ -72,18 +75,26 @@ syscalls)
             REWINDFS_RUNTIME_DIR=$r/rt "$bin" turn -C "$r/mnt" >/dev/null
         fi
         drop
-        strace -c -f -p "$pid" -o "$r/$ph.sc" 2>/dev/null &
+        strace -f -qq -p "$pid" -o "$r/$ph.trace" 2>/dev/null &
         sp=$!
         sleep 1
         "$S" "$ph" "$r/mnt" "$n" 100 >/dev/null
         sleep 0.5
         kill -INT "$sp"
         wait "$sp" 2>/dev/null || true
-        # calls column of the summary, per file
+        # thread id -> request thread or not, by the thread's name
+        for t in /proc/"$pid"/task/*; do
+            case $(cat "$t/comm") in fuser-* | fuse-ring-*) echo "${t##*/} 1" ;; *) echo "${t##*/} 0" ;; esac
+        done >"$r/threads"
+        # one line per call (a call strace split shows as "<... resumed>" too)
         awk -v n="$n" -v ph="$ph" -v turns="$turns" '
-            $1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { calls[$NF] = $4; sum += $4 }
-            END { printf "%s (%s): %.1f calls/file:", ph, turns, sum / n;
-                  for (k in calls) if (calls[k] / n >= 0.05) printf " %s %.2f", k, calls[k] / n; print "" }' "$r/$ph.sc"
+            FNR == NR { req[$1] = $2; next }
+            $2 ~ /^[a-z_0-9]+\(/ { c = $2; sub(/\(.*/, "", c)
+                if (req[$1]) { calls[c]++; sum++ } else { bg++ } }
+            END { printf "%s (%s): %.1f calls/file answering requests:", ph, turns, sum / n;
+                  for (k in calls) if (calls[k] / n >= 0.05) printf " %s %.2f", k, calls[k] / n;
+                  printf "; background threads %.1f\n", bg / n }' "$r/threads" "$r/$ph.trace"
+        rm -f "$r/$ph.trace"
     done
     unmount_ws "$bin" "$r"
     ;;
@@ -108,7 +119,7 @@ ab)
     done
     ;;
 *)
-    sed -n '2,14p' "$0"
+    sed -n '2,17p' "$0"
     exit 2
     ;;
 esac
