@@ -25,7 +25,7 @@ use crate::sys::FileHandle;
 use crate::workspace::attic::Attic;
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr};
 use crate::workspace::backing::{self, Backing, FsStats, XattrReply, backing_open_flags, give_to_caller};
-use crate::workspace::capture::{Capture, Recorder, Recording, note_born};
+use crate::workspace::capture::{Capture, Named, Recorder, Recording, note_born};
 use crate::workspace::objects::ObjectTable;
 use crate::workspace::open_files::{DirEntry, Fh, OpenFile, OpenFiles};
 use crate::workspace::pending::{PendingSet, Settler};
@@ -253,18 +253,29 @@ impl LiveTree {
 
     /// Stats `name` in `dir` and registers it. Counts a kernel lookup.
     fn entry_at(&self, dir: BorrowedFd<'_>, name: &OsStr, count_lookup: bool) -> Res<Attr> {
+        Ok(self.entry_and_handle_at(dir, name, count_lookup)?.0)
+    }
+
+    /// As `entry_at`, with the object's handle.
+    fn entry_and_handle_at(&self, dir: BorrowedFd<'_>, name: &OsStr, count_lookup: bool) -> Res<(Attr, FileHandle)> {
         let (st, handle) = backing::stat_at(dir, name)?;
         let kind = Kind::from_mode(st.st_mode);
         let mut attr = Attr::from_stat(Ino(0), &st);
         self.pending.with_mtime(&handle, &mut attr);
-        attr.ino = self.objects.intern(handle, st.st_ino, kind, count_lookup);
-        Ok(attr)
+        attr.ino = self.objects.intern(handle.clone(), st.st_ino, kind, count_lookup);
+        Ok((attr, handle))
     }
 
     /// The inode number of an existing name, without counting a lookup.
     fn peek(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<(Ino, Attr)> {
         let attr = self.entry_at(dir, name, false)?;
         Ok((attr.ino, attr))
+    }
+
+    /// The attributes and handle of an existing name, without counting a
+    /// lookup: what recording a change to it needs to know.
+    fn peek_object(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<(Attr, FileHandle)> {
+        self.entry_and_handle_at(dir, name, false)
     }
 
     /// The attributes of `name` in `parent`, if it exists, without the
@@ -432,14 +443,16 @@ impl LiveTree {
 
     pub fn unlink(&self, parent: Ino, name: &OsStr, caller: Caller) -> Res<()> {
         let dir = self.dir(parent)?;
-        let (_, victim) = self.peek(dir.as_fd(), name)?;
+        let (victim, handle) = self.peek_object(dir.as_fd(), name)?;
         if victim.kind == Kind::Dir {
             return Err(Errno(libc::EISDIR));
         }
         let rec = self.recording()?;
         if let Some(r) = &rec {
-            r.capture().entry_in(&dir, name, caller)?;
-            let last = backing::is_last_link(dir.as_fd(), name);
+            // The `stat` above answers for the name: the kernel holds the
+            // directory and the file locked for the whole request.
+            r.capture().entry_known(&dir, name, Named::Object(&handle, victim.kind), caller)?;
+            let last = victim.nlink <= 1;
             if last && self.take_born(r, victim.ino) {
                 // Created in this turn and now gone: no checkpoint ever had
                 // it (build temporaries, editor swap files), nothing to keep.
@@ -453,7 +466,7 @@ impl LiveTree {
             // Moved to the attic, the object keeps its attributes, xattrs
             // and bytes: history reads them there, nothing to copy.
             let oid = if last && self.attic.exists() {
-                r.capture().object_id_named(dir.as_fd(), name)?
+                Some(r.capture().object_id_of(&handle, victim.kind)?)
             } else {
                 r.capture().named(dir.as_fd(), name, last, caller)?
             };
@@ -502,16 +515,18 @@ impl LiveTree {
         // a replaced object are skipped).
         let mut target_free = false;
         if let Some(r) = &_rec {
-            // One record per name touched; the moved object (and a whole
-            // directory tree under it) keeps its identity.
-            r.capture().entry_in(&from, name, caller)?;
-            r.capture().entry_in(&to, new_name, caller)?;
-            let plain = flags.is_empty();
             let target = backing::name_state(to.as_fd(), new_name)?;
             target_free = target.is_none();
+            // One record per name touched; the moved object (and a whole
+            // directory tree under it) keeps its identity. A new name the
+            // `stat` above found free needs no second look.
+            r.capture().entry_in(&from, name, caller)?;
+            let new_named = if target_free { Named::Absent } else { Named::Unknown };
+            r.capture().entry_known(&to, new_name, new_named, caller)?;
+            let plain = flags.is_empty();
             if plain && target == Some(true) {
                 let source = self.peek(from.as_fd(), name)?.1;
-                let victim = self.peek(to.as_fd(), new_name)?.1;
+                let (victim, victim_handle) = self.peek_object(to.as_fd(), new_name)?;
                 // A file created in this turn and replaced in it (a temp
                 // file renamed over another) was never in a checkpoint: the
                 // plain rename below may drop it.
@@ -523,7 +538,7 @@ impl LiveTree {
                 let oid = if unseen {
                     None
                 } else if movable {
-                    r.capture().object_id_named(to.as_fd(), new_name)?
+                    Some(r.capture().object_id_of(&victim_handle, victim.kind)?)
                 } else {
                     r.capture().named(to.as_fd(), new_name, true, caller)?
                 };
