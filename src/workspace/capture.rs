@@ -237,8 +237,18 @@ impl<'a> Capture<'a> {
     }
 
     /// The object id of `name` in `dir`, if it exists (nothing recorded
-    /// but the id).
+    /// but the id). An object the journal knows costs one
+    /// `name_to_handle_at`; one it does not is opened, so that its handle
+    /// and its kind are those of one inode.
     pub(crate) fn object_id_named(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<ObjectId>> {
+        let handle = match backing::handle_at(dir, name) {
+            Ok(h) => h,
+            Err(e) if e == Errno::ENOENT => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if let Some(id) = self.journal.known_object_id(&handle).map_err(refused)? {
+            return Ok(Some(id));
+        }
         let Some(fd) = open_named(dir, name)? else { return Ok(None) };
         let st = rustix::fs::fstat(&fd)?;
         Ok(Some(self.object_id_of_fd(fd.as_fd(), Kind::from_mode(st.st_mode))?))
