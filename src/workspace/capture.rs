@@ -141,9 +141,9 @@ impl<'a> Recording<'a> {
     }
 
     /// Before creating `name`: records that it did not exist (and the
-    /// directory's attributes).
-    pub(crate) fn new_name(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<()> {
-        self.capture().entry_in(dir, name, caller)
+    /// directory's attributes); `named` what the caller knows of it.
+    pub(crate) fn new_name(&self, dir: &Dir, name: &OsStr, named: Named<'_>, caller: Caller) -> Res<()> {
+        self.capture().entry_known(dir, name, named, caller)
     }
 
     /// Before removing `name`: records what it was, and the object itself.

@@ -69,6 +69,20 @@ pub struct LiveTree {
     /// the turn they were created in: they have no `security.capability`
     /// (see `getxattr`).
     uncapable: Mutex<HashMap<Ino, (Fh, Option<i64>)>>,
+    /// Names a lookup found absent (see `LiveTree::known_absent`).
+    absent: Mutex<AbsentNames>,
+}
+
+/// How many absent names to remember at most: a compiler looks up many
+/// names that do not exist, and few of them are then created.
+const ABSENT_NAMES: usize = 4096;
+
+/// The names the kernel looked up and the backing directory did not
+/// hold, in turn `turn` (taken before the lookup's `stat`).
+#[derive(Debug, Default)]
+struct AbsentNames {
+    turn: i64,
+    names: std::collections::HashSet<(Ino, OsString)>,
 }
 
 fn check_name(name: &OsStr) -> Res<()> {
@@ -133,6 +147,7 @@ impl LiveTree {
             pending: PendingSet::default(),
             open: OpenFiles::default(),
             uncapable: Mutex::default(),
+            absent: Mutex::default(),
         })
     }
 
@@ -308,7 +323,40 @@ impl LiveTree {
             return Err(Errno(libc::ENAMETOOLONG));
         }
         let dir = self.dir(parent)?;
-        self.entry_at(dir.as_fd(), name, true)
+        let turn = self.turn();
+        let found = self.entry_at(dir.as_fd(), name, true);
+        if let (Err(e), Some(turn)) = (&found, turn)
+            && *e == Errno::ENOENT
+        {
+            let mut absent = self.absent();
+            if absent.turn != turn || absent.names.len() >= ABSENT_NAMES {
+                absent.names.clear();
+                absent.turn = turn;
+            }
+            absent.names.insert((parent, name.to_os_string()));
+        }
+        found
+    }
+
+    fn absent(&self) -> std::sync::MutexGuard<'_, AbsentNames> {
+        crate::poison::lock(&self.absent, "the absent names")
+    }
+
+    /// Whether a lookup in the current turn found `name` absent from
+    /// `parent` (forgotten as it is asked: the request that asks is about
+    /// to create the name). The kernel sends a create (or a rename to a
+    /// new name) after a lookup that found nothing, holding the directory
+    /// locked from the lookup on. Recorded before a creation, such a
+    /// lookup says what the name was at the checkpoint as well as a `stat`
+    /// now would: it was absent in this turn, and a name no change of this
+    /// turn has recorded (the caller asks only then, `Journal::needs_entry`)
+    /// was absent at the checkpoint too. What a request does with the name
+    /// now still fails if it exists after all (`O_EXCL`, `EEXIST` of
+    /// `mkdirat`, `RENAME_NOREPLACE`).
+    fn known_absent(&self, parent: Ino, name: &OsStr) -> bool {
+        let Some(turn) = self.turn() else { return false };
+        let mut absent = self.absent();
+        absent.turn == turn && absent.names.remove(&(parent, name.to_os_string()))
     }
 
     pub fn forget(&self, ino: Ino, n: u64) {
@@ -362,7 +410,7 @@ impl LiveTree {
     pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, rdev: u32, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(&dir, name, caller)?;
+        let _rec = self.record_new_name(parent, &dir, name, caller)?;
         let kind = rustix::fs::FileType::from_raw_mode(mode);
         rustix::fs::mknodat(dir.as_fd(), name, kind, Mode::from_raw_mode(mode & 0o7777), rdev as u64)?;
         undo_creation_on_failure(dir.as_fd(), name, false, || {
@@ -377,7 +425,7 @@ impl LiveTree {
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let rec = self.record_new_name(&dir, name, caller)?;
+        let rec = self.record_new_name(parent, &dir, name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
         undo_creation_on_failure(dir.as_fd(), name, true, || {
             give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
@@ -393,7 +441,7 @@ impl LiveTree {
     pub fn symlink(&self, parent: Ino, name: &OsStr, target: &OsStr, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(&dir, name, caller)?;
+        let _rec = self.record_new_name(parent, &dir, name, caller)?;
         rustix::fs::symlinkat(target, dir.as_fd(), name)?;
         undo_creation_on_failure(dir.as_fd(), name, false, || {
             give_to_caller(dir.as_fd(), name, caller, None)?;
@@ -408,7 +456,7 @@ impl LiveTree {
         check_new_name(new_parent, new_name)?;
         let src = self.open_path(ino)?;
         let dir = self.dir(new_parent)?;
-        let _rec = self.record_new_name(&dir, new_name, caller)?;
+        let _rec = self.record_new_name(new_parent, &dir, new_name, caller)?;
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
         }
@@ -506,23 +554,47 @@ impl LiveTree {
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
         let flags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
-        let _rec = self.recording()?;
+        let rec = self.recording()?;
+        // A plain rename to a name a lookup of this turn found free (the
+        // common case) neither looks at the name again nor checks for an
+        // object it replaces: `RENAME_NOREPLACE` makes sure, and the rename
+        // is done the long way if the name was taken after all.
+        let free = flags.is_empty() && rec.is_some() && self.known_absent(new_parent, new_name);
+        if free && self.rename_with((&from, name), (&to, new_name), flags, caller, rec.as_ref(), true)? {
+            return Ok(());
+        }
+        self.rename_with((&from, name), (&to, new_name), flags, caller, rec.as_ref(), false)?;
+        Ok(())
+    }
+
+    /// The rename of `name` in `from` to `new_name` in `to`, recorded with
+    /// `rec`. With `assume_free` the new name is taken for free, and
+    /// `Ok(false)` says it was not (nothing was renamed).
+    fn rename_with(
+        &self,
+        (from, name): (&Dir, &OsStr),
+        (to, new_name): (&Dir, &OsStr),
+        flags: RenameFlags,
+        caller: Caller,
+        rec: Option<&Recording<'_>>,
+        assume_free: bool,
+    ) -> Res<bool> {
         // The replaced file when `take_born` forgot it (given back if the
         // rename fails).
         let mut born_taken = None;
         // Whether the new name is known to be free (renames to a new name
         // are the common case: then nothing is replaced and the checks for
         // a replaced object are skipped).
-        let mut target_free = false;
-        if let Some(r) = &_rec {
-            let target = backing::name_state(to.as_fd(), new_name)?;
+        let mut target_free = assume_free;
+        if let Some(r) = rec {
+            let target = if assume_free { None } else { backing::name_state(to.as_fd(), new_name)? };
             target_free = target.is_none();
             // One record per name touched; the moved object (and a whole
-            // directory tree under it) keeps its identity. A new name the
-            // `stat` above found free needs no second look.
-            r.capture().entry_in(&from, name, caller)?;
+            // directory tree under it) keeps its identity. A new name found
+            // free needs no second look.
+            r.capture().entry_in(from, name, caller)?;
             let new_named = if target_free { Named::Absent } else { Named::Unknown };
-            r.capture().entry_known(&to, new_name, new_named, caller)?;
+            r.capture().entry_known(to, new_name, new_named, caller)?;
             let plain = flags.is_empty();
             if plain && target == Some(true) {
                 let source = self.peek(from.as_fd(), name)?.1;
@@ -570,7 +642,7 @@ impl LiveTree {
                         return Err(e);
                     }
                     self.note_removed(victim);
-                    return Ok(());
+                    return Ok(true);
                 }
             } else if !flags.contains(RenameFlags::EXCHANGE) && !target_free {
                 // A replaced file with other names loses one: its link
@@ -584,8 +656,12 @@ impl LiveTree {
         } else {
             self.peek(to.as_fd(), new_name).ok().map(|(_, a)| a)
         };
+        let flags = if assume_free { flags | RenameFlags::NOREPLACE } else { flags };
         if let Err(e) = rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, flags) {
-            if let (Some(r), Some(ino)) = (&_rec, born_taken) {
+            if assume_free && e == rustix::io::Errno::EXIST {
+                return Ok(false);
+            }
+            if let (Some(r), Some(ino)) = (rec, born_taken) {
                 self.give_born_back(r, ino);
             }
             return Err(e.into());
@@ -598,7 +674,7 @@ impl LiveTree {
                 self.note_removed(victim);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     pub fn open(&self, ino: Ino, flags: i32, caller: Caller) -> Res<(Fh, Arc<OpenFile>)> {
@@ -625,7 +701,7 @@ impl LiveTree {
     pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<Created> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(&dir, name, caller)?;
+        let _rec = self.record_new_name(parent, &dir, name, caller)?;
         let oflags = backing_open_flags(flags) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let fd = rustix::fs::openat(dir.as_fd(), name, oflags, Mode::from_raw_mode(mode & 0o7777))?;
         let (st, handle) = undo_creation_on_failure(dir.as_fd(), name, false, || {
@@ -647,12 +723,14 @@ impl LiveTree {
         Ok((Attr::from_stat(ino, &st), fh, open))
     }
 
-    /// Before creating `name`: records that it did not exist (and the
-    /// directory's attributes). Returns the gate to hold while creating.
-    fn record_new_name(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
+    /// Before creating `name` in `parent`: records that it did not exist
+    /// (and the directory's attributes). Returns the gate to hold while
+    /// creating.
+    fn record_new_name(&self, parent: Ino, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
         let rec = self.recording()?;
         if let Some(r) = &rec {
-            r.new_name(dir, name, caller)?;
+            let named = if self.known_absent(parent, name) { Named::Absent } else { Named::Unknown };
+            r.new_name(dir, name, named, caller)?;
         }
         Ok(rec)
     }
