@@ -373,6 +373,12 @@ pub struct ShowArgs {
     pub checkpoint: String,
     /// An empty directory to mount the view on.
     pub mountpoint: PathBuf,
+    /// Serve the view in this process until it is unmounted (Ctrl-C), for
+    /// a workspace that is not mounted. Without it, a process of its own
+    /// serves such a view in the background; a mounted workspace's daemon
+    /// serves its views.
+    #[arg(long)]
+    pub foreground: bool,
 }
 
 /// Selects the mount and output format.
