@@ -268,17 +268,16 @@ impl LiveTree {
 
     /// Stats `name` in `dir` and registers it. Counts a kernel lookup.
     fn entry_at(&self, dir: BorrowedFd<'_>, name: &OsStr, count_lookup: bool) -> Res<Attr> {
-        Ok(self.entry_and_handle_at(dir, name, count_lookup)?.0)
+        let (st, handle) = backing::stat_at(dir, name)?;
+        Ok(self.register(&st, handle, count_lookup))
     }
 
-    /// As `entry_at`, with the object's handle.
-    fn entry_and_handle_at(&self, dir: BorrowedFd<'_>, name: &OsStr, count_lookup: bool) -> Res<(Attr, FileHandle)> {
-        let (st, handle) = backing::stat_at(dir, name)?;
-        let kind = Kind::from_mode(st.st_mode);
-        let mut attr = Attr::from_stat(Ino(0), &st);
+    /// The attributes of a stat'ed object, numbered.
+    fn register(&self, st: &rustix::fs::Stat, handle: FileHandle, count_lookup: bool) -> Attr {
+        let mut attr = Attr::from_stat(Ino(0), st);
         self.pending.with_mtime(&handle, &mut attr);
-        attr.ino = self.objects.intern(handle.clone(), st.st_ino, kind, count_lookup);
-        Ok((attr, handle))
+        attr.ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), count_lookup);
+        attr
     }
 
     /// The inode number of an existing name, without counting a lookup.
@@ -290,7 +289,8 @@ impl LiveTree {
     /// The attributes and handle of an existing name, without counting a
     /// lookup: what recording a change to it needs to know.
     fn peek_object(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<(Attr, FileHandle)> {
-        self.entry_and_handle_at(dir, name, false)
+        let (st, handle) = backing::stat_at(dir, name)?;
+        Ok((self.register(&st, handle.clone(), false), handle))
     }
 
     /// The attributes of `name` in `parent`, if it exists, without the

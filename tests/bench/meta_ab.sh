@@ -10,12 +10,14 @@
 #       `sealed` a `rewindfs turn` before each phase (the files were made
 #       in an earlier turn), else one turn
 #   tests/bench/meta_ab.sh ab ROUNDS N BIN...     alternating rounds: native, then each BIN
+#       (a BIN named `nullfs` is tests/bench/nullfs.rs, the FUSE floor:
+#       `cargo build --release --example nullfs`, mounted with `--uring`)
 #
 # Each round (and each syscall count) uses a fresh workspace, store and
 # mount (`--transport uring`; `ab` keeps the default `--auto-turn 5`, as
-# tests/bench/run.sh), phases create/stat/rename of
+# tests/bench/run.sh), phases create/stat/rename/delete of
 # tests/bench/smallfiles.c over N files, caches dropped before each phase.
-# `ab` prints one line per run: label, the three phase times (s), each
+# `ab` prints one line per run: label, the four phase times (s), each
 # followed for a mount by the daemon's CPU time in it (ms, all threads),
 # and the 1-minute load when it ended; the order of the binaries rotates by one
 # place per round. Needs root. Scratch: $WORK (default
@@ -55,7 +57,7 @@ cpu_ms() {
 # changes much less than the wall time).
 phases() {
     local dir=$1 n=$2 pid=${3:-} out="" c0
-    for ph in create stat rename; do
+    for ph in create stat rename delete; do
         drop
         c0=$(cpu_ms "$pid")
         out="$out $ph=$("$S" "$ph" "$dir" "$n" 100)"
@@ -112,6 +114,17 @@ ab)
             b=${bins[$(((i + j) % ${#bins[@]}))]}
             r=$WORK/ab
             rm -rf "$r"
+            if [ "$(basename "$b")" = nullfs ]; then
+                mkdir -p "$r/mnt"
+                "$b" "$r/mnt" --uring &
+                pid=$!
+                until mountpoint -q "$r/mnt"; do sleep 0.1; done
+                echo "$b$(phases "$r/mnt" "$n" "$pid") load $(load)"
+                fusermount3 -u "$r/mnt"
+                wait "$pid" || true
+                rm -rf "$r"
+                continue
+            fi
             pid=$(mount_ws "$b" "$r")
             echo "$b$(phases "$r/mnt" "$n" "$pid") load $(load)"
             unmount_ws "$b" "$r"
@@ -119,7 +132,7 @@ ab)
     done
     ;;
 *)
-    sed -n '2,17p' "$0"
+    sed -n '2,19p' "$0"
     exit 2
     ;;
 esac
