@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -526,6 +527,9 @@ pub struct Journal {
     seal_times: Mutex<HashMap<i64, i64>>,
     /// Why the journal takes no more changes (`fail`), if it stopped.
     failure: Mutex<Option<String>>,
+    /// `Inner::turn`, readable without the journal's lock (a lookup asks
+    /// it; set under the lock and the exclusive gate, as `Inner::turn`).
+    turn_now: AtomicI64,
 }
 
 impl std::fmt::Debug for Journal {
@@ -671,6 +675,7 @@ impl Journal {
             content_lock: Mutex::new(()),
             seal_times: Mutex::new(HashMap::new()),
             failure: Mutex::new(None),
+            turn_now: AtomicI64::new(turn),
         }
     }
 
@@ -927,7 +932,7 @@ impl Journal {
     }
 
     pub fn current_turn(&self) -> i64 {
-        self.lock().turn
+        self.turn_now.load(Ordering::Acquire)
     }
 
     /// Stops taking changes: a part of the daemon the history depends on
@@ -1350,6 +1355,7 @@ impl Journal {
             // now on would be recorded in the sealed turn.
             let durable = inner.meta.sync();
             inner.turn = next;
+            self.turn_now.store(next, Ordering::Release);
             inner.entries_done.clear();
             inner.named_done.clear();
             inner.meta_done.clear();

@@ -358,7 +358,14 @@ pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal,
     // The next kept checkpoint: forgotten ones merged their turns into
     // the one before them (`journal/retention.rs`).
     let next = journal.with_checkpoints(|m| m.first_sealed_after(turn))?.map_or(turn + 1, |(c, _)| c);
-    let stats = turn_stats(tree, journal, turn, paths, &TreeView::at(lock, tree, journal, next))?;
+    // Each query of the view folds the journal log first. Right after a
+    // seal the next turn's changes arrive meanwhile, one or two records per
+    // fold: alone, each fold would be a commit of its own (a WAL write and
+    // the log emptied, for every change the agent makes while the summary
+    // runs). In one batch they are savepoints of one transaction, as
+    // durable (`Journal::batched`).
+    let stats =
+        journal.batched(|| turn_stats(tree, journal, turn, paths, &TreeView::at(lock, tree, journal, next)))??;
     if let Err(e) = journal.with_turn_stats(|m| m.set_turn_stats(turn, &stats)) {
         log::warn!("cannot store the statistics of turn {turn}: {e}");
     }

@@ -57,6 +57,17 @@ pub(crate) struct Recording<'a> {
     _gate: crate::journal::Gate<'a>,
 }
 
+/// What a caller already knows of a name whose entry it records.
+#[derive(Clone, Copy)]
+pub(crate) enum Named<'h> {
+    /// Nothing: the name is looked up.
+    Unknown,
+    /// The name does not exist.
+    Absent,
+    /// The name refers to the object with this handle, of this kind.
+    Object(&'h FileHandle, Kind),
+}
+
 /// Records pre-images into one journal. Files whose bytes are still in the
 /// store (`pending`) are recorded with the content they will receive.
 #[derive(Clone, Copy)]
@@ -130,9 +141,9 @@ impl<'a> Recording<'a> {
     }
 
     /// Before creating `name`: records that it did not exist (and the
-    /// directory's attributes).
-    pub(crate) fn new_name(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<()> {
-        self.capture().entry_in(dir, name, caller)
+    /// directory's attributes); `named` what the caller knows of it.
+    pub(crate) fn new_name(&self, dir: &Dir, name: &OsStr, named: Named<'_>, caller: Caller) -> Res<()> {
+        self.capture().entry_known(dir, name, named, caller)
     }
 
     /// Before removing `name`: records what it was, and the object itself.
@@ -180,29 +191,64 @@ impl<'a> Capture<'a> {
     /// does not exist), plus the directory's own attributes, before the
     /// first change to that name in this turn.
     pub(crate) fn entry(&self, dir: BorrowedFd<'_>, name: &OsStr, caller: Caller) -> Res<()> {
-        self.entry_with(dir, &handle_of_fd(dir)?, name, caller)
+        self.entry_with(dir, &handle_of_fd(dir)?, name, Named::Unknown, caller)
     }
 
     /// As `entry`, for a directory of the live tree, whose handle is known
     /// from the lookup that numbered it: one `name_to_handle_at` fewer.
     pub(crate) fn entry_in(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<()> {
-        self.entry_with(dir.as_fd(), &dir.handle, name, caller)
+        self.entry_with(dir.as_fd(), &dir.handle, name, Named::Unknown, caller)
     }
 
-    fn entry_with(&self, dir: BorrowedFd<'_>, dir_handle: &FileHandle, name: &OsStr, caller: Caller) -> Res<()> {
+    /// As `entry_in`, with what `name` refers to already known to the
+    /// caller from a `stat` of it in the same request (the kernel holds
+    /// the directory locked for the whole request, so it still holds):
+    /// nothing more is asked of the backing filesystem.
+    pub(crate) fn entry_known(&self, dir: &Dir, name: &OsStr, named: Named<'_>, caller: Caller) -> Res<()> {
+        self.entry_with(dir.as_fd(), &dir.handle, name, named, caller)
+    }
+
+    fn entry_with(
+        &self,
+        dir: BorrowedFd<'_>,
+        dir_handle: &FileHandle,
+        name: &OsStr,
+        named: Named<'_>,
+        caller: Caller,
+    ) -> Res<()> {
         let journal = self.journal;
         let dir_id = journal.object_id(dir_handle, kind_code(Kind::Dir)).map_err(refused)?;
         let program = journal.program(caller.pid);
         if journal.needs_entry(dir_id, name.as_bytes()) {
-            let target = self.object_id_named(dir, name)?;
+            let target = match named {
+                Named::Unknown => self.object_id_named(dir, name)?,
+                Named::Absent => None,
+                Named::Object(handle, kind) => Some(self.object_id_of(handle, kind)?),
+            };
             journal.record_entry(dir_id, name.as_bytes(), target, program.as_deref()).map_err(refused)?;
         }
         self.fd(dir, dir_id, false, program.as_deref())
     }
 
+    /// The persistent object id of a live object by its handle (`kind`
+    /// only matters the first time the object is seen).
+    pub(crate) fn object_id_of(&self, handle: &FileHandle, kind: Kind) -> Res<ObjectId> {
+        self.journal.object_id(handle, kind_code(kind)).map_err(refused)
+    }
+
     /// The object id of `name` in `dir`, if it exists (nothing recorded
-    /// but the id).
+    /// but the id). An object the journal knows costs one
+    /// `name_to_handle_at`; one it does not is opened, so that its handle
+    /// and its kind are those of one inode.
     pub(crate) fn object_id_named(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<ObjectId>> {
+        let handle = match backing::handle_at(dir, name) {
+            Ok(h) => h,
+            Err(e) if e == Errno::ENOENT => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if let Some(id) = self.journal.known_object_id(&handle).map_err(refused)? {
+            return Ok(Some(id));
+        }
         let Some(fd) = open_named(dir, name)? else { return Ok(None) };
         let st = rustix::fs::fstat(&fd)?;
         Ok(Some(self.object_id_of_fd(fd.as_fd(), Kind::from_mode(st.st_mode))?))

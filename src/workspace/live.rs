@@ -25,7 +25,7 @@ use crate::sys::FileHandle;
 use crate::workspace::attic::Attic;
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr};
 use crate::workspace::backing::{self, Backing, FsStats, XattrReply, backing_open_flags, give_to_caller};
-use crate::workspace::capture::{Capture, Recorder, Recording, note_born};
+use crate::workspace::capture::{Capture, Named, Recorder, Recording, note_born};
 use crate::workspace::objects::ObjectTable;
 use crate::workspace::open_files::{DirEntry, Fh, OpenFile, OpenFiles};
 use crate::workspace::pending::{PendingSet, Settler};
@@ -69,6 +69,20 @@ pub struct LiveTree {
     /// the turn they were created in: they have no `security.capability`
     /// (see `getxattr`).
     uncapable: Mutex<HashMap<Ino, (Fh, Option<i64>)>>,
+    /// Names a lookup found absent (see `LiveTree::known_absent`).
+    absent: Mutex<AbsentNames>,
+}
+
+/// How many absent names to remember at most: a compiler looks up many
+/// names that do not exist, and few of them are then created.
+const ABSENT_NAMES: usize = 4096;
+
+/// The names the kernel looked up and the backing directory did not
+/// hold, in turn `turn` (taken before the lookup's `stat`).
+#[derive(Debug, Default)]
+struct AbsentNames {
+    turn: i64,
+    names: std::collections::HashSet<(Ino, OsString)>,
 }
 
 fn check_name(name: &OsStr) -> Res<()> {
@@ -133,6 +147,7 @@ impl LiveTree {
             pending: PendingSet::default(),
             open: OpenFiles::default(),
             uncapable: Mutex::default(),
+            absent: Mutex::default(),
         })
     }
 
@@ -254,17 +269,28 @@ impl LiveTree {
     /// Stats `name` in `dir` and registers it. Counts a kernel lookup.
     fn entry_at(&self, dir: BorrowedFd<'_>, name: &OsStr, count_lookup: bool) -> Res<Attr> {
         let (st, handle) = backing::stat_at(dir, name)?;
-        let kind = Kind::from_mode(st.st_mode);
-        let mut attr = Attr::from_stat(Ino(0), &st);
+        Ok(self.register(&st, handle, count_lookup))
+    }
+
+    /// The attributes of a stat'ed object, numbered.
+    fn register(&self, st: &rustix::fs::Stat, handle: FileHandle, count_lookup: bool) -> Attr {
+        let mut attr = Attr::from_stat(Ino(0), st);
         self.pending.with_mtime(&handle, &mut attr);
-        attr.ino = self.objects.intern(handle, st.st_ino, kind, count_lookup);
-        Ok(attr)
+        attr.ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), count_lookup);
+        attr
     }
 
     /// The inode number of an existing name, without counting a lookup.
     fn peek(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<(Ino, Attr)> {
         let attr = self.entry_at(dir, name, false)?;
         Ok((attr.ino, attr))
+    }
+
+    /// The attributes and handle of an existing name, without counting a
+    /// lookup: what recording a change to it needs to know.
+    fn peek_object(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Res<(Attr, FileHandle)> {
+        let (st, handle) = backing::stat_at(dir, name)?;
+        Ok((self.register(&st, handle.clone(), false), handle))
     }
 
     /// The attributes of `name` in `parent`, if it exists, without the
@@ -297,7 +323,40 @@ impl LiveTree {
             return Err(Errno(libc::ENAMETOOLONG));
         }
         let dir = self.dir(parent)?;
-        self.entry_at(dir.as_fd(), name, true)
+        let turn = self.turn();
+        let found = self.entry_at(dir.as_fd(), name, true);
+        if let (Err(e), Some(turn)) = (&found, turn)
+            && *e == Errno::ENOENT
+        {
+            let mut absent = self.absent();
+            if absent.turn != turn || absent.names.len() >= ABSENT_NAMES {
+                absent.names.clear();
+                absent.turn = turn;
+            }
+            absent.names.insert((parent, name.to_os_string()));
+        }
+        found
+    }
+
+    fn absent(&self) -> std::sync::MutexGuard<'_, AbsentNames> {
+        crate::poison::lock(&self.absent, "the absent names")
+    }
+
+    /// Whether a lookup in the current turn found `name` absent from
+    /// `parent` (forgotten as it is asked: the request that asks is about
+    /// to create the name). The kernel sends a create (or a rename to a
+    /// new name) after a lookup that found nothing, holding the directory
+    /// locked from the lookup on. Recorded before a creation, such a
+    /// lookup says what the name was at the checkpoint as well as a `stat`
+    /// now would: it was absent in this turn, and a name no change of this
+    /// turn has recorded (the caller asks only then, `Journal::needs_entry`)
+    /// was absent at the checkpoint too. What a request does with the name
+    /// now still fails if it exists after all (`O_EXCL`, `EEXIST` of
+    /// `mkdirat`, `RENAME_NOREPLACE`).
+    fn known_absent(&self, parent: Ino, name: &OsStr) -> bool {
+        let Some(turn) = self.turn() else { return false };
+        let mut absent = self.absent();
+        absent.turn == turn && absent.names.remove(&(parent, name.to_os_string()))
     }
 
     pub fn forget(&self, ino: Ino, n: u64) {
@@ -351,7 +410,7 @@ impl LiveTree {
     pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, rdev: u32, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(&dir, name, caller)?;
+        let _rec = self.record_new_name(parent, &dir, name, caller)?;
         let kind = rustix::fs::FileType::from_raw_mode(mode);
         rustix::fs::mknodat(dir.as_fd(), name, kind, Mode::from_raw_mode(mode & 0o7777), rdev as u64)?;
         undo_creation_on_failure(dir.as_fd(), name, false, || {
@@ -366,7 +425,7 @@ impl LiveTree {
     pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let rec = self.record_new_name(&dir, name, caller)?;
+        let rec = self.record_new_name(parent, &dir, name, caller)?;
         rustix::fs::mkdirat(dir.as_fd(), name, Mode::from_raw_mode(mode & 0o7777))?;
         undo_creation_on_failure(dir.as_fd(), name, true, || {
             give_to_caller(dir.as_fd(), name, caller, Some(mode))?;
@@ -382,7 +441,7 @@ impl LiveTree {
     pub fn symlink(&self, parent: Ino, name: &OsStr, target: &OsStr, caller: Caller) -> Res<Entry> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(&dir, name, caller)?;
+        let _rec = self.record_new_name(parent, &dir, name, caller)?;
         rustix::fs::symlinkat(target, dir.as_fd(), name)?;
         undo_creation_on_failure(dir.as_fd(), name, false, || {
             give_to_caller(dir.as_fd(), name, caller, None)?;
@@ -397,7 +456,7 @@ impl LiveTree {
         check_new_name(new_parent, new_name)?;
         let src = self.open_path(ino)?;
         let dir = self.dir(new_parent)?;
-        let _rec = self.record_new_name(&dir, new_name, caller)?;
+        let _rec = self.record_new_name(new_parent, &dir, new_name, caller)?;
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
         }
@@ -432,14 +491,16 @@ impl LiveTree {
 
     pub fn unlink(&self, parent: Ino, name: &OsStr, caller: Caller) -> Res<()> {
         let dir = self.dir(parent)?;
-        let (_, victim) = self.peek(dir.as_fd(), name)?;
+        let (victim, handle) = self.peek_object(dir.as_fd(), name)?;
         if victim.kind == Kind::Dir {
             return Err(Errno(libc::EISDIR));
         }
         let rec = self.recording()?;
         if let Some(r) = &rec {
-            r.capture().entry_in(&dir, name, caller)?;
-            let last = backing::is_last_link(dir.as_fd(), name);
+            // The `stat` above answers for the name: the kernel holds the
+            // directory and the file locked for the whole request.
+            r.capture().entry_known(&dir, name, Named::Object(&handle, victim.kind), caller)?;
+            let last = victim.nlink <= 1;
             if last && self.take_born(r, victim.ino) {
                 // Created in this turn and now gone: no checkpoint ever had
                 // it (build temporaries, editor swap files), nothing to keep.
@@ -453,7 +514,7 @@ impl LiveTree {
             // Moved to the attic, the object keeps its attributes, xattrs
             // and bytes: history reads them there, nothing to copy.
             let oid = if last && self.attic.exists() {
-                r.capture().object_id_named(dir.as_fd(), name)?
+                Some(r.capture().object_id_of(&handle, victim.kind)?)
             } else {
                 r.capture().named(dir.as_fd(), name, last, caller)?
             };
@@ -493,25 +554,51 @@ impl LiveTree {
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
         let flags = RenameFlags::from_bits(flags).ok_or(Errno::EINVAL)?;
-        let _rec = self.recording()?;
+        let rec = self.recording()?;
+        // A plain rename to a name a lookup of this turn found free (the
+        // common case) neither looks at the name again nor checks for an
+        // object it replaces: `RENAME_NOREPLACE` makes sure, and the rename
+        // is done the long way if the name was taken after all.
+        let free = flags.is_empty() && rec.is_some() && self.known_absent(new_parent, new_name);
+        if free && self.rename_with((&from, name), (&to, new_name), flags, caller, rec.as_ref(), true)? {
+            return Ok(());
+        }
+        self.rename_with((&from, name), (&to, new_name), flags, caller, rec.as_ref(), false)?;
+        Ok(())
+    }
+
+    /// The rename of `name` in `from` to `new_name` in `to`, recorded with
+    /// `rec`. With `assume_free` the new name is taken for free, and
+    /// `Ok(false)` says it was not (nothing was renamed).
+    fn rename_with(
+        &self,
+        (from, name): (&Dir, &OsStr),
+        (to, new_name): (&Dir, &OsStr),
+        flags: RenameFlags,
+        caller: Caller,
+        rec: Option<&Recording<'_>>,
+        assume_free: bool,
+    ) -> Res<bool> {
         // The replaced file when `take_born` forgot it (given back if the
         // rename fails).
         let mut born_taken = None;
         // Whether the new name is known to be free (renames to a new name
         // are the common case: then nothing is replaced and the checks for
         // a replaced object are skipped).
-        let mut target_free = false;
-        if let Some(r) = &_rec {
-            // One record per name touched; the moved object (and a whole
-            // directory tree under it) keeps its identity.
-            r.capture().entry_in(&from, name, caller)?;
-            r.capture().entry_in(&to, new_name, caller)?;
-            let plain = flags.is_empty();
-            let target = backing::name_state(to.as_fd(), new_name)?;
+        let mut target_free = assume_free;
+        if let Some(r) = rec {
+            let target = if assume_free { None } else { backing::name_state(to.as_fd(), new_name)? };
             target_free = target.is_none();
+            // One record per name touched; the moved object (and a whole
+            // directory tree under it) keeps its identity. A new name found
+            // free needs no second look.
+            r.capture().entry_in(from, name, caller)?;
+            let new_named = if target_free { Named::Absent } else { Named::Unknown };
+            r.capture().entry_known(to, new_name, new_named, caller)?;
+            let plain = flags.is_empty();
             if plain && target == Some(true) {
                 let source = self.peek(from.as_fd(), name)?.1;
-                let victim = self.peek(to.as_fd(), new_name)?.1;
+                let (victim, victim_handle) = self.peek_object(to.as_fd(), new_name)?;
                 // A file created in this turn and replaced in it (a temp
                 // file renamed over another) was never in a checkpoint: the
                 // plain rename below may drop it.
@@ -523,7 +610,7 @@ impl LiveTree {
                 let oid = if unseen {
                     None
                 } else if movable {
-                    r.capture().object_id_named(to.as_fd(), new_name)?
+                    Some(r.capture().object_id_of(&victim_handle, victim.kind)?)
                 } else {
                     r.capture().named(to.as_fd(), new_name, true, caller)?
                 };
@@ -555,7 +642,7 @@ impl LiveTree {
                         return Err(e);
                     }
                     self.note_removed(victim);
-                    return Ok(());
+                    return Ok(true);
                 }
             } else if !flags.contains(RenameFlags::EXCHANGE) && !target_free {
                 // A replaced file with other names loses one: its link
@@ -569,8 +656,12 @@ impl LiveTree {
         } else {
             self.peek(to.as_fd(), new_name).ok().map(|(_, a)| a)
         };
+        let flags = if assume_free { flags | RenameFlags::NOREPLACE } else { flags };
         if let Err(e) = rustix::fs::renameat_with(from.as_fd(), name, to.as_fd(), new_name, flags) {
-            if let (Some(r), Some(ino)) = (&_rec, born_taken) {
+            if assume_free && e == rustix::io::Errno::EXIST {
+                return Ok(false);
+            }
+            if let (Some(r), Some(ino)) = (rec, born_taken) {
                 self.give_born_back(r, ino);
             }
             return Err(e.into());
@@ -583,7 +674,7 @@ impl LiveTree {
                 self.note_removed(victim);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     pub fn open(&self, ino: Ino, flags: i32, caller: Caller) -> Res<(Fh, Arc<OpenFile>)> {
@@ -610,7 +701,7 @@ impl LiveTree {
     pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<Created> {
         check_new_name(parent, name)?;
         let dir = self.dir(parent)?;
-        let _rec = self.record_new_name(&dir, name, caller)?;
+        let _rec = self.record_new_name(parent, &dir, name, caller)?;
         let oflags = backing_open_flags(flags) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW;
         let fd = rustix::fs::openat(dir.as_fd(), name, oflags, Mode::from_raw_mode(mode & 0o7777))?;
         let (st, handle) = undo_creation_on_failure(dir.as_fd(), name, false, || {
@@ -632,12 +723,14 @@ impl LiveTree {
         Ok((Attr::from_stat(ino, &st), fh, open))
     }
 
-    /// Before creating `name`: records that it did not exist (and the
-    /// directory's attributes). Returns the gate to hold while creating.
-    fn record_new_name(&self, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
+    /// Before creating `name` in `parent`: records that it did not exist
+    /// (and the directory's attributes). Returns the gate to hold while
+    /// creating.
+    fn record_new_name(&self, parent: Ino, dir: &Dir, name: &OsStr, caller: Caller) -> Res<Option<Recording<'_>>> {
         let rec = self.recording()?;
         if let Some(r) = &rec {
-            r.new_name(dir, name, caller)?;
+            let named = if self.known_absent(parent, name) { Named::Absent } else { Named::Unknown };
+            r.new_name(dir, name, named, caller)?;
         }
         Ok(rec)
     }

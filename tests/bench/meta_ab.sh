@@ -3,16 +3,21 @@
 # rewindfs builds against native ext4 (docs/benchmarks.md).
 #
 #   tests/bench/meta_ab.sh syscalls BIN [N] [same|sealed]
-#       strace -c -f of the daemon per phase of N files (default 2000);
-#       `--auto-turn 0`, and with `sealed` a `rewindfs turn` before each
-#       phase (the files were made in an earlier turn), else one turn
+#       strace -f of the daemon per phase of N files (default 2000), calls
+#       per file: those of the threads that answer FUSE requests (fuser-*,
+#       fuse-ring-*: the request's own cost), then the rest (background
+#       threads: turn statistics, settler); `--auto-turn 0`, and with
+#       `sealed` a `rewindfs turn` before each phase (the files were made
+#       in an earlier turn), else one turn
 #   tests/bench/meta_ab.sh ab ROUNDS N BIN...     alternating rounds: native, then each BIN
+#       (a BIN named `nullfs` is tests/bench/nullfs.rs, the FUSE floor:
+#       `cargo build --release --example nullfs`, mounted with `--uring`)
 #
 # Each round (and each syscall count) uses a fresh workspace, store and
 # mount (`--transport uring`; `ab` keeps the default `--auto-turn 5`, as
-# tests/bench/run.sh), phases create/stat/rename of
+# tests/bench/run.sh), phases create/stat/rename/delete of
 # tests/bench/smallfiles.c over N files, caches dropped before each phase.
-# `ab` prints one line per run: label, the three phase times (s), each
+# `ab` prints one line per run: label, the four phase times (s), each
 # followed for a mount by the daemon's CPU time in it (ms, all threads),
 # and the 1-minute load when it ended; the order of the binaries rotates by one
 # place per round. Needs root. Scratch: $WORK (default
@@ -52,7 +57,7 @@ cpu_ms() {
 # changes much less than the wall time).
 phases() {
     local dir=$1 n=$2 pid=${3:-} out="" c0
-    for ph in create stat rename; do
+    for ph in create stat rename delete; do
         drop
         c0=$(cpu_ms "$pid")
         out="$out $ph=$("$S" "$ph" "$dir" "$n" 100)"
@@ -72,18 +77,26 @@ syscalls)
             REWINDFS_RUNTIME_DIR=$r/rt "$bin" turn -C "$r/mnt" >/dev/null
         fi
         drop
-        strace -c -f -p "$pid" -o "$r/$ph.sc" 2>/dev/null &
+        strace -f -qq -p "$pid" -o "$r/$ph.trace" 2>/dev/null &
         sp=$!
         sleep 1
         "$S" "$ph" "$r/mnt" "$n" 100 >/dev/null
         sleep 0.5
         kill -INT "$sp"
         wait "$sp" 2>/dev/null || true
-        # calls column of the summary, per file
+        # thread id -> request thread or not, by the thread's name
+        for t in /proc/"$pid"/task/*; do
+            case $(cat "$t/comm") in fuser-* | fuse-ring-*) echo "${t##*/} 1" ;; *) echo "${t##*/} 0" ;; esac
+        done >"$r/threads"
+        # one line per call (a call strace split shows as "<... resumed>" too)
         awk -v n="$n" -v ph="$ph" -v turns="$turns" '
-            $1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { calls[$NF] = $4; sum += $4 }
-            END { printf "%s (%s): %.1f calls/file:", ph, turns, sum / n;
-                  for (k in calls) if (calls[k] / n >= 0.05) printf " %s %.2f", k, calls[k] / n; print "" }' "$r/$ph.sc"
+            FNR == NR { req[$1] = $2; next }
+            $2 ~ /^[a-z_0-9]+\(/ { c = $2; sub(/\(.*/, "", c)
+                if (req[$1]) { calls[c]++; sum++ } else { bg++ } }
+            END { printf "%s (%s): %.1f calls/file answering requests:", ph, turns, sum / n;
+                  for (k in calls) if (calls[k] / n >= 0.05) printf " %s %.2f", k, calls[k] / n;
+                  printf "; background threads %.1f\n", bg / n }' "$r/threads" "$r/$ph.trace"
+        rm -f "$r/$ph.trace"
     done
     unmount_ws "$bin" "$r"
     ;;
@@ -101,6 +114,17 @@ ab)
             b=${bins[$(((i + j) % ${#bins[@]}))]}
             r=$WORK/ab
             rm -rf "$r"
+            if [ "$(basename "$b")" = nullfs ]; then
+                mkdir -p "$r/mnt"
+                "$b" "$r/mnt" --uring &
+                pid=$!
+                until mountpoint -q "$r/mnt"; do sleep 0.1; done
+                echo "$b$(phases "$r/mnt" "$n" "$pid") load $(load)"
+                fusermount3 -u "$r/mnt"
+                wait "$pid" || true
+                rm -rf "$r"
+                continue
+            fi
             pid=$(mount_ws "$b" "$r")
             echo "$b$(phases "$r/mnt" "$n" "$pid") load $(load)"
             unmount_ws "$b" "$r"
@@ -108,7 +132,7 @@ ab)
     done
     ;;
 *)
-    sed -n '2,14p' "$0"
+    sed -n '2,19p' "$0"
     exit 2
     ;;
 esac
