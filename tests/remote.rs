@@ -521,3 +521,269 @@ fn bad_credentials_and_a_missing_bucket_are_one_clear_error() {
     );
     fx.unmount();
 }
+
+/// `rewindfs show s3://...@N MOUNTPOINT` running in the foreground, from a
+/// home that never saw the workspace, its chunk cache in `home/cache`.
+struct RemoteShow {
+    child: std::process::Child,
+    mp: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+fn mounted(mp: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mp = mp.to_str().unwrap();
+    text.lines().any(|l| l.split_whitespace().nth(4) == Some(mp))
+}
+
+fn show_command(server: &S3Server, home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env("REWINDFS_RUNTIME_DIR", home.join("run"))
+        .env("REWINDFS_HOME", home.join("home"))
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .current_dir(home);
+    for (k, v) in server.env() {
+        cmd.env(k, v);
+    }
+    cmd.arg("show").args(args);
+    cmd
+}
+
+impl RemoteShow {
+    fn start(server: &S3Server, home: &Path, source: &str, mp: &Path, extra: &[&str]) -> RemoteShow {
+        std::fs::create_dir_all(mp).unwrap();
+        let log = home.join(format!("show-{}.log", mp.file_name().unwrap().to_str().unwrap()));
+        let mut args = vec![source, mp.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let child = show_command(server, home, &args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("rewindfs show");
+        let mut show = RemoteShow { child, mp: mp.to_path_buf(), log };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !mounted(mp) {
+            if let Ok(Some(status)) = show.child.try_wait() {
+                panic!("show exited ({status}) before mounting: {}", show.log_text());
+            }
+            assert!(std::time::Instant::now() < until, "show did not mount: {}", show.log_text());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        show
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Unmounted by `how` (a signal, or `rewindfs unmount`): the process
+    /// exits 0 and leaves nothing mounted.
+    fn stop(mut self, how: impl FnOnce(&RemoteShow)) {
+        how(&self);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait for show") {
+                break s;
+            }
+            assert!(std::time::Instant::now() < until, "show did not exit: {}", self.log_text());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(status.success(), "show exits 0 once unmounted ({status}): {}", self.log_text());
+        assert!(!mounted(&self.mp), "show left its mount behind");
+    }
+}
+
+impl Drop for RemoteShow {
+    fn drop(&mut self) {
+        if mounted(&self.mp) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sum of the sizes of the files in `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
+}
+
+#[test]
+fn a_remote_checkpoint_is_shown_read_only_from_a_store_that_never_saw_the_workspace() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "echo before-mount > old && mkdir keep && echo kept > keep/file");
+    let url = server.url("team/shown");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let cps = record_history(&fx);
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    let other = tempfile::tempdir().expect("a second machine's dir");
+    let home = other.path();
+    for n in [0, cps[0], cps[1]] {
+        let mp = home.join(format!("show-{n}"));
+        let show = RemoteShow::start(&server, home, &format!("{url}@{n}"), &mp, &[]);
+        let ls = check(run_with_timeout(Command::new("ls").arg("-la").arg(&mp), CHILD_TIMEOUT), "ls -la");
+        assert!(stdout(&ls).contains(" old\n"), "ls -la of checkpoint {n}: {}", stdout(&ls));
+        // Against a clone of the same checkpoint and the workspace's own view.
+        let clone = home.join(format!("clone-{n}"));
+        check(elsewhere(&server, home, &["clone", &format!("{url}@{n}"), clone.to_str().unwrap()]), "clone");
+        assert_same_tree(&clone, &mp, &format!("show of checkpoint {n} against its clone"));
+        let view = fx.path().join(".rewindfs/checkpoints").join(n.to_string());
+        assert_same_tree(&view, &mp, &format!("show of checkpoint {n} against the local view"));
+        let (pattern, found) = if n == 0 { ("kept", "keep/file") } else { ("return 0", "proj/src/main.c") };
+        let grep = run_with_timeout(Command::new("grep").args(["-r", "-l", pattern]).arg(&mp), CHILD_TIMEOUT);
+        assert!(stdout(&grep).contains(found), "grep -r in checkpoint {n}: {}", stdout(&grep));
+        if n == cps[0] {
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let link = std::fs::read_link(mp.join("main-link")).expect("a symlink");
+            assert_eq!(link, Path::new("proj/src/main.c"));
+            let (a, b) = (mp.join("config").metadata().unwrap(), mp.join("config.hard").metadata().unwrap());
+            assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "a hard link: one inode, two links");
+            let readme = mp.join("proj/docs/readme").symlink_metadata().unwrap();
+            assert_eq!(readme.permissions().mode() & 0o7777, 0o640);
+            assert_eq!((readme.mtime(), readme.mtime_nsec()), (981173106, 123456789), "mtime of readme");
+            assert_eq!(mp.join("proj/src/main.c").metadata().unwrap().permissions().mode() & 0o7777, 0o4755);
+            let x = run_with_timeout(
+                Command::new("getfattr").args(["-n", "user.tag", "--only-values"]).arg(mp.join("proj/src/main.c")),
+                CHILD_TIMEOUT,
+            );
+            assert_eq!(stdout(&x), "v1", "an xattr: {}", stderr(&x));
+            let write = std::fs::write(mp.join("old"), b"x");
+            assert_eq!(write.err().and_then(|e| e.raw_os_error()), Some(libc::EROFS), "the view is read-only");
+            // Ctrl-C ends it and unmounts.
+            show.stop(|s| {
+                check(
+                    run_with_timeout(Command::new("kill").args(["-INT", &s.child.id().to_string()]), CHILD_TIMEOUT),
+                    "kill -INT",
+                );
+            });
+        } else {
+            show.stop(|s| {
+                check(
+                    elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]),
+                    "rewindfs unmount of a remote show",
+                );
+            });
+        }
+    }
+    let cache = home.join("cache/rewindfs/chunks");
+    assert!(dir_bytes(&cache) > 0, "the chunks read are in the user's cache dir {}", cache.display());
+    fx.unmount();
+}
+
+#[test]
+fn a_remote_show_keeps_its_cache_within_the_bound_while_reading_a_larger_tree() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    // 3 MiB of content that does not compress or repeat.
+    sh(
+        &fx.ws,
+        "mkdir -p d/e && for i in $(seq 1 24); do head -c 131072 /dev/urandom > d/f$i; done
+        for i in $(seq 1 24); do head -c 1000 /dev/urandom > d/e/s$i; done",
+    );
+    let url = server.url("bounded");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    let other = tempfile::tempdir().unwrap();
+    let home = other.path();
+    let bound = 256 * 1024;
+    let mp = home.join("mp");
+    let show = RemoteShow::start(&server, home, &format!("{url}@0"), &mp, &["--cache-size", "256K"]);
+    let cache = home.join("cache/rewindfs/chunks");
+    // Watched while the tree is read.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, cache) = (stop.clone(), cache.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(dir_bytes(&cache));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            most
+        })
+    };
+    assert_same_tree(&fx.path().join(".rewindfs/checkpoints/0"), &mp, "a tree 12 times the cache");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    let after = dir_bytes(&cache);
+    assert!(most <= bound && after <= bound, "the cache held {most} bytes at most ({after} after), bound {bound}");
+    assert!(after > bound / 2, "the cache is used up to its bound: {after} bytes");
+    show.stop(|s| {
+        check(elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]), "unmount");
+    });
+    // Too small for one chunk: refused before mounting.
+    let out = run_with_timeout(
+        &mut show_command(&server, home, &[&url, mp.to_str().unwrap(), "--cache-size", "1K"]),
+        CHILD_TIMEOUT,
+    );
+    assert!(!out.status.success() && stderr(&out).contains("smaller than one chunk"), "{}", stderr(&out));
+    assert!(!mounted(&mp));
+    fx.unmount();
+}
+
+#[test]
+fn a_damaged_chunk_fails_the_read_of_its_file_only_and_an_unknown_checkpoint_mounts_nothing() {
+    let server = S3Server::start_uncached();
+    assert!(server.kind != "garage", "this test damages the server's files: run it with rclone or s3s-fs");
+    let mut fx = MountFixture::unmounted();
+    // One chunk each (under the smallest chunk size).
+    let bad = b"the content of the file whose chunk is damaged\n";
+    std::fs::write(fx.ws.join("bad"), bad).unwrap();
+    sh(&fx.ws, "echo fine > good && mkdir d && head -c 100000 /dev/urandom > d/blob");
+    let url = server.url("damaged-show");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    push(&fx, &server);
+    fx.unmount();
+    let key = format!("chunks/{}", blake3::hash(bad).to_hex());
+    let object = server.object_path(&key);
+    let mut bytes = std::fs::read(&object).expect("the chunk of `bad` is in the bucket");
+    bytes[0] ^= 0xff;
+    std::fs::write(&object, &bytes).unwrap();
+
+    let other = tempfile::tempdir().unwrap();
+    let home = other.path();
+    let mp = home.join("mp");
+    let show = RemoteShow::start(&server, home, &format!("{url}@0"), &mp, &[]);
+    let cat = run_with_timeout(Command::new("cat").arg(mp.join("bad")), CHILD_TIMEOUT);
+    assert!(
+        !cat.status.success() && stderr(&cat).contains("Input/output error"),
+        "cat bad: {}{}",
+        stdout(&cat),
+        stderr(&cat)
+    );
+    assert!(stdout(&cat).is_empty(), "no byte of a damaged chunk is served: {:?}", stdout(&cat));
+    assert_eq!(std::fs::read(mp.join("good")).unwrap(), b"fine\n");
+    assert_eq!(std::fs::read(mp.join("d/blob")).unwrap(), std::fs::read(fx.ws.join("d/blob")).unwrap());
+    let ls = check(run_with_timeout(Command::new("ls").arg("-la").arg(&mp), CHILD_TIMEOUT), "ls");
+    assert!(stdout(&ls).contains("bad"), "{}", stdout(&ls));
+    // Asked again: EIO again, logged once.
+    assert!(std::fs::read(mp.join("bad")).is_err());
+    let cached = home.join("cache/rewindfs/chunks").join(blake3::hash(bad).to_hex().as_str());
+    assert!(!cached.exists(), "a damaged chunk was cached");
+    show.stop(|s| {
+        check(elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]), "unmount");
+    });
+    let log = std::fs::read_to_string(home.join("show-mp.log")).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(&key)).collect();
+    assert_eq!(lines.len(), 1, "one log line names the object: {log}");
+    assert!(lines[0].contains("\"bad\"") || lines[0].contains(" bad "), "and the path: {}", lines[0]);
+    assert!(lines[0].contains("does not match its blake3 name"), "{}", lines[0]);
+
+    // An unknown checkpoint: a clear error, nothing mounted.
+    let out = run_with_timeout(
+        &mut show_command(&server, home, &[&format!("{url}@99"), mp.to_str().unwrap()]),
+        CHILD_TIMEOUT,
+    );
+    assert!(!out.status.success(), "show of an unknown checkpoint must fail");
+    assert!(stderr(&out).contains("holds no checkpoint 99"), "{}", stderr(&out));
+    assert!(!mounted(&mp), "nothing is mounted for an unknown checkpoint");
+    let out = run_with_timeout(
+        &mut show_command(&server, home, &[&server.url("never-pushed"), mp.to_str().unwrap()]),
+        CHILD_TIMEOUT,
+    );
+    assert!(!out.status.success() && stderr(&out).contains("nothing was pushed there"), "{}", stderr(&out));
+    assert!(!mounted(&mp));
+}

@@ -97,6 +97,12 @@ pub enum Command {
     /// fails with EROFS. Nothing is copied. `rewindfs unmount MOUNTPOINT`
     /// removes it. The same views are under `.rewindfs/checkpoints/<N>/` and
     /// `.rewindfs/messages/<id>/` in the live mount.
+    ///
+    /// `show s3://bucket/prefix[@CHECKPOINT] MOUNTPOINT` shows a checkpoint
+    /// of a remote on a machine that has only the bucket: it serves in the
+    /// foreground until unmounted (Ctrl-C, or `rewindfs unmount` from
+    /// elsewhere), fetching chunks when they are read into a bounded cache
+    /// under $XDG_CACHE_HOME/rewindfs/chunks (~/.cache/rewindfs/chunks).
     Show(ShowArgs),
     /// Put files or directories back as they were at CHECKPOINT.
     ///
@@ -369,10 +375,34 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub target: Target,
     /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
-    /// least 4 characters), or words of its label.
+    /// least 4 characters), or words of its label; or
+    /// s3://bucket/prefix[@CHECKPOINT] (a number, message id or name).
     pub checkpoint: String,
     /// An empty directory to mount the view on.
     pub mountpoint: PathBuf,
+    /// For a remote: the most the chunk cache may hold (bytes, or with a
+    /// K, M or G suffix).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    pub cache_size: u64,
+}
+
+/// `4096`, `512K`, `64M`, `1G` (powers of 1024).
+fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{text:?}: a size is a number with an optional K, M, G or T")),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("{text:?}: a size is a number with an optional K, M, G or T"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{text:?}: too large"))
 }
 
 /// Selects the mount and output format.
@@ -598,7 +628,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Log(a) => history::log(a),
         Command::Diff(a) => history::diff(a),
         Command::History(a) => history::history(a).map(|_| 0),
-        Command::Show(a) => show::run(a).map(|_| 0),
+        Command::Show(a) => show::run(a),
         Command::Restore(a) => history::restore(a).map(|_| 0),
         Command::Rewind(a) => history::rewind(a).map(|_| 0),
         Command::Fsck(a) => fsck::run(a),

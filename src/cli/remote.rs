@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::cli::common;
-use crate::cli::{CloneArgs, PushArgs};
+use crate::cli::{CloneArgs, PushArgs, ShowArgs};
 use crate::daemon::protocol as op;
 use crate::daemon::registry::MountInfo;
 use crate::error::{AsErrno, Error, ErrorKind, Failure, Result};
@@ -202,4 +202,47 @@ pub fn clone(args: CloneArgs) -> Result<i32> {
         );
     }
     Ok(if done.not_set.is_empty() { 0 } else { 1 })
+}
+
+/// `rewindfs show s3://bucket/prefix[@CHECKPOINT] MOUNTPOINT`: the
+/// checkpoint's manifest is read and checked before anything is mounted;
+/// then the view is served in the foreground until it is unmounted
+/// (Ctrl-C, SIGTERM, or `rewindfs unmount MOUNTPOINT` from elsewhere).
+pub fn show(args: ShowArgs) -> Result<i32> {
+    let (url, at) = RemoteUrl::parse_at(&args.checkpoint).map_err(remote_error)?;
+    let mp = crate::cli::show::empty_mountpoint(&args.mountpoint)?;
+    let one_chunk = u64::from(crate::store::chunker::MAX_CHUNK);
+    if args.cache_size < one_chunk {
+        return Err(Error::Usage(format!(
+            "--cache-size {} is smaller than one chunk ({})",
+            args.cache_size,
+            crate::text::human_bytes(one_chunk)
+        )));
+    }
+    let dir = crate::remote::cache::default_dir()
+        .ok_or_else(|| Error::Usage("no cache directory: set XDG_CACHE_HOME or HOME".into()))?;
+    let cache = crate::remote::cache::ChunkCache::open(&dir, args.cache_size).map_err(remote_error)?;
+    let bucket = Bucket::open(&url).map_err(remote_error)?;
+    let tree = crate::remote::show::RemoteTree::open(bucket, at.as_deref(), cache).map_err(remote_error)?;
+    let n = tree.checkpoint().checkpoint;
+    let fsname = format!("{}{url}@{n}", crate::daemon::VIEW_FSNAME_PREFIX);
+    let session = crate::fs::view::ViewSession::mount(tree, &mp, &fsname, false)
+        .map_err(|e| Error::io(format!("cannot mount the view on {}", mp.display()), e))?;
+    crate::daemon::spawn_signal_watcher(mp.clone());
+    if args.target.json {
+        common::print_json(&serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp }))?;
+    } else {
+        outln!(
+            "checkpoint {n} of {url} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
+            mp.display(),
+            mp.display()
+        );
+    }
+    let served = session.run();
+    // Ended by an error rather than an unmount: leave no dead mount.
+    if crate::daemon::view_mountpoints().contains(&mp) {
+        let _ = crate::sys::umount(&mp, true);
+    }
+    served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))?;
+    Ok(0)
 }

@@ -17,10 +17,12 @@
 //! one object that is not named by its content, the head, is written last,
 //! so a reader never sees a checkpoint whose objects are not all there.
 
+pub mod cache;
 pub mod check;
 pub mod clone;
 pub mod manifest;
 pub mod push;
+pub mod show;
 
 use std::fmt;
 
