@@ -228,9 +228,21 @@ fn a_later_mount_pushes_to_the_stored_remote_and_a_kill_mid_push_resumes() {
     fx.unmount();
 }
 
-/// The chunk objects the (file-backed) server holds.
+/// The chunk objects the (file-backed) server holds, by key (`chunks/`
+/// also holds the folders `locks/` and `collections/`).
+fn chunk_keys(server: &S3Server) -> Vec<String> {
+    std::fs::read_dir(server.object_path("chunks"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| format!("chunks/{}", e.file_name().to_str().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn bucket_chunks(server: &S3Server) -> usize {
-    std::fs::read_dir(server.dir.path().join("data").join(s3::BUCKET).join("chunks")).map(|d| d.count()).unwrap_or(0)
+    chunk_keys(server).len()
 }
 
 #[test]
@@ -392,8 +404,7 @@ fn a_daemon_killed_mid_upload_leaves_no_head_for_it_and_the_next_mount_completes
 
 #[test]
 fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
-    let server = S3Server::start_uncached();
-    assert!(server.kind != "garage", "this test damages the server's files: run it with rclone or s3s-fs");
+    let server = S3Server::start();
     let mut fx = MountFixture::unmounted();
     let url = server.url("damaged");
     mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
@@ -412,18 +423,14 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
     };
 
     // Every chunk damaged: flip the first byte.
-    let chunks: Vec<String> = std::fs::read_dir(server.object_path("chunks"))
-        .expect("chunks")
-        .map(|e| format!("chunks/{}", e.unwrap().file_name().to_str().unwrap()))
-        .collect();
+    let chunks = chunk_keys(&server);
     assert!(!chunks.is_empty());
     let mut saved = Vec::new();
     for key in &chunks {
-        let path = server.object_path(key);
-        let mut bytes = std::fs::read(&path).unwrap();
-        saved.push((path.clone(), bytes.clone()));
+        let mut bytes = std::fs::read(server.object_path(key)).unwrap();
+        saved.push((key.clone(), bytes.clone()));
         bytes[0] ^= 0xff;
-        std::fs::write(&path, &bytes).unwrap();
+        object_by_another_client(&server, key, Some(&bytes));
     }
     let target = home.join("clone");
     let damaged = assert_remote_problem(&server, &url, "chunk_damaged", &chunks, "damaged chunks");
@@ -445,16 +452,15 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
         .filter(|n| n.to_string_lossy().contains("rewindfs-clone"))
         .collect();
     assert!(left.is_empty(), "an unfinished clone was left: {left:?}");
-    for (path, bytes) in saved {
-        std::fs::write(path, bytes).unwrap();
+    for (key, bytes) in saved {
+        object_by_another_client(&server, &key, Some(&bytes));
     }
     assert_remote_clean(&server, &url, 2, "the chunks put back");
     // A chunk gone.
-    let gone = server.object_path(&chunks[0]);
-    let kept = std::fs::read(&gone).unwrap();
-    std::fs::remove_file(&gone).unwrap();
+    let kept = std::fs::read(server.object_path(&chunks[0])).unwrap();
+    object_by_another_client(&server, &chunks[0], None);
     assert_remote_problem(&server, &url, "chunk_missing", &chunks[..1], "a missing chunk");
-    std::fs::write(&gone, kept).unwrap();
+    object_by_another_client(&server, &chunks[0], Some(&kept));
 
     // A damaged manifest.
     let manifests: Vec<String> = std::fs::read_dir(server.object_path("damaged/manifests"))
@@ -462,14 +468,14 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
         .map(|e| format!("damaged/manifests/{}", e.unwrap().file_name().to_str().unwrap()))
         .collect();
     for key in &manifests {
-        std::fs::write(server.object_path(key), b"not a manifest").unwrap();
+        object_by_another_client(&server, key, Some(b"not a manifest"));
     }
     refused(&["clone", &format!("{url}@{n}"), target.to_str().unwrap()], &manifests, "a damaged manifest");
     assert_remote_problem(&server, &url, "manifest_damaged", &manifests, "a damaged manifest");
     assert!(!target.exists());
 
     // A damaged head (the one object not named by its content).
-    std::fs::write(server.object_path("damaged/head.json"), b"{\"format\": 1, \"check").unwrap();
+    object_by_another_client(&server, "damaged/head.json", Some(b"{\"format\": 1, \"check"));
     refused(&["log", &url], &["damaged/head.json".to_string()], "a damaged head");
     assert_remote_problem(&server, &url, "head_damaged", &["damaged/head.json".to_string()], "a damaged head");
 }
@@ -726,8 +732,7 @@ fn a_remote_show_keeps_its_cache_within_the_bound_while_reading_a_larger_tree() 
 
 #[test]
 fn a_damaged_chunk_fails_the_read_of_its_file_only_and_an_unknown_checkpoint_mounts_nothing() {
-    let server = S3Server::start_uncached();
-    assert!(server.kind != "garage", "this test damages the server's files: run it with rclone or s3s-fs");
+    let server = S3Server::start();
     let mut fx = MountFixture::unmounted();
     // One chunk each (under the smallest chunk size).
     let bad = b"the content of the file whose chunk is damaged\n";
@@ -738,10 +743,9 @@ fn a_damaged_chunk_fails_the_read_of_its_file_only_and_an_unknown_checkpoint_mou
     push(&fx, &server);
     fx.unmount();
     let key = format!("chunks/{}", blake3::hash(bad).to_hex());
-    let object = server.object_path(&key);
-    let mut bytes = std::fs::read(&object).expect("the chunk of `bad` is in the bucket");
+    let mut bytes = std::fs::read(server.object_path(&key)).expect("the chunk of `bad` is in the bucket");
     bytes[0] ^= 0xff;
-    std::fs::write(&object, &bytes).unwrap();
+    object_by_another_client(&server, &key, Some(&bytes));
 
     let other = tempfile::tempdir().unwrap();
     let home = other.path();
@@ -786,4 +790,207 @@ fn a_damaged_chunk_fails_the_read_of_its_file_only_and_an_unknown_checkpoint_mou
     );
     assert!(!out.status.success() && stderr(&out).contains("nothing was pushed there"), "{}", stderr(&out));
     assert!(!mounted(&mp));
+}
+
+/// Bytes of every object the (file-backed) server holds.
+fn bucket_bytes(server: &S3Server) -> u64 {
+    fn walk(dir: &Path) -> u64 {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| match e.file_type() {
+                        Ok(t) if t.is_dir() => walk(&e.path()),
+                        _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    walk(&server.dir.path().join("data").join(s3::BUCKET))
+}
+
+/// `du --remote URL --json` from a home that never saw a workspace.
+fn du_remote(server: &S3Server, url: &str) -> serde_json::Value {
+    let home = tempfile::tempdir().unwrap();
+    let out = check(elsewhere(server, home.path(), &["du", "--remote", url, "--json"]), "du --remote");
+    serde_json::from_slice(&out.stdout).expect("du --remote --json")
+}
+
+fn workspace_use<'a>(du: &'a serde_json::Value, prefix: &str) -> &'a serde_json::Value {
+    du["workspaces"]
+        .as_array()
+        .and_then(|ws| ws.iter().find(|w| w["prefix"] == prefix))
+        .unwrap_or_else(|| panic!("no workspace {prefix} in {du}"))
+}
+
+fn forget(fx: &MountFixture, checkpoints: &[i64]) {
+    let mut args = vec!["forget".to_string(), "-C".into(), fx.path().to_str().unwrap().into()];
+    args.extend(checkpoints.iter().map(|n| n.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    check(fx.rewindfs(&args), "rewindfs forget");
+}
+
+#[test]
+fn two_workspaces_of_one_tree_store_it_once_and_a_forget_on_one_keeps_the_other_whole() {
+    let server = S3Server::start();
+    // One tree, 2 MiB of content that does not compress or repeat.
+    let tree = tempfile::tempdir().unwrap();
+    sh(
+        tree.path(),
+        "mkdir -p t/sub && for i in $(seq 10 25); do head -c 131072 /dev/urandom > t/f$i; done
+        echo text > t/sub/readme",
+    );
+    let (mut a, mut b) = (MountFixture::unmounted(), MountFixture::unmounted());
+    for fx in [&a, &b] {
+        check(
+            run_with_timeout(Command::new("cp").arg("-a").arg(tree.path().join("t")).arg(&fx.ws), CHILD_TIMEOUT),
+            "cp",
+        );
+    }
+    let (url_a, url_b) = (server.url("team/a"), server.url("team/b"));
+    mount_with_remote(&mut a, &server, &["--remote", &url_a, "--auto-turn", "0"]);
+    push(&a, &server);
+    let one = bucket_bytes(&server);
+    mount_with_remote(&mut b, &server, &["--remote", &url_b, "--auto-turn", "0"]);
+    push(&b, &server);
+    let two = bucket_bytes(&server);
+    assert!(one > 2 << 20, "the first workspace's tree is in the bucket: {one} bytes");
+    assert!(two - one < one / 50, "a second workspace of the same tree added {} bytes to {one}", two - one);
+
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["workspaces"].as_array().map(Vec::len), Some(2), "{du}");
+    for prefix in ["team/a", "team/b"] {
+        let w = workspace_use(&du, prefix);
+        assert_eq!(w["own_bytes"].as_u64(), Some(0), "identical trees: nothing of {prefix} is its own: {w}");
+        assert_eq!(w["shared_bytes"], du["chunk_bytes"], "every chunk is shared: {du}");
+    }
+    assert_eq!(du["unreferenced_bytes"].as_u64(), Some(0), "{du}");
+    let text = stdout(&check(elsewhere(&server, tree.path(), &["du", "--remote", &server.url("")]), "du --remote"));
+    assert!(text.contains("team/a: 1 checkpoints") && text.contains("0 B its own"), "{text}");
+
+    // a drops a shared file and makes content of its own twice; b one.
+    a.sh("rm t/f10 && head -c 100000 /dev/urandom > only-a1");
+    let a1 = a.turn("r000001");
+    a.sh("rm only-a1 && head -c 100000 /dev/urandom > only-a2");
+    let a2 = a.turn("r000002");
+    b.sh("head -c 100000 /dev/urandom > only-b");
+    let b1 = b.turn("r000001");
+    push(&a, &server);
+    push(&b, &server);
+    let du = du_remote(&server, &server.url(""));
+    let own_a = workspace_use(&du, "team/a")["own_bytes"].as_u64().unwrap();
+    assert!((190_000..=210_000).contains(&own_a), "a's own content: only-a1 and only-a2: {du}");
+    let before = bucket_bytes(&server);
+
+    // a forgets all but its newest: only-a1 goes; f10, which b still
+    // names, and everything a's newest names stay.
+    forget(&a, &[0, a1]);
+    let pushed = push(&a, &server);
+    assert!(pushed.get("collection_pending").is_none(), "{pushed}");
+    let log = check(elsewhere(&server, tree.path(), &["log", &url_a, "--json"]), "log");
+    let log: serde_json::Value = serde_json::from_slice(&log.stdout).unwrap();
+    let numbers: Vec<i64> = log.as_array().unwrap().iter().filter_map(|c| c["checkpoint"].as_i64()).collect();
+    assert_eq!(numbers, [a2], "the remote follows a's forget: {log}");
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["unreferenced_bytes"].as_u64(), Some(0), "the collection left nothing unreferenced: {du}");
+    let own_a = workspace_use(&du, "team/a")["own_bytes"].as_u64().unwrap();
+    assert!((90_000..=110_000).contains(&own_a), "a's own content is only-a2 now: {du}");
+    let freed = before - bucket_bytes(&server);
+    assert!((100_000..=130_000).contains(&freed), "only-a1 (and a's forgotten manifests) freed: {freed} bytes");
+    assert_eq!(workspace_use(&du, "team/a")["unlisted_manifests"].as_u64(), Some(0), "{du}");
+    // b is whole: every checkpoint clones byte-exact, f10 included.
+    assert_clones_match(&b, &server, &url_b, &[0, b1], "b after a's forget");
+    assert_clones_match(&a, &server, &url_a, &[a2], "a's kept checkpoint after its forget");
+    assert_remote_clean(&server, &url_b, 2, "b after a's forget");
+    assert_remote_clean(&server, &url_a, 1, "a after its forget");
+    // The du of one workspace.
+    let du_a = du_remote(&server, &url_a);
+    assert_eq!(du_a["workspaces"].as_array().map(Vec::len), Some(1), "{du_a}");
+    a.unmount();
+    b.unmount();
+}
+
+/// `rclone` as a second S3 client of the server (another workspace's
+/// objects): `put` `data` at `key`, or delete it (`None`).
+fn object_by_another_client(server: &S3Server, key: &str, data: Option<&[u8]>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("rclone");
+    cmd.arg("--config").arg(dir.path().join("rclone.conf")).arg("-q");
+    let env = server.env();
+    let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap();
+    cmd.env("RCLONE_S3_PROVIDER", "Other")
+        .env("RCLONE_S3_ENDPOINT", get("AWS_ENDPOINT_URL"))
+        .env("RCLONE_S3_ACCESS_KEY_ID", get("AWS_ACCESS_KEY_ID"))
+        .env("RCLONE_S3_SECRET_ACCESS_KEY", get("AWS_SECRET_ACCESS_KEY"))
+        .env("RCLONE_S3_REGION", get("AWS_REGION"))
+        .env("RCLONE_S3_NO_CHECK_BUCKET", "true");
+    let target = format!(":s3:{}/{key}", s3::BUCKET);
+    match data {
+        Some(data) => {
+            let file = dir.path().join("object");
+            std::fs::write(&file, data).unwrap();
+            cmd.arg("copyto").arg(&file).arg(&target);
+        }
+        None => {
+            cmd.arg("deletefile").arg(&target);
+        }
+    }
+    check(run_with_timeout(&mut cmd, CHILD_TIMEOUT), "rclone as another S3 client");
+}
+
+#[test]
+fn a_push_and_a_collection_of_one_bucket_exclude_each_other_through_its_locks() {
+    let server = S3Server::start();
+    let (mut a, mut b) = (MountFixture::unmounted(), MountFixture::unmounted());
+    let (url_a, url_b) = (server.url("a"), server.url("b"));
+    mount_with_remote(&mut a, &server, &["--remote", &url_a, "--auto-turn", "0"]);
+    mount_with_remote(&mut b, &server, &["--remote", &url_b, "--auto-turn", "0"]);
+    a.sh("head -c 50000 /dev/urandom > only-a");
+    let a1 = a.turn("r000001");
+    a.sh("rm only-a && echo x > x");
+    let a2 = a.turn("r000002");
+    push(&a, &server);
+    push(&b, &server);
+
+    // Another workspace collecting: b's push waits for it, and says so.
+    object_by_another_client(&server, "chunks/locks/collect-elsewhere.json", Some(b"{}"));
+    b.sh("echo new > y");
+    let b1 = b.turn("r000001");
+    let (out, status) = push_output(&b, &server);
+    assert!(!out.status.success(), "a push during another's collection must wait: {status}");
+    let error = status["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("collecting the bucket") && error.contains("collect-elsewhere"), "{status}");
+    assert!(status["backlog"].as_array().is_some_and(|b| b.contains(&b1.into())), "{status}");
+    object_by_another_client(&server, "chunks/locks/collect-elsewhere.json", None);
+    let status = push(&b, &server);
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+
+    // Another workspace pushing: a's collection waits, the content stays.
+    object_by_another_client(&server, "chunks/locks/push-elsewhere.json", Some(b"{}"));
+    forget(&a, &[a1]);
+    let status = push(&a, &server);
+    assert_eq!(status["collection_pending"], serde_json::json!(true), "{status}");
+    let text = stdout(&a.rewindfs(&["status", "-C", a.path().to_str().unwrap()]));
+    assert!(text.contains("not collected yet"), "status says it: {text}");
+    let du = du_remote(&server, &server.url(""));
+    assert!(du["unreferenced_bytes"].as_u64().unwrap() >= 50_000, "only-a is not deleted yet: {du}");
+    assert!(du["locks"].as_array().is_some_and(|l| l.iter().any(|k| k == "chunks/locks/push-elsewhere.json")), "{du}");
+    object_by_another_client(&server, "chunks/locks/push-elsewhere.json", None);
+    // The uploader tries again by itself.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let du = du_remote(&server, &server.url(""));
+        if du["unreferenced_bytes"].as_u64() == Some(0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the postponed collection never ran: {du}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(a.status_json()["remote"].get("collection_pending").is_none(), "{}", a.status_json());
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["locks"], serde_json::json!([]), "a lock was left behind: {du}");
+    assert_clones_match(&a, &server, &url_a, &[0, a2], "a after the collection");
+    assert_clones_match(&b, &server, &url_b, &[0, b1], "b after a's collection");
+    a.unmount();
+    b.unmount();
 }

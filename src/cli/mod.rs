@@ -292,6 +292,11 @@ pub struct DuArgs {
     /// One line per turn too.
     #[arg(long)]
     pub turns: bool,
+    /// A bucket instead (`s3://bucket`, or `s3://bucket/prefix` for one
+    /// workspace of it): what each workspace references, what it alone
+    /// does, what several share (stored once), and what none references.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["turns", "mount"])]
+    pub remote: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -635,7 +640,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Snapshot(a) => snapshot::snapshot(a).map(|_| 0),
         Command::Forget(a) => snapshot::forget(a).map(|_| 0),
         Command::Gc(a) => snapshot::gc(a).map(|_| 0),
-        Command::Du(a) => du::run(a).map(|_| 0),
+        Command::Du(a) => du::run(a),
         Command::Push(a) => remote::push(a),
         Command::Clone(a) => remote::clone(a),
         Command::Reset(a) => snapshot::reset(a).map(|_| 0),

@@ -60,12 +60,17 @@ pub fn status_line(s: &RemoteStatus) -> String {
     } else {
         format!("{} not pushed yet ({})", s.backlog.len(), list(&s.backlog))
     };
+    let collecting = if s.collection_pending {
+        "; content of forgotten checkpoints not collected yet (another workspace holds a lock of the bucket)"
+    } else {
+        ""
+    };
     let failing = match (&s.last_error, s.reachable) {
         (Some(e), Some(false)) => format!("; UNREACHABLE: {e}"),
         (Some(e), _) => format!("; FAILING: {e}"),
         (None, _) => String::new(),
     };
-    format!("{}: {holds}, {behind}{failing}", s.remote)
+    format!("{}: {holds}, {behind}{collecting}{failing}", s.remote)
 }
 
 fn list(ns: &[i64]) -> String {
@@ -244,5 +249,57 @@ pub fn show(args: ShowArgs) -> Result<i32> {
         let _ = crate::sys::umount(&mp, true);
     }
     served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))?;
+    Ok(0)
+}
+
+/// `rewindfs du --remote s3://bucket[/prefix]`: who references what in a
+/// bucket shared by several workspaces.
+pub fn du(remote: &str, json: bool) -> Result<i32> {
+    use crate::text::human_bytes as bytes;
+    let url = RemoteUrl::parse_bucket(remote).map_err(remote_error)?;
+    let bucket = Bucket::open(&url).map_err(remote_error)?;
+    let mut census = crate::remote::shared::census(&bucket).map_err(remote_error)?;
+    if !url.prefix.is_empty() {
+        census.workspaces.retain(|w| w.prefix == url.prefix);
+        if census.workspaces.is_empty() {
+            return Err(remote_error(RemoteError::Missing {
+                remote: url.to_string(),
+                key: format!("{} (nothing was pushed there)", url.head_key()),
+            }));
+        }
+    }
+    if json {
+        common::print_json(&census)?;
+        return Ok(0);
+    }
+    outln!(
+        "{}: {} in {} chunks; {} of it named by several workspaces (stored once), {} by none",
+        census.remote,
+        bytes(census.chunk_bytes),
+        census.chunk_objects,
+        bytes(census.shared_bytes),
+        bytes(census.unreferenced_bytes)
+    );
+    for w in &census.workspaces {
+        let mut line = format!(
+            "  {}: {} checkpoints, {} of content ({} its own, {} shared), {} of head and manifests",
+            w.prefix,
+            w.checkpoints,
+            bytes(w.referenced_bytes),
+            bytes(w.own_bytes),
+            bytes(w.shared_bytes),
+            bytes(w.metadata_bytes)
+        );
+        if w.unlisted_manifests > 0 {
+            line.push_str(&format!(", {} manifests of forgotten checkpoints", w.unlisted_manifests));
+        }
+        if w.missing_chunks > 0 {
+            line.push_str(&format!(", {} chunks MISSING (see fsck --remote)", w.missing_chunks));
+        }
+        outln!("{line}");
+    }
+    for l in &census.locks {
+        outln!("  held: {l}");
+    }
     Ok(0)
 }

@@ -46,14 +46,6 @@ impl S3Server {
         Self::start_with(&[])
     }
 
-    /// As `start`, with a server that keeps no listing cache (rclone's
-    /// `--dir-cache-time 0s`): a test that removes an object's file gets
-    /// 404 for it, not an error from a stale entry. Slower: each request
-    /// lists the folder.
-    pub fn start_uncached() -> S3Server {
-        Self::start_with(&["--dir-cache-time", "0s"])
-    }
-
     fn start_with(rclone_args: &[&str]) -> S3Server {
         let dir = tempfile::Builder::new().prefix("rewindfs-s3-").tempdir().expect("temp dir for the S3 server");
         match std::env::var("REWINDFS_TEST_S3_SERVER").as_deref() {
