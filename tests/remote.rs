@@ -994,3 +994,65 @@ fn a_push_and_a_collection_of_one_bucket_exclude_each_other_through_its_locks() 
     a.unmount();
     b.unmount();
 }
+
+#[test]
+fn the_object_store_killed_mid_push_loses_nothing_and_the_push_completes_once_it_is_back() {
+    let mut server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    // ~800 chunks: the push is still sending when the server is killed.
+    sh(&fx.ws, "mkdir -p big && for i in $(seq 1 200); do head -c 65536 /dev/urandom > big/f$i; done");
+    let url = server.url("killed-server");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while bucket_chunks(&server) < 50 {
+        assert!(std::time::Instant::now() < until, "the push never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // kill -9 while requests are in flight.
+    server.stop();
+    let sent = bucket_chunks(&server);
+    assert!(sent < 700, "the push had finished before the server was killed ({sent} chunks)");
+    // Recording and turns go on.
+    fx.sh("echo more > big/f1 && rm big/f2");
+    let n = fx.turn("r000001");
+    let (out, status) = push_output(&fx, &server);
+    assert!(!out.status.success(), "a push with the server dead must fail: {status}");
+    assert_eq!(status["reachable"], serde_json::json!(false), "{status}");
+    server.restart();
+    let status = push(&fx, &server);
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+    assert_remote_clean(&server, &url, n as usize + 1, "after the server was killed mid-push");
+    assert_clones_match(&fx, &server, &url, &[0, n], "after the server was killed mid-push");
+    fx.unmount();
+}
+
+#[test]
+fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_completes_when_it_has_room() {
+    // The server's storage fills as a bucket reaching its quota refuses
+    // writes (Garage's bucket quota answers the same way: an error, not
+    // silence).
+    let server = S3Server::start_on_small_disk(1 << 20);
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "for i in $(seq 1 30); do head -c 100000 /dev/urandom > f$i; done");
+    let url = server.url("full");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let (out, status) = push_output(&fx, &server);
+    assert!(!out.status.success(), "a push to a full server must fail: {status}");
+    assert_eq!(status["reachable"], serde_json::json!(true), "the server answered: {status}");
+    let error = status["last_error"].as_str().unwrap_or_default().to_string();
+    // rclone answers a full disk with a bare 500 (Garage's quota with its
+    // own code): the error names the object and the answer.
+    assert!(error.contains("cannot write chunks/") && error.contains("500"), "the error says what failed: {status}");
+    let text = stdout(&fx.rewindfs(&["status", "-C", fx.path().to_str().unwrap()]));
+    assert!(text.contains("FAILING") && text.contains("not pushed yet"), "status says it: {text}");
+    // Recording and turns go on.
+    fx.sh("echo more > f1 && rm f2");
+    let n = fx.turn("r000001");
+    assert_eq!(daemon_log_lines(&fx, "Cannot push to").len(), 1, "the failure is logged once");
+    server.resize(64 << 20);
+    let status = push(&fx, &server);
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+    assert_remote_clean(&server, &url, n as usize + 1, "after the server had room again");
+    assert_clones_match(&fx, &server, &url, &[0, n], "after the server had room again");
+    fx.unmount();
+}

@@ -11,7 +11,9 @@
 #   clone     `rewindfs clone s3://...@0 DIR`
 #   git-clone `git clone` of the same tree from a local bare repository
 #             (no network, the reference point the issue names)
-# Prints the median of ROUNDS (default 3) rounds, in seconds.
+# Prints the median of ROUNDS (default 3) rounds, in seconds; then the
+# bucket's bytes with that one workspace and after a second workspace of
+# the same tree (another store, another prefix) pushed to it.
 # usage: remote_show.sh BIN [ROUNDS]
 set -e
 BIN=$(realpath "$1")
@@ -44,6 +46,12 @@ url=s3://bench/ws
 $BIN mount $base/ws $base/mnt --store $base/store --auto-turn 0 --remote $url >/dev/null
 $BIN push -C $base/mnt --wait 600 >/dev/null
 $BIN unmount $base/mnt >/dev/null
+one=$(du -sb $base/data/bench | cut -f1)
+cp -a $base/ws $base/ws2; mkdir -p $base/mnt2
+$BIN mount $base/ws2 $base/mnt2 --store $base/store2 --auto-turn 0 --remote s3://bench/ws2 >/dev/null
+$BIN push -C $base/mnt2 --wait 600 >/dev/null
+$BIN unmount $base/mnt2 >/dev/null
+two=$(du -sb $base/data/bench | cut -f1)
 git -C $base/ws init -q && git -C $base/ws add -A && git -C $base/ws -c user.name=b -c user.email=b@b commit -qm tree
 git clone -q --bare $base/ws $base/bare.git
 rm -rf $base/ws/.git
@@ -74,3 +82,4 @@ for r in $(seq 1 $ROUNDS); do
 done
 printf 'show-ls %s show-read %s clone %s git-clone %s (median of %s, seconds)\n' \
   $(median < $base/show-ls) $(median < $base/show-read) $(median < $base/clone) $(median < $base/git-clone) $ROUNDS
+echo "bucket bytes: one workspace $one, two workspaces of the same tree $two ($(echo "scale=3; $two / $one" | bc)x)"
