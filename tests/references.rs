@@ -112,6 +112,99 @@ fn the_history_of_an_unmounted_workspace_is_read_from_its_store() {
     ok(&fx, &["run", &ws, "--", "true"]);
 }
 
+/// Unmounts a view on drop, lazily if `rewindfs unmount` fails: a failing
+/// test leaves no mount behind.
+struct ViewGuard(std::path::PathBuf);
+
+impl Drop for ViewGuard {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// `show` of a workspace that is not mounted: a process of its own serves
+/// the checkpoint from the store, read-only, exactly as the mount's own view
+/// shows it; while it does, the workspace cannot be mounted (the message
+/// names the view); once the view is unmounted its server is gone and the
+/// store free. (Before, `show` outside a mount only said how to get one.)
+#[test]
+fn a_checkpoint_of_an_unmounted_workspace_is_shown_from_its_store() {
+    let fx = MountFixture::unmounted();
+    let ws = fx.ws.to_str().expect("utf-8 path").to_string();
+    std::fs::write(fx.ws.join("app.py"), "v0\n").expect("write");
+    let script = format!(
+        "echo v1 > app.py && mkdir -p src/deep && echo lib > src/deep/lib.py && ln -s deep/lib.py src/link && \
+         chmod 751 src/deep && {rw} turn --message-id r000001 --label 'First' >/dev/null && \
+         echo v2 > app.py && rm -r src && {rw} turn --message-id r000002 --label 'Second' >/dev/null",
+        rw = bin()
+    );
+    ok(&fx, &["run", &ws, "--", "sh", "-c", &script]);
+    assert!(!is_mounted(&fx.ws));
+
+    let view = fx.dir.path().join("view");
+    std::fs::create_dir(&view).expect("mkdir view");
+    let guard = ViewGuard(view.clone());
+    let (out, err) = ok(&fx, &["show", "-C", &ws, "first", view.to_str().expect("utf-8")]);
+    assert!(is_mounted(&view), "show did not mount {}: {out} {err}", view.display());
+    assert!(out.contains("checkpoint 1 of") && out.contains("served from its store by pid"), "{out}");
+    assert_eq!(std::fs::read_to_string(view.join("app.py")).expect("app.py"), "v1\n");
+    assert_eq!(std::fs::read_link(view.join("src/link")).expect("link"), std::path::Path::new("deep/lib.py"));
+    let copy = fx.dir.path().join("copy");
+    check(
+        run_with_timeout(std::process::Command::new("cp").arg("-a").arg(&view).arg(&copy), CHILD_TIMEOUT),
+        "cp -a of the view",
+    );
+    let e = std::fs::write(view.join("app.py"), "x").expect_err("a write into the view");
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+
+    // The store is the view's while it is mounted.
+    let out = fx.rewindfs(&["run", &ws, "--", "true"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe_status(&out));
+    assert!(
+        stderr(&out).contains("while a view of its history is served from its store")
+            && stderr(&out).contains(view.to_str().expect("utf-8")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_to_string(fx.ws.join("app.py")).expect("app.py"), "v2\n", "nothing changed");
+
+    ok(&fx, &["unmount", view.to_str().expect("utf-8")]);
+    assert!(!is_mounted(&view));
+    drop(guard);
+    // The server ends with its view: the store is free for a mount, whose
+    // own view of checkpoint 1 is what `show` served.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let compare = format!("diff -r --no-dereference {} .rewindfs/checkpoints/1", copy.display());
+    loop {
+        let out = fx.rewindfs(&["run", &ws, "--", "sh", "-c", &compare]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            out.status.code() == Some(4) && std::time::Instant::now() < deadline,
+            "the mount's view differs from the one `show` served, or the store stayed locked: {}",
+            describe_status(&out)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (meta, _) = ok(&fx, &["run", &ws, "--", "stat", "-c", "%a", ".rewindfs/checkpoints/1/src/deep"]);
+    assert_eq!(meta.trim(), "751");
+    assert_eq!(
+        std::fs::metadata(copy.join("src/deep"))
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+            .ok(),
+        Some(0o751)
+    );
+
+    // An unknown checkpoint mounts nothing.
+    let out = fx.rewindfs(&["show", "-C", &ws, "r999999", view.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe_status(&out));
+    assert!(stderr(&out).contains("unknown checkpoint"), "{}", stderr(&out));
+    assert!(!is_mounted(&view));
+}
+
 /// A workspace removed and made again at the same path is another
 /// directory (its files are other inodes): `log` there says it has no
 /// history yet, its first `run` sets the old default store aside (kept,

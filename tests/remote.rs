@@ -559,7 +559,7 @@ impl RemoteShow {
     fn start(server: &S3Server, home: &Path, source: &str, mp: &Path, extra: &[&str]) -> RemoteShow {
         std::fs::create_dir_all(mp).unwrap();
         let log = home.join(format!("show-{}.log", mp.file_name().unwrap().to_str().unwrap()));
-        let mut args = vec![source, mp.to_str().unwrap()];
+        let mut args = vec![source, mp.to_str().unwrap(), "--foreground"];
         args.extend_from_slice(extra);
         let child = show_command(server, home, &args)
             .stdout(std::process::Stdio::null())
@@ -628,7 +628,25 @@ fn a_remote_checkpoint_is_shown_read_only_from_a_store_that_never_saw_the_worksp
     let home = other.path();
     for n in [0, cps[0], cps[1]] {
         let mp = home.join(format!("show-{n}"));
-        let show = RemoteShow::start(&server, home, &format!("{url}@{n}"), &mp, &[]);
+        // The newest in the background (the default), the others in the
+        // foreground.
+        let background = n == cps[1];
+        let show = if background {
+            std::fs::create_dir_all(&mp).unwrap();
+            let out = run_with_timeout(
+                &mut show_command(&server, home, &[&format!("{url}@{n}"), mp.to_str().unwrap(), "--json"]),
+                CHILD_TIMEOUT,
+            );
+            let reply: serde_json::Value =
+                serde_json::from_slice(&check(out, "show in the background").stdout).expect("show --json prints JSON");
+            assert_eq!(reply["checkpoint"].as_i64(), Some(n), "{reply}");
+            assert!(mounted(&mp), "show returned before its view was mounted");
+            let pid = reply["pid"].as_i64().expect("the server's pid") as i32;
+            assert!(alive(pid), "{reply}");
+            Err(pid)
+        } else {
+            Ok(RemoteShow::start(&server, home, &format!("{url}@{n}"), &mp, &[]))
+        };
         let ls = check(run_with_timeout(Command::new("ls").arg("-la").arg(&mp), CHILD_TIMEOUT), "ls -la");
         assert!(stdout(&ls).contains(" old\n"), "ls -la of checkpoint {n}: {}", stdout(&ls));
         // Against a clone of the same checkpoint and the workspace's own view.
@@ -658,19 +676,28 @@ fn a_remote_checkpoint_is_shown_read_only_from_a_store_that_never_saw_the_worksp
             let write = std::fs::write(mp.join("old"), b"x");
             assert_eq!(write.err().and_then(|e| e.raw_os_error()), Some(libc::EROFS), "the view is read-only");
             // Ctrl-C ends it and unmounts.
-            show.stop(|s| {
+            show.expect("in the foreground").stop(|s| {
                 check(
                     run_with_timeout(Command::new("kill").args(["-INT", &s.child.id().to_string()]), CHILD_TIMEOUT),
                     "kill -INT",
                 );
             });
         } else {
-            show.stop(|s| {
-                check(
-                    elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]),
-                    "rewindfs unmount of a remote show",
-                );
-            });
+            match show {
+                Ok(show) => show.stop(|s| {
+                    let mp = s.mp.to_str().unwrap();
+                    check(elsewhere(&server, home, &["unmount", mp]), "rewindfs unmount of a remote show");
+                }),
+                Err(pid) => {
+                    check(elsewhere(&server, home, &["unmount", mp.to_str().unwrap()]), "unmount of a background show");
+                    assert!(!mounted(&mp), "the background show left its mount");
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                    while alive(pid) {
+                        assert!(std::time::Instant::now() < until, "the background show did not exit");
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+            }
         }
     }
     let cache = home.join("cache/rewindfs/chunks");

@@ -378,6 +378,21 @@ pub fn prepare(workspace: &Path, mountpoint: Option<&Path>, opts: &MountOpts) ->
 /// inside the workspace: they would go on using the directory under the
 /// mount, and nothing they do would be recorded.
 pub fn refuse_occupied(spec: &MountSpec, except: &std::collections::HashSet<u32>) -> Result<()> {
+    // Its server reads the store and the tree, and keeps the store locked.
+    let views = daemon::views_of(&spec.workspace);
+    if !views.is_empty() {
+        let list: Vec<String> = views.iter().map(|v| v.display().to_string()).collect();
+        return Err(Error::kind_of(
+            ErrorKind::Busy,
+            format!(
+                "{} cannot be mounted while a view of its history is served from its store on {} (`rewindfs show`): \
+                 `rewindfs unmount {}` first",
+                spec.workspace.display(),
+                list.join(", "),
+                list[0]
+            ),
+        ));
+    }
     if !spec.in_place() {
         return Ok(());
     }
@@ -420,34 +435,52 @@ fn already_mounted(path: &Path) -> Error {
 /// Starts a background daemon for `spec` and waits until its mount is
 /// ready. The daemon logs to `daemon.log` in the store.
 pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
+    spawn_background(&spec.store, "the rewindfs daemon", |cmd| {
+        cmd.arg("mount")
+            .arg(&spec.workspace)
+            .arg(&spec.mountpoint)
+            .arg("--store")
+            .arg(&spec.store)
+            .arg("--passthrough")
+            .arg(if spec.passthrough == Passthrough::Off { "off" } else { "all" })
+            .arg("--cache-timeout")
+            .arg(spec.cache_timeout.as_secs().to_string())
+            .arg("--threads")
+            .arg(spec.threads.to_string())
+            .arg("--transport")
+            .arg(spec.transport.as_str())
+            .arg("--auto-turn")
+            .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
+            .args(if spec.record { None } else { Some("--no-record") })
+            .args(spec.agent_uid.map(|u| ["--agent-user".to_string(), u.to_string()]).into_iter().flatten())
+            .args(spec.abandon_interrupted.then_some("--abandon-interrupted"))
+            .args(spec.remote.iter().flat_map(|url| ["--remote".to_string(), url.to_string()]));
+    })?;
+    registry::read(&spec.mountpoint)
+        .ok_or_else(|| Error::Daemon("the daemon started but did not publish its mount".into()))
+}
+
+/// Starts this executable in the background with the arguments `args`
+/// gives it and `--foreground`, its stderr appended to the store's
+/// `daemon.log`, and waits (60 s at most) until it says on stdout `ready[
+/// DETAIL]` (returns DETAIL and its pid) or `error: FAILURE` (its error).
+/// `what` names it; one that says neither is killed.
+pub fn spawn_background(store: &Path, what: &str, args: impl FnOnce(&mut Command)) -> Result<(String, u32)> {
+    spawn_background_logged(&crate::store_dir::StoreDir::new(store).daemon_log(), what, args)
+}
+
+/// As [`spawn_background`], its stderr appended to `log_path`.
+pub fn spawn_background_logged(log_path: &Path, what: &str, args: impl FnOnce(&mut Command)) -> Result<(String, u32)> {
     let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs executable", e))?;
-    let log_path = crate::store_dir::StoreDir::new(&spec.store).daemon_log();
+    let log_path = log_path.to_path_buf();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
         .map_err(|e| Error::io(format!("cannot open daemon log {}", log_path.display()), e))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("mount")
-        .arg(&spec.workspace)
-        .arg(&spec.mountpoint)
-        .arg("--store")
-        .arg(&spec.store)
-        .arg("--passthrough")
-        .arg(if spec.passthrough == Passthrough::Off { "off" } else { "all" })
-        .arg("--cache-timeout")
-        .arg(spec.cache_timeout.as_secs().to_string())
-        .arg("--threads")
-        .arg(spec.threads.to_string())
-        .arg("--transport")
-        .arg(spec.transport.as_str())
-        .arg("--auto-turn")
-        .arg(spec.auto_turn.map(|d| d.as_secs_f64()).unwrap_or(0.0).to_string())
-        .args(if spec.record { None } else { Some("--no-record") })
-        .args(spec.agent_uid.map(|u| ["--agent-user".to_string(), u.to_string()]).into_iter().flatten())
-        .args(spec.abandon_interrupted.then_some("--abandon-interrupted"))
-        .args(spec.remote.iter().flat_map(|url| ["--remote".to_string(), url.to_string()]))
-        .arg("--foreground")
+    args(&mut cmd);
+    cmd.arg("--foreground")
         .env(DAEMON_ENV, "1")
         .current_dir("/")
         .stdin(Stdio::null())
@@ -456,8 +489,8 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "rewindfs=info");
     }
-    let mut child = cmd.spawn().map_err(|e| Error::io("cannot start the rewindfs daemon", e))?;
-    let stdout = child.stdout.take().ok_or_else(|| Error::Daemon("daemon has no stdout".into()))?;
+    let mut child = cmd.spawn().map_err(|e| Error::io(format!("cannot start {what}"), e))?;
+    let stdout = child.stdout.take().ok_or_else(|| Error::Daemon(format!("{what} has no stdout")))?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -467,9 +500,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_default();
     if let Some(rest) = line.strip_prefix("ready") {
-        let _ = rest;
-        return registry::read(&spec.mountpoint)
-            .ok_or_else(|| Error::Daemon("the daemon started but did not publish its mount".into()));
+        return Ok((rest.trim().to_string(), child.id()));
     }
     let _ = child.kill();
     let _ = child.wait();
@@ -477,7 +508,7 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
         Some(msg) if !msg.is_empty() => Err(serde_json::from_str::<crate::error::Failure>(msg)
             .map(Error::Failure)
             .unwrap_or_else(|_| Error::Usage(msg.to_string()))),
-        _ => Err(Error::Daemon(format!("the daemon failed to start; see {}", log_path.display()))),
+        _ => Err(Error::Daemon(format!("{what} failed to start; see {}", log_path.display()))),
     }
 }
 

@@ -18,8 +18,8 @@ fn run_local(args: DuArgs) -> Result<()> {
     let (d, store) = match offline::mount_or_store(args.target.mount.as_deref(), "du is")? {
         Source::Mounted(info) => (common::ask(&info, op::Du)?, info.store),
         Source::Store(o) => {
-            let attic = |id, handle: &[u8], _| o.tree.attic().remove_unreachable_stored(id, handle, true);
-            let d = crate::journal::retention::du(&o.journal, &attic, &o.info.store)
+            let attic = |id, handle: &[u8], _| o.ws.tree().attic().remove_unreachable_stored(id, handle, true);
+            let d = crate::journal::retention::du(o.ws.journal(), &attic, &o.info.store)
                 .map_err(|e| crate::error::Error::Daemon(e.to_string()))?;
             (d, o.info.store.clone())
         }

@@ -26,10 +26,7 @@ pub fn log(args: LogArgs) -> Result<i32> {
     }
     let turns = match offline::mount_or_store(args.target.mount.as_deref(), "the history is")? {
         Source::Mounted(info) => common::ask(&info, op::Log)?,
-        Source::Store(o) => {
-            let op = o.world.op();
-            crate::report::log(op.held(), &o.tree, &o.journal).map_err(|e| view_failed("the history", e))?
-        }
+        Source::Store(o) => o.ws.read().log()?,
     };
     let unavailable: Vec<String> = turns
         .iter()
@@ -193,10 +190,10 @@ pub fn diff(args: DiffArgs) -> Result<i32> {
             let paths = args.paths.iter().map(|p| common::path_in_mount(&o.info, p)).collect::<Result<Vec<_>>>()?;
             let from = offline_reference(&o, &args.from)?;
             let to = args.to.as_deref().map(|t| offline_reference(&o, t)).transpose()?;
-            let op = o.world.op();
+            let read = o.ws.read();
             let view = |n: Option<i64>| match n {
-                Some(n) => crate::view::TreeView::at(op.held(), &o.tree, &o.journal, n),
-                None => crate::view::TreeView::live(op.held(), &o.tree, &o.journal),
+                Some(n) => read.view(n),
+                None => read.live(),
             };
             let changes = crate::report::diff(&view(Some(from)), &view(to), &paths, !args.stat)
                 .map_err(|e| view_failed("the diff", e))?;
@@ -244,9 +241,7 @@ pub fn history(args: HistoryArgs) -> Result<()> {
         }
         Source::Store(o) => {
             let path = common::path_in_mount(&o.info, &args.path)?;
-            let op = o.world.op();
-            let events = crate::report::history(op.held(), &o.tree, &o.journal, &path)
-                .map_err(|e| view_failed("the history", e))?;
+            let events = o.ws.read().history(&path)?;
             (path, events)
         }
     };
@@ -265,9 +260,9 @@ pub fn history(args: HistoryArgs) -> Result<()> {
 
 /// A reference resolved in a store read offline; stderr says when the
 /// current branch was preferred, as through a daemon.
-fn offline_reference(o: &offline::Offline, reference: &str) -> Result<i64> {
+pub(crate) fn offline_reference(o: &offline::Offline, reference: &str) -> Result<i64> {
     use crate::journal::JournalError;
-    match o.journal.resolve_noted(reference) {
+    match o.ws.journal().resolve_noted(reference) {
         Ok((c, note)) => {
             if let Some(note) = note {
                 eprintln!("rewindfs: {note}");

@@ -389,6 +389,12 @@ pub struct ShowArgs {
     /// K, M or G suffix).
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
     pub cache_size: u64,
+    /// Serve the view in this process until it is unmounted (Ctrl-C), for
+    /// a workspace that is not mounted. Without it, a process of its own
+    /// serves such a view in the background; a mounted workspace's daemon
+    /// serves its views.
+    #[arg(long)]
+    pub foreground: bool,
 }
 
 /// `4096`, `512K`, `64M`, `1G` (powers of 1024).
@@ -633,7 +639,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Log(a) => history::log(a),
         Command::Diff(a) => history::diff(a),
         Command::History(a) => history::history(a).map(|_| 0),
-        Command::Show(a) => show::run(a),
+        Command::Show(a) => show::run(a).map(|_| 0),
         Command::Restore(a) => history::restore(a).map(|_| 0),
         Command::Rewind(a) => history::rewind(a).map(|_| 0),
         Command::Fsck(a) => fsck::run(a),

@@ -8,22 +8,26 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::common;
 use crate::daemon::registry::{self, MountInfo};
+use crate::engine::Workspace;
 use crate::error::{Error, ErrorKind, Result};
-use crate::journal::Journal;
-use crate::meta::Meta;
-use crate::store::Address;
 use crate::store_dir::StoreDir;
-use crate::workspace::LiveTree;
 
 /// A store opened for reading, with the workspace it records.
 pub struct Offline {
     /// Where paths are taken from, as if the workspace were mounted in place.
     pub info: MountInfo,
-    pub journal: Journal,
-    pub tree: LiveTree,
-    /// No daemon serves the workspace: the readers' own tree lock.
-    pub world: crate::world::World,
+    /// The workspace opened read-only (`Workspace::open_read_only`); no
+    /// daemon serves it, so its tree lock is the readers' own.
+    pub ws: Workspace,
     _lock: registry::Lock,
+}
+
+impl Offline {
+    /// The workspace and the store's lock apart, for a reader that outlives
+    /// this value (the server of a `show` view).
+    pub fn into_parts(self) -> (MountInfo, Workspace, registry::Lock) {
+        (self.info, self.ws, self._lock)
+    }
 }
 
 /// What a reading command works on.
@@ -93,22 +97,7 @@ pub fn open(workspace: &Path, store: &Path) -> Result<Offline> {
             format!("{e}; the store is in use (a mount starting or ending?): try again, or use -C <MOUNT>"),
         )
     })?;
-    let log = dir.journal_log();
-    if std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
-        return Err(Error::kind_of(
-            ErrorKind::Failed,
-            format!(
-                "{} holds records its last daemon did not fold into the history (it was killed); \
-                 `rewindfs mount {}` folds them in, then the history can be read",
-                log.display(),
-                workspace.display()
-            ),
-        ));
-    }
-    let meta = Meta::open_read_only(&dir.meta()).map_err(|e| Error::Daemon(e.to_string()))?;
-    let chunks = Address::pack_read_only(&dir.chunks()).open().map_err(|e| Error::Daemon(e.to_string()))?;
-    let journal = Journal::read_only(meta, chunks).map_err(|e| Error::Daemon(e.to_string()))?;
-    let tree = LiveTree::new(workspace, None)?;
+    let ws = Workspace::open_read_only(workspace, store)?;
     let info = MountInfo {
         mountpoint: workspace.to_path_buf(),
         workspace: workspace.to_path_buf(),
@@ -121,7 +110,7 @@ pub fn open(workspace: &Path, store: &Path) -> Result<Offline> {
         workspace_id: None,
         recovered: Vec::new(),
     };
-    Ok(Offline { info, journal, tree, world: crate::world::World::new(), _lock: lock })
+    Ok(Offline { info, ws, _lock: lock })
 }
 
 /// What `rewind`, `restore` and `show` say outside any mount when the

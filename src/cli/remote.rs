@@ -211,10 +211,11 @@ pub fn clone(args: CloneArgs) -> Result<i32> {
 
 /// `rewindfs show s3://bucket/prefix[@CHECKPOINT] MOUNTPOINT`: the
 /// checkpoint's manifest is read and checked before anything is mounted;
-/// then the view is served in the foreground until it is unmounted
-/// (Ctrl-C, SIGTERM, or `rewindfs unmount MOUNTPOINT` from elsewhere).
-pub fn show(args: ShowArgs) -> Result<i32> {
-    let (url, at) = RemoteUrl::parse_at(&args.checkpoint).map_err(remote_error)?;
+/// then the view is served until it is unmounted (`rewindfs unmount
+/// MOUNTPOINT`, or Ctrl-C/SIGTERM with `--foreground`): by a process of its
+/// own in the background, as `show` of a workspace that is not mounted,
+/// its log `<cache>/rewindfs/show.log`; with `--foreground`, by this one.
+pub fn show(args: ShowArgs) -> Result<()> {
     let mp = crate::cli::show::empty_mountpoint(&args.mountpoint)?;
     let one_chunk = u64::from(crate::store::chunker::MAX_CHUNK);
     if args.cache_size < one_chunk {
@@ -226,30 +227,85 @@ pub fn show(args: ShowArgs) -> Result<i32> {
     }
     let dir = crate::remote::cache::default_dir()
         .ok_or_else(|| Error::Usage("no cache directory: set XDG_CACHE_HOME or HOME".into()))?;
-    let cache = crate::remote::cache::ChunkCache::open(&dir, args.cache_size).map_err(remote_error)?;
-    let bucket = Bucket::open(&url).map_err(remote_error)?;
-    let tree = crate::remote::show::RemoteTree::open(bucket, at.as_deref(), cache).map_err(remote_error)?;
-    let n = tree.checkpoint().checkpoint;
-    let fsname = format!("{}{url}@{n}", crate::daemon::VIEW_FSNAME_PREFIX);
-    let session = crate::fs::view::ViewSession::mount(tree, &mp, &fsname, false)
-        .map_err(|e| Error::io(format!("cannot mount the view on {}", mp.display()), e))?;
-    crate::daemon::spawn_signal_watcher(mp.clone());
+    if args.foreground {
+        return serve_show(&args, &dir, &mp);
+    }
+    let log = dir.parent().unwrap_or(&dir).join("show.log");
+    crate::store_dir::create_private_dir(log.parent().unwrap_or(&dir))
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    let (detail, pid) = common::spawn_background_logged(&log, "the view's server", |cmd| {
+        cmd.arg("show").arg(&args.checkpoint).arg(&mp).arg("--cache-size").arg(args.cache_size.to_string());
+    })?;
+    let reply: serde_json::Value = serde_json::from_str(&detail).unwrap_or_default();
     if args.target.json {
-        common::print_json(&serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp }))?;
+        let mut reply = reply;
+        reply["pid"] = pid.into();
+        return common::print_json(&reply);
+    }
+    outln!(
+        "checkpoint {} of {} is on {} (read-only; served by pid {pid}, log {}; `rewindfs unmount {}` to remove)",
+        reply["checkpoint"],
+        reply["remote"].as_str().unwrap_or(&args.checkpoint),
+        mp.display(),
+        log.display(),
+        mp.display()
+    );
+    Ok(())
+}
+
+/// Serves the remote view in this process until it is unmounted. Started
+/// in the background by `show`, it says `ready JSON` (or `error: FAILURE`)
+/// on stdout, a pipe its parent reads; run by a user, it says so on
+/// stderr.
+fn serve_show(args: &ShowArgs, cache_dir: &std::path::Path, mp: &std::path::Path) -> Result<()> {
+    use std::io::Write;
+    let as_server = std::env::var_os(common::DAEMON_ENV).is_some();
+    if as_server {
+        crate::sys::setsid();
+    }
+    let mounted = (|| -> Result<_> {
+        let (url, at) = RemoteUrl::parse_at(&args.checkpoint).map_err(remote_error)?;
+        let cache = crate::remote::cache::ChunkCache::open(cache_dir, args.cache_size).map_err(remote_error)?;
+        let bucket = Bucket::open(&url).map_err(remote_error)?;
+        let tree = crate::remote::show::RemoteTree::open(bucket, at.as_deref(), cache).map_err(remote_error)?;
+        let n = tree.checkpoint().checkpoint;
+        let fsname = format!("{}{url}@{n}", crate::daemon::VIEW_FSNAME_PREFIX);
+        let session = crate::fs::view::ViewSession::mount(tree, mp, &fsname, false)
+            .map_err(|e| Error::io(format!("cannot mount the view on {}", mp.display()), e))?;
+        Ok((session, url, n))
+    })();
+    let mut out = std::io::stdout();
+    let (session, url, n) = match mounted {
+        Ok(m) => m,
+        Err(e) => {
+            if as_server {
+                let failure = serde_json::to_string(&e.to_failure()).unwrap_or_else(|_| e.to_string());
+                let _ = writeln!(out, "error: {failure}");
+                let _ = out.flush();
+            }
+            return Err(e);
+        }
+    };
+    crate::daemon::spawn_signal_watcher(mp.to_path_buf());
+    let reply = serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp });
+    if as_server {
+        let _ = writeln!(out, "ready {reply}");
+        let _ = out.flush();
+    } else if args.target.json {
+        common::print_json(&reply)?;
     } else {
-        outln!(
-            "checkpoint {n} of {url} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
+        eprintln!(
+            "rewindfs: checkpoint {n} of {url} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
             mp.display(),
             mp.display()
         );
     }
     let served = session.run();
     // Ended by an error rather than an unmount: leave no dead mount.
-    if crate::daemon::view_mountpoints().contains(&mp) {
-        let _ = crate::sys::umount(&mp, true);
+    if crate::daemon::view_mountpoints().iter().any(|v| v == mp) {
+        let _ = crate::sys::umount(mp, true);
     }
-    served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))?;
-    Ok(0)
+    served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))
 }
 
 /// `rewindfs du --remote s3://bucket[/prefix]`: who references what in a

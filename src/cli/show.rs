@@ -1,38 +1,69 @@
-//! `rewindfs show`: mount a read-only view of a checkpoint.
+//! `rewindfs show`: mount a read-only view of a checkpoint. A mounted
+//! workspace's daemon serves its views; for a workspace that is not
+//! mounted, a process of its own serves the view from the store, read-only,
+//! until the view is unmounted.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use crate::cli::ShowArgs;
-use crate::cli::common;
+use crate::cli::common::{self, DAEMON_ENV};
+use crate::cli::offline::{self, Source};
 use crate::daemon::control as op;
 use crate::error::{Error, Result};
 
-pub fn run(args: ShowArgs) -> Result<i32> {
+pub fn run(args: ShowArgs) -> Result<()> {
     if crate::remote::RemoteUrl::is_remote(&args.checkpoint) {
         return crate::cli::remote::show(args);
     }
-    let info = crate::cli::history::mount_for(args.target.mount.as_deref(), "show")?;
     let mp = empty_mountpoint(&args.mountpoint)?;
-    if mp.starts_with(&info.mountpoint) || mp.starts_with(&info.workspace) {
-        return Err(Error::path(&mp, "a view cannot be mounted inside the workspace it shows"));
-    }
-    let checkpoint = common::reference(&info, args.checkpoint)?;
-    let reply = common::ask(&info, op::Show { checkpoint, mountpoint: mp.clone() })?;
+    let (reply, workspace, server) = match offline::mount_or_store(args.target.mount.as_deref(), "the view is")? {
+        Source::Mounted(info) => {
+            if args.foreground {
+                return Err(Error::Usage(format!(
+                    "{} is mounted: its daemon serves the views (--foreground is for a workspace that is not mounted)",
+                    info.workspace.display()
+                )));
+            }
+            refuse_inside(&mp, &info.mountpoint, &info.workspace)?;
+            let checkpoint = common::reference(&info, args.checkpoint)?;
+            (common::ask(&info, op::Show { checkpoint, mountpoint: mp.clone() })?, info.workspace, None)
+        }
+        Source::Store(o) => {
+            refuse_inside(&mp, &o.info.mountpoint, &o.info.workspace)?;
+            let n = crate::cli::history::offline_reference(&o, &args.checkpoint)?;
+            let (workspace, store) = (o.info.workspace.clone(), o.info.store.clone());
+            if args.foreground {
+                return serve_here(*o, n, &mp, args.target.json);
+            }
+            // The server takes the store's lock itself.
+            drop(o);
+            let (reply, pid) = spawn_server(&workspace, &store, n, &mp)?;
+            (reply, workspace, Some(pid))
+        }
+    };
     if args.target.json {
-        common::print_json(&reply)?;
-        return Ok(0);
+        return common::print_json(&reply);
     }
+    let served = match server {
+        Some(pid) => format!(
+            "; served from its store by pid {pid}, which keeps the store locked: the workspace cannot be mounted until the view is removed"
+        ),
+        None => String::new(),
+    };
     outln!(
-        "checkpoint {} of {} is on {} (read-only; `rewindfs unmount {}` to remove)",
+        "checkpoint {} of {} is on {} (read-only{served}; `rewindfs unmount {}` to remove)",
         reply.checkpoint,
-        info.workspace.display(),
+        workspace.display(),
         mp.display(),
         mp.display()
     );
-    Ok(0)
+    Ok(())
 }
 
 /// `path` made absolute, checked to be an empty directory that is not a
 /// symlink.
-pub fn empty_mountpoint(path: &std::path::Path) -> Result<std::path::PathBuf> {
+pub fn empty_mountpoint(path: &Path) -> Result<PathBuf> {
     let mp = common::absolute_no_follow(path)?;
     // mount(2) follows a final symlink: one the agent planted would put the
     // view somewhere else than the path printed.
@@ -46,4 +77,62 @@ pub fn empty_mountpoint(path: &std::path::Path) -> Result<std::path::PathBuf> {
         Err(_) => return Err(Error::path(&mp, "mountpoint does not exist (create an empty directory first)")),
     }
     Ok(mp)
+}
+
+fn refuse_inside(mp: &Path, mountpoint: &Path, workspace: &Path) -> Result<()> {
+    if mp.starts_with(mountpoint) || mp.starts_with(workspace) {
+        return Err(Error::path(mp, "a view cannot be mounted inside the workspace it shows"));
+    }
+    Ok(())
+}
+
+/// Serves the view in this process until it is unmounted. Started by
+/// [`spawn_server`], it says `ready` (or `error: FAILURE`) on stdout, a pipe
+/// its parent reads; run by a user, it says so on stderr.
+fn serve_here(o: offline::Offline, n: i64, mp: &Path, json: bool) -> Result<()> {
+    let as_server = std::env::var_os(DAEMON_ENV).is_some();
+    if as_server {
+        crate::sys::setsid();
+    }
+    let (info, ws, lock) = o.into_parts();
+    let served = crate::daemon::serve_store_view(ws, &info.workspace, n, mp, |ready| {
+        let mut out = std::io::stdout();
+        match (ready, as_server) {
+            (Ok(reply), true) => {
+                let _ = writeln!(out, "ready {}", serde_json::to_string(&reply).unwrap_or_default());
+            }
+            (Err(f), true) => {
+                let _ = writeln!(out, "error: {}", serde_json::to_string(&f).unwrap_or_else(|_| f.message.clone()));
+            }
+            (Ok(reply), false) if json => {
+                let _ = common::print_json(&reply);
+            }
+            (Ok(reply), false) => eprintln!(
+                "rewindfs: checkpoint {} of {} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
+                reply.checkpoint,
+                info.workspace.display(),
+                mp.display(),
+                mp.display()
+            ),
+            (Err(_), false) => {}
+        }
+        let _ = out.flush();
+    });
+    drop(lock);
+    served
+}
+
+/// Starts a process serving the view of checkpoint `n` (`show
+/// --foreground`, detached, its log the store's daemon log) and waits until
+/// the view is mounted.
+fn spawn_server(workspace: &Path, store: &Path, n: i64, mp: &Path) -> Result<(op::ShowReply, u32)> {
+    let (detail, pid) = common::spawn_background(store, "the view's server", |cmd| {
+        cmd.arg("show").arg("-C").arg(workspace).arg(n.to_string()).arg(mp);
+    })?;
+    let reply = serde_json::from_str(&detail).unwrap_or_else(|_| op::ShowReply {
+        checkpoint: n,
+        mountpoint: PathBuf::from(mp),
+        transport: String::new(),
+    });
+    Ok((reply, pid))
 }

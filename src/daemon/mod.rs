@@ -135,7 +135,22 @@ fn start(spec: &MountSpec) -> Result<Started> {
     // The store was created private (or checked to be) by `prepare`; an
     // existing directory's mode is the user's and is left alone.
     sys::clear_umask();
-    let store_lock = registry::lock(&spec.store.join("lock"), &format!("store {}", spec.store.display()))?;
+    let store_lock =
+        registry::lock(&spec.store.join("lock"), &format!("store {}", spec.store.display())).map_err(|e| {
+            // A view of the unmounted workspace keeps the store locked.
+            let views = views_of(&spec.workspace);
+            if e.kind() != crate::error::ErrorKind::Busy || views.is_empty() {
+                return e;
+            }
+            let list: Vec<String> = views.iter().map(|v| v.display().to_string()).collect();
+            Error::kind_of(
+                crate::error::ErrorKind::Busy,
+                format!(
+                    "{e}: it serves a view of the history on {} (`rewindfs show`); `rewindfs unmount` the view first",
+                    list.join(", ")
+                ),
+            )
+        })?;
     let workspace_id = {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::symlink_metadata(&spec.workspace)
@@ -708,15 +723,75 @@ fn unescape_mountinfo(s: &str) -> String {
 
 /// Mountpoints of view mounts (`rewindfs show`).
 pub fn view_mountpoints() -> Vec<PathBuf> {
+    view_mounts().into_iter().map(|(_, mp)| mp).collect()
+}
+
+/// The view mounts (`rewindfs show`) with what each shows: the workspace
+/// and checkpoint of its fsname, `WORKSPACE@N`.
+fn view_mounts() -> Vec<(String, PathBuf)> {
     let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
-            let source = right.split_whitespace().nth(1)?;
+            let source = unescape_mountinfo(right.split_whitespace().nth(1)?);
             let mp = left.split_whitespace().nth(4)?;
-            source.starts_with(VIEW_FSNAME_PREFIX).then(|| PathBuf::from(unescape_mountinfo(mp)))
+            let shown = source.strip_prefix(VIEW_FSNAME_PREFIX)?.to_string();
+            Some((shown, PathBuf::from(unescape_mountinfo(mp))))
         })
         .collect()
+}
+
+/// The views of `workspace`'s checkpoints mounted now.
+pub fn views_of(workspace: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}@", workspace.display());
+    view_mounts()
+        .into_iter()
+        .filter(|(shown, _)| shown.strip_prefix(&prefix).is_some_and(|n| n.parse::<i64>().is_ok()))
+        .map(|(_, mp)| mp)
+        .collect()
+}
+
+/// Serves a view of checkpoint `n` of a workspace that no daemon serves,
+/// opened read-only from its store (the caller holds the store's lock for
+/// as long as this runs), on `mountpoint` until it is unmounted or a
+/// signal asks it. `ready` is told once the view is mounted, or why not.
+pub fn serve_store_view(
+    ws: Workspace,
+    workspace: &Path,
+    n: i64,
+    mountpoint: &Path,
+    ready: impl FnOnce(std::result::Result<protocol::ShowReply, Failure>),
+) -> Result<()> {
+    let ws = Arc::new(ws);
+    let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", workspace.display());
+    let mounted = ws.read().browser(n).and_then(|browser| {
+        crate::fs::view::ViewSession::mount(
+            crate::fs::view::LocalView { browser: Arc::new(browser), ws: ws.clone() },
+            mountpoint,
+            &fsname,
+            false,
+        )
+        .map_err(|e| {
+            Failure::failed(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("cannot mount the view on {}: {e}", mountpoint.display()),
+            )
+        })
+    });
+    let session = match mounted {
+        Ok(session) => session,
+        Err(f) => {
+            ready(Err(f.clone()));
+            return Err(Error::Failure(f));
+        }
+    };
+    spawn_signal_watcher(mountpoint.to_path_buf());
+    let transport = session.transport().report().transport;
+    info!("showing checkpoint {n} of {} on {} from its store", workspace.display(), mountpoint.display());
+    ready(Ok(protocol::ShowReply { checkpoint: n, mountpoint: mountpoint.to_path_buf(), transport }));
+    session.run().map_err(|e| Error::io(format!("the view on {} ended", mountpoint.display()), e))?;
+    info!("view on {} unmounted", mountpoint.display());
+    Ok(())
 }
 
 /// Whether `path` is currently a rewindfs mountpoint.

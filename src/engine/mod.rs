@@ -161,6 +161,45 @@ impl Workspace {
         Ok(ws)
     }
 
+    /// Opens the history of an unmounted workspace for reading only: its
+    /// database and packs read-only, the live tree unrecorded, nothing
+    /// completed, scanned or written (`log`, `diff`, `history`, `du` and a
+    /// `show` view after the mount ended). The caller holds the store's
+    /// lock so no daemon changes it meanwhile. Refused when the journal log
+    /// holds records a killed daemon did not fold in: only a mount folds
+    /// them, and without them the history is not whole.
+    pub fn open_read_only(workspace: &Path, store: &Path) -> Result<Workspace> {
+        let dir = crate::store_dir::StoreDir::new(store);
+        let log = dir.journal_log();
+        if std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
+            return Err(Error::kind_of(
+                crate::error::ErrorKind::Failed,
+                format!(
+                    "{} holds records its last daemon did not fold into the history (it was killed); \
+                     `rewindfs mount {}` folds them in, then the history can be read",
+                    log.display(),
+                    workspace.display()
+                ),
+            ));
+        }
+        let meta = crate::meta::Meta::open_read_only(&dir.meta()).map_err(|e| Error::Daemon(e.to_string()))?;
+        let chunks =
+            crate::store::Address::pack_read_only(&dir.chunks()).open().map_err(|e| Error::Daemon(e.to_string()))?;
+        let journal = Journal::read_only(meta, chunks).map_err(|e| Error::Daemon(e.to_string()))?;
+        Ok(Workspace {
+            tree: Arc::new(LiveTree::new(workspace, None)?),
+            journal: Arc::new(journal),
+            world: Arc::new(World::new()),
+            store: store.to_path_buf(),
+            packs: true,
+            mountpoint: workspace.to_path_buf(),
+            kernel: OnceLock::new(),
+            hidden: OnceLock::new(),
+            turn_stats: OnceLock::new(),
+            recovered: Vec::new(),
+        })
+    }
+
     /// Where the kernel's caches of the mount are told what a frozen
     /// section changed, and what serves `.rewindfs/` there; set once the
     /// mount exists (before, nothing is cached).

@@ -62,7 +62,7 @@ for r in $(seq 1 $ROUNDS); do
   export XDG_CACHE_HOME=$base/cache$r
   mp=$base/mp$r; mkdir -p $mp
   s=$(now)
-  $BIN show $url@0 $mp >/dev/null 2>$base/show$r.log &
+  $BIN show --foreground $url@0 $mp >/dev/null 2>$base/show$r.log &
   pid=$!
   until ls $mp 2>/dev/null | grep -q d00; do sleep 0.005; done
   e=$(now)
