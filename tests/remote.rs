@@ -610,8 +610,14 @@ impl Drop for RemoteShow {
 }
 
 /// Sum of the sizes of the files in `dir`.
+/// Each file once, by inode: a listing made while a file is renamed from
+/// its temporary name may show it under both.
 fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
+    use std::os::unix::fs::MetadataExt;
+    let Ok(d) = std::fs::read_dir(dir) else { return 0 };
+    let files: std::collections::HashMap<u64, u64> =
+        d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| (m.ino(), m.len())).collect();
+    files.values().sum()
 }
 
 #[test]

@@ -186,9 +186,14 @@ impl ChunkCache {
                 state.total += size;
             }
             state.touch(id);
-            // One writer per chunk: a second copy being written beside the
-            // first would be bytes on disk the count does not know.
-            let write = state.writing.insert(*id);
+            // One writer per chunk, and none over a file that is there
+            // (written by another thread since this one looked): a second
+            // copy being written beside the first would be bytes on disk the
+            // count does not know.
+            let write = !state.writing.contains(id) && (new || !self.path(id).exists());
+            if write {
+                state.writing.insert(*id);
+            }
             (new, write)
         };
         if !write {
