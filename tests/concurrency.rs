@@ -209,9 +209,17 @@ fn a_panic_holding_the_journal_leaves_a_mount_that_refuses_what_needs_it() {
     let turn = fx.cli_output(&["turn", "--message-id", "m2"]);
     assert!(!turn.status.success(), "a seal after the panic succeeded");
     assert!(stderr(&turn).contains("half-changed"), "the refused seal does not say why: {}", stderr(&turn));
-    let status = fx.rewindfs(&["status", "-C", fx.path().to_str().expect("utf-8")]);
-    let said = format!("{}{}", stdout(&status), stderr(&status));
-    assert!(said.contains("journal's state was left half-changed"), "status does not say what failed: {said}");
+    // `status` still reports (it reads nothing from the journal's state)
+    // and says why the mount is read-only. (Before, it failed.)
+    let status = check(fx.rewindfs(&["status", "-C", fx.path().to_str().expect("utf-8")]), "status");
+    let said = stdout(&status);
+    assert!(
+        said.contains("READ-ONLY:") && said.contains("journal's state was left half-changed"),
+        "status does not say what failed: {said}"
+    );
+    assert!(said.contains("turn:        unknown"), "{said}");
+    let json = fx.status_json();
+    assert!(json["turn"].is_null() && json["failure"].is_string(), "{json}");
     fx.unmount();
     assert_eq!(std::fs::read_to_string(fx.ws.join("f")).expect("the workspace's f"), "one\n");
 }

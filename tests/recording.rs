@@ -491,3 +491,27 @@ fn files_born_and_gone_in_one_turn_leave_nothing_behind() {
     assert_eq!(view(c4, "kept").unwrap(), "kept\n");
     assert_eq!(std::fs::read_dir(fx.store.join("attic")).unwrap().count(), 3);
 }
+
+/// A process that `exec`s another program keeps its pid; what the new
+/// program changes is named after it in `log`'s programs, not after the
+/// shell that wrote before the exec. (Before, the name read for the pid
+/// was kept for the whole turn: both files were the shell's.)
+#[test]
+fn a_program_a_shell_execs_is_named_for_its_own_changes() {
+    let mut fx = MountFixture::unmounted();
+    fx.mount(false, &["--auto-turn", "0"]);
+    fx.turn("m1");
+    posix_sh(
+        &fx,
+        "echo by-the-shell > first; \
+         exec python3 -c 'import time; time.sleep(0.2); open(\"second\", \"w\").write(\"by python\")'",
+    );
+    assert_eq!(std::fs::read_to_string(fx.mnt.join("second")).expect("second"), "by python");
+    fx.turn("m2");
+    let log = fx.cli_json(&["log"]);
+    // The row of checkpoint m1 holds what changed after it.
+    let turn = log.as_array().expect("log is an array").iter().find(|t| t["message_id"] == "m1").expect("turn m1");
+    let programs = turn["programs"].as_object().expect("programs");
+    assert!(programs.contains_key("sh"), "the shell's own change: {programs:?}");
+    assert!(programs.contains_key("python3"), "the exec'd program's change: {programs:?}");
+}

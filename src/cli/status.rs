@@ -74,7 +74,10 @@ pub fn run(args: StatusArgs) -> Result<()> {
         }
         let message =
             s.message_id.as_ref().map(|m| format!(" (message {})", crate::text::quote(m))).unwrap_or_default();
-        outln!("  turn:        {}{message}, {} changes recorded", s.turn, s.turn_changes);
+        match s.turn {
+            Some(turn) => outln!("  turn:        {turn}{message}, {} changes recorded", s.turn_changes),
+            None => outln!("  turn:        unknown (the journal is not read after the failure above)"),
+        }
         for r in &m.recovered {
             outln!("  {}", r.message);
         }

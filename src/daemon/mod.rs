@@ -486,11 +486,16 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
 fn status(ctx: &Ctx) -> protocol::StatusReply {
     let (info, tree, journal) = (&ctx.info, ctx.ws.tree(), ctx.ws.journal());
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let turn = journal.current_turn();
-    let (changes, idle) = journal.activity();
-    let message = journal.with_meta(|m| m.checkpoint(turn)).ok().flatten().and_then(|c| c.message_id);
+    // A journal whose state a panic left half-changed is not read again
+    // (`crate::poison`): what needs it is left out, and `failure` says why.
+    let failure = journal.failure();
+    let sound = !journal.poisoned();
+    let turn = sound.then(|| journal.current_turn());
+    let (changes, idle) = if sound { journal.activity() } else { (0, None) };
+    let message =
+        turn.and_then(|turn| journal.with_meta(|m| m.checkpoint(turn)).ok()).flatten().and_then(|c| c.message_id);
     protocol::StatusReply {
-        failure: journal.failure(),
+        failure,
         mount: info.clone(),
         uptime_secs: now.saturating_sub(info.started_at),
         objects_known: tree.objects().len() as u64,
@@ -509,16 +514,17 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
             })
             .collect(),
         view_inodes: ctx.ws.hidden_views().map(|b| b.inode_count() as u64).unwrap_or(0),
-        retention: journal.policy().ok(),
-        auto_gc: journal.last_auto().ok().flatten(),
-        snapshots: journal
-            .with_meta(|m| m.snapshot_names())
+        retention: sound.then(|| journal.policy().ok()).flatten(),
+        auto_gc: sound.then(|| journal.last_auto().ok().flatten()).flatten(),
+        snapshots: sound
+            .then(|| journal.with_meta(|m| m.snapshot_names()).ok())
+            .flatten()
             .map(|names| {
                 names.into_iter().map(|(name, checkpoint)| protocol::SnapshotRow { name, checkpoint }).collect()
             })
             .unwrap_or_default(),
         transport: ctx.transport.report(),
-        remote: ctx.uploader.as_ref().map(|u| u.status(journal)),
+        remote: ctx.uploader.as_ref().filter(|_| sound).map(|u| u.status(journal)),
         views: crate::poison::lock(&ctx.views, "the show mounts")
             .iter()
             .filter(|v| !v.ended.load(Ordering::Acquire))

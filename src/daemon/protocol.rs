@@ -231,8 +231,10 @@ pub struct StatusReply {
     pub uptime_secs: u64,
     /// Size of the daemon's inode table.
     pub objects_known: u64,
-    /// The current turn (the newest checkpoint).
-    pub turn: i64,
+    /// The current turn (the newest checkpoint); None when the journal's
+    /// state is not read any more (a panic left it half-changed: `failure`
+    /// says so).
+    pub turn: Option<i64>,
     pub message_id: Option<String>,
     /// Records written in the current turn.
     pub turn_changes: u64,

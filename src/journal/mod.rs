@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use log::info;
 use serde::Serialize;
@@ -180,6 +180,11 @@ pub type JournalResult<T> = Result<T, JournalError>;
 
 /// The answer of a query through [`Journal::with_meta`], which can be
 /// refused when the journal's records cannot be folded first.
+/// How long a process's command name is taken as read ([`Journal::program`]):
+/// a burst of requests reads `/proc` once, and a program a process `exec`s
+/// is named from then on.
+const PROGRAM_NAME_FRESH: Duration = Duration::from_millis(20);
+
 /// What the journal's lock is called in a refusal ([`crate::poison`]).
 const JOURNAL_STATE: &str = "the journal's state";
 
@@ -246,8 +251,8 @@ struct Inner {
     /// commits (put back into `unfolded` if the commit fails).
     batched: Vec<LogRecord>,
     next_object_id: i64,
-    /// Command names by pid, for this turn.
-    programs: HashMap<u32, Option<String>>,
+    /// Command names by pid, for this turn, with when each was read.
+    programs: HashMap<u32, (Option<String>, Instant)>,
     /// Readers of the past against writers: see [`Mark`].
     moves: Moves,
 }
@@ -874,13 +879,18 @@ impl Journal {
         Ok(value)
     }
 
-    /// The command name of the process a request came from (cached for the
-    /// turn). FUSE gives the id of the calling thread, whose own name is
-    /// often a worker's (`Bun Pool 0` for Claude Code's file tools); the
-    /// thread group's leader carries the program's name.
+    /// The command name of the process a request came from. FUSE gives
+    /// the id of the calling thread, whose own name is often a worker's
+    /// (`Bun Pool 0` for Claude Code's file tools); the thread group's
+    /// leader carries the program's name. A name is read again after
+    /// [`PROGRAM_NAME_FRESH`]: a process that `exec`s another program keeps
+    /// its pid (`sh -c 'cd x && make'` execs make), and that program's
+    /// changes are its own.
     pub fn program(&self, pid: u32) -> Option<String> {
         let mut inner = self.lock();
-        if let Some(p) = inner.programs.get(&pid) {
+        if let Some((p, read_at)) = inner.programs.get(&pid)
+            && read_at.elapsed() < PROGRAM_NAME_FRESH
+        {
             return p.clone();
         }
         let tgid = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -888,7 +898,7 @@ impl Journal {
             .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse::<u32>().ok())))
             .unwrap_or(pid);
         let p = std::fs::read_to_string(format!("/proc/{tgid}/comm")).ok().map(|s| s.trim_end().to_string());
-        inner.programs.insert(pid, p.clone());
+        inner.programs.insert(pid, (p.clone(), Instant::now()));
         p
     }
 
