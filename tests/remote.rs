@@ -228,9 +228,21 @@ fn a_later_mount_pushes_to_the_stored_remote_and_a_kill_mid_push_resumes() {
     fx.unmount();
 }
 
-/// The chunk objects the (file-backed) server holds.
+/// The chunk objects the (file-backed) server holds, by key (`chunks/`
+/// also holds the folders `locks/` and `collections/`).
+fn chunk_keys(server: &S3Server) -> Vec<String> {
+    std::fs::read_dir(server.object_path("chunks"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| format!("chunks/{}", e.file_name().to_str().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn bucket_chunks(server: &S3Server) -> usize {
-    std::fs::read_dir(server.dir.path().join("data").join(s3::BUCKET).join("chunks")).map(|d| d.count()).unwrap_or(0)
+    chunk_keys(server).len()
 }
 
 #[test]
@@ -392,8 +404,7 @@ fn a_daemon_killed_mid_upload_leaves_no_head_for_it_and_the_next_mount_completes
 
 #[test]
 fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
-    let server = S3Server::start_uncached();
-    assert!(server.kind != "garage", "this test damages the server's files: run it with rclone or s3s-fs");
+    let server = S3Server::start();
     let mut fx = MountFixture::unmounted();
     let url = server.url("damaged");
     mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
@@ -412,18 +423,14 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
     };
 
     // Every chunk damaged: flip the first byte.
-    let chunks: Vec<String> = std::fs::read_dir(server.object_path("chunks"))
-        .expect("chunks")
-        .map(|e| format!("chunks/{}", e.unwrap().file_name().to_str().unwrap()))
-        .collect();
+    let chunks = chunk_keys(&server);
     assert!(!chunks.is_empty());
     let mut saved = Vec::new();
     for key in &chunks {
-        let path = server.object_path(key);
-        let mut bytes = std::fs::read(&path).unwrap();
-        saved.push((path.clone(), bytes.clone()));
+        let mut bytes = std::fs::read(server.object_path(key)).unwrap();
+        saved.push((key.clone(), bytes.clone()));
         bytes[0] ^= 0xff;
-        std::fs::write(&path, &bytes).unwrap();
+        object_by_another_client(&server, key, Some(&bytes));
     }
     let target = home.join("clone");
     let damaged = assert_remote_problem(&server, &url, "chunk_damaged", &chunks, "damaged chunks");
@@ -445,16 +452,15 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
         .filter(|n| n.to_string_lossy().contains("rewindfs-clone"))
         .collect();
     assert!(left.is_empty(), "an unfinished clone was left: {left:?}");
-    for (path, bytes) in saved {
-        std::fs::write(path, bytes).unwrap();
+    for (key, bytes) in saved {
+        object_by_another_client(&server, &key, Some(&bytes));
     }
     assert_remote_clean(&server, &url, 2, "the chunks put back");
     // A chunk gone.
-    let gone = server.object_path(&chunks[0]);
-    let kept = std::fs::read(&gone).unwrap();
-    std::fs::remove_file(&gone).unwrap();
+    let kept = std::fs::read(server.object_path(&chunks[0])).unwrap();
+    object_by_another_client(&server, &chunks[0], None);
     assert_remote_problem(&server, &url, "chunk_missing", &chunks[..1], "a missing chunk");
-    std::fs::write(&gone, kept).unwrap();
+    object_by_another_client(&server, &chunks[0], Some(&kept));
 
     // A damaged manifest.
     let manifests: Vec<String> = std::fs::read_dir(server.object_path("damaged/manifests"))
@@ -462,14 +468,14 @@ fn a_damaged_object_is_named_and_a_clone_leaves_nothing_half_made() {
         .map(|e| format!("damaged/manifests/{}", e.unwrap().file_name().to_str().unwrap()))
         .collect();
     for key in &manifests {
-        std::fs::write(server.object_path(key), b"not a manifest").unwrap();
+        object_by_another_client(&server, key, Some(b"not a manifest"));
     }
     refused(&["clone", &format!("{url}@{n}"), target.to_str().unwrap()], &manifests, "a damaged manifest");
     assert_remote_problem(&server, &url, "manifest_damaged", &manifests, "a damaged manifest");
     assert!(!target.exists());
 
     // A damaged head (the one object not named by its content).
-    std::fs::write(server.object_path("damaged/head.json"), b"{\"format\": 1, \"check").unwrap();
+    object_by_another_client(&server, "damaged/head.json", Some(b"{\"format\": 1, \"check"));
     refused(&["log", &url], &["damaged/head.json".to_string()], "a damaged head");
     assert_remote_problem(&server, &url, "head_damaged", &["damaged/head.json".to_string()], "a damaged head");
 }
@@ -519,5 +525,567 @@ fn bad_credentials_and_a_missing_bucket_are_one_clear_error() {
         stdout(&out),
         stderr(&out)
     );
+    fx.unmount();
+}
+
+/// `rewindfs show s3://...@N MOUNTPOINT` running in the foreground, from a
+/// home that never saw the workspace, its chunk cache in `home/cache`.
+struct RemoteShow {
+    child: std::process::Child,
+    mp: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+fn mounted(mp: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mp = mp.to_str().unwrap();
+    text.lines().any(|l| l.split_whitespace().nth(4) == Some(mp))
+}
+
+fn show_command(server: &S3Server, home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env("REWINDFS_RUNTIME_DIR", home.join("run"))
+        .env("REWINDFS_HOME", home.join("home"))
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .current_dir(home);
+    for (k, v) in server.env() {
+        cmd.env(k, v);
+    }
+    cmd.arg("show").args(args);
+    cmd
+}
+
+impl RemoteShow {
+    fn start(server: &S3Server, home: &Path, source: &str, mp: &Path, extra: &[&str]) -> RemoteShow {
+        std::fs::create_dir_all(mp).unwrap();
+        let log = home.join(format!("show-{}.log", mp.file_name().unwrap().to_str().unwrap()));
+        let mut args = vec![source, mp.to_str().unwrap(), "--foreground"];
+        args.extend_from_slice(extra);
+        let child = show_command(server, home, &args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("rewindfs show");
+        let mut show = RemoteShow { child, mp: mp.to_path_buf(), log };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !mounted(mp) {
+            if let Ok(Some(status)) = show.child.try_wait() {
+                panic!("show exited ({status}) before mounting: {}", show.log_text());
+            }
+            assert!(std::time::Instant::now() < until, "show did not mount: {}", show.log_text());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        show
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Unmounted by `how` (a signal, or `rewindfs unmount`): the process
+    /// exits 0 and leaves nothing mounted.
+    fn stop(mut self, how: impl FnOnce(&RemoteShow)) {
+        how(&self);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait for show") {
+                break s;
+            }
+            assert!(std::time::Instant::now() < until, "show did not exit: {}", self.log_text());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(status.success(), "show exits 0 once unmounted ({status}): {}", self.log_text());
+        assert!(!mounted(&self.mp), "show left its mount behind");
+    }
+}
+
+impl Drop for RemoteShow {
+    fn drop(&mut self) {
+        if mounted(&self.mp) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mp).status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sum of the sizes of the files in `dir`.
+/// Each file once, by inode: a listing made while a file is renamed from
+/// its temporary name may show it under both.
+fn dir_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(d) = std::fs::read_dir(dir) else { return 0 };
+    let files: std::collections::HashMap<u64, u64> =
+        d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| (m.ino(), m.len())).collect();
+    files.values().sum()
+}
+
+#[test]
+fn a_remote_checkpoint_is_shown_read_only_from_a_store_that_never_saw_the_workspace() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "echo before-mount > old && mkdir keep && echo kept > keep/file");
+    let url = server.url("team/shown");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let cps = record_history(&fx);
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    let other = tempfile::tempdir().expect("a second machine's dir");
+    let home = other.path();
+    for n in [0, cps[0], cps[1]] {
+        let mp = home.join(format!("show-{n}"));
+        // The newest in the background (the default), the others in the
+        // foreground.
+        let background = n == cps[1];
+        let show = if background {
+            std::fs::create_dir_all(&mp).unwrap();
+            let out = run_with_timeout(
+                &mut show_command(&server, home, &[&format!("{url}@{n}"), mp.to_str().unwrap(), "--json"]),
+                CHILD_TIMEOUT,
+            );
+            let reply: serde_json::Value =
+                serde_json::from_slice(&check(out, "show in the background").stdout).expect("show --json prints JSON");
+            assert_eq!(reply["checkpoint"].as_i64(), Some(n), "{reply}");
+            assert!(mounted(&mp), "show returned before its view was mounted");
+            let pid = reply["pid"].as_i64().expect("the server's pid") as i32;
+            assert!(alive(pid), "{reply}");
+            Err(pid)
+        } else {
+            Ok(RemoteShow::start(&server, home, &format!("{url}@{n}"), &mp, &[]))
+        };
+        let ls = check(run_with_timeout(Command::new("ls").arg("-la").arg(&mp), CHILD_TIMEOUT), "ls -la");
+        assert!(stdout(&ls).contains(" old\n"), "ls -la of checkpoint {n}: {}", stdout(&ls));
+        // Against a clone of the same checkpoint and the workspace's own view.
+        let clone = home.join(format!("clone-{n}"));
+        check(elsewhere(&server, home, &["clone", &format!("{url}@{n}"), clone.to_str().unwrap()]), "clone");
+        assert_same_tree(&clone, &mp, &format!("show of checkpoint {n} against its clone"));
+        let view = fx.path().join(".rewindfs/checkpoints").join(n.to_string());
+        assert_same_tree(&view, &mp, &format!("show of checkpoint {n} against the local view"));
+        let (pattern, found) = if n == 0 { ("kept", "keep/file") } else { ("return 0", "proj/src/main.c") };
+        let grep = run_with_timeout(Command::new("grep").args(["-r", "-l", pattern]).arg(&mp), CHILD_TIMEOUT);
+        assert!(stdout(&grep).contains(found), "grep -r in checkpoint {n}: {}", stdout(&grep));
+        if n == cps[0] {
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let link = std::fs::read_link(mp.join("main-link")).expect("a symlink");
+            assert_eq!(link, Path::new("proj/src/main.c"));
+            let (a, b) = (mp.join("config").metadata().unwrap(), mp.join("config.hard").metadata().unwrap());
+            assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "a hard link: one inode, two links");
+            let readme = mp.join("proj/docs/readme").symlink_metadata().unwrap();
+            assert_eq!(readme.permissions().mode() & 0o7777, 0o640);
+            assert_eq!((readme.mtime(), readme.mtime_nsec()), (981173106, 123456789), "mtime of readme");
+            assert_eq!(mp.join("proj/src/main.c").metadata().unwrap().permissions().mode() & 0o7777, 0o4755);
+            let x = run_with_timeout(
+                Command::new("getfattr").args(["-n", "user.tag", "--only-values"]).arg(mp.join("proj/src/main.c")),
+                CHILD_TIMEOUT,
+            );
+            assert_eq!(stdout(&x), "v1", "an xattr: {}", stderr(&x));
+            let write = std::fs::write(mp.join("old"), b"x");
+            assert_eq!(write.err().and_then(|e| e.raw_os_error()), Some(libc::EROFS), "the view is read-only");
+            // Ctrl-C ends it and unmounts.
+            show.expect("in the foreground").stop(|s| {
+                check(
+                    run_with_timeout(Command::new("kill").args(["-INT", &s.child.id().to_string()]), CHILD_TIMEOUT),
+                    "kill -INT",
+                );
+            });
+        } else {
+            match show {
+                Ok(show) => show.stop(|s| {
+                    let mp = s.mp.to_str().unwrap();
+                    check(elsewhere(&server, home, &["unmount", mp]), "rewindfs unmount of a remote show");
+                }),
+                Err(pid) => {
+                    check(elsewhere(&server, home, &["unmount", mp.to_str().unwrap()]), "unmount of a background show");
+                    assert!(!mounted(&mp), "the background show left its mount");
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                    while alive(pid) {
+                        assert!(std::time::Instant::now() < until, "the background show did not exit");
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+            }
+        }
+    }
+    let cache = home.join("cache/rewindfs/chunks");
+    assert!(dir_bytes(&cache) > 0, "the chunks read are in the user's cache dir {}", cache.display());
+    fx.unmount();
+}
+
+#[test]
+fn a_remote_show_keeps_its_cache_within_the_bound_while_reading_a_larger_tree() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    // 3 MiB of content that does not compress or repeat.
+    sh(
+        &fx.ws,
+        "mkdir -p d/e && for i in $(seq 1 24); do head -c 131072 /dev/urandom > d/f$i; done
+        for i in $(seq 1 24); do head -c 1000 /dev/urandom > d/e/s$i; done",
+    );
+    let url = server.url("bounded");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    let other = tempfile::tempdir().unwrap();
+    let home = other.path();
+    let bound = 256 * 1024;
+    let mp = home.join("mp");
+    let show = RemoteShow::start(&server, home, &format!("{url}@0"), &mp, &["--cache-size", "256K"]);
+    let cache = home.join("cache/rewindfs/chunks");
+    // Watched while the tree is read.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, cache) = (stop.clone(), cache.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(dir_bytes(&cache));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            most
+        })
+    };
+    assert_same_tree(&fx.path().join(".rewindfs/checkpoints/0"), &mp, "a tree 12 times the cache");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    let after = dir_bytes(&cache);
+    assert!(most <= bound && after <= bound, "the cache held {most} bytes at most ({after} after), bound {bound}");
+    assert!(after > bound / 2, "the cache is used up to its bound: {after} bytes");
+    show.stop(|s| {
+        check(elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]), "unmount");
+    });
+    // Too small for one chunk: refused before mounting.
+    let out = run_with_timeout(
+        &mut show_command(&server, home, &[&url, mp.to_str().unwrap(), "--cache-size", "1K"]),
+        CHILD_TIMEOUT,
+    );
+    assert!(!out.status.success() && stderr(&out).contains("smaller than one chunk"), "{}", stderr(&out));
+    assert!(!mounted(&mp));
+    fx.unmount();
+}
+
+#[test]
+fn a_damaged_chunk_fails_the_read_of_its_file_only_and_an_unknown_checkpoint_mounts_nothing() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    // One chunk each (under the smallest chunk size).
+    let bad = b"the content of the file whose chunk is damaged\n";
+    std::fs::write(fx.ws.join("bad"), bad).unwrap();
+    sh(&fx.ws, "echo fine > good && mkdir d && head -c 100000 /dev/urandom > d/blob");
+    let url = server.url("damaged-show");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    push(&fx, &server);
+    fx.unmount();
+    let key = format!("chunks/{}", blake3::hash(bad).to_hex());
+    let mut bytes = std::fs::read(server.object_path(&key)).expect("the chunk of `bad` is in the bucket");
+    bytes[0] ^= 0xff;
+    object_by_another_client(&server, &key, Some(&bytes));
+
+    let other = tempfile::tempdir().unwrap();
+    let home = other.path();
+    let mp = home.join("mp");
+    let show = RemoteShow::start(&server, home, &format!("{url}@0"), &mp, &[]);
+    let cat = run_with_timeout(Command::new("cat").arg(mp.join("bad")), CHILD_TIMEOUT);
+    assert!(
+        !cat.status.success() && stderr(&cat).contains("Input/output error"),
+        "cat bad: {}{}",
+        stdout(&cat),
+        stderr(&cat)
+    );
+    assert!(stdout(&cat).is_empty(), "no byte of a damaged chunk is served: {:?}", stdout(&cat));
+    assert_eq!(std::fs::read(mp.join("good")).unwrap(), b"fine\n");
+    assert_eq!(std::fs::read(mp.join("d/blob")).unwrap(), std::fs::read(fx.ws.join("d/blob")).unwrap());
+    let ls = check(run_with_timeout(Command::new("ls").arg("-la").arg(&mp), CHILD_TIMEOUT), "ls");
+    assert!(stdout(&ls).contains("bad"), "{}", stdout(&ls));
+    // Asked again: EIO again, logged once.
+    assert!(std::fs::read(mp.join("bad")).is_err());
+    let cached = home.join("cache/rewindfs/chunks").join(blake3::hash(bad).to_hex().as_str());
+    assert!(!cached.exists(), "a damaged chunk was cached");
+    show.stop(|s| {
+        check(elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]), "unmount");
+    });
+    let log = std::fs::read_to_string(home.join("show-mp.log")).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(&key)).collect();
+    assert_eq!(lines.len(), 1, "one log line names the object: {log}");
+    assert!(lines[0].contains("\"bad\"") || lines[0].contains(" bad "), "and the path: {}", lines[0]);
+    assert!(lines[0].contains("does not match its blake3 name"), "{}", lines[0]);
+
+    // An unknown checkpoint: a clear error, nothing mounted.
+    let out = run_with_timeout(
+        &mut show_command(&server, home, &[&format!("{url}@99"), mp.to_str().unwrap()]),
+        CHILD_TIMEOUT,
+    );
+    assert!(!out.status.success(), "show of an unknown checkpoint must fail");
+    assert!(stderr(&out).contains("holds no checkpoint 99"), "{}", stderr(&out));
+    assert!(!mounted(&mp), "nothing is mounted for an unknown checkpoint");
+    let out = run_with_timeout(
+        &mut show_command(&server, home, &[&server.url("never-pushed"), mp.to_str().unwrap()]),
+        CHILD_TIMEOUT,
+    );
+    assert!(!out.status.success() && stderr(&out).contains("nothing was pushed there"), "{}", stderr(&out));
+    assert!(!mounted(&mp));
+}
+
+/// Bytes of every object the (file-backed) server holds.
+fn bucket_bytes(server: &S3Server) -> u64 {
+    fn walk(dir: &Path) -> u64 {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| match e.file_type() {
+                        Ok(t) if t.is_dir() => walk(&e.path()),
+                        _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    walk(&server.dir.path().join("data").join(s3::BUCKET))
+}
+
+/// `du --remote URL --json` from a home that never saw a workspace.
+fn du_remote(server: &S3Server, url: &str) -> serde_json::Value {
+    let home = tempfile::tempdir().unwrap();
+    let out = check(elsewhere(server, home.path(), &["du", "--remote", url, "--json"]), "du --remote");
+    serde_json::from_slice(&out.stdout).expect("du --remote --json")
+}
+
+fn workspace_use<'a>(du: &'a serde_json::Value, prefix: &str) -> &'a serde_json::Value {
+    du["workspaces"]
+        .as_array()
+        .and_then(|ws| ws.iter().find(|w| w["prefix"] == prefix))
+        .unwrap_or_else(|| panic!("no workspace {prefix} in {du}"))
+}
+
+fn forget(fx: &MountFixture, checkpoints: &[i64]) {
+    let mut args = vec!["forget".to_string(), "-C".into(), fx.path().to_str().unwrap().into()];
+    args.extend(checkpoints.iter().map(|n| n.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    check(fx.rewindfs(&args), "rewindfs forget");
+}
+
+#[test]
+fn two_workspaces_of_one_tree_store_it_once_and_a_forget_on_one_keeps_the_other_whole() {
+    let server = S3Server::start();
+    // One tree, 2 MiB of content that does not compress or repeat.
+    let tree = tempfile::tempdir().unwrap();
+    sh(
+        tree.path(),
+        "mkdir -p t/sub && for i in $(seq 10 25); do head -c 131072 /dev/urandom > t/f$i; done
+        echo text > t/sub/readme",
+    );
+    let (mut a, mut b) = (MountFixture::unmounted(), MountFixture::unmounted());
+    for fx in [&a, &b] {
+        check(
+            run_with_timeout(Command::new("cp").arg("-a").arg(tree.path().join("t")).arg(&fx.ws), CHILD_TIMEOUT),
+            "cp",
+        );
+    }
+    let (url_a, url_b) = (server.url("team/a"), server.url("team/b"));
+    mount_with_remote(&mut a, &server, &["--remote", &url_a, "--auto-turn", "0"]);
+    push(&a, &server);
+    let one = bucket_bytes(&server);
+    mount_with_remote(&mut b, &server, &["--remote", &url_b, "--auto-turn", "0"]);
+    push(&b, &server);
+    let two = bucket_bytes(&server);
+    assert!(one > 2 << 20, "the first workspace's tree is in the bucket: {one} bytes");
+    assert!(two - one < one / 50, "a second workspace of the same tree added {} bytes to {one}", two - one);
+
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["workspaces"].as_array().map(Vec::len), Some(2), "{du}");
+    for prefix in ["team/a", "team/b"] {
+        let w = workspace_use(&du, prefix);
+        assert_eq!(w["own_bytes"].as_u64(), Some(0), "identical trees: nothing of {prefix} is its own: {w}");
+        assert_eq!(w["shared_bytes"], du["chunk_bytes"], "every chunk is shared: {du}");
+    }
+    assert_eq!(du["unreferenced_bytes"].as_u64(), Some(0), "{du}");
+    let text = stdout(&check(elsewhere(&server, tree.path(), &["du", "--remote", &server.url("")]), "du --remote"));
+    assert!(text.contains("team/a: 1 checkpoints") && text.contains("0 B its own"), "{text}");
+
+    // a drops a shared file and makes content of its own twice; b one.
+    a.sh("rm t/f10 && head -c 100000 /dev/urandom > only-a1");
+    let a1 = a.turn("r000001");
+    a.sh("rm only-a1 && head -c 100000 /dev/urandom > only-a2");
+    let a2 = a.turn("r000002");
+    b.sh("head -c 100000 /dev/urandom > only-b");
+    let b1 = b.turn("r000001");
+    push(&a, &server);
+    push(&b, &server);
+    let du = du_remote(&server, &server.url(""));
+    let own_a = workspace_use(&du, "team/a")["own_bytes"].as_u64().unwrap();
+    assert!((190_000..=210_000).contains(&own_a), "a's own content: only-a1 and only-a2: {du}");
+    let before = bucket_bytes(&server);
+
+    // a forgets all but its newest: only-a1 goes; f10, which b still
+    // names, and everything a's newest names stay.
+    forget(&a, &[0, a1]);
+    let pushed = push(&a, &server);
+    assert!(pushed.get("collection_pending").is_none(), "{pushed}");
+    let log = check(elsewhere(&server, tree.path(), &["log", &url_a, "--json"]), "log");
+    let log: serde_json::Value = serde_json::from_slice(&log.stdout).unwrap();
+    let numbers: Vec<i64> = log.as_array().unwrap().iter().filter_map(|c| c["checkpoint"].as_i64()).collect();
+    assert_eq!(numbers, [a2], "the remote follows a's forget: {log}");
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["unreferenced_bytes"].as_u64(), Some(0), "the collection left nothing unreferenced: {du}");
+    let own_a = workspace_use(&du, "team/a")["own_bytes"].as_u64().unwrap();
+    assert!((90_000..=110_000).contains(&own_a), "a's own content is only-a2 now: {du}");
+    let freed = before - bucket_bytes(&server);
+    assert!((100_000..=130_000).contains(&freed), "only-a1 (and a's forgotten manifests) freed: {freed} bytes");
+    assert_eq!(workspace_use(&du, "team/a")["unlisted_manifests"].as_u64(), Some(0), "{du}");
+    // b is whole: every checkpoint clones byte-exact, f10 included.
+    assert_clones_match(&b, &server, &url_b, &[0, b1], "b after a's forget");
+    assert_clones_match(&a, &server, &url_a, &[a2], "a's kept checkpoint after its forget");
+    assert_remote_clean(&server, &url_b, 2, "b after a's forget");
+    assert_remote_clean(&server, &url_a, 1, "a after its forget");
+    // The du of one workspace.
+    let du_a = du_remote(&server, &url_a);
+    assert_eq!(du_a["workspaces"].as_array().map(Vec::len), Some(1), "{du_a}");
+    a.unmount();
+    b.unmount();
+}
+
+/// `rclone` as a second S3 client of the server (another workspace's
+/// objects): `put` `data` at `key`, or delete it (`None`).
+fn object_by_another_client(server: &S3Server, key: &str, data: Option<&[u8]>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("rclone");
+    cmd.arg("--config").arg(dir.path().join("rclone.conf")).arg("-q");
+    let env = server.env();
+    let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap();
+    cmd.env("RCLONE_S3_PROVIDER", "Other")
+        .env("RCLONE_S3_ENDPOINT", get("AWS_ENDPOINT_URL"))
+        .env("RCLONE_S3_ACCESS_KEY_ID", get("AWS_ACCESS_KEY_ID"))
+        .env("RCLONE_S3_SECRET_ACCESS_KEY", get("AWS_SECRET_ACCESS_KEY"))
+        .env("RCLONE_S3_REGION", get("AWS_REGION"))
+        .env("RCLONE_S3_NO_CHECK_BUCKET", "true");
+    let target = format!(":s3:{}/{key}", s3::BUCKET);
+    match data {
+        Some(data) => {
+            let file = dir.path().join("object");
+            std::fs::write(&file, data).unwrap();
+            cmd.arg("copyto").arg(&file).arg(&target);
+        }
+        None => {
+            cmd.arg("deletefile").arg(&target);
+        }
+    }
+    check(run_with_timeout(&mut cmd, CHILD_TIMEOUT), "rclone as another S3 client");
+}
+
+#[test]
+fn a_push_and_a_collection_of_one_bucket_exclude_each_other_through_its_locks() {
+    let server = S3Server::start();
+    let (mut a, mut b) = (MountFixture::unmounted(), MountFixture::unmounted());
+    let (url_a, url_b) = (server.url("a"), server.url("b"));
+    mount_with_remote(&mut a, &server, &["--remote", &url_a, "--auto-turn", "0"]);
+    mount_with_remote(&mut b, &server, &["--remote", &url_b, "--auto-turn", "0"]);
+    a.sh("head -c 50000 /dev/urandom > only-a");
+    let a1 = a.turn("r000001");
+    a.sh("rm only-a && echo x > x");
+    let a2 = a.turn("r000002");
+    push(&a, &server);
+    push(&b, &server);
+
+    // Another workspace collecting: b's push waits for it, and says so.
+    object_by_another_client(&server, "chunks/locks/collect-elsewhere.json", Some(b"{}"));
+    b.sh("echo new > y");
+    let b1 = b.turn("r000001");
+    let (out, status) = push_output(&b, &server);
+    assert!(!out.status.success(), "a push during another's collection must wait: {status}");
+    let error = status["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("collecting the bucket") && error.contains("collect-elsewhere"), "{status}");
+    assert!(status["backlog"].as_array().is_some_and(|b| b.contains(&b1.into())), "{status}");
+    object_by_another_client(&server, "chunks/locks/collect-elsewhere.json", None);
+    let status = push(&b, &server);
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+
+    // Another workspace pushing: a's collection waits, the content stays.
+    object_by_another_client(&server, "chunks/locks/push-elsewhere.json", Some(b"{}"));
+    forget(&a, &[a1]);
+    let status = push(&a, &server);
+    assert_eq!(status["collection_pending"], serde_json::json!(true), "{status}");
+    let text = stdout(&a.rewindfs(&["status", "-C", a.path().to_str().unwrap()]));
+    assert!(text.contains("not collected yet"), "status says it: {text}");
+    let du = du_remote(&server, &server.url(""));
+    assert!(du["unreferenced_bytes"].as_u64().unwrap() >= 50_000, "only-a is not deleted yet: {du}");
+    assert!(du["locks"].as_array().is_some_and(|l| l.iter().any(|k| k == "chunks/locks/push-elsewhere.json")), "{du}");
+    object_by_another_client(&server, "chunks/locks/push-elsewhere.json", None);
+    // The uploader tries again by itself.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let du = du_remote(&server, &server.url(""));
+        if du["unreferenced_bytes"].as_u64() == Some(0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the postponed collection never ran: {du}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(a.status_json()["remote"].get("collection_pending").is_none(), "{}", a.status_json());
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["locks"], serde_json::json!([]), "a lock was left behind: {du}");
+    assert_clones_match(&a, &server, &url_a, &[0, a2], "a after the collection");
+    assert_clones_match(&b, &server, &url_b, &[0, b1], "b after a's collection");
+    a.unmount();
+    b.unmount();
+}
+
+#[test]
+fn the_object_store_killed_mid_push_loses_nothing_and_the_push_completes_once_it_is_back() {
+    let mut server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    // ~800 chunks: the push is still sending when the server is killed.
+    sh(&fx.ws, "mkdir -p big && for i in $(seq 1 200); do head -c 65536 /dev/urandom > big/f$i; done");
+    let url = server.url("killed-server");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while bucket_chunks(&server) < 50 {
+        assert!(std::time::Instant::now() < until, "the push never started");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // kill -9 while requests are in flight.
+    server.stop();
+    let sent = bucket_chunks(&server);
+    assert!(sent < 700, "the push had finished before the server was killed ({sent} chunks)");
+    // Recording and turns go on.
+    fx.sh("echo more > big/f1 && rm big/f2");
+    let n = fx.turn("r000001");
+    let (out, status) = push_output(&fx, &server);
+    assert!(!out.status.success(), "a push with the server dead must fail: {status}");
+    assert_eq!(status["reachable"], serde_json::json!(false), "{status}");
+    server.restart();
+    let status = push(&fx, &server);
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+    assert_remote_clean(&server, &url, n as usize + 1, "after the server was killed mid-push");
+    assert_clones_match(&fx, &server, &url, &[0, n], "after the server was killed mid-push");
+    fx.unmount();
+}
+
+#[test]
+fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_completes_when_it_has_room() {
+    // The server's storage fills as a bucket reaching its quota refuses
+    // writes (Garage's bucket quota answers the same way: an error, not
+    // silence).
+    let server = S3Server::start_on_small_disk(1 << 20);
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "for i in $(seq 1 30); do head -c 100000 /dev/urandom > f$i; done");
+    let url = server.url("full");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    let (out, status) = push_output(&fx, &server);
+    assert!(!out.status.success(), "a push to a full server must fail: {status}");
+    assert_eq!(status["reachable"], serde_json::json!(true), "the server answered: {status}");
+    let error = status["last_error"].as_str().unwrap_or_default().to_string();
+    // rclone answers a full disk with a bare 500 (Garage's quota with its
+    // own code): the error names the object and the answer.
+    assert!(error.contains("cannot write chunks/") && error.contains("500"), "the error says what failed: {status}");
+    let text = stdout(&fx.rewindfs(&["status", "-C", fx.path().to_str().unwrap()]));
+    assert!(text.contains("FAILING") && text.contains("not pushed yet"), "status says it: {text}");
+    // Recording and turns go on.
+    fx.sh("echo more > f1 && rm f2");
+    let n = fx.turn("r000001");
+    assert_eq!(daemon_log_lines(&fx, "Cannot push to").len(), 1, "the failure is logged once");
+    server.resize(64 << 20);
+    let status = push(&fx, &server);
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+    assert_remote_clean(&server, &url, n as usize + 1, "after the server had room again");
+    assert_clones_match(&fx, &server, &url, &[0, n], "after the server had room again");
     fx.unmount();
 }

@@ -466,8 +466,13 @@ pub fn spawn_daemon(spec: &MountSpec) -> Result<MountInfo> {
 /// DETAIL]` (returns DETAIL and its pid) or `error: FAILURE` (its error).
 /// `what` names it; one that says neither is killed.
 pub fn spawn_background(store: &Path, what: &str, args: impl FnOnce(&mut Command)) -> Result<(String, u32)> {
+    spawn_background_logged(&crate::store_dir::StoreDir::new(store).daemon_log(), what, args)
+}
+
+/// As [`spawn_background`], its stderr appended to `log_path`.
+pub fn spawn_background_logged(log_path: &Path, what: &str, args: impl FnOnce(&mut Command)) -> Result<(String, u32)> {
     let exe = std::env::current_exe().map_err(|e| Error::io("cannot find the rewindfs executable", e))?;
-    let log_path = crate::store_dir::StoreDir::new(store).daemon_log();
+    let log_path = log_path.to_path_buf();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

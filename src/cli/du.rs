@@ -7,7 +7,14 @@ use crate::daemon::control as op;
 use crate::error::Result;
 use crate::text::human_bytes as bytes;
 
-pub fn run(args: DuArgs) -> Result<()> {
+pub fn run(args: DuArgs) -> Result<i32> {
+    if let Some(remote) = &args.remote {
+        return crate::cli::remote::du(remote, args.target.json);
+    }
+    run_local(args).map(|()| 0)
+}
+
+fn run_local(args: DuArgs) -> Result<()> {
     let (d, store) = match offline::mount_or_store(args.target.mount.as_deref(), "du is")? {
         Source::Mounted(info) => (common::ask(&info, op::Du)?, info.store),
         Source::Store(o) => {

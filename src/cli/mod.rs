@@ -97,6 +97,12 @@ pub enum Command {
     /// fails with EROFS. Nothing is copied. `rewindfs unmount MOUNTPOINT`
     /// removes it. The same views are under `.rewindfs/checkpoints/<N>/` and
     /// `.rewindfs/messages/<id>/` in the live mount.
+    ///
+    /// `show s3://bucket/prefix[@CHECKPOINT] MOUNTPOINT` shows a checkpoint
+    /// of a remote on a machine that has only the bucket: it serves in the
+    /// foreground until unmounted (Ctrl-C, or `rewindfs unmount` from
+    /// elsewhere), fetching chunks when they are read into a bounded cache
+    /// under $XDG_CACHE_HOME/rewindfs/chunks (~/.cache/rewindfs/chunks).
     Show(ShowArgs),
     /// Put files or directories back as they were at CHECKPOINT.
     ///
@@ -286,6 +292,11 @@ pub struct DuArgs {
     /// One line per turn too.
     #[arg(long)]
     pub turns: bool,
+    /// A bucket instead (`s3://bucket`, or `s3://bucket/prefix` for one
+    /// workspace of it): what each workspace references, what it alone
+    /// does, what several share (stored once), and what none references.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["turns", "mount"])]
+    pub remote: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -369,16 +380,40 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub target: Target,
     /// A checkpoint: a number, ~N, a message id or a unique prefix of one (at
-    /// least 4 characters), or words of its label.
+    /// least 4 characters), or words of its label; or
+    /// s3://bucket/prefix[@CHECKPOINT] (a number, message id or name).
     pub checkpoint: String,
     /// An empty directory to mount the view on.
     pub mountpoint: PathBuf,
+    /// For a remote: the most the chunk cache may hold (bytes, or with a
+    /// K, M or G suffix).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    pub cache_size: u64,
     /// Serve the view in this process until it is unmounted (Ctrl-C), for
     /// a workspace that is not mounted. Without it, a process of its own
     /// serves such a view in the background; a mounted workspace's daemon
     /// serves its views.
     #[arg(long)]
     pub foreground: bool,
+}
+
+/// `4096`, `512K`, `64M`, `1G` (powers of 1024).
+fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{text:?}: a size is a number with an optional K, M, G or T")),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("{text:?}: a size is a number with an optional K, M, G or T"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{text:?}: too large"))
 }
 
 /// Selects the mount and output format.
@@ -611,7 +646,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Snapshot(a) => snapshot::snapshot(a).map(|_| 0),
         Command::Forget(a) => snapshot::forget(a).map(|_| 0),
         Command::Gc(a) => snapshot::gc(a).map(|_| 0),
-        Command::Du(a) => du::run(a).map(|_| 0),
+        Command::Du(a) => du::run(a),
         Command::Push(a) => remote::push(a),
         Command::Clone(a) => remote::clone(a),
         Command::Reset(a) => snapshot::reset(a).map(|_| 0),

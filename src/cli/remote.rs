@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::cli::common;
-use crate::cli::{CloneArgs, PushArgs};
+use crate::cli::{CloneArgs, PushArgs, ShowArgs};
 use crate::daemon::protocol as op;
 use crate::daemon::registry::MountInfo;
 use crate::error::{AsErrno, Error, ErrorKind, Failure, Result};
@@ -60,12 +60,17 @@ pub fn status_line(s: &RemoteStatus) -> String {
     } else {
         format!("{} not pushed yet ({})", s.backlog.len(), list(&s.backlog))
     };
+    let collecting = if s.collection_pending {
+        "; content of forgotten checkpoints not collected yet (another workspace holds a lock of the bucket)"
+    } else {
+        ""
+    };
     let failing = match (&s.last_error, s.reachable) {
         (Some(e), Some(false)) => format!("; UNREACHABLE: {e}"),
         (Some(e), _) => format!("; FAILING: {e}"),
         (None, _) => String::new(),
     };
-    format!("{}: {holds}, {behind}{failing}", s.remote)
+    format!("{}: {holds}, {behind}{collecting}{failing}", s.remote)
 }
 
 fn list(ns: &[i64]) -> String {
@@ -202,4 +207,155 @@ pub fn clone(args: CloneArgs) -> Result<i32> {
         );
     }
     Ok(if done.not_set.is_empty() { 0 } else { 1 })
+}
+
+/// `rewindfs show s3://bucket/prefix[@CHECKPOINT] MOUNTPOINT`: the
+/// checkpoint's manifest is read and checked before anything is mounted;
+/// then the view is served until it is unmounted (`rewindfs unmount
+/// MOUNTPOINT`, or Ctrl-C/SIGTERM with `--foreground`): by a process of its
+/// own in the background, as `show` of a workspace that is not mounted,
+/// its log `<cache>/rewindfs/show.log`; with `--foreground`, by this one.
+pub fn show(args: ShowArgs) -> Result<()> {
+    let mp = crate::cli::show::empty_mountpoint(&args.mountpoint)?;
+    let one_chunk = u64::from(crate::store::chunker::MAX_CHUNK);
+    if args.cache_size < one_chunk {
+        return Err(Error::Usage(format!(
+            "--cache-size {} is smaller than one chunk ({})",
+            args.cache_size,
+            crate::text::human_bytes(one_chunk)
+        )));
+    }
+    let dir = crate::remote::cache::default_dir()
+        .ok_or_else(|| Error::Usage("no cache directory: set XDG_CACHE_HOME or HOME".into()))?;
+    if args.foreground {
+        return serve_show(&args, &dir, &mp);
+    }
+    let log = dir.parent().unwrap_or(&dir).join("show.log");
+    crate::store_dir::create_private_dir(log.parent().unwrap_or(&dir))
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    let (detail, pid) = common::spawn_background_logged(&log, "the view's server", |cmd| {
+        cmd.arg("show").arg(&args.checkpoint).arg(&mp).arg("--cache-size").arg(args.cache_size.to_string());
+    })?;
+    let reply: serde_json::Value = serde_json::from_str(&detail).unwrap_or_default();
+    if args.target.json {
+        let mut reply = reply;
+        reply["pid"] = pid.into();
+        return common::print_json(&reply);
+    }
+    outln!(
+        "checkpoint {} of {} is on {} (read-only; served by pid {pid}, log {}; `rewindfs unmount {}` to remove)",
+        reply["checkpoint"],
+        reply["remote"].as_str().unwrap_or(&args.checkpoint),
+        mp.display(),
+        log.display(),
+        mp.display()
+    );
+    Ok(())
+}
+
+/// Serves the remote view in this process until it is unmounted. Started
+/// in the background by `show`, it says `ready JSON` (or `error: FAILURE`)
+/// on stdout, a pipe its parent reads; run by a user, it says so on
+/// stderr.
+fn serve_show(args: &ShowArgs, cache_dir: &std::path::Path, mp: &std::path::Path) -> Result<()> {
+    use std::io::Write;
+    let as_server = std::env::var_os(common::DAEMON_ENV).is_some();
+    if as_server {
+        crate::sys::setsid();
+    }
+    let mounted = (|| -> Result<_> {
+        let (url, at) = RemoteUrl::parse_at(&args.checkpoint).map_err(remote_error)?;
+        let cache = crate::remote::cache::ChunkCache::open(cache_dir, args.cache_size).map_err(remote_error)?;
+        let bucket = Bucket::open(&url).map_err(remote_error)?;
+        let tree = crate::remote::show::RemoteTree::open(bucket, at.as_deref(), cache).map_err(remote_error)?;
+        let n = tree.checkpoint().checkpoint;
+        let fsname = format!("{}{url}@{n}", crate::daemon::VIEW_FSNAME_PREFIX);
+        let session = crate::fs::view::ViewSession::mount(tree, mp, &fsname, false)
+            .map_err(|e| Error::io(format!("cannot mount the view on {}", mp.display()), e))?;
+        Ok((session, url, n))
+    })();
+    let mut out = std::io::stdout();
+    let (session, url, n) = match mounted {
+        Ok(m) => m,
+        Err(e) => {
+            if as_server {
+                let failure = serde_json::to_string(&e.to_failure()).unwrap_or_else(|_| e.to_string());
+                let _ = writeln!(out, "error: {failure}");
+                let _ = out.flush();
+            }
+            return Err(e);
+        }
+    };
+    crate::daemon::spawn_signal_watcher(mp.to_path_buf());
+    let reply = serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp });
+    if as_server {
+        let _ = writeln!(out, "ready {reply}");
+        let _ = out.flush();
+    } else if args.target.json {
+        common::print_json(&reply)?;
+    } else {
+        eprintln!(
+            "rewindfs: checkpoint {n} of {url} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
+            mp.display(),
+            mp.display()
+        );
+    }
+    let served = session.run();
+    // Ended by an error rather than an unmount: leave no dead mount.
+    if crate::daemon::view_mountpoints().iter().any(|v| v == mp) {
+        let _ = crate::sys::umount(mp, true);
+    }
+    served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))
+}
+
+/// `rewindfs du --remote s3://bucket[/prefix]`: who references what in a
+/// bucket shared by several workspaces.
+pub fn du(remote: &str, json: bool) -> Result<i32> {
+    use crate::text::human_bytes as bytes;
+    let url = RemoteUrl::parse_bucket(remote).map_err(remote_error)?;
+    let bucket = Bucket::open(&url).map_err(remote_error)?;
+    let mut census = crate::remote::shared::census(&bucket).map_err(remote_error)?;
+    if !url.prefix.is_empty() {
+        census.workspaces.retain(|w| w.prefix == url.prefix);
+        if census.workspaces.is_empty() {
+            return Err(remote_error(RemoteError::Missing {
+                remote: url.to_string(),
+                key: format!("{} (nothing was pushed there)", url.head_key()),
+            }));
+        }
+    }
+    if json {
+        common::print_json(&census)?;
+        return Ok(0);
+    }
+    outln!(
+        "{}: {} in {} chunks; {} of it named by several workspaces (stored once), {} by none",
+        census.remote,
+        bytes(census.chunk_bytes),
+        census.chunk_objects,
+        bytes(census.shared_bytes),
+        bytes(census.unreferenced_bytes)
+    );
+    for w in &census.workspaces {
+        let mut line = format!(
+            "  {}: {} checkpoints, {} of content ({} its own, {} shared), {} of head and manifests",
+            w.prefix,
+            w.checkpoints,
+            bytes(w.referenced_bytes),
+            bytes(w.own_bytes),
+            bytes(w.shared_bytes),
+            bytes(w.metadata_bytes)
+        );
+        if w.unlisted_manifests > 0 {
+            line.push_str(&format!(", {} manifests of forgotten checkpoints", w.unlisted_manifests));
+        }
+        if w.missing_chunks > 0 {
+            line.push_str(&format!(", {} chunks MISSING (see fsck --remote)", w.missing_chunks));
+        }
+        outln!("{line}");
+    }
+    for l in &census.locks {
+        outln!("  held: {l}");
+    }
+    Ok(0)
 }

@@ -13,18 +13,10 @@ use crate::daemon::control as op;
 use crate::error::{Error, Result};
 
 pub fn run(args: ShowArgs) -> Result<()> {
-    let mp = common::absolute_no_follow(&args.mountpoint)?;
-    // mount(2) follows a final symlink: one the agent planted would put the
-    // view somewhere else than the path printed.
-    if std::fs::symlink_metadata(&mp).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(Error::path(&mp, "mountpoint is a symlink; give the directory itself"));
+    if crate::remote::RemoteUrl::is_remote(&args.checkpoint) {
+        return crate::cli::remote::show(args);
     }
-    let empty = std::fs::read_dir(&mp).map(|mut d| d.next().is_none());
-    match empty {
-        Ok(true) => {}
-        Ok(false) => return Err(Error::path(&mp, "mountpoint is not an empty directory")),
-        Err(_) => return Err(Error::path(&mp, "mountpoint does not exist (create an empty directory first)")),
-    }
+    let mp = empty_mountpoint(&args.mountpoint)?;
     let (reply, workspace, server) = match offline::mount_or_store(args.target.mount.as_deref(), "the view is")? {
         Source::Mounted(info) => {
             if args.foreground {
@@ -67,6 +59,24 @@ pub fn run(args: ShowArgs) -> Result<()> {
         mp.display()
     );
     Ok(())
+}
+
+/// `path` made absolute, checked to be an empty directory that is not a
+/// symlink.
+pub fn empty_mountpoint(path: &Path) -> Result<PathBuf> {
+    let mp = common::absolute_no_follow(path)?;
+    // mount(2) follows a final symlink: one the agent planted would put the
+    // view somewhere else than the path printed.
+    if std::fs::symlink_metadata(&mp).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::path(&mp, "mountpoint is a symlink; give the directory itself"));
+    }
+    let empty = std::fs::read_dir(&mp).map(|mut d| d.next().is_none());
+    match empty {
+        Ok(true) => {}
+        Ok(false) => return Err(Error::path(&mp, "mountpoint is not an empty directory")),
+        Err(_) => return Err(Error::path(&mp, "mountpoint does not exist (create an empty directory first)")),
+    }
+    Ok(mp)
 }
 
 fn refuse_inside(mp: &Path, mountpoint: &Path, workspace: &Path) -> Result<()> {

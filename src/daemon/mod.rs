@@ -293,8 +293,7 @@ fn serve_view(ctx: &Ctx, n: i64, mountpoint: PathBuf) -> std::result::Result<pro
     let browser = ctx.ws.read().browser(n)?;
     let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", ctx.info.workspace.display());
     let session = crate::fs::view::ViewSession::mount(
-        Arc::new(browser),
-        ctx.ws.clone(),
+        crate::fs::view::LocalView { browser: Arc::new(browser), ws: ctx.ws.clone() },
         &mountpoint,
         &fsname,
         ctx.transport.negotiated(),
@@ -642,7 +641,7 @@ fn spawn_settler(ws: Arc<Workspace>) {
 
 /// SIGTERM, SIGINT or SIGHUP unmount the filesystem (lazily if it is in
 /// use, so the daemon keeps serving open files until they close).
-fn spawn_signal_watcher(mountpoint: PathBuf) {
+pub fn spawn_signal_watcher(mountpoint: PathBuf) {
     sys::signals::install();
     let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
         loop {
@@ -774,7 +773,13 @@ pub fn serve_store_view(
     let ws = Arc::new(ws);
     let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", workspace.display());
     let mounted = ws.read().browser(n).and_then(|browser| {
-        crate::fs::view::ViewSession::mount(Arc::new(browser), ws.clone(), mountpoint, &fsname, false).map_err(|e| {
+        crate::fs::view::ViewSession::mount(
+            crate::fs::view::LocalView { browser: Arc::new(browser), ws: ws.clone() },
+            mountpoint,
+            &fsname,
+            false,
+        )
+        .map_err(|e| {
             Failure::failed(
                 e.raw_os_error().unwrap_or(libc::EIO),
                 format!("cannot mount the view on {}: {e}", mountpoint.display()),

@@ -22,7 +22,7 @@ pub mod transport;
 pub mod view;
 
 use crate::error::{AsErrno, Errno};
-use crate::view::browse::Browser;
+use crate::view::browse::{Browser, Locked};
 use crate::workspace::{Attr, Caller, Fh, HIDDEN_DIR, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime, XattrReply};
 use crate::world::{Held, KernelCache, World};
 
@@ -323,7 +323,7 @@ impl Filesystem for LiveFs {
                     journal.with_meta(|_| panic!("test hook: a panic injected while the journal is held"));
             }
             if let Some(b) = self.hidden(parent) {
-                return view::lookup(b, held, ino(parent), name, reply);
+                return view::lookup(&Locked { browser: b, held }, ino(parent), name, reply);
             }
             match self.tree.lookup(ino(parent), name) {
                 // A real `.rewindfs` in the workspace wins: user data is never hidden.
@@ -334,7 +334,7 @@ impl Filesystem for LiveFs {
                         && self.browser.is_some() =>
                 {
                     let b = self.browser.as_deref().expect("checked above");
-                    view::getattr_entry(b, held, reply)
+                    view::getattr_entry(&Locked { browser: b, held }, reply)
                 }
                 Ok(a) => reply.entry(&self.ttl(), &file_attr(&a), Generation(0)),
                 // A negative entry (inode 0) the kernel may cache: compilers and
@@ -362,7 +362,7 @@ impl Filesystem for LiveFs {
     fn getattr(&self, _req: &Request, i: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.serve("getattr", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::getattr(b, held, ino(i), reply);
+                return view::getattr(&Locked { browser: b, held }, ino(i), reply);
             }
             match self.tree.getattr(ino(i), fh.map(|f| Fh(f.0))) {
                 Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
@@ -412,7 +412,7 @@ impl Filesystem for LiveFs {
     fn readlink(&self, _req: &Request, i: INodeNo, reply: ReplyData) {
         self.serve("readlink", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::readlink(b, held, ino(i), reply);
+                return view::readlink(&Locked { browser: b, held }, ino(i), reply);
             }
             match self.tree.readlink(ino(i)) {
                 Ok(t) => reply.data(&t),
@@ -517,7 +517,7 @@ impl Filesystem for LiveFs {
     fn open(&self, req: &Request, i: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.serve("open", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::open(b, held, ino(i), flags.0, reply);
+                return view::open(&Locked { browser: b, held }, ino(i), flags.0, reply);
             }
             let (fh, file) = match self.tree.open(ino(i), flags.0, caller(req)) {
                 Ok(x) => x,
@@ -595,7 +595,7 @@ impl Filesystem for LiveFs {
     ) {
         self.serve("read", |held| {
             if let Some(b) = self.hidden(_ino) {
-                return view::read(b, held, ino(_ino), offset, size, reply);
+                return view::read(&Locked { browser: b, held }, ino(_ino), offset, size, reply);
             }
             match self.tree.open_files().read(Fh(fh.0), offset, size) {
                 Ok(data) => reply.data(&data),
@@ -675,7 +675,7 @@ impl Filesystem for LiveFs {
     fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         self.serve("readdir", |held| {
             if let Some(b) = self.hidden(_ino) {
-                return view::readdir(b, held, ino(_ino), offset, reply);
+                return view::readdir(&Locked { browser: b, held }, ino(_ino), offset, reply);
             }
             let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
                 Ok(e) => e,
@@ -693,7 +693,7 @@ impl Filesystem for LiveFs {
     fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         self.serve("readdirplus", |held| {
             if let Some(b) = self.hidden(dir) {
-                return view::readdirplus(b, held, ino(dir), offset, reply);
+                return view::readdirplus(&Locked { browser: b, held }, ino(dir), offset, reply);
             }
             let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
                 Ok(e) => e,
@@ -775,7 +775,7 @@ impl Filesystem for LiveFs {
     fn getxattr(&self, _req: &Request, i: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.serve("getxattr", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::getxattr(b, held, ino(i), name, size, reply);
+                return view::getxattr(&Locked { browser: b, held }, ino(i), name, size, reply);
             }
             match self.tree.getxattr(ino(i), name, size) {
                 Ok(XattrReply::Size(n)) => reply.size(n),
@@ -788,7 +788,7 @@ impl Filesystem for LiveFs {
     fn listxattr(&self, _req: &Request, i: INodeNo, size: u32, reply: ReplyXattr) {
         self.serve("listxattr", |held| {
             if let Some(b) = self.hidden(i) {
-                return view::listxattr(b, held, ino(i), size, reply);
+                return view::listxattr(&Locked { browser: b, held }, ino(i), size, reply);
             }
             match self.tree.listxattr(ino(i), size) {
                 Ok(XattrReply::Size(n)) => reply.size(n),

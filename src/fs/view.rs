@@ -14,9 +14,9 @@ use log::warn;
 use super::{file_attr, file_type};
 use crate::engine::Workspace;
 use crate::view::ViewError;
-use crate::view::browse::Browser;
+use crate::view::browse::{Browser, Locked};
+use crate::view::source::ViewSource;
 use crate::workspace::Ino;
-use crate::world::Held;
 
 /// Past checkpoints never change: their entries can be cached for long.
 const VIEW_TTL: Duration = Duration::from_secs(3600);
@@ -34,53 +34,50 @@ pub(super) fn view_errno(e: &ViewError) -> fuser::Errno {
     super::errno(e)
 }
 
-fn ttl_for(b: &Browser, ino: Ino) -> Duration {
-    if b.shown_checkpoint().is_some() || ino != b.top() { VIEW_TTL } else { LISTING_TTL }
+fn ttl_for(s: &(impl ViewSource + ?Sized), ino: Ino) -> Duration {
+    if s.may_change(ino) { LISTING_TTL } else { VIEW_TTL }
 }
 
-pub(super) fn lookup(b: &Browser, held: Held<'_>, parent: Ino, name: &OsStr, reply: ReplyEntry) {
-    match b.lookup(held, parent, name) {
-        Ok(a) => {
-            let ttl = if b.shown_checkpoint().is_none() && parent == b.top() { LISTING_TTL } else { VIEW_TTL };
-            reply.entry(&ttl, &file_attr(&a), Generation(0))
-        }
+pub(super) fn lookup(s: &(impl ViewSource + ?Sized), parent: Ino, name: &OsStr, reply: ReplyEntry) {
+    match s.lookup(parent, name) {
+        Ok(a) => reply.entry(&ttl_for(s, parent), &file_attr(&a), Generation(0)),
         Err(e) => reply.error(view_errno(&e)),
     }
 }
 
-pub(super) fn getattr(b: &Browser, held: Held<'_>, ino: Ino, reply: ReplyAttr) {
-    match b.getattr(held, ino) {
-        Ok(a) => reply.attr(&ttl_for(b, ino), &file_attr(&a)),
+pub(super) fn getattr(s: &(impl ViewSource + ?Sized), ino: Ino, reply: ReplyAttr) {
+    match s.getattr(ino) {
+        Ok(a) => reply.attr(&ttl_for(s, ino), &file_attr(&a)),
         Err(e) => reply.error(view_errno(&e)),
     }
 }
 
-pub(super) fn open(b: &Browser, held: Held<'_>, ino: Ino, flags: i32, reply: ReplyOpen) {
+pub(super) fn open(s: &(impl ViewSource + ?Sized), ino: Ino, flags: i32, reply: ReplyOpen) {
     if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
         return reply.error(fuser::Errno::EROFS);
     }
-    match b.getattr(held, ino) {
+    match s.getattr(ino) {
         Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
         Err(e) => reply.error(view_errno(&e)),
     }
 }
 
-pub(super) fn read(b: &Browser, held: Held<'_>, ino: Ino, offset: u64, size: u32, reply: ReplyData) {
-    match b.read(held, ino, offset, size) {
+pub(super) fn read(s: &(impl ViewSource + ?Sized), ino: Ino, offset: u64, size: u32, reply: ReplyData) {
+    match s.read(ino, offset, size) {
         Ok(d) => reply.data(&d),
         Err(e) => reply.error(view_errno(&e)),
     }
 }
 
-pub(super) fn readlink(b: &Browser, held: Held<'_>, ino: Ino, reply: ReplyData) {
-    match b.readlink(held, ino) {
+pub(super) fn readlink(s: &(impl ViewSource + ?Sized), ino: Ino, reply: ReplyData) {
+    match s.readlink(ino) {
         Ok(t) => reply.data(&t),
         Err(e) => reply.error(view_errno(&e)),
     }
 }
 
-pub(super) fn readdir(b: &Browser, held: Held<'_>, ino: Ino, offset: u64, mut reply: ReplyDirectory) {
-    let entries = match b.readdir(held, ino) {
+pub(super) fn readdir(s: &(impl ViewSource + ?Sized), ino: Ino, offset: u64, mut reply: ReplyDirectory) {
+    let entries = match s.readdir(ino) {
         Ok(e) => e,
         Err(e) => return reply.error(view_errno(&e)),
     };
@@ -92,8 +89,8 @@ pub(super) fn readdir(b: &Browser, held: Held<'_>, ino: Ino, offset: u64, mut re
     reply.ok();
 }
 
-pub(super) fn getxattr(b: &Browser, held: Held<'_>, ino: Ino, name: &OsStr, size: u32, reply: ReplyXattr) {
-    match b.xattrs(held, ino) {
+pub(super) fn getxattr(s: &(impl ViewSource + ?Sized), ino: Ino, name: &OsStr, size: u32, reply: ReplyXattr) {
+    match s.xattrs(ino) {
         Ok(x) => match x.into_iter().find(|(n, _)| n.as_slice() == name.as_encoded_bytes()) {
             None => reply.error(fuser::Errno::from_i32(libc::ENODATA)),
             Some((_, v)) if size == 0 => reply.size(v.len() as u32),
@@ -104,8 +101,8 @@ pub(super) fn getxattr(b: &Browser, held: Held<'_>, ino: Ino, name: &OsStr, size
     }
 }
 
-pub(super) fn listxattr(b: &Browser, held: Held<'_>, ino: Ino, size: u32, reply: ReplyXattr) {
-    match b.xattrs(held, ino) {
+pub(super) fn listxattr(s: &(impl ViewSource + ?Sized), ino: Ino, size: u32, reply: ReplyXattr) {
+    match s.xattrs(ino) {
         Ok(x) => {
             let mut names = Vec::new();
             for (n, _) in x {
@@ -124,42 +121,99 @@ pub(super) fn listxattr(b: &Browser, held: Held<'_>, ino: Ino, size: u32, reply:
     }
 }
 
-/// A read-only mount of one checkpoint (`rewindfs show`).
-pub struct ViewFs {
-    browser: Arc<Browser>,
-    /// Every request is a read of the live mount's workspace, as the
-    /// `.rewindfs/` requests of the live mount are: a view reads the live
-    /// tree and the records, and a rewind changes both while it holds the
-    /// tree frozen.
-    ws: Arc<Workspace>,
+pub(super) fn readdirplus(s: &(impl ViewSource + ?Sized), ino: Ino, offset: u64, mut reply: fuser::ReplyDirectoryPlus) {
+    let listed = s.readdir_plus(ino, offset as usize, &mut |i, e, attr| {
+        !reply.add(INodeNo(e.ino.0), (i + 1) as u64, &e.name, &ttl_for(s, e.ino), &file_attr(attr), Generation(0))
+    });
+    match listed {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(view_errno(&e)),
+    }
 }
 
-impl ViewFs {
-    pub fn new(browser: Arc<Browser>, ws: Arc<Workspace>) -> ViewFs {
-        ViewFs { browser, ws }
+/// The entry of `.rewindfs` itself in the live root.
+pub(super) fn getattr_entry(s: &Locked<'_>, reply: ReplyEntry) {
+    match s.getattr(s.top()) {
+        Ok(a) => reply.entry(&LISTING_TTL, &file_attr(&a), Generation(0)),
+        Err(e) => reply.error(view_errno(&e)),
     }
+}
 
-    fn serve(&self, op: &'static str, f: impl FnOnce(Held<'_>)) {
+/// Where a view mount's answers come from: each request is served with a
+/// source, under whatever lock that source needs.
+pub trait Served: Send + Sync + 'static {
+    fn with(&self, f: &mut dyn FnMut(&dyn ViewSource));
+    /// The kernel forgot references (no lock: numbers only).
+    fn forget(&self, ino: Ino, nlookup: u64);
+}
+
+/// A checkpoint of a local workspace (`rewindfs show N`): every request
+/// is a read of the live mount's workspace, as the `.rewindfs/` requests
+/// of the live mount are: a view reads the live tree and the records, and
+/// a rewind changes both while it holds the tree frozen.
+pub struct LocalView {
+    pub browser: Arc<Browser>,
+    pub ws: Arc<Workspace>,
+}
+
+impl Served for LocalView {
+    fn with(&self, f: &mut dyn FnMut(&dyn ViewSource)) {
         let read = self.ws.read();
-        super::no_lost_worker(op, || f(read.held()));
+        f(&Locked { browser: &self.browser, held: read.held() })
+    }
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        self.browser.forget(ino, nlookup)
     }
 }
 
-impl Filesystem for ViewFs {
+/// A checkpoint of a remote (`rewindfs show s3://...`): immutable, read
+/// without a lock.
+impl Served for crate::remote::show::RemoteTree {
+    fn with(&self, f: &mut dyn FnMut(&dyn ViewSource)) {
+        f(self)
+    }
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        ViewSource::forget(self, ino, nlookup)
+    }
+}
+
+/// A read-only mount of one checkpoint (`rewindfs show`).
+pub struct ViewFs<S: Served> {
+    source: S,
+}
+
+impl<S: Served> ViewFs<S> {
+    pub fn new(source: S) -> ViewFs<S> {
+        ViewFs { source }
+    }
+
+    fn serve(&self, op: &'static str, f: impl FnOnce(&dyn ViewSource)) {
+        let mut f = Some(f);
+        super::no_lost_worker(op, || {
+            self.source.with(&mut |s| {
+                if let Some(f) = f.take() {
+                    f(s)
+                }
+            })
+        });
+    }
+}
+
+impl<S: Served> Filesystem for ViewFs<S> {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.browser.forget(Ino(ino.0), nlookup)
+        self.source.forget(Ino(ino.0), nlookup)
     }
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.serve("lookup", |held| lookup(&self.browser, held, Ino(parent.0), name, reply))
+        self.serve("lookup", |s| lookup(s, Ino(parent.0), name, reply))
     }
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.serve("getattr", |held| getattr(&self.browser, held, Ino(ino.0), reply))
+        self.serve("getattr", |s| getattr(s, Ino(ino.0), reply))
     }
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.serve("readlink", |held| readlink(&self.browser, held, Ino(ino.0), reply))
+        self.serve("readlink", |s| readlink(s, Ino(ino.0), reply))
     }
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.serve("open", |held| open(&self.browser, held, Ino(ino.0), flags.0, reply))
+        self.serve("open", |s| open(s, Ino(ino.0), flags.0, reply))
     }
     fn read(
         &self,
@@ -172,7 +226,7 @@ impl Filesystem for ViewFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        self.serve("read", |held| read(&self.browser, held, Ino(ino.0), offset, size, reply))
+        self.serve("read", |s| read(s, Ino(ino.0), offset, size, reply))
     }
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.serve("opendir", |_| {
@@ -180,39 +234,38 @@ impl Filesystem for ViewFs {
         })
     }
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        self.serve("readdir", |held| readdir(&self.browser, held, Ino(ino.0), offset, reply))
+        self.serve("readdir", |s| readdir(s, Ino(ino.0), offset, reply))
     }
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.serve("getxattr", |held| getxattr(&self.browser, held, Ino(ino.0), name, size, reply))
+        self.serve("getxattr", |s| getxattr(s, Ino(ino.0), name, size, reply))
     }
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.serve("listxattr", |held| listxattr(&self.browser, held, Ino(ino.0), size, reply))
+        self.serve("listxattr", |s| listxattr(s, Ino(ino.0), size, reply))
     }
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.serve("statfs", |_| match self.browser.statfs() {
-            Ok(s) => reply.statfs(s.blocks, 0, 0, s.files, 0, s.bsize, s.namelen, s.frsize),
+        self.serve("statfs", |s| match s.statfs() {
+            Ok(st) => reply.statfs(st.blocks, 0, 0, st.files, 0, st.bsize, st.namelen, st.frsize),
             Err(e) => reply.error(view_errno(&e)),
         })
     }
 }
 
 /// A mounted, not yet served, view.
-pub struct ViewSession(fuser::Session<ViewFs>);
+pub struct ViewSession<S: Served>(fuser::Session<ViewFs<S>>);
 
-impl ViewSession {
+impl<S: Served> ViewSession<S> {
     /// Mounts a view read-only at `mountpoint` (`uring`: ask for FUSE over
     /// io_uring at FUSE_INIT, as the live mount does).
     pub fn mount(
-        browser: Arc<Browser>,
-        ws: Arc<Workspace>,
+        source: S,
         mountpoint: &std::path::Path,
         fsname: &str,
         uring: bool,
-    ) -> std::io::Result<ViewSession> {
+    ) -> std::io::Result<ViewSession<S>> {
         let mut config = super::mount_config(fsname, 2, uring);
         config.mount_options.retain(|o| !matches!(o, fuser::MountOption::Dev | fuser::MountOption::Suid));
         config.mount_options.extend([fuser::MountOption::RO, fuser::MountOption::NoDev, fuser::MountOption::NoSuid]);
-        Ok(ViewSession(fuser::Session::new(ViewFs::new(browser, ws), mountpoint, &config)?))
+        Ok(ViewSession(fuser::Session::new(ViewFs::new(source), mountpoint, &config)?))
     }
 
     /// Serves requests until unmounted.
@@ -223,23 +276,5 @@ impl ViewSession {
     /// How the view's requests travel (its rings start with `run`).
     pub fn transport(&self) -> super::TransportState {
         super::TransportState::of(&self.0)
-    }
-}
-
-pub(super) fn readdirplus(b: &Browser, held: Held<'_>, ino: Ino, offset: u64, mut reply: fuser::ReplyDirectoryPlus) {
-    let listed = b.readdir_plus(held, ino, offset as usize, |i, e, attr| {
-        !reply.add(INodeNo(e.ino.0), (i + 1) as u64, &e.name, &ttl_for(b, e.ino), &file_attr(attr), Generation(0))
-    });
-    match listed {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(view_errno(&e)),
-    }
-}
-
-/// The entry of `.rewindfs` itself in the live root.
-pub(super) fn getattr_entry(b: &Browser, held: Held<'_>, reply: ReplyEntry) {
-    match b.getattr(held, b.top()) {
-        Ok(a) => reply.entry(&LISTING_TTL, &file_attr(&a), Generation(0)),
-        Err(e) => reply.error(view_errno(&e)),
     }
 }

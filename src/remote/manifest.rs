@@ -119,6 +119,14 @@ pub struct Memory {
     live: HashMap<LiveKey, (ChunkId, Vec<ChunkSpan>)>,
 }
 
+impl Memory {
+    /// Forgets which chunks the bucket holds (a collection may have
+    /// deleted some): each is looked up again before it is relied on.
+    pub fn forget_present(&mut self) {
+        self.present.clear();
+    }
+}
+
 /// A file the walk found live and did not know: its bytes are read after
 /// the walk, without the tree lock.
 struct LiveFile {

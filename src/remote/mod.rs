@@ -17,10 +17,13 @@
 //! one object that is not named by its content, the head, is written last,
 //! so a reader never sees a checkpoint whose objects are not all there.
 
+pub mod cache;
 pub mod check;
 pub mod clone;
 pub mod manifest;
 pub mod push;
+pub mod shared;
+pub mod show;
 
 use std::fmt;
 
@@ -184,6 +187,20 @@ impl RemoteUrl {
         Ok(RemoteUrl { bucket: bucket.to_string(), prefix: prefix.to_string() })
     }
 
+    /// `s3://bucket` (the whole bucket: an empty prefix) or
+    /// `s3://bucket/prefix`.
+    pub fn parse_bucket(address: &str) -> RemoteResult<RemoteUrl> {
+        let bucket = address.strip_prefix("s3://").map(|r| r.trim_end_matches('/'));
+        match bucket {
+            Some(b) if !b.is_empty() && !b.contains('/') => {
+                let url = RemoteUrl::parse(&format!("s3://{b}/x"))
+                    .map_err(|_| RemoteError::BadAddress { address: address.to_string(), why: "a bad bucket name" })?;
+                Ok(RemoteUrl { prefix: String::new(), ..url })
+            }
+            _ => RemoteUrl::parse(address),
+        }
+    }
+
     /// `s3://bucket/prefix@CHECKPOINT` (the checkpoint may be absent).
     pub fn parse_at(address: &str) -> RemoteResult<(RemoteUrl, Option<String>)> {
         match address.rsplit_once('@') {
@@ -212,8 +229,20 @@ impl RemoteUrl {
 
 impl fmt::Display for RemoteUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.prefix.is_empty() {
+            return write!(f, "s3://{}", self.bucket);
+        }
         write!(f, "s3://{}/{}", self.bucket, self.prefix)
     }
+}
+
+/// An object a listing found.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+    /// The server's last-modified time, Unix milliseconds.
+    pub modified_ms: i64,
 }
 
 /// Version of the head and manifest layout; a reader refuses a newer one.
@@ -369,20 +398,63 @@ impl Bucket {
         }
     }
 
-    /// The workspace's head, None when nothing was pushed yet.
-    pub fn head(&self) -> RemoteResult<Option<Head>> {
-        let Some(bytes) = self.get(&self.url.head_key())? else { return Ok(None) };
+    /// One level of the bucket under `prefix` ("" for the top): the objects
+    /// directly in it, and the folders below it (each without its trailing
+    /// slash).
+    pub fn list_dir(&self, prefix: &str) -> RemoteResult<(Vec<Listed>, Vec<String>)> {
+        use object_store::ObjectStore;
+        let path = (!prefix.is_empty()).then(|| object_store::path::Path::from(prefix));
+        let listed = self
+            .rt
+            .block_on(self.store.list_with_delimiter(path.as_ref()))
+            .map_err(self.failed(format!("cannot list {prefix}/")))?;
+        let objects = listed
+            .objects
+            .into_iter()
+            .map(|o| Listed {
+                key: o.location.to_string(),
+                size: o.size,
+                modified_ms: o.last_modified.timestamp_millis(),
+            })
+            .collect();
+        Ok((objects, listed.common_prefixes.into_iter().map(|p| p.to_string()).collect()))
+    }
+
+    /// Deletes the object at `key` (none there is no error).
+    pub fn delete(&self, key: &str) -> RemoteResult<()> {
+        use object_store::ObjectStore;
+        let path = object_store::path::Path::from(key);
+        match self.rt.block_on(self.store.delete(&path)) {
+            Ok(()) => Ok(()),
+            Err(e @ object_store::Error::NotFound { .. }) if cause(&e).1 == Reach::NoBucket => {
+                Err(self.failed(format!("cannot delete {key}"))(e))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.failed(format!("cannot delete {key}"))(e)),
+        }
+    }
+
+    /// The head at `prefix` (any workspace of the bucket), None where there
+    /// is none.
+    pub fn head_at(&self, prefix: &str) -> RemoteResult<Option<Head>> {
+        let url = RemoteUrl { bucket: self.url.bucket.clone(), prefix: prefix.to_string() };
+        let Some(bytes) = self.get(&url.head_key())? else { return Ok(None) };
         let head: Head = serde_json::from_slice(&bytes).map_err(|e| RemoteError::Malformed {
-            remote: self.url.to_string(),
-            what: format!("{} cannot be read: {e}", self.url.head_key()),
+            remote: url.to_string(),
+            what: format!("{} cannot be read: {e}", url.head_key()),
         })?;
         if head.format > FORMAT {
             return Err(RemoteError::Malformed {
-                remote: self.url.to_string(),
+                remote: url.to_string(),
                 what: format!("head.json has format {}, newer than this rewindfs ({FORMAT}); upgrade", head.format),
             });
         }
         Ok(Some(head))
+    }
+
+    /// The workspace's head, None when nothing was pushed yet.
+    pub fn head(&self) -> RemoteResult<Option<Head>> {
+        self.head_at(&self.url.prefix)
     }
 
     pub fn put_head(&self, head: &Head) -> RemoteResult<()> {
@@ -393,9 +465,14 @@ impl Bucket {
 
     /// A manifest by name, checked and decoded.
     pub fn manifest(&self, name: &str) -> RemoteResult<manifest::Manifest> {
+        self.manifest_at(&self.url.prefix, name)
+    }
+
+    /// A manifest of the workspace at `prefix`, checked and decoded.
+    pub fn manifest_at(&self, prefix: &str, name: &str) -> RemoteResult<manifest::Manifest> {
         let bad = |what: String| RemoteError::Malformed { remote: self.url.to_string(), what };
         let id = ChunkId::parse_hex(name).ok_or_else(|| bad(format!("bad manifest name {name:?}")))?;
-        let key = self.url.manifest_key(&id);
+        let key = RemoteUrl { bucket: self.url.bucket.clone(), prefix: prefix.to_string() }.manifest_key(&id);
         let packed = self.get_verified(&key, &id)?;
         let json = zstd::decode_all(&packed[..]).map_err(|e| bad(format!("{key}: {e}")))?;
         let manifest: manifest::Manifest = serde_json::from_slice(&json).map_err(|e| bad(format!("{key}: {e}")))?;
@@ -426,5 +503,8 @@ mod tests {
         {
             assert!(RemoteUrl::parse(bad).is_err(), "{bad}");
         }
+        assert_eq!(RemoteUrl::parse_bucket("s3://bkt/").unwrap().to_string(), "s3://bkt");
+        assert_eq!(RemoteUrl::parse_bucket("s3://bkt/a/b").unwrap().prefix, "a/b");
+        assert!(RemoteUrl::parse_bucket("s3://Bkt").is_err());
     }
 }

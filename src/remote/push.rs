@@ -20,6 +20,7 @@ use log::{debug, info, warn};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{self, Memory, Sent};
+use super::shared::LockKind;
 use super::{Bucket, Head, RemoteCheckpoint, RemoteError, RemoteResult, RemoteUrl};
 use crate::journal::Journal;
 use crate::view::TreeView;
@@ -42,6 +43,11 @@ pub struct RemoteStatus {
     /// connection, no answer in time); absent before a pass ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachable: Option<bool>,
+    /// Checkpoints forgotten here were dropped from the head, and the
+    /// content only they named is not deleted yet: another workspace held
+    /// a lock of the bucket (retried at each pass).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub collection_pending: bool,
 }
 
 #[derive(Default)]
@@ -55,6 +61,8 @@ struct State {
     passes: u64,
     /// A pass was asked for (`push`, a seal).
     wanted: bool,
+    /// A collection of the bucket is owed (see `RemoteStatus`).
+    collect_pending: bool,
 }
 
 struct Shared {
@@ -98,7 +106,15 @@ impl Uploader {
         let shared = Arc::new(Shared { url: url.clone(), state: Mutex::default(), changed: Condvar::new() });
         let worker = shared.clone();
         std::thread::Builder::new().name("uploader".into()).spawn(move || {
-            let mut pusher = Pusher { url, store_id, bucket: None, head: None, memory: Memory::default() };
+            let mut pusher = Pusher {
+                url,
+                store_id,
+                bucket: None,
+                head: None,
+                memory: Memory::default(),
+                collect_wanted: false,
+                collections_seen: None,
+            };
             let mut backoff = TICK;
             loop {
                 crate::poison::lock(&worker.state, "the uploader's state").started += 1;
@@ -169,7 +185,12 @@ impl Uploader {
         // this call: only one that starts after it answers it.
         let answering = state.started + 1;
         loop {
-            let done = state.pushed.as_ref().is_some_and(|p| target.is_subset(p));
+            // Every checkpoint sealed before the call is there, none forgotten
+            // here is listed any more, and the collection that follows a
+            // forget was tried by a pass that started after the call.
+            let local: BTreeSet<i64> = local_checkpoints(journal).into_iter().collect();
+            let done = state.pushed.as_ref().is_some_and(|p| target.is_subset(p) && p.is_subset(&local))
+                && (!state.collect_pending || state.passes >= answering);
             let failed = state.passes >= answering && state.last_error.is_some();
             let left = deadline.saturating_duration_since(Instant::now());
             if done || failed || left.is_zero() {
@@ -196,6 +217,7 @@ fn status_of(url: &RemoteUrl, state: &State, journal: &Journal) -> RemoteStatus 
         backlog: local_checkpoints(journal).into_iter().filter(|c| !pushed.contains(c)).collect(),
         last_error: state.last_error.clone(),
         reachable: state.reachable,
+        collection_pending: state.collect_pending,
     }
 }
 
@@ -203,17 +225,23 @@ fn status_of(url: &RemoteUrl, state: &State, journal: &Journal) -> RemoteStatus 
 struct Pusher {
     url: RemoteUrl,
     store_id: String,
-    bucket: Option<Bucket>,
+    bucket: Option<Arc<Bucket>>,
     head: Option<Head>,
     memory: Memory,
+    /// Checkpoints were dropped from the head: collect the bucket.
+    collect_wanted: bool,
+    /// The collections' marks as last seen: chunks known present stay
+    /// known while they do not change.
+    collections_seen: Option<Vec<(String, i64)>>,
 }
 
 impl Pusher {
     fn pass(&mut self, tree: &LiveTree, journal: &Journal, world: &World, shared: &Shared) -> RemoteResult<()> {
         if self.bucket.is_none() {
-            self.bucket = Some(Bucket::open(&self.url)?);
+            self.bucket = Some(Arc::new(Bucket::open(&self.url)?));
         }
-        let Some(bucket) = &self.bucket else { return Ok(()) };
+        let Some(bucket) = self.bucket.clone() else { return Ok(()) };
+        let bucket = &*bucket;
         if self.head.is_none() {
             let head = bucket.head()?.unwrap_or(Head {
                 format: super::FORMAT,
@@ -237,7 +265,84 @@ impl Pusher {
             remote: self.url.to_string(),
             what: format!("cannot read the checkpoints: {e}"),
         })?;
-        for c in checkpoints {
+        // The workspace's retention reaches its remote: checkpoints
+        // forgotten here (forget, gc, reset) leave the head, and the content
+        // no workspace of the bucket names any more is collected.
+        let local: BTreeSet<i64> = checkpoints.iter().map(|c| c.checkpoint).collect();
+        if let Some(head) = &mut self.head {
+            let before = head.checkpoints.len();
+            head.checkpoints.retain(|r| local.contains(&r.checkpoint));
+            if head.checkpoints.len() != before {
+                bucket.put_head(head)?;
+                info!("Dropped {} checkpoints forgotten here from {}.", before - head.checkpoints.len(), self.url);
+                self.collect_wanted = true;
+                self.memory.forget_present();
+                let mut state = crate::poison::lock(&shared.state, "the uploader's state");
+                state.pushed = Some(head.checkpoints.iter().map(|c| c.checkpoint).collect());
+                state.collect_pending = true;
+                shared.changed.notify_all();
+            }
+        }
+        let listed: BTreeSet<i64> =
+            self.head.as_ref().map(|h| h.checkpoints.iter().map(|c| c.checkpoint).collect()).unwrap_or_default();
+        let checkpoints: Vec<_> = checkpoints.into_iter().filter(|c| !listed.contains(&c.checkpoint)).collect();
+        if !checkpoints.is_empty() {
+            let lock = match super::shared::lock(bucket, LockKind::Push, &self.store_id)? {
+                Ok(lock) => lock,
+                Err(holder) => {
+                    return Err(RemoteError::Refused {
+                        remote: self.url.to_string(),
+                        what: format!(
+                            "another workspace is collecting the bucket ({holder}); pushing resumes after it"
+                        ),
+                    });
+                }
+            };
+            let marks = super::shared::collections(bucket)?;
+            if self.collections_seen.as_ref() != Some(&marks) {
+                // Chunks known present may have been collected since.
+                self.memory.forget_present();
+                self.collections_seen = Some(marks);
+            }
+            self.push_all(bucket, checkpoints, &lock, tree, journal, world, shared)?;
+        }
+        if self.collect_wanted {
+            match super::shared::collect(bucket, &self.store_id)? {
+                Ok(done) => {
+                    info!(
+                        "Collected {}: {} chunks ({}) no workspace names any more, {} manifests.",
+                        self.url,
+                        done.chunks_deleted,
+                        crate::text::human_bytes(done.bytes_deleted),
+                        done.manifests_deleted
+                    );
+                    self.collect_wanted = false;
+                    self.memory.forget_present();
+                }
+                Err(holder) => debug!("Collecting {} postponed: {holder} is held.", self.url),
+            }
+            crate::poison::lock(&shared.state, "the uploader's state").collect_pending = self.collect_wanted;
+        }
+        Ok(())
+    }
+
+    /// Pushes `checkpoints` (none of them in the head), oldest first,
+    /// holding the push `lock`.
+    #[allow(clippy::too_many_arguments)]
+    fn push_all(
+        &mut self,
+        bucket: &Bucket,
+        checkpoints: Vec<crate::meta::Checkpoint>,
+        lock: &super::shared::Lock<'_>,
+        tree: &LiveTree,
+        journal: &Journal,
+        world: &World,
+        shared: &Shared,
+    ) -> RemoteResult<()> {
+        for (i, c) in checkpoints.into_iter().enumerate() {
+            if i > 0 {
+                lock.refresh()?;
+            }
             let Some(head) = &mut self.head else { return Ok(()) };
             if head.checkpoints.iter().any(|r| r.checkpoint == c.checkpoint) {
                 continue;

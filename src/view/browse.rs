@@ -16,6 +16,7 @@ use std::time::SystemTime;
 use crate::journal::Journal;
 use crate::meta::ObjectId;
 use crate::sys::FileHandle;
+use crate::view::source::ViewSource;
 use crate::view::{Node, NodeState, TreeView, ViewError, ViewResult};
 use crate::workspace::attr::time_of_ns;
 use crate::workspace::capture::kind_code;
@@ -154,13 +155,7 @@ const UNREFERENCED_LIMIT: usize = 4096;
 /// How many dropped numbers a browser remembers (about 60 bytes each).
 const RETIRED_LIMIT: usize = 1 << 18;
 
-/// An entry of a browse directory.
-#[derive(Clone, Debug)]
-pub struct BrowseEntry {
-    pub name: OsString,
-    pub ino: Ino,
-    pub kind: Kind,
-}
+pub use super::source::BrowseEntry;
 
 /// Inode-numbered access to checkpoint views.
 pub struct Browser {
@@ -625,6 +620,59 @@ impl Browser {
     /// Which checkpoint a `show` mount presents.
     pub fn shown_checkpoint(&self) -> Option<i64> {
         self.single
+    }
+}
+
+/// A browser read under the tree lock: the view source of a `show` mount
+/// of a local checkpoint and of the live mount's `.rewindfs/`.
+pub struct Locked<'a> {
+    pub browser: &'a Browser,
+    pub held: Held<'a>,
+}
+
+impl Locked<'_> {
+    /// The inode of the hidden directory (or the single view's root).
+    pub fn top(&self) -> Ino {
+        self.browser.top()
+    }
+}
+
+impl ViewSource for Locked<'_> {
+    fn lookup(&self, dir: Ino, name: &OsStr) -> ViewResult<Attr> {
+        self.browser.lookup(self.held, dir, name)
+    }
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        self.browser.forget(ino, nlookup)
+    }
+    fn getattr(&self, ino: Ino) -> ViewResult<Attr> {
+        self.browser.getattr(self.held, ino)
+    }
+    fn readdir(&self, dir: Ino) -> ViewResult<Vec<BrowseEntry>> {
+        self.browser.readdir(self.held, dir)
+    }
+    fn readdir_plus(
+        &self,
+        dir: Ino,
+        offset: usize,
+        add: &mut dyn FnMut(usize, &BrowseEntry, &Attr) -> bool,
+    ) -> ViewResult<()> {
+        self.browser.readdir_plus(self.held, dir, offset, add)
+    }
+    fn read(&self, ino: Ino, offset: u64, size: u32) -> ViewResult<Vec<u8>> {
+        self.browser.read(self.held, ino, offset, size)
+    }
+    fn readlink(&self, ino: Ino) -> ViewResult<Vec<u8>> {
+        self.browser.readlink(self.held, ino)
+    }
+    fn xattrs(&self, ino: Ino) -> ViewResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.browser.xattrs(self.held, ino)
+    }
+    fn statfs(&self) -> ViewResult<crate::workspace::FsStats> {
+        self.browser.statfs()
+    }
+    /// Only the listing of every checkpoint grows (`.rewindfs/` itself).
+    fn may_change(&self, ino: Ino) -> bool {
+        self.browser.shown_checkpoint().is_none() && ino == self.browser.top()
     }
 }
 

@@ -4,6 +4,7 @@
 //! so opening one costs the same whatever the size of the tree.
 
 pub mod browse;
+pub mod source;
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;

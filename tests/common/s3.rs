@@ -31,6 +31,8 @@ pub struct S3Server {
     program: std::ffi::OsString,
     args: Vec<std::ffi::OsString>,
     port: u16,
+    /// A tmpfs the data is on (`start_on_small_disk`), unmounted on drop.
+    small_disk: Option<std::path::PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -43,25 +45,39 @@ fn program(name: &str) -> String {
 
 impl S3Server {
     pub fn start() -> S3Server {
-        Self::start_with(&[])
-    }
-
-    /// As `start`, with a server that keeps no listing cache (rclone's
-    /// `--dir-cache-time 0s`): a test that removes an object's file gets
-    /// 404 for it, not an error from a stale entry. Slower: each request
-    /// lists the folder.
-    pub fn start_uncached() -> S3Server {
-        Self::start_with(&["--dir-cache-time", "0s"])
-    }
-
-    fn start_with(rclone_args: &[&str]) -> S3Server {
         let dir = tempfile::Builder::new().prefix("rewindfs-s3-").tempdir().expect("temp dir for the S3 server");
         match std::env::var("REWINDFS_TEST_S3_SERVER").as_deref() {
             Ok("garage") => Self::garage(dir),
             Ok("s3s-fs") => Self::s3s_fs(dir),
-            Ok("rclone") | Err(_) => Self::rclone(dir, rclone_args),
+            Ok("rclone") | Err(_) => Self::rclone(dir, &[]),
             Ok(other) => panic!("REWINDFS_TEST_S3_SERVER={other}: expected rclone, s3s-fs or garage"),
         }
+    }
+
+    /// `rclone serve s3` with its data on a tmpfs of `bytes` (needs root):
+    /// its storage fills up as a bucket that reached its quota refuses
+    /// writes. `resize` gives it another size.
+    pub fn start_on_small_disk(bytes: u64) -> S3Server {
+        let dir = tempfile::Builder::new().prefix("rewindfs-s3-").tempdir().expect("temp dir for the S3 server");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "rewindfs-s3-small"])
+            .arg(&data)
+            .output()
+            .expect("mount");
+        assert!(out.status.success(), "cannot mount a tmpfs for the server: {}", String::from_utf8_lossy(&out.stderr));
+        let mut server = Self::rclone(dir, &[]);
+        server.small_disk = Some(data);
+        server
+    }
+
+    /// The size of the small disk (`start_on_small_disk`).
+    pub fn resize(&self, bytes: u64) {
+        let data = self.small_disk.as_ref().expect("a server on a small disk");
+        let out =
+            Command::new("mount").args(["-o", &format!("remount,size={bytes}")]).arg(data).output().expect("mount");
+        assert!(out.status.success(), "cannot resize the tmpfs: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     fn rclone(dir: tempfile::TempDir, extra: &[&str]) -> S3Server {
@@ -103,8 +119,16 @@ impl S3Server {
             .unwrap_or_else(|e| panic!("cannot run the {kind} S3 server ({e}): {install}"));
         let program = cmd.get_program().to_os_string();
         let args = cmd.get_args().map(|a| a.to_os_string()).collect();
-        let mut server =
-            S3Server { dir, endpoint: format!("http://127.0.0.1:{port}"), child, kind, program, args, port };
+        let mut server = S3Server {
+            dir,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            child,
+            kind,
+            program,
+            args,
+            port,
+            small_disk: None,
+        };
         server.wait_listening(port);
         server
     }
@@ -222,5 +246,8 @@ impl Drop for S3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(data) = &self.small_disk {
+            let _ = Command::new("umount").arg("-l").arg(data).status();
+        }
     }
 }
