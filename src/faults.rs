@@ -163,11 +163,21 @@ mod armed {
         }
     }
 
+    /// Whether [`remote_put`] may hold the uploader: its chunks are then
+    /// sent one at a time, so what a test sees in the bucket while it holds
+    /// is every chunk before the one held.
+    pub fn remote_put_armed() -> bool {
+        std::env::var_os("REWINDFS_TEST_REMOTE_PUT_PAUSE").is_some()
+    }
+
     /// Holds the uploader before it sends a chunk while the file named by
     /// `REWINDFS_TEST_REMOTE_PUT_PAUSE` exists (it writes `<that>.reached`
     /// when it first waits): a push in flight for as long as a test needs.
     /// A number N in the file lets N chunks go first.
     pub fn remote_put() {
+        if !remote_put_armed() {
+            return;
+        }
         let Some(pause) = std::env::var_os("REWINDFS_TEST_REMOTE_PUT_PAUSE") else { return };
         if let Some(n) = std::fs::read_to_string(&pause).ok().and_then(|t| t.trim().parse::<u64>().ok())
             && n > 0
@@ -240,6 +250,9 @@ mod disarmed {
     pub fn hold_frozen() {}
     pub fn view_lookup() {}
     pub fn remote_put() {}
+    pub fn remote_put_armed() -> bool {
+        false
+    }
     pub fn sync_fails() -> bool {
         false
     }

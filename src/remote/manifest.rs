@@ -117,13 +117,45 @@ struct LiveKey(Vec<u8>, u64, i64, i64);
 pub struct Memory {
     present: HashSet<ChunkId>,
     live: HashMap<LiveKey, (ChunkId, Vec<ChunkSpan>)>,
+    /// Chunks read and not sent yet, sent together (`flush`).
+    outbox: Vec<(ChunkId, Vec<u8>)>,
+    outbox_bytes: usize,
 }
+
+/// How much [`Memory::outbox`] holds before it is sent: bounded memory,
+/// and enough requests to keep [`super::Bucket::put_missing`]'s in flight.
+const OUTBOX_BYTES: usize = 8 << 20;
+const OUTBOX_CHUNKS: usize = 256;
 
 impl Memory {
     /// Forgets which chunks the bucket holds (a collection may have
     /// deleted some): each is looked up again before it is relied on.
     pub fn forget_present(&mut self) {
         self.present.clear();
+    }
+
+    /// Sends the chunks read and not sent yet; each one sent or found
+    /// present is known present from then on.
+    fn flush(&mut self, bucket: &Bucket, sent: &mut Sent) -> RemoteResult<()> {
+        let outbox = std::mem::take(&mut self.outbox);
+        self.outbox_bytes = 0;
+        if outbox.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<ChunkId> = outbox.iter().map(|(id, _)| *id).collect();
+        let sizes: Vec<u64> = outbox.iter().map(|(_, d)| d.len() as u64).collect();
+        let objects = outbox.into_iter().map(|(id, data)| (RemoteUrl::chunk_key(&id), data)).collect();
+        let was_sent = bucket.put_missing(objects)?;
+        for ((id, size), sent_now) in ids.into_iter().zip(sizes).zip(was_sent) {
+            if sent_now {
+                sent.chunks_sent += 1;
+                sent.bytes_sent += size;
+            } else {
+                sent.chunks_present += 1;
+            }
+            self.present.insert(id);
+        }
+        Ok(())
     }
 }
 
@@ -313,6 +345,8 @@ pub fn send(
             None => complete = false,
         }
     }
+    // Every chunk is in the bucket before the manifest naming it is sent.
+    memory.flush(bucket, sent)?;
     // Hard links name their first entry's content.
     let entries = &mut walked.manifest.entries;
     for i in 0..entries.len() {
@@ -408,20 +442,15 @@ fn send_chunk(
     id: &ChunkId,
     data: impl FnOnce() -> RemoteResult<Vec<u8>>,
 ) -> RemoteResult<()> {
-    if memory.present.contains(id) {
+    if memory.present.contains(id) || memory.outbox.iter().any(|(queued, _)| queued == id) {
         return Ok(());
     }
-    let key = RemoteUrl::chunk_key(id);
-    if bucket.exists(&key)? {
-        sent.chunks_present += 1;
-    } else {
-        let data = data()?;
-        crate::faults::remote_put();
-        sent.chunks_sent += 1;
-        sent.bytes_sent += data.len() as u64;
-        bucket.put(&key, data)?;
+    let data = data()?;
+    memory.outbox_bytes += data.len();
+    memory.outbox.push((*id, data));
+    if memory.outbox_bytes >= OUTBOX_BYTES || memory.outbox.len() >= OUTBOX_CHUNKS {
+        memory.flush(bucket, sent)?;
     }
-    memory.present.insert(*id);
     Ok(())
 }
 

@@ -83,6 +83,17 @@ impl RemoteError {
     pub fn unreachable(&self) -> bool {
         matches!(self, RemoteError::Store { reach: Reach::Unreachable, .. })
     }
+
+    /// The failure without the object it met: the same for every object a
+    /// push sends while the server fails the same way (objects are sent
+    /// several at a time, so which one fails first varies), so that a
+    /// failure that repeats is logged once.
+    pub fn failure(&self) -> String {
+        match self {
+            RemoteError::Store { remote, cause, .. } => format!("remote {remote}: {cause}"),
+            e => e.to_string(),
+        }
+    }
 }
 
 /// How an object store request failed.
@@ -302,6 +313,9 @@ const RETRIES: usize = 3;
 const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 const CONNECT_TIMEOUT: &str = "5s";
 
+/// Objects [`Bucket::put_missing`] sends at once.
+const SENDS_IN_FLIGHT: usize = 16;
+
 /// A bucket reached through `object_store`, with the runtime that drives it.
 pub struct Bucket {
     url: RemoteUrl,
@@ -382,6 +396,35 @@ impl Bucket {
             .block_on(self.store.put(&path, data.into()))
             .map(|_| ())
             .map_err(self.failed(format!("cannot write {key}")))
+    }
+
+    /// Sends each object of `objects` the bucket does not hold yet (a HEAD,
+    /// then a PUT when it is absent), [`SENDS_IN_FLIGHT`] at a time: one
+    /// request at a time leaves a loopback server idle most of the time.
+    /// Returns, in order, whether each was sent. Objects are named by their
+    /// content, so one sent twice by a retry is the same object.
+    pub fn put_missing(&self, objects: Vec<(String, Vec<u8>)>) -> RemoteResult<Vec<bool>> {
+        use futures::stream::{StreamExt, TryStreamExt};
+        use object_store::ObjectStore;
+        let in_flight = if crate::faults::remote_put_armed() { 1 } else { SENDS_IN_FLIGHT };
+        let sends = futures::stream::iter(objects.into_iter().enumerate()).map(|(i, (key, data))| async move {
+            let path = object_store::path::Path::from(key.as_str());
+            match self.store.head(&path).await {
+                Ok(_) => return Ok((i, false)),
+                Err(e @ object_store::Error::NotFound { .. }) if cause(&e).1 == Reach::NoBucket => {
+                    return Err(self.failed(format!("cannot look up {key}"))(e));
+                }
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.failed(format!("cannot look up {key}"))(e)),
+            }
+            crate::faults::remote_put();
+            self.store.put(&path, data.into()).await.map_err(self.failed(format!("cannot write {key}")))?;
+            Ok((i, true))
+        });
+        let mut done: Vec<(usize, bool)> =
+            self.rt.block_on(sends.buffer_unordered(in_flight).try_collect::<Vec<_>>())?;
+        done.sort_unstable();
+        Ok(done.into_iter().map(|(_, sent)| sent).collect())
     }
 
     /// Whether an object is at `key`.

@@ -55,6 +55,8 @@ struct State {
     /// Checkpoints the bucket's head lists (known once a pass read it).
     pushed: Option<BTreeSet<i64>>,
     last_error: Option<String>,
+    /// `last_error` without the object it met ([`RemoteError::failure`]).
+    last_failure: Option<String>,
     reachable: Option<bool>,
     /// Passes started, and finished (successful or not).
     started: u64,
@@ -74,6 +76,7 @@ struct Shared {
 impl Shared {
     /// A pass got through (a checkpoint pushed, or nothing left to push).
     fn reached(&self, state: &mut State) {
+        state.last_failure = None;
         if state.last_error.take().is_some() {
             info!("{} answers again; pushing resumed.", self.url);
         }
@@ -136,12 +139,13 @@ impl Uploader {
                             // Said once; the same failure again (a server
                             // down for minutes, bad credentials) is not a
                             // line per retry.
-                            if state.last_error.as_deref() != Some(&e.to_string()) {
+                            if state.last_failure.as_deref() != Some(&e.failure()) {
                                 warn!("Cannot push to {}: {e}; retrying until it works.", worker.url);
                             } else {
                                 debug!("Still cannot push to {}: {e}.", worker.url);
                             }
                             state.last_error = Some(e.to_string());
+                            state.last_failure = Some(e.failure());
                             state.reachable = Some(!e.unreachable());
                             // Read the head again: the bucket may have been
                             // restored or changed by hand meanwhile.
