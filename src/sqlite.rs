@@ -46,9 +46,9 @@ const VACUUM_MIN_FREE_PAGES: i64 = 16;
 /// shows on disk. A failed `VACUUM` (no room for its copy) is logged, not
 /// fatal: the pages stay free for reuse.
 pub fn shrink(conn: &Connection, path: &Path) -> rusqlite::Result<()> {
-    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-    let auto_vacuum: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    let pages: i64 = conn.prepare_cached("PRAGMA page_count")?.query_row([], |r| r.get(0))?;
+    let free: i64 = conn.prepare_cached("PRAGMA freelist_count")?.query_row([], |r| r.get(0))?;
+    let auto_vacuum: i64 = conn.prepare_cached("PRAGMA auto_vacuum")?.query_row([], |r| r.get(0))?;
     if free > 0 && auto_vacuum == 2 {
         conn.execute_batch("PRAGMA incremental_vacuum")?;
     } else if free >= VACUUM_MIN_FREE_PAGES && free * VACUUM_FREE_SHARE >= pages {
@@ -60,7 +60,7 @@ pub fn shrink(conn: &Connection, path: &Path) -> rusqlite::Result<()> {
             ),
         }
     }
-    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+    let busy: i64 = conn.prepare_cached("PRAGMA wal_checkpoint(TRUNCATE)")?.query_row([], |r| r.get(0))?;
     if busy != 0 {
         log::warn!("The log of {} was not emptied: a reader was in the way.", path.display());
     }

@@ -70,8 +70,7 @@ pub trait Checkpoints {
 
 impl Checkpoints for Meta {
     fn seal(&self, c: &Checkpoint) -> MetaResult<()> {
-        self.conn
-            .execute(
+        self.exec(
                 "INSERT INTO checkpoints(id, parent, message_id, session, label, reason, created_at, store_bytes_at_start, sealed_by)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![c.checkpoint, c.parent, c.message_id, c.session, c.label, c.reason.as_str(), c.created_at, c.store_bytes_at_start, c.sealed_by],
@@ -81,26 +80,24 @@ impl Checkpoints for Meta {
     }
 
     fn set_label(&self, checkpoint: i64, label: &str) -> MetaResult<()> {
-        self.conn
-            .execute("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint])
+        self.exec("UPDATE checkpoints SET label = ?1 WHERE id = ?2", params![label, checkpoint])
             .ctx("label checkpoint")?;
         Ok(())
     }
 
     fn add_snapshot(&self, name: &str, checkpoint: i64, message: Option<&str>, at: i64) -> MetaResult<()> {
-        self.conn
-            .execute(
-                "INSERT INTO snapshots(name, checkpoint, message, created_at) VALUES (?1, ?2, ?3, ?4)",
-                params![name, checkpoint, message, at],
-            )
-            .ctx("name a checkpoint")?;
+        self.exec(
+            "INSERT INTO snapshots(name, checkpoint, message, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![name, checkpoint, message, at],
+        )
+        .ctx("name a checkpoint")?;
         Ok(())
     }
 
     fn checkpoints(&self) -> MetaResult<Vec<Checkpoint>> {
         let mut stmt = self
             .conn
-            .prepare(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id"))
+            .prepare_cached(&format!("SELECT {CHECKPOINT_COLUMNS} {CHECKPOINT_FROM} ORDER BY c.id"))
             .ctx("prepare")?;
         let rows = stmt.query_map([], checkpoint_from_row).ctx("list checkpoints")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list checkpoints")

@@ -55,24 +55,23 @@ impl Intents for Meta {
             paths.extend_from_slice(p);
             paths.push(0);
         }
-        self.conn
-            .execute(
-                "INSERT INTO intents(op, checkpoint, undo_checkpoint, paths, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![i.op.as_str(), i.checkpoint, i.undo_checkpoint, paths, i.started_at],
-            )
-            .ctx("record an intent")?;
+        self.exec(
+            "INSERT INTO intents(op, checkpoint, undo_checkpoint, paths, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![i.op.as_str(), i.checkpoint, i.undo_checkpoint, paths, i.started_at],
+        )
+        .ctx("record an intent")?;
         Ok(self.conn.last_insert_rowid())
     }
 
     fn end_intent(&self, id: i64) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM intents WHERE id = ?1", [id]).ctx("clear an intent")?;
+        self.exec("DELETE FROM intents WHERE id = ?1", [id]).ctx("clear an intent")?;
         Ok(())
     }
 
     fn open_intents(&self) -> MetaResult<Vec<Intent>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id, op, checkpoint, undo_checkpoint, paths, started_at FROM intents ORDER BY id")
+            .prepare_cached("SELECT id, op, checkpoint, undo_checkpoint, paths, started_at FROM intents ORDER BY id")
             .ctx("prepare")?;
         let rows = stmt
             .query_map([], |r| {
@@ -124,8 +123,7 @@ impl Intents for Meta {
     }
 
     fn is_pending(&self, handle: &[u8]) -> MetaResult<bool> {
-        self.conn
-            .query_row("SELECT 1 FROM pending WHERE handle = ?1", [handle], |_| Ok(()))
+        self.row("SELECT 1 FROM pending WHERE handle = ?1", [handle], |_| Ok(()))
             .optional()
             .map(|r| r.is_some())
             .ctx("read pending content")
@@ -134,7 +132,7 @@ impl Intents for Meta {
     fn all_pending(&self) -> MetaResult<Vec<PendingRow>> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT p.handle, p.content_hash, COALESCE(p.chunks, o.chunks), p.mtime_ns FROM pending p \
                  LEFT JOIN object_pre o ON o.turn = p.source_turn AND o.object = p.source_object",
             )

@@ -321,6 +321,11 @@ pub struct PendingSource {
     pub source_exists: bool,
 }
 
+/// How many prepared statements a connection keeps: more than the
+/// metadata has distinct statements (about 150), so the cache never
+/// evicts one to parse it again (rusqlite's default keeps 16).
+const STATEMENT_CACHE: usize = 256;
+
 /// The metadata database.
 pub struct Meta {
     conn: Connection,
@@ -754,6 +759,7 @@ impl Meta {
                 what: "schema version (older than this rewindfs; mount once to migrate)",
             });
         }
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Meta { conn, batch: Default::default() })
     }
 
@@ -828,7 +834,28 @@ impl Meta {
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .ctx("set the query planner stability guarantee")?;
         migrate(&conn, path)?;
+        // Every statement is prepared once and kept (`prepare_cached`):
+        // parsing them at each call was a tenth of the daemon's time. The
+        // cache holds all the distinct statements of the metadata, so
+        // none is evicted and parsed again.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Meta { conn, batch: Default::default() })
+    }
+
+    /// Runs one statement, prepared once per connection (see
+    /// [`STATEMENT_CACHE`]).
+    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+        self.conn.prepare_cached(sql)?.execute(params)
+    }
+
+    /// The one row of a statement prepared once per connection.
+    fn row<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.conn.prepare_cached(sql)?.query_row(params, f)
     }
 
     /// Gives the pages collection freed back to the filesystem and empties
@@ -840,26 +867,25 @@ impl Meta {
 
     /// Forces everything committed so far to disk.
     pub fn sync(&self) -> MetaResult<()> {
-        self.conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(())).ctx("checkpoint the WAL")?;
+        self.row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(())).ctx("checkpoint the WAL")?;
         Ok(())
     }
 
     pub fn get_state(&self, key: &str) -> MetaResult<Option<String>> {
-        self.conn.query_row("SELECT value FROM state WHERE key = ?1", [key], |r| r.get(0)).optional().ctx("read state")
+        self.row("SELECT value FROM state WHERE key = ?1", [key], |r| r.get(0)).optional().ctx("read state")
     }
 
     /// A state value as bytes: a path that need not be UTF-8. Reads a
     /// value written as text by older versions too.
     pub fn get_state_bytes(&self, key: &str) -> MetaResult<Option<Vec<u8>>> {
-        self.conn
-            .query_row("SELECT value FROM state WHERE key = ?1", [key], |r| {
-                Ok(match r.get_ref(0)? {
-                    rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => t.to_vec(),
-                    _ => Vec::new(),
-                })
+        self.row("SELECT value FROM state WHERE key = ?1", [key], |r| {
+            Ok(match r.get_ref(0)? {
+                rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => t.to_vec(),
+                _ => Vec::new(),
             })
-            .optional()
-            .ctx("read state")
+        })
+        .optional()
+        .ctx("read state")
     }
 
     /// Stores `value` as a blob, byte for byte.
@@ -872,12 +898,11 @@ impl Meta {
     }
 
     fn put_state(&self, key: &str, value: impl rusqlite::ToSql) -> MetaResult<()> {
-        self.conn
-            .execute(
-                "INSERT INTO state(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key, value],
-            )
-            .ctx("write state")?;
+        self.exec(
+            "INSERT INTO state(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )
+        .ctx("write state")?;
         Ok(())
     }
 
@@ -1018,7 +1043,7 @@ impl Meta {
     pub fn entry_keys_since_in_older_dirs(&self, from: i64) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT DISTINCT e.dir, e.name FROM entry_pre e LEFT JOIN objects o ON o.id = e.dir \
                  WHERE e.turn >= ?1 AND (o.born_turn IS NULL OR o.born_turn < ?1)",
             )
@@ -1034,7 +1059,7 @@ impl Meta {
     pub fn objects_since_born_before(&self, from: i64) -> MetaResult<Vec<ObjectId>> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT DISTINCT p.object FROM object_pre p LEFT JOIN objects o ON o.id = p.object \
                  WHERE p.turn >= ?1 AND (o.born_turn IS NULL OR o.born_turn < ?1)",
             )
@@ -1045,7 +1070,7 @@ impl Meta {
 
     /// Removes every state key starting with `prefix`.
     pub fn remove_states_with_prefix(&self, prefix: &str) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM state WHERE substr(key, 1, length(?1)) = ?1", [prefix]).ctx("clear state")?;
+        self.exec("DELETE FROM state WHERE substr(key, 1, length(?1)) = ?1", [prefix]).ctx("clear state")?;
         Ok(())
     }
 
@@ -1108,7 +1133,7 @@ impl Meta {
     pub fn for_each_content_record(&self, mut f: impl FnMut(i64, ObjectId, &[u8], &[u8])) -> MetaResult<()> {
         let mut stmt = self
             .conn
-            .prepare("SELECT turn, object, content_hash, chunks FROM object_pre WHERE chunks IS NOT NULL ORDER BY turn, object")
+            .prepare_cached("SELECT turn, object, content_hash, chunks FROM object_pre WHERE chunks IS NOT NULL ORDER BY turn, object")
             .ctx("prepare")?;
         let mut rows = stmt.query([]).ctx("list content records")?;
         while let Some(r) = rows.next().ctx("list content records")? {
@@ -1121,7 +1146,7 @@ impl Meta {
 
     /// Every `known_content` row: (object, chunk list).
     pub fn known_content_lists(&self) -> MetaResult<Vec<(ObjectId, Vec<u8>)>> {
-        let mut stmt = self.conn.prepare("SELECT object, chunks FROM known_content").ctx("prepare")?;
+        let mut stmt = self.conn.prepare_cached("SELECT object, chunks FROM known_content").ctx("prepare")?;
         let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list known content")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list known content")
     }
@@ -1134,7 +1159,7 @@ impl Meta {
     pub fn record_coverage(&self) -> MetaResult<Vec<Coverage>> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "WITH named AS (
                      SELECT target AS object, MAX(turn) AS turn FROM entry_pre WHERE target IS NOT NULL GROUP BY target
                      UNION ALL SELECT object, MAX(turn) FROM object_pre GROUP BY object),
@@ -1166,7 +1191,9 @@ impl Meta {
     pub fn entries_in_unknown_dirs(&self) -> MetaResult<Vec<(i64, ObjectId, Vec<u8>)>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT turn, dir, name FROM entry_pre WHERE dir NOT IN (SELECT id FROM objects) ORDER BY turn")
+            .prepare_cached(
+                "SELECT turn, dir, name FROM entry_pre WHERE dir NOT IN (SELECT id FROM objects) ORDER BY turn",
+            )
             .ctx("prepare")?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, ObjectId(r.get(1)?), r.get(2)?))).ctx("list entries")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries")
@@ -1176,7 +1203,7 @@ impl Meta {
     pub fn records_of_unknown_turns(&self) -> MetaResult<Vec<(i64, i64)>> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT turn, COUNT(*) FROM (SELECT turn FROM entry_pre UNION ALL SELECT turn FROM object_pre) \
                  WHERE turn NOT IN (SELECT id FROM checkpoints) GROUP BY turn ORDER BY turn",
             )
@@ -1194,7 +1221,7 @@ impl Meta {
     pub fn pending_sources(&self) -> MetaResult<Vec<PendingSource>> {
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare_cached(
                 "SELECT p.handle, p.chunks, p.source_turn, p.source_object, o.chunks, o.object IS NOT NULL \
                  FROM pending p LEFT JOIN object_pre o ON o.turn = p.source_turn AND o.object = p.source_object",
             )
@@ -1244,7 +1271,7 @@ impl Meta {
     /// Forgets the cached content of an object (its chunk list is damaged):
     /// the next capture reads the file again.
     pub fn forget_known_content(&self, object: ObjectId) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM known_content WHERE object = ?1", [object.0]).ctx("forget known content")?;
+        self.exec("DELETE FROM known_content WHERE object = ?1", [object.0]).ctx("forget known content")?;
         Ok(())
     }
 
@@ -1263,7 +1290,7 @@ impl Meta {
     /// then (records of the journal log): a crash loses the whole batch.
     pub fn open_batch(&self) -> MetaResult<()> {
         if !self.batch.get() {
-            self.conn.execute_batch("BEGIN IMMEDIATE").ctx("begin a batch")?;
+            self.exec("BEGIN IMMEDIATE", []).ctx("begin a batch")?;
             self.batch.set(true);
         }
         Ok(())
@@ -1287,7 +1314,7 @@ impl Meta {
         if !self.batch.replace(false) {
             return Ok(());
         }
-        if let Err(e) = self.conn.execute_batch("COMMIT").ctx("commit a batch") {
+        if let Err(e) = self.exec("COMMIT", []).ctx("commit a batch") {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(e);
         }
@@ -1300,10 +1327,10 @@ impl Meta {
         [begin, commit, rollback]: [&str; 3],
         f: impl FnOnce(&Meta) -> MetaResult<T>,
     ) -> MetaResult<T> {
-        self.conn.execute_batch(begin).ctx("begin")?;
+        self.exec(begin, []).ctx("begin")?;
         match f(self) {
             Ok(v) => {
-                self.conn.execute_batch(commit).ctx("commit")?;
+                self.exec(commit, []).ctx("commit")?;
                 Ok(v)
             }
             Err(e) => {

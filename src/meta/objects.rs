@@ -168,7 +168,7 @@ impl Objects for Meta {
     }
 
     fn max_object_id(&self) -> MetaResult<i64> {
-        self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")
+        self.row("SELECT COALESCE(MAX(id), 0) FROM objects", [], |r| r.get(0)).ctx("read object ids")
     }
 
     fn object_kind(&self, id: ObjectId) -> MetaResult<Option<u8>> {
@@ -191,17 +191,14 @@ impl Objects for Meta {
     }
 
     fn set_object_handle(&self, id: ObjectId, handle: &[u8]) -> MetaResult<()> {
-        self.conn
-            .execute("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
+        self.exec("UPDATE objects SET handle = NULL WHERE handle = ?1 AND id != ?2", params![handle, id.0])
             .ctx("release handle")?;
-        self.conn
-            .execute("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0])
-            .ctx("rebind object")?;
+        self.exec("UPDATE objects SET handle = ?1 WHERE id = ?2", params![handle, id.0]).ctx("rebind object")?;
         Ok(())
     }
 
     fn object_handles(&self) -> MetaResult<Vec<(ObjectId, Option<Vec<u8>>)>> {
-        let mut stmt = self.conn.prepare("SELECT id, handle FROM objects").ctx("prepare")?;
+        let mut stmt = self.conn.prepare_cached("SELECT id, handle FROM objects").ctx("prepare")?;
         let rows = stmt.query_map([], |r| Ok((ObjectId(r.get(0)?), r.get(1)?))).ctx("list objects")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list objects")
     }

@@ -149,7 +149,7 @@ impl Meta {
     pub fn wrong_chunk_counts(&self) -> MetaResult<Vec<WrongCount>> {
         let mut actual = actual_counts(&self.conn)?;
         let mut out = Vec::new();
-        let mut stmt = self.conn.prepare("SELECT chunk, refs FROM chunk_refs").ctx("prepare")?;
+        let mut stmt = self.conn.prepare_cached("SELECT chunk, refs FROM chunk_refs").ctx("prepare")?;
         let mut rows = stmt.query([]).ctx("list chunk counts")?;
         while let Some(r) = rows.next().ctx("list chunk counts")? {
             let b: Vec<u8> = r.get(0).ctx("read a chunk count")?;

@@ -107,7 +107,7 @@ impl TurnStatistics for Meta {
                     stats.lines_removed as i64
                 ])
                 .ctx("store turn statistics")?;
-            m.conn.execute("DELETE FROM turn_programs WHERE turn = ?1", [turn]).ctx("store turn statistics")?;
+            m.exec("DELETE FROM turn_programs WHERE turn = ?1", [turn]).ctx("store turn statistics")?;
             let mut insert = m
                 .conn
                 .prepare_cached("INSERT INTO turn_programs(turn, program, records) VALUES (?1, ?2, ?3)")
