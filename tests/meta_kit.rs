@@ -52,6 +52,7 @@ area_kit!(pre_images, meta::MemoryPreImages::new());
 area_kit!(checkpoints, meta::MemoryCheckpoints::new());
 area_kit!(turn_stats, meta::MemoryTurnStatistics::new());
 area_kit!(objects, meta::MemoryObjects::new());
+area_kit!(retention, meta::MemoryRetention::new());
 
 #[test]
 fn intents_database_passes_the_kit() {

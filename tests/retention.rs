@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::*;
+use rewindfs::meta::Retention;
 
 const ARGS: &[&str] = &["--auto-turn", "0"];
 const DAY_MS: i64 = 86_400_000;

@@ -846,6 +846,13 @@ impl Journal {
         self.with_meta(|m| f(m))
     }
 
+    /// As `with_meta`, with only what a collection keeps about itself
+    /// ([`crate::meta::Retention`]: settings, forgotten checkpoints,
+    /// intents).
+    pub fn with_retention<T: Queried>(&self, f: impl FnOnce(&dyn crate::meta::Retention) -> T) -> T {
+        self.with_meta(|m| f(m))
+    }
+
     /// Runs `f` with the folds of the journal log going into one SQLite
     /// transaction, committed every `FOLD_BATCH` records and when `f`
     /// returns (or unwinds), instead of one commit per fold: for an
@@ -1617,7 +1624,7 @@ impl Journal {
         matches.sort_unstable();
         matches.dedup();
         if matches.is_empty()
-            && let Some(forgotten) = self.with_meta(|m| m.forgotten(reference))?
+            && let Some(forgotten) = self.with_retention(|m| m.forgotten(reference))?
         {
             return Err(JournalError::Forgotten { reference: reference.to_string(), forgotten: Box::new(forgotten) });
         }
@@ -1645,7 +1652,7 @@ impl Journal {
             if msgs.is_empty() { "none".into() } else { msgs.join(", ") }
         );
         // A name (or anything) from before a reset is told the reset took it.
-        let reset = self.with_meta(|m| m.last_forgotten_by(retention::RESET))?;
+        let reset = self.with_retention(|m| m.last_forgotten_by(retention::RESET))?;
         Ok(JournalError::UnknownCheckpoint {
             reference: reference.to_string(),
             known: match reset {

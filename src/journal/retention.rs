@@ -28,7 +28,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use super::{Journal, JournalError, JournalResult, refusal, truncate_for_message};
-use crate::meta::{Checkpoint, Checkpoints, Intents, Meta, MetaResult, ObjectId, Objects, Reason};
+use crate::meta::{Checkpoint, Intents, Meta, MetaResult, ObjectId, Objects, Reason, Retention};
 use crate::store::ChunkId;
 use crate::sys::{self, FileHandle};
 
@@ -86,11 +86,12 @@ impl Default for Policy {
     }
 }
 
-const KEEP_COUNT: &str = "retention.keep_count";
-const KEEP_DAYS: &str = "retention.keep_days";
-const KEEP_REWINDS: &str = "retention.keep_rewinds";
-const AUTO: &str = "retention.auto";
-const LAST_AUTO: &str = "retention.last_auto";
+/// The policy's settings ([`Retention::setting`]: `retention.<name>` in `state`).
+const KEEP_COUNT: &str = "keep_count";
+const KEEP_DAYS: &str = "keep_days";
+const KEEP_REWINDS: &str = "keep_rewinds";
+const AUTO: &str = "auto";
+const LAST_AUTO: &str = "last_auto";
 const DAY_MS: i64 = 86_400_000;
 
 /// A pack is rewritten when less than half of it is live: the copy costs
@@ -360,40 +361,41 @@ impl Journal {
     /// The retention policy stored in the store (defaults where unset).
     pub fn policy(&self) -> JournalResult<Policy> {
         let d = Policy::default();
-        let get = |m: &Meta, key: &str, default: u64| -> MetaResult<u64> {
-            Ok(m.get_state(key)?.and_then(|v| v.parse().ok()).unwrap_or(default))
+        let get = |m: &dyn Retention, name: &str, default: u64| -> MetaResult<u64> {
+            Ok(m.setting(name)?.and_then(|v| v.parse().ok()).unwrap_or(default))
         };
-        Ok(self.with_meta(|m| -> MetaResult<Policy> {
+        Ok(self.with_retention(|m| -> MetaResult<Policy> {
             Ok(Policy {
                 keep_count: get(m, KEEP_COUNT, d.keep_count)?,
                 keep_days: get(m, KEEP_DAYS, d.keep_days)?,
                 keep_rewinds: get(m, KEEP_REWINDS, d.keep_rewinds)?,
-                auto: m.get_state(AUTO)?.map_or(d.auto, |v| v != "off"),
+                auto: m.setting(AUTO)?.map_or(d.auto, |v| v != "off"),
             })
         })?)
     }
 
     /// Stores the retention policy.
     pub fn set_policy(&self, p: &Policy) -> JournalResult<()> {
-        Ok(self.with_meta(|m| {
-            m.transaction(|m| {
-                m.set_state(KEEP_COUNT, &p.keep_count.to_string())?;
-                m.set_state(KEEP_DAYS, &p.keep_days.to_string())?;
-                m.set_state(KEEP_REWINDS, &p.keep_rewinds.to_string())?;
-                m.set_state(AUTO, if p.auto { "on" } else { "off" })
-            })
+        let (count, days, rewinds) = (p.keep_count.to_string(), p.keep_days.to_string(), p.keep_rewinds.to_string());
+        Ok(self.with_retention(|m| {
+            m.set_settings(&[
+                (KEEP_COUNT, &count),
+                (KEEP_DAYS, &days),
+                (KEEP_REWINDS, &rewinds),
+                (AUTO, if p.auto { "on" } else { "off" }),
+            ])
         })?)
     }
 
     /// What the last background collection did, if one ran.
     pub fn last_auto(&self) -> JournalResult<Option<AutoRun>> {
-        let v = self.with_meta(|m| m.get_state(LAST_AUTO))?;
+        let v = self.with_retention(|m| m.setting(LAST_AUTO))?;
         Ok(v.and_then(|v| serde_json::from_str(&v).ok()))
     }
 
     pub fn set_last_auto(&self, run: &AutoRun) -> JournalResult<()> {
         let v = serde_json::to_string(run).unwrap_or_default();
-        Ok(self.with_meta(|m| m.set_state(LAST_AUTO, &v))?)
+        Ok(self.with_retention(|m| m.set_settings(&[(LAST_AUTO, &v)]))?)
     }
 
     /// Checks that `name` can name a checkpoint: a word like a message id
@@ -425,7 +427,7 @@ impl Journal {
     pub fn name_checkpoint(&self, name: &str, checkpoint: i64, message: Option<&str>) -> JournalResult<()> {
         self.check_snapshot_name(name, Some(checkpoint))?;
         let at = super::now_ms();
-        Ok(self.with_meta(|m| m.transaction(|m| m.add_snapshot(name, checkpoint, message, at)))?)
+        Ok(self.with_checkpoints(|m| m.add_snapshot(name, checkpoint, message, at))?)
     }
 
     /// Why each of `checkpoints` that cannot be forgotten is kept (reads
@@ -508,7 +510,7 @@ impl Journal {
         }
         self.free_chunks(&mut out)?;
         freed.remove(&mut out, attic, attic_dir);
-        self.with_meta(|m| m.clear_gc_attic())?;
+        self.with_retention(|m| m.clear_gc_attic())?;
         out.log(by, started);
         Ok(out)
     }
@@ -753,7 +755,7 @@ impl Journal {
             crate::faults::kill_point("gc-committed");
             self.store.release(&dead)?;
             freed.remove(&mut out, attic, attic_dir);
-            self.with_meta(|m| m.clear_gc_chunks())?;
+            self.with_retention(|m| m.clear_gc_chunks())?;
             out.log(by, gate_taken);
         }
         Ok(out)
@@ -822,14 +824,14 @@ impl Journal {
     /// its commits listed, then merges the rest of a forget under way.
     pub fn finish_collection(&self, attic_dir: &std::path::Path) -> JournalResult<usize> {
         let (left, attic, forgetting) =
-            self.with_meta(|m| -> MetaResult<_> { Ok((m.gc_chunks()?, m.gc_attic()?, m.forgetting()?)) })?;
+            self.with_retention(|m| -> MetaResult<_> { Ok((m.gc_chunks()?, m.gc_attic()?, m.forgetting()?)) })?;
         if !left.is_empty() || !attic.is_empty() {
             self.store.release(&left)?;
             for id in attic {
                 // Checked before the collection committed; nothing ran since.
                 remove_attic_slot(attic_dir, id);
             }
-            self.with_meta(|m| m.clear_gc_chunks())?;
+            self.with_retention(|m| m.clear_gc_chunks())?;
             log::warn!("finished a collection the previous daemon was killed in: {} chunks freed", left.len());
         }
         let Some(g) = forgetting else { return Ok(left.len()) };
@@ -842,7 +844,7 @@ impl Journal {
         self.merge_forgetting(&mut out, &mut freed, &attic, Some(attic_dir))?;
         self.free_chunks(&mut out)?;
         freed.remove(&mut out, &attic, Some(attic_dir));
-        self.with_meta(|m| m.clear_gc_attic())?;
+        self.with_retention(|m| m.clear_gc_attic())?;
         log::warn!(
             "finished forgetting checkpoint {}, which the previous daemon was killed in: {} records dropped, \
              {} chunks and {} attic files freed",
@@ -1127,7 +1129,7 @@ mod journal_tests {
 
     use super::*;
     use crate::journal::TurnInfo;
-    use crate::meta::PreImages;
+    use crate::meta::{Checkpoints, PreImages};
     use crate::store::{ChunkStore, MemoryStore};
 
     #[test]

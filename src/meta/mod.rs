@@ -17,7 +17,7 @@ pub mod intents;
 pub mod objects;
 pub mod pre_images;
 mod refs;
-mod retention;
+pub mod retention;
 mod semantic;
 pub mod turn_stats;
 pub use bypass::{Records, Vouched};
@@ -26,7 +26,7 @@ pub use intents::{Intents, MemoryIntents};
 pub use objects::{MemoryObjects, Objects};
 pub use pre_images::{ContentRecord, MemoryPreImages, PreImages};
 pub use refs::WrongCount;
-pub use retention::{Forgotten, Merged, PlanRows};
+pub use retention::{Forgetting, Forgotten, MemoryRetention, Merged, PlanRows, Retention};
 pub use turn_stats::{MemoryTurnStatistics, TurnStatistics};
 
 /// Current schema version.

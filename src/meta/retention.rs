@@ -11,8 +11,18 @@
 //! views at or after the next kept checkpoint never read turn P or F). An
 //! object record of P without content borrows F's content: nothing
 //! rewrote the file during turn P, or P's record would carry content.
+//!
+//! What a collection keeps about itself is one area of the metadata:
+//! [`Retention`] is its interface (the `retention.*` settings in `state`,
+//! `forgotten`, `gc_chunks`, `gc_attic`; docs/format.md), [`Meta`]
+//! implements it over SQLite, [`MemoryRetention`] is the in-memory model,
+//! and [`kit`] is the one suite both pass. The journal hands it out
+//! through `Journal::with_retention`. The merge itself (`forget_begin`,
+//! `forget_rows`, `drop_unreachable`, `plan_rows`) reads and writes the
+//! records, objects and checkpoints together, and stays on [`Meta`].
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Mutex;
 
 use rusqlite::{OptionalExtension, params};
 
@@ -58,8 +68,12 @@ pub struct Forgetting {
     pub into: Option<i64>,
 }
 
-/// `state` key of the forget under way (its intent: the next open ends it).
-const FORGETTING: &str = "retention.forgetting";
+/// Prefix of the `state` keys of the area's settings ([`Retention::setting`]).
+const SETTINGS: &str = "retention.";
+
+/// The setting of the forget under way (its intent: the next open ends
+/// it): `retention.forgetting` in `state`.
+const FORGETTING: &str = "forgetting";
 
 /// What [`Meta::plan_rows`] read.
 #[derive(Clone, Debug, Default)]
@@ -86,9 +100,107 @@ impl Merged {
     }
 }
 
-impl Meta {
-    /// A forgotten checkpoint by number or message id.
-    pub fn forgotten(&self, reference: &str) -> MetaResult<Option<Forgotten>> {
+/// What a collection keeps about itself (see the module's comment): the
+/// retention settings, the checkpoints forgotten, the forget under way and
+/// the intents of a committed collection (chunks to free, attic entries to
+/// remove). The merge of a forgotten turn, which reads and writes the
+/// records, objects and checkpoints together, is [`Meta`]'s.
+pub trait Retention {
+    /// A retention setting (`retention.<name>` in `state`: the policy's
+    /// `keep_count`, `keep_days`, `keep_rewinds`, `auto`, the last
+    /// background run's `last_auto`, and the forget under way).
+    fn setting(&self, name: &str) -> MetaResult<Option<String>>;
+
+    /// Stores these settings, together (in the caller's transaction if
+    /// one is open).
+    fn set_settings(&self, settings: &[(&str, &str)]) -> MetaResult<()>;
+
+    /// Notes that a checkpoint was forgotten (replacing an earlier note of
+    /// the same checkpoint).
+    fn note_forgotten(&self, f: &Forgotten) -> MetaResult<()>;
+
+    /// A forgotten checkpoint by number or message id (the newest such).
+    fn forgotten(&self, reference: &str) -> MetaResult<Option<Forgotten>>;
+
+    /// The newest checkpoint `by` forgot and when (`reset`: everything
+    /// up to it went, names included).
+    fn last_forgotten_by(&self, by: &str) -> MetaResult<Option<(i64, i64)>>;
+
+    /// Removes a setting.
+    fn remove_setting(&self, name: &str) -> MetaResult<()>;
+
+    /// The forget under way, if one is ([`Meta::forget_begin`]).
+    fn forgetting(&self) -> MetaResult<Option<Forgetting>> {
+        match self.setting(FORGETTING)? {
+            None => Ok(None),
+            Some(v) => {
+                serde_json::from_str(&v).map(Some).map_err(|_| MetaError::Malformed { what: "forget under way" })
+            }
+        }
+    }
+
+    /// Notes the forget under way (None: it ended).
+    fn set_forgetting(&self, g: Option<&Forgetting>) -> MetaResult<()> {
+        match g {
+            Some(g) => self.set_settings(&[(FORGETTING, &serde_json::to_string(g).unwrap_or_default())]),
+            None => self.remove_setting(FORGETTING),
+        }
+    }
+
+    /// Notes chunks a committed collection must free (its intent).
+    fn add_gc_chunks(&self, ids: &HashSet<ChunkId>) -> MetaResult<()>;
+
+    /// Chunks a committed collection has still to free (in no order).
+    fn gc_chunks(&self) -> MetaResult<Vec<ChunkId>>;
+
+    /// These chunks of `gc_chunks` were freed.
+    fn remove_gc_chunks(&self, ids: &[ChunkId]) -> MetaResult<()>;
+
+    /// Notes an attic entry a committed collection must remove.
+    fn note_gc_attic(&self, id: ObjectId) -> MetaResult<()>;
+
+    /// Attic entries a committed collection has still to remove (in no
+    /// order).
+    fn gc_attic(&self) -> MetaResult<Vec<ObjectId>>;
+
+    /// The attic entries of `gc_attic` were removed.
+    fn clear_gc_attic(&self) -> MetaResult<()>;
+
+    /// The chunks were freed and the attic entries removed.
+    fn clear_gc_chunks(&self) -> MetaResult<()>;
+}
+
+impl Retention for Meta {
+    fn setting(&self, name: &str) -> MetaResult<Option<String>> {
+        self.get_state(&format!("{SETTINGS}{name}"))
+    }
+
+    fn set_settings(&self, settings: &[(&str, &str)]) -> MetaResult<()> {
+        let write = |m: &Meta| -> MetaResult<()> {
+            for (name, value) in settings {
+                m.set_state(&format!("{SETTINGS}{name}"), value)?;
+            }
+            Ok(())
+        };
+        // In the caller's transaction (a forget's), or in one of its own.
+        match self.conn.is_autocommit() {
+            true => self.transaction(write),
+            false => write(self),
+        }
+    }
+
+    fn note_forgotten(&self, f: &Forgotten) -> MetaResult<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO forgotten(checkpoint, message_id, label, merged_into, by, at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![f.checkpoint, f.message_id, f.label, f.merged_into, f.by, f.at],
+            )
+            .ctx("note a forgotten checkpoint")?;
+        Ok(())
+    }
+
+    fn forgotten(&self, reference: &str) -> MetaResult<Option<Forgotten>> {
         let number = reference.parse::<i64>().ok();
         self.conn
             .query_row(
@@ -110,9 +222,7 @@ impl Meta {
             .ctx("read forgotten checkpoints")
     }
 
-    /// The newest checkpoint `by` forgot and when (`reset`: everything
-    /// up to it went, names included).
-    pub fn last_forgotten_by(&self, by: &str) -> MetaResult<Option<(i64, i64)>> {
+    fn last_forgotten_by(&self, by: &str) -> MetaResult<Option<(i64, i64)>> {
         self.conn
             .query_row(
                 "SELECT checkpoint, at FROM forgotten WHERE by = ?1 ORDER BY checkpoint DESC LIMIT 1",
@@ -123,6 +233,318 @@ impl Meta {
             .ctx("read forgotten checkpoints")
     }
 
+    fn remove_setting(&self, name: &str) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM state WHERE key = ?1", [format!("{SETTINGS}{name}")]).ctx("remove a setting")?;
+        Ok(())
+    }
+
+    fn add_gc_chunks(&self, ids: &HashSet<ChunkId>) -> MetaResult<()> {
+        let mut stmt = self.conn.prepare_cached("INSERT OR IGNORE INTO gc_chunks(chunk) VALUES (?1)").ctx("prepare")?;
+        for id in ids {
+            stmt.execute([id.as_bytes().as_slice()]).ctx("note a chunk to free")?;
+        }
+        Ok(())
+    }
+
+    fn gc_chunks(&self) -> MetaResult<Vec<ChunkId>> {
+        self.chunk_ids("SELECT chunk FROM gc_chunks", [], "chunk id in gc_chunks")
+    }
+
+    fn remove_gc_chunks(&self, ids: &[ChunkId]) -> MetaResult<()> {
+        let mut stmt = self.conn.prepare_cached("DELETE FROM gc_chunks WHERE chunk = ?1").ctx("prepare")?;
+        for id in ids {
+            stmt.execute([id.as_bytes().as_slice()]).ctx("clear a chunk to free")?;
+        }
+        Ok(())
+    }
+
+    fn note_gc_attic(&self, id: ObjectId) -> MetaResult<()> {
+        self.conn.execute("INSERT OR IGNORE INTO gc_attic(object) VALUES (?1)", [id.0]).ctx("note attic removal")?;
+        Ok(())
+    }
+
+    fn gc_attic(&self) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self.conn.prepare("SELECT object FROM gc_attic").ctx("prepare")?;
+        let rows = stmt.query_map([], |r| r.get(0).map(ObjectId)).ctx("list attic removals")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list attic removals")
+    }
+
+    fn clear_gc_attic(&self) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM gc_attic", []).ctx("clear attic removals")?;
+        Ok(())
+    }
+
+    fn clear_gc_chunks(&self) -> MetaResult<()> {
+        self.conn.execute("DELETE FROM gc_chunks", []).ctx("clear chunks to free")?;
+        self.clear_gc_attic()
+    }
+}
+
+/// The model of what a collection keeps about itself: ordered maps and
+/// sets, each query the plain reading of its contract (what the SQLite
+/// implementation must agree with, [`kit::agrees`]).
+#[derive(Default)]
+pub struct MemoryRetention {
+    inner: Mutex<Model>,
+}
+
+#[derive(Default)]
+struct Model {
+    settings: BTreeMap<String, String>,
+    forgotten: BTreeMap<i64, Forgotten>,
+    gc_chunks: BTreeSet<ChunkId>,
+    gc_attic: BTreeSet<ObjectId>,
+}
+
+impl MemoryRetention {
+    pub fn new() -> MemoryRetention {
+        MemoryRetention::default()
+    }
+
+    fn model(&self) -> std::sync::MutexGuard<'_, Model> {
+        crate::poison::lock(&self.inner, "the retention model")
+    }
+}
+
+impl Retention for MemoryRetention {
+    fn setting(&self, name: &str) -> MetaResult<Option<String>> {
+        Ok(self.model().settings.get(name).cloned())
+    }
+
+    fn set_settings(&self, settings: &[(&str, &str)]) -> MetaResult<()> {
+        let mut m = self.model();
+        for (name, value) in settings {
+            m.settings.insert(name.to_string(), value.to_string());
+        }
+        Ok(())
+    }
+
+    fn note_forgotten(&self, f: &Forgotten) -> MetaResult<()> {
+        self.model().forgotten.insert(f.checkpoint, f.clone());
+        Ok(())
+    }
+
+    fn forgotten(&self, reference: &str) -> MetaResult<Option<Forgotten>> {
+        let number = reference.parse::<i64>().ok();
+        Ok(self
+            .model()
+            .forgotten
+            .values()
+            .rev()
+            .find(|f| Some(f.checkpoint) == number || f.message_id.as_deref() == Some(reference))
+            .cloned())
+    }
+
+    fn last_forgotten_by(&self, by: &str) -> MetaResult<Option<(i64, i64)>> {
+        Ok(self.model().forgotten.values().rev().find(|f| f.by == by).map(|f| (f.checkpoint, f.at)))
+    }
+
+    fn remove_setting(&self, name: &str) -> MetaResult<()> {
+        self.model().settings.remove(name);
+        Ok(())
+    }
+
+    fn add_gc_chunks(&self, ids: &HashSet<ChunkId>) -> MetaResult<()> {
+        self.model().gc_chunks.extend(ids.iter().copied());
+        Ok(())
+    }
+
+    fn gc_chunks(&self) -> MetaResult<Vec<ChunkId>> {
+        Ok(self.model().gc_chunks.iter().copied().collect())
+    }
+
+    fn remove_gc_chunks(&self, ids: &[ChunkId]) -> MetaResult<()> {
+        let mut m = self.model();
+        for id in ids {
+            m.gc_chunks.remove(id);
+        }
+        Ok(())
+    }
+
+    fn note_gc_attic(&self, id: ObjectId) -> MetaResult<()> {
+        self.model().gc_attic.insert(id);
+        Ok(())
+    }
+
+    fn gc_attic(&self) -> MetaResult<Vec<ObjectId>> {
+        Ok(self.model().gc_attic.iter().copied().collect())
+    }
+
+    fn clear_gc_attic(&self) -> MetaResult<()> {
+        self.model().gc_attic.clear();
+        Ok(())
+    }
+
+    fn clear_gc_chunks(&self) -> MetaResult<()> {
+        let mut m = self.model();
+        m.gc_chunks.clear();
+        m.gc_attic.clear();
+        Ok(())
+    }
+}
+
+/// The suite every implementation of [`Retention`] passes:
+/// [`kit::run_all`] with fixed answers, and [`kit::agrees`], which applies
+/// one seeded random sequence to two implementations and compares every
+/// query.
+#[cfg(any(test, feature = "test-kit"))]
+pub mod kit {
+    use super::*;
+
+    fn forgotten(checkpoint: i64, message: Option<&str>, by: &str, at: i64) -> Forgotten {
+        Forgotten {
+            checkpoint,
+            message_id: message.map(String::from),
+            label: (checkpoint % 2 == 0).then(|| format!("label {checkpoint}")),
+            merged_into: (checkpoint > 0).then(|| checkpoint - 1),
+            by: by.into(),
+            at,
+        }
+    }
+
+    fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+        v.sort();
+        v
+    }
+
+    /// Fixed settings, forgotten checkpoints, forgets and intents, and the
+    /// answers every implementation must give, on an empty store.
+    pub fn run_all(r: &dyn Retention) {
+        assert_eq!(r.setting("keep_count").expect("setting"), None);
+        r.set_settings(&[("keep_count", "5"), ("auto", "off")]).expect("set");
+        r.set_settings(&[("keep_count", "7")]).expect("set again");
+        assert_eq!(r.setting("keep_count").expect("setting").as_deref(), Some("7"));
+        assert_eq!(r.setting("auto").expect("setting").as_deref(), Some("off"), "the others stay");
+        r.set_settings(&[("last_auto", "{}")]).expect("set");
+        r.remove_setting("last_auto").expect("remove");
+        r.remove_setting("never set").expect("remove");
+        assert_eq!(r.setting("last_auto").expect("setting"), None);
+
+        assert_eq!(r.forgotten("3").expect("forgotten"), None);
+        assert_eq!(r.last_forgotten_by("reset").expect("by"), None);
+        r.note_forgotten(&forgotten(3, Some("m3"), "forget", 30)).expect("note");
+        r.note_forgotten(&forgotten(5, Some("m3"), "retention", 50)).expect("note");
+        r.note_forgotten(&forgotten(4, None, "reset", 40)).expect("note");
+        assert_eq!(r.forgotten("3").expect("forgotten"), Some(forgotten(3, Some("m3"), "forget", 30)));
+        assert_eq!(
+            r.forgotten("m3").expect("forgotten").map(|f| f.checkpoint),
+            Some(5),
+            "the newest with that message id"
+        );
+        assert_eq!(r.forgotten("4").expect("forgotten"), Some(forgotten(4, None, "reset", 40)));
+        assert_eq!(r.forgotten("m4").expect("forgotten"), None);
+        assert_eq!(r.last_forgotten_by("reset").expect("by"), Some((4, 40)));
+        r.note_forgotten(&forgotten(4, Some("m4"), "forget", 41)).expect("replace");
+        assert_eq!(r.last_forgotten_by("reset").expect("by"), None, "replaced");
+        assert_eq!(r.last_forgotten_by("forget").expect("by"), Some((4, 41)));
+
+        assert_eq!(r.forgetting().expect("forgetting"), None);
+        let g = Forgetting { checkpoint: 6, into: Some(5) };
+        r.set_forgetting(Some(&g)).expect("begin");
+        assert_eq!(r.forgetting().expect("forgetting"), Some(g));
+        r.set_forgetting(Some(&Forgetting { checkpoint: 2, into: None })).expect("another");
+        assert_eq!(r.forgetting().expect("forgetting"), Some(Forgetting { checkpoint: 2, into: None }));
+        r.set_forgetting(None).expect("end");
+        assert_eq!(r.forgetting().expect("forgetting"), None);
+        r.set_settings(&[(FORGETTING, "not a forget")]).expect("set");
+        assert!(r.forgetting().is_err(), "a malformed forget under way is an error");
+        r.set_forgetting(None).expect("end");
+
+        let (a, b, c) = (ChunkId::of(b"a"), ChunkId::of(b"b"), ChunkId::of(b"c"));
+        assert!(r.gc_chunks().expect("chunks").is_empty());
+        r.add_gc_chunks(&[a, b].into_iter().collect()).expect("add");
+        r.add_gc_chunks(&[b, c].into_iter().collect()).expect("add again");
+        assert_eq!(sorted(r.gc_chunks().expect("chunks")), sorted(vec![a, b, c]));
+        r.remove_gc_chunks(&[b, ChunkId::of(b"never")]).expect("remove");
+        assert_eq!(sorted(r.gc_chunks().expect("chunks")), sorted(vec![a, c]));
+        r.note_gc_attic(ObjectId(9)).expect("attic");
+        r.note_gc_attic(ObjectId(9)).expect("attic again");
+        r.note_gc_attic(ObjectId(2)).expect("attic");
+        assert_eq!(sorted(r.gc_attic().expect("attic")), vec![ObjectId(2), ObjectId(9)]);
+        r.clear_gc_attic().expect("clear");
+        assert!(r.gc_attic().expect("attic").is_empty());
+        assert_eq!(r.gc_chunks().expect("chunks").len(), 2, "clearing the attic leaves the chunks");
+        r.note_gc_attic(ObjectId(3)).expect("attic");
+        r.clear_gc_chunks().expect("clear");
+        assert!(r.gc_chunks().expect("chunks").is_empty() && r.gc_attic().expect("attic").is_empty());
+        assert_eq!(r.setting("keep_count").expect("setting").as_deref(), Some("7"), "the settings stay");
+    }
+
+    /// One seeded random sequence of settings, forgotten checkpoints (a
+    /// few numbers and message ids, so they are replaced and shared),
+    /// forgets and intents, applied to `a` and `b` (both empty), then
+    /// every query compared.
+    pub fn agrees(a: &dyn Retention, b: &dyn Retention, seed: u64) {
+        let mut next = crate::meta::kit_random(seed);
+        let names = ["keep_count", "keep_days", "auto", "last_auto"];
+        let bys = ["forget", "retention", "reset"];
+        let chunk = |n: u64| ChunkId::of(&n.to_le_bytes());
+        for _ in 0..80 {
+            let both = |f: &dyn Fn(&dyn Retention)| {
+                f(a);
+                f(b);
+            };
+            match next(8) {
+                0 => {
+                    let (name, value) = (names[next(4) as usize], next(10).to_string());
+                    match value.as_str() {
+                        "0" => both(&|r| r.remove_setting(name).expect("remove")),
+                        _ => both(&|r| r.set_settings(&[(name, &value)]).expect("set")),
+                    }
+                }
+                1 | 2 => {
+                    let message = format!("m{:06}", next(4));
+                    let f = forgotten(next(8) as i64, (next(3) > 0).then_some(&message), bys[next(3) as usize], 1);
+                    let f = Forgotten { at: next(1000) as i64, ..f };
+                    both(&|r| r.note_forgotten(&f).expect("note"));
+                }
+                3 => {
+                    let g = (next(3) > 0).then(|| Forgetting {
+                        checkpoint: next(8) as i64,
+                        into: (next(2) == 0).then(|| next(8) as i64),
+                    });
+                    both(&|r| r.set_forgetting(g.as_ref()).expect("forgetting"));
+                }
+                4 => {
+                    let ids: HashSet<ChunkId> = (0..next(4)).map(|_| chunk(next(10))).collect();
+                    both(&|r| r.add_gc_chunks(&ids).expect("add"));
+                }
+                5 => {
+                    let ids: Vec<ChunkId> = (0..next(4)).map(|_| chunk(next(10))).collect();
+                    both(&|r| r.remove_gc_chunks(&ids).expect("remove"));
+                }
+                6 => {
+                    let id = ObjectId(next(10) as i64);
+                    both(&|r| r.note_gc_attic(id).expect("attic"));
+                }
+                _ => match next(6) {
+                    0 => both(&|r| r.clear_gc_chunks().expect("clear")),
+                    1 => both(&|r| r.clear_gc_attic().expect("clear")),
+                    _ => {}
+                },
+            }
+        }
+        let q = |r: &dyn Retention| {
+            (
+                names.map(|n| r.setting(n).expect("setting")),
+                r.forgetting().expect("forgetting"),
+                sorted(r.gc_chunks().expect("chunks")),
+                sorted(r.gc_attic().expect("attic")),
+                bys.map(|by| r.last_forgotten_by(by).expect("by")),
+            )
+        };
+        assert_eq!(q(a), q(b), "seed {seed}");
+        for reference in (-1..9).map(|n| n.to_string()).chain((0..5).map(|n| format!("m{n:06}"))) {
+            assert_eq!(
+                a.forgotten(&reference).expect("forgotten"),
+                b.forgotten(&reference).expect("forgotten"),
+                "seed {seed}: {reference}"
+            );
+        }
+    }
+}
+
+impl Meta {
     /// Turns holding a mark of objects changed outside the mount.
     pub fn tainted_turns(&self) -> MetaResult<HashSet<i64>> {
         let mut stmt = self.conn.prepare("SELECT DISTINCT turn FROM tainted").ctx("prepare")?;
@@ -328,18 +750,13 @@ impl Meta {
             .ctx("drop turn statistics")?;
         c.execute("UPDATE checkpoints SET parent = ?2 WHERE parent = ?1", params![f, parent])
             .ctx("re-parent checkpoints")?;
-        c.execute(
-            "INSERT OR REPLACE INTO forgotten(checkpoint, message_id, label, merged_into, by, at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![f, message_id, label, p, by, at],
-        )
-        .ctx("note a forgotten checkpoint")?;
+        self.note_forgotten(&Forgotten { checkpoint: f, message_id, label, merged_into: p, by: by.into(), at })?;
         c.execute("DELETE FROM snapshots WHERE checkpoint = ?1", [f]).ctx("drop snapshot name")?;
         c.execute("DELETE FROM checkpoints WHERE id = ?1", [f]).ctx("drop checkpoint")?;
         self.prune_own_changes()?;
         self.prune_bypassed(p, newer)?;
         let g = Forgetting { checkpoint: f, into: p };
-        self.set_state(FORGETTING, &serde_json::to_string(&g).unwrap_or_default())?;
+        self.set_forgetting(Some(&g))?;
         Ok(g)
     }
 
@@ -389,16 +806,6 @@ impl Meta {
             .execute(params![p.unwrap_or(-1), newer])
             .ctx("drop ranges of unknown states no kept checkpoint reads")?;
         Ok(())
-    }
-
-    /// The forget under way, if one is ([`Meta::forget_begin`]).
-    pub fn forgetting(&self) -> MetaResult<Option<Forgetting>> {
-        match self.get_state(FORGETTING)? {
-            None => Ok(None),
-            Some(v) => {
-                serde_json::from_str(&v).map(Some).map_err(|_| MetaError::Malformed { what: "forget under way" })
-            }
-        }
     }
 
     /// Merges up to `rows` records of the forget under way into turn P (all
@@ -455,7 +862,7 @@ impl Meta {
                 c.execute("UPDATE pending SET source_turn = ?2 WHERE source_turn = ?1", params![f, p])
                     .ctx("move pending sources")?;
             }
-            c.execute("DELETE FROM state WHERE key = ?1", [FORGETTING]).ctx("end a forget")?;
+            self.set_forgetting(None)?;
         }
         Ok((merged, !left))
     }
@@ -617,7 +1024,7 @@ impl Meta {
         // Gone from the tree for good: no view asks about its ctime.
         self.conn.execute("DELETE FROM own_ctime WHERE object = ?1", [id.0]).ctx("drop the daemon's own ctime")?;
         self.conn.execute("DELETE FROM bypassed WHERE object = ?1", [id.0]).ctx("drop its unknown states")?;
-        self.conn.execute("INSERT OR IGNORE INTO gc_attic(object) VALUES (?1)", [id.0]).ctx("note attic removal")?;
+        self.note_gc_attic(id)?;
         // Its slot goes after the commit; a rewind must no longer count on it.
         self.attic_take(id)?;
         Ok(lists)
@@ -653,42 +1060,6 @@ impl Meta {
             .ctx("read entry records")
     }
 
-    /// Attic entries a committed collection has still to remove.
-    pub fn gc_attic(&self) -> MetaResult<Vec<ObjectId>> {
-        let mut stmt = self.conn.prepare("SELECT object FROM gc_attic").ctx("prepare")?;
-        let rows = stmt.query_map([], |r| r.get(0).map(ObjectId)).ctx("list attic removals")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list attic removals")
-    }
-
-    /// Notes chunks a committed collection must free (its intent).
-    pub fn add_gc_chunks(&self, ids: &HashSet<ChunkId>) -> MetaResult<()> {
-        let mut stmt = self.conn.prepare_cached("INSERT OR IGNORE INTO gc_chunks(chunk) VALUES (?1)").ctx("prepare")?;
-        for id in ids {
-            stmt.execute([id.as_bytes().as_slice()]).ctx("note a chunk to free")?;
-        }
-        Ok(())
-    }
-
-    /// Chunks a committed collection has still to free.
-    pub fn gc_chunks(&self) -> MetaResult<Vec<ChunkId>> {
-        self.chunk_ids("SELECT chunk FROM gc_chunks", [], "chunk id in gc_chunks")
-    }
-
-    /// These chunks of `gc_chunks` were freed.
-    pub fn remove_gc_chunks(&self, ids: &[ChunkId]) -> MetaResult<()> {
-        let mut stmt = self.conn.prepare_cached("DELETE FROM gc_chunks WHERE chunk = ?1").ctx("prepare")?;
-        for id in ids {
-            stmt.execute([id.as_bytes().as_slice()]).ctx("clear a chunk to free")?;
-        }
-        Ok(())
-    }
-
-    /// The attic entries of `gc_attic` were removed.
-    pub fn clear_gc_attic(&self) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM gc_attic", []).ctx("clear attic removals")?;
-        Ok(())
-    }
-
     /// The message id of checkpoint `n` (None: it has none, or there is no such checkpoint).
     pub fn checkpoint_message(&self, n: i64) -> MetaResult<Option<String>> {
         Ok(self
@@ -697,12 +1068,6 @@ impl Meta {
             .optional()
             .ctx("read checkpoint")?
             .flatten())
-    }
-
-    /// The chunks were freed and the attic entries removed.
-    pub fn clear_gc_chunks(&self) -> MetaResult<()> {
-        self.conn.execute("DELETE FROM gc_chunks", []).ctx("clear chunks to free")?;
-        self.clear_gc_attic()
     }
 
     /// Lowers the store size the newest checkpoint recorded to `bytes` if
