@@ -99,6 +99,21 @@ struct Rewinder<'a> {
     touched: &'a mut Touched,
 }
 
+/// Files rewritten in place looked at (state, names) before their swaps
+/// are made, a group at a time: each holds descriptors until its swap.
+const SWAP_GROUP: usize = 128;
+
+/// A file whose content changed in place, to swap (`replace_content`):
+/// its object, a descriptor of it, its names in the tree, its recorded
+/// state.
+struct Swap {
+    id: ObjectId,
+    fd: OwnedFd,
+    names: Vec<(OwnedFd, OsString)>,
+    node: Node,
+    state: NodeState,
+}
+
 /// At most this many directories kept open by `Rewinder::walked_dirs`:
 /// the daemon's descriptors are bounded.
 const WALKED_DIRS_KEPT: usize = 1024;
@@ -260,9 +275,20 @@ fn rewind_batched(
     // `files` holds each object once and none in the attic; restoring one
     // file moves no other into the attic, and dropping stray links removes
     // names in the attic only, so the filter above still holds here.
-    for id in files {
-        let Some(fd) = r.object_fd(id) else { continue };
-        r.restore_object(id, fd.as_fd())?;
+    // In groups: first every file's recorded state and names (queries),
+    // then the group's swaps (records): the records are folded once a
+    // group, not between one file's swap and the next file's queries.
+    for group in files.chunks(SWAP_GROUP) {
+        let mut swaps = Vec::new();
+        for id in group {
+            let Some(fd) = r.object_fd(*id) else { continue };
+            if let Some(swap) = r.restore_object(*id, fd)? {
+                swaps.push(swap);
+            }
+        }
+        for swap in swaps {
+            r.replace_content(swap)?;
+        }
     }
     log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
     log::info!(
@@ -537,19 +563,22 @@ impl Rewinder<'_> {
     /// moves to the attic (kept for history, and for every descriptor that
     /// holds it). A file with no name in the tree (only in directories in
     /// the attic) is not part of the tree rewound to and is left alone.
-    fn restore_object(&mut self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<(), RestoreError> {
+    /// The swap is returned, for `replace_content`; attributes are put
+    /// back at once.
+    fn restore_object(&mut self, id: ObjectId, fd: OwnedFd) -> Result<Option<Swap>, RestoreError> {
         let node = Node { id: Some(id), handle: self.handle_of(id) };
         let state = self.view.state(&node)?;
         let content_changed = state.is_file() && matches!(state.content, Content::Stored(_));
         if content_changed {
-            let names = self.names_in_tree(id, fd, u64::from(state.nlink))?;
+            let names = self.names_in_tree(id, fd.as_fd(), u64::from(state.nlink))?;
             if names.is_empty() {
                 log::info!("rewind: object {} has no name in the tree; left as it is", id.0);
-                return Ok(());
+                return Ok(None);
             }
-            return self.replace_content(names, id, fd, &node, &state);
+            return Ok(Some(Swap { id, fd, names, node, state }));
         }
-        self.restore_attrs(id, fd)
+        self.restore_attrs(id, fd.as_fd())?;
+        Ok(None)
     }
 
     /// Every name the file behind `fd` has in the tree (stopping once it has
@@ -954,14 +983,10 @@ impl Rewinder<'_> {
     /// tree) as a new object; the current inode (and its bytes) goes to the
     /// attic, still as object `id`, for history and for the descriptors
     /// that hold it.
-    fn replace_content(
-        &mut self,
-        names: Vec<(OwnedFd, OsString)>,
-        id: ObjectId,
-        old: BorrowedFd<'_>,
-        node: &Node,
-        state: &NodeState,
-    ) -> Result<(), RestoreError> {
+    fn replace_content(&mut self, swap: Swap) -> Result<(), RestoreError> {
+        let Swap { id, fd: old, names, node, state } = swap;
+        let old = old.as_fd();
+        let (node, state) = (&node, &state);
         let (content, record) = self.stored_content(node, state)?;
         let shown = names.iter().map(|(_, n)| self.display(n.as_bytes())).collect::<Vec<_>>().join(", ");
         let old_handle = self.handle_of(id);
