@@ -52,6 +52,11 @@ pub fn shrink(conn: &Connection, path: &Path) -> rusqlite::Result<()> {
     if free > 0 && auto_vacuum == 2 {
         conn.execute_batch("PRAGMA incremental_vacuum")?;
     } else if free >= VACUUM_MIN_FREE_PAGES && free * VACUUM_FREE_SHARE >= pages {
+        // Its copy of the database goes to a file even where temporary
+        // data is kept in memory (`temp_store`): it is as large as the
+        // database.
+        let temp_store: i64 = conn.prepare_cached("PRAGMA temp_store")?.query_row([], |r| r.get(0))?;
+        conn.pragma_update(None, "temp_store", "FILE")?;
         match conn.execute_batch("VACUUM") {
             Ok(()) => log::info!("Rewrote {} without its {free} free pages of {pages}.", path.display()),
             Err(e) => log::warn!(
@@ -59,6 +64,7 @@ pub fn shrink(conn: &Connection, path: &Path) -> rusqlite::Result<()> {
                 path.display()
             ),
         }
+        conn.pragma_update(None, "temp_store", temp_store)?;
     }
     let busy: i64 = conn.prepare_cached("PRAGMA wal_checkpoint(TRUNCATE)")?.query_row([], |r| r.get(0))?;
     if busy != 0 {

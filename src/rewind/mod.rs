@@ -20,10 +20,11 @@ mod places;
 pub mod preflight;
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
@@ -83,8 +84,43 @@ struct Rewinder<'a> {
     /// Directories changed by replacing a file's inode, whose own times
     /// must be put back at the end.
     dirs_touched: BTreeSet<ObjectId>,
+    /// The kernel's paths of the tree's root and of the attic, read once:
+    /// neither moves during a rewind.
+    root_path: Option<PathBuf>,
+    attic_path: Option<PathBuf>,
+    /// The directories reached by walking a kernel path, by that path,
+    /// once step 3 begins (it moves no directory, so a path keeps naming
+    /// the same one): the files of one directory share one walk.
+    walked_dirs: RefCell<Option<HashMap<PathBuf, OwnedFd>>>,
+    /// Object handles asked of the journal, by id (forgotten when an
+    /// object gets a new inode).
+    handles: RefCell<HashMap<ObjectId, FileHandle>>,
     out: Vec<Planned>,
     touched: &'a mut Touched,
+}
+
+/// Files rewritten in place looked at (state, names) before their swaps
+/// are made, a group at a time: each holds descriptors until its swap.
+const SWAP_GROUP: usize = 128;
+
+/// A file whose content changed in place, to swap (`replace_content`):
+/// its object, a descriptor of it, its names in the tree, its recorded
+/// state.
+struct Swap {
+    id: ObjectId,
+    fd: OwnedFd,
+    names: Vec<(OwnedFd, OsString)>,
+    node: Node,
+    state: NodeState,
+}
+
+/// At most this many directories kept open by `Rewinder::walked_dirs`:
+/// the daemon's descriptors are bounded.
+const WALKED_DIRS_KEPT: usize = 1024;
+
+/// The kernel's path of a descriptor.
+fn fd_path(fd: BorrowedFd<'_>) -> std::io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)))
 }
 
 /// Whether this tree can rewind without copying (it has an attic).
@@ -136,6 +172,10 @@ fn rewind_batched(
         walked: RefCell::new(None),
         entries_scanned: std::cell::Cell::new(0),
         dirs_touched: BTreeSet::new(),
+        root_path: fd_path(tree.root_fd()).ok(),
+        attic_path: tree.attic().fd().and_then(|a| fd_path(a).ok()),
+        walked_dirs: RefCell::new(None),
+        handles: RefCell::new(HashMap::new()),
         out: Vec::new(),
         touched,
     };
@@ -203,6 +243,7 @@ fn rewind_batched(
     // swapped out into the attic and rewrite it in place (under the
     // descriptors still holding it).
     let mut seen: HashSet<ObjectId> = HashSet::new();
+    *r.walked_dirs.borrow_mut() = Some(HashMap::new());
     for id in objects.iter().chain(placed.iter()) {
         if r.in_attic.contains(id) || !seen.insert(*id) {
             continue;
@@ -234,9 +275,20 @@ fn rewind_batched(
     // `files` holds each object once and none in the attic; restoring one
     // file moves no other into the attic, and dropping stray links removes
     // names in the attic only, so the filter above still holds here.
-    for id in files {
-        let Some(fd) = r.object_fd(id) else { continue };
-        r.restore_object(id, fd.as_fd())?;
+    // In groups: first every file's recorded state and names (queries),
+    // then the group's swaps (records): the records are folded once a
+    // group, not between one file's swap and the next file's queries.
+    for group in files.chunks(SWAP_GROUP) {
+        let mut swaps = Vec::new();
+        for id in group {
+            let Some(fd) = r.object_fd(*id) else { continue };
+            if let Some(swap) = r.restore_object(*id, fd)? {
+                swaps.push(swap);
+            }
+        }
+        for swap in swaps {
+            r.replace_content(swap)?;
+        }
     }
     log::debug!("rewind to {checkpoint}: step 3 (objects) done at {:?}", started.elapsed());
     log::info!(
@@ -307,7 +359,17 @@ impl Rewinder<'_> {
     }
 
     fn handle_of(&self, id: ObjectId) -> Option<FileHandle> {
-        self.journal.with_objects(|m| m.object_handle(id)).ok().flatten().and_then(|h| FileHandle::from_bytes(&h))
+        if let Some(h) = self.handles.borrow().get(&id) {
+            return Some(h.clone());
+        }
+        let h = self
+            .journal
+            .with_objects(|m| m.object_handle(id))
+            .ok()
+            .flatten()
+            .and_then(|h| FileHandle::from_bytes(&h))?;
+        self.handles.borrow_mut().insert(id, h.clone());
+        Some(h)
     }
 
     /// An `O_PATH` descriptor of a live object.
@@ -439,6 +501,7 @@ impl Rewinder<'_> {
             .recreate(dir, os, kind, state.perm, state.size, &target_bytes)
             .map_err(|e| err(self.display(name), e))?;
         let handle = backing::handle_of_fd(fd.as_fd()).map_err(|e| err("handle".into(), e))?;
+        self.handles.borrow_mut().remove(&target);
         self.journal.rebind_object(target, &handle)?;
         if kind == Kind::File {
             let (content, record) = self.stored_content(&node, &state)?;
@@ -500,19 +563,22 @@ impl Rewinder<'_> {
     /// moves to the attic (kept for history, and for every descriptor that
     /// holds it). A file with no name in the tree (only in directories in
     /// the attic) is not part of the tree rewound to and is left alone.
-    fn restore_object(&mut self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<(), RestoreError> {
+    /// The swap is returned, for `replace_content`; attributes are put
+    /// back at once.
+    fn restore_object(&mut self, id: ObjectId, fd: OwnedFd) -> Result<Option<Swap>, RestoreError> {
         let node = Node { id: Some(id), handle: self.handle_of(id) };
         let state = self.view.state(&node)?;
         let content_changed = state.is_file() && matches!(state.content, Content::Stored(_));
         if content_changed {
-            let names = self.names_in_tree(id, fd, u64::from(state.nlink))?;
+            let names = self.names_in_tree(id, fd.as_fd(), u64::from(state.nlink))?;
             if names.is_empty() {
                 log::info!("rewind: object {} has no name in the tree; left as it is", id.0);
-                return Ok(());
+                return Ok(None);
             }
-            return self.replace_content(names, id, &node, &state);
+            return Ok(Some(Swap { id, fd, names, node, state }));
         }
-        self.restore_attrs(id, fd)
+        self.restore_attrs(id, fd.as_fd())?;
+        Ok(None)
     }
 
     /// Every name the file behind `fd` has in the tree (stopping once it has
@@ -731,15 +797,17 @@ impl Rewinder<'_> {
         base: BorrowedFd<'_>,
     ) -> Result<Option<(OwnedFd, OsString)>, RestoreError> {
         let want = backing::handle_of_fd(fd).map_err(|e| err("handle".into(), e))?;
-        let root = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&base)))
-            .map_err(|e| err("base path".into(), e.into()))?;
-        let st = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?;
         if let Some(found) = self.kernel_place(fd, &want, base) {
             return Ok(found);
         }
+        let st = rustix::fs::fstat(fd).map_err(from_rustix("stat"))?;
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR || st.st_nlink == 0 {
             return Ok(None);
         }
+        let root = match self.known_path(base) {
+            Some(p) => p.to_path_buf(),
+            None => fd_path(base).map_err(|e| err("base path".into(), e.into()))?,
+        };
         let then = self.names_then.get(&id).into_iter().flatten();
         let then = then.filter_map(|(d, n)| Some((self.dir_fd(*d)?, OsString::from(OsStr::from_bytes(n)))));
         match self.first_place(then.collect(), &want, &root, st.st_nlink) {
@@ -789,8 +857,7 @@ impl Rewinder<'_> {
             }
             // A directory's kernel path is right: the kernel reconnects
             // the directories it opens by handle.
-            let below = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir)))
-                .is_ok_and(|p| p.starts_with(root));
+            let below = fd_path(dir.as_fd()).is_ok_and(|p| p.starts_with(root));
             if below {
                 return Place::Below((dir, name));
             }
@@ -818,26 +885,57 @@ impl Rewinder<'_> {
         want: &FileHandle,
         base: BorrowedFd<'_>,
     ) -> Option<Option<(OwnedFd, OsString)>> {
-        let link =
-            |f: BorrowedFd<'_>| std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)));
-        let key = |f: BorrowedFd<'_>| rustix::fs::fstat(f).ok().map(|s| (s.st_dev, s.st_ino));
-        let path = link(fd).ok()?;
-        for known in [Some(self.tree.root_fd()), self.tree.attic().fd()].into_iter().flatten() {
-            let Ok(known_path) = link(known) else { continue };
-            let Ok(rel) = path.strip_prefix(&known_path) else { continue };
+        let path = fd_path(fd).ok()?;
+        let known = [(Some(self.tree.root_fd()), &self.root_path), (self.tree.attic().fd(), &self.attic_path)];
+        for (known, known_path) in known {
+            let (Some(known), Some(known_path)) = (known, known_path) else { continue };
+            let Ok(rel) = path.strip_prefix(known_path) else { continue };
             let comps: Vec<&OsStr> = rel.iter().collect();
             let (last, parents) = comps.split_last()?;
-            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let mut dir = rustix::fs::openat(known, ".", flags, Mode::empty()).ok()?;
-            for c in parents {
-                dir = rustix::fs::openat(&dir, *c, flags, Mode::empty()).ok()?;
-            }
+            let dir = self.walk(known, parents, path.parent()?)?;
             if backing::handle_at(dir.as_fd(), last).ok().as_ref() != Some(want) {
                 return None;
             }
-            return Some((key(known).is_some() && key(known) == key(base)).then(|| (dir, last.to_os_string())));
+            return Some(same_dir(known, base).then(|| (dir, last.to_os_string())));
         }
         None
+    }
+
+    /// The kernel's path of `base` when it is the tree's root or the
+    /// attic (read once per rewind).
+    fn known_path(&self, base: BorrowedFd<'_>) -> Option<&Path> {
+        if same_dir(self.tree.root_fd(), base) {
+            return self.root_path.as_deref();
+        }
+        match self.tree.attic().fd() {
+            Some(a) if same_dir(a, base) => self.attic_path.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The directory `parents` below `known` (whose kernel path makes
+    /// `path`), walked with `openat` without following symlinks, or
+    /// reused from an earlier walk in step 3.
+    fn walk(&self, known: BorrowedFd<'_>, parents: &[&OsStr], path: &Path) -> Option<OwnedFd> {
+        if let Some(dirs) = self.walked_dirs.borrow().as_ref()
+            && let Some(dir) = dirs.get(path)
+        {
+            return rustix::io::fcntl_dupfd_cloexec(dir, 0).ok();
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut dir = rustix::fs::openat(known, ".", flags, Mode::empty()).ok()?;
+        for c in parents {
+            dir = rustix::fs::openat(&dir, *c, flags, Mode::empty()).ok()?;
+        }
+        if let Some(dirs) = self.walked_dirs.borrow_mut().as_mut() {
+            if dirs.len() >= WALKED_DIRS_KEPT {
+                dirs.clear();
+            }
+            if let Ok(kept) = rustix::io::fcntl_dupfd_cloexec(&dir, 0) {
+                dirs.insert(path.to_path_buf(), kept);
+            }
+        }
+        Some(dir)
     }
 
     /// The tree's places (see `places`): the directories whose names
@@ -885,13 +983,10 @@ impl Rewinder<'_> {
     /// tree) as a new object; the current inode (and its bytes) goes to the
     /// attic, still as object `id`, for history and for the descriptors
     /// that hold it.
-    fn replace_content(
-        &mut self,
-        names: Vec<(OwnedFd, OsString)>,
-        id: ObjectId,
-        node: &Node,
-        state: &NodeState,
-    ) -> Result<(), RestoreError> {
+    fn replace_content(&mut self, swap: Swap) -> Result<(), RestoreError> {
+        let Swap { id, fd: old, names, node, state } = swap;
+        let old = old.as_fd();
+        let (node, state) = (&node, &state);
         let (content, record) = self.stored_content(node, state)?;
         let shown = names.iter().map(|(_, n)| self.display(n.as_bytes())).collect::<Vec<_>>().join(", ");
         let old_handle = self.handle_of(id);
@@ -900,10 +995,16 @@ impl Rewinder<'_> {
             let dir_id = self.journal.object_id(&dir_handle, kind_code(Kind::Dir))?;
             self.dirs_touched.insert(dir_id);
         }
-        let new = NewFile { perm: state.perm, size: state.size, xattrs: &state.xattrs };
-        let (handle, new_fd) = self.ops.swap_in_new_inode(id, &names, &new).map_err(|e| err(shown.clone(), e))?;
+        let new = NewFile {
+            perm: state.perm,
+            uid: state.uid,
+            gid: state.gid,
+            size: state.size,
+            mtime_ns: state.mtime_ns,
+            xattrs: &state.xattrs,
+        };
+        let handle = self.ops.swap_in_new_inode(id, old, &names, &new).map_err(|e| err(shown.clone(), e))?;
         self.tree.settler().add(&handle, content, record, state.mtime_ns).map_err(|e| err(shown.clone(), e))?;
-        self.set_owner_and_times(new_fd.as_fd(), state)?;
         if let Some(ino) = old_handle.and_then(|h| self.tree.objects().ino_of(&h)) {
             self.touched.inodes.insert(ino);
         }
@@ -943,6 +1044,17 @@ impl Rewinder<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether two descriptors are of one directory (the same descriptor, or
+/// the same inode).
+fn same_dir(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    if a.as_raw_fd() == b.as_raw_fd() {
+        return true;
+    }
+    let key = |fd: BorrowedFd<'_>| rustix::fs::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino));
+    key(a).is_some() && key(a) == key(b)
 }
 
 /// Where `Rewinder::first_place` found an object.

@@ -31,10 +31,14 @@ pub enum Aside {
     InAttic,
 }
 
-/// A new regular file to swap in: its permission bits, size and xattrs.
+/// A new regular file to swap in: its permission bits, owner, size,
+/// modification time and xattrs.
 pub struct NewFile<'s> {
     pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
     pub size: u64,
+    pub mtime_ns: i64,
     pub xattrs: &'s [(Vec<u8>, Vec<u8>)],
 }
 
@@ -162,25 +166,28 @@ impl<'a> RewindOps<'a> {
         open_path(dir, name)
     }
 
-    /// Swaps a new inode in at every name of object `id` (`names`, all of
-    /// them in the tree): the new file is linked at each name, then the old
-    /// inode moves to the attic as `id`, with its bytes, for history and
-    /// for every descriptor that holds it. Returns the new inode's handle
-    /// (a new object, born in this turn) and an `O_PATH` descriptor of it.
-    /// If a step fails, the names already swapped get the old inode back
-    /// and the new one is removed.
+    /// Swaps a new inode in at every name of object `id` (`old`, an
+    /// `O_PATH` descriptor of it; `names`, all of its names in the tree):
+    /// the new file gets its owner, mode and times while unnamed, is linked
+    /// at each name, then the old inode moves to the attic as `id`, with its
+    /// bytes, for history and for every descriptor that holds it. Returns
+    /// the new inode's handle (a new object, born in this turn). If a step
+    /// fails, the names already swapped get the old inode back and the new
+    /// one is removed.
     pub fn swap_in_new_inode(
         &self,
         id: ObjectId,
+        old: BorrowedFd<'_>,
         names: &[(OwnedFd, OsString)],
         new: &NewFile<'_>,
-    ) -> Res<(FileHandle, OwnedFd)> {
+    ) -> Res<FileHandle> {
         let Some(((dir0, name0), others)) = names.split_first() else { return Err(Errno(libc::EINVAL)) };
         for (dir, name) in names {
             self.entry(dir.as_fd(), name)?;
         }
         // Its link count changes (to one, in the attic).
-        self.tree.capture(self.journal).named(dir0.as_fd(), name0, false, self.caller)?;
+        let program = self.journal.program(self.caller.pid);
+        self.tree.capture(self.journal).fd(old, id, false, program.as_deref())?;
         // Temporary names are recorded as absent, so that a crash leaving
         // one behind cannot show it in this turn's checkpoint (recovery
         // moves it away).
@@ -201,6 +208,16 @@ impl<'a> RewindOps<'a> {
         for (n, v) in new.xattrs {
             backing::set_xattr(fd.as_fd(), OsStr::from_bytes(n), v, 0)?;
         }
+        // Owner first: a change of owner clears the set-id bits. Best
+        // effort, as for any file the rewind gives its attributes back.
+        let _ =
+            rustix::fs::fchown(&fd, Some(rustix::fs::Uid::from_raw(new.uid)), Some(rustix::fs::Gid::from_raw(new.gid)));
+        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(new.perm));
+        let t = rustix::fs::Timespec {
+            tv_sec: new.mtime_ns.div_euclid(1_000_000_000),
+            tv_nsec: new.mtime_ns.rem_euclid(1_000_000_000) as _,
+        };
+        let _ = rustix::fs::futimens(&fd, &rustix::fs::Timestamps { last_access: t, last_modification: t });
         let handle = backing::handle_of_fd(fd.as_fd())?;
         // Born in this rewind's turn: a later rewind to a checkpoint before
         // it must not take it for a file of that checkpoint (and refill it,
@@ -245,8 +262,7 @@ impl<'a> RewindOps<'a> {
         if !self.tree.attic().move_in(dir0.as_fd(), &temp, id)? {
             rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty())?;
         }
-        let new_fd = open_path(dir0.as_fd(), name0)?;
-        Ok((handle, new_fd))
+        Ok(handle)
     }
 
     /// Puts the old inode (under `temp` in `dir0`) back at `name0` and at
