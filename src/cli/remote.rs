@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::cli::common;
 use crate::cli::{CloneArgs, PushArgs, ShowArgs};
+use crate::cli::{common, show};
 use crate::daemon::protocol as op;
 use crate::daemon::registry::MountInfo;
 use crate::error::{AsErrno, Error, ErrorKind, Failure, Result};
@@ -253,59 +253,20 @@ pub fn show(args: ShowArgs) -> Result<()> {
     Ok(())
 }
 
-/// Serves the remote view in this process until it is unmounted. Started
-/// in the background by `show`, it says `ready JSON` (or `error: FAILURE`)
-/// on stdout, a pipe its parent reads; run by a user, it says so on
-/// stderr.
+/// Serves the remote view in this process until it is unmounted
+/// ([`show::serve_in_process`]).
 fn serve_show(args: &ShowArgs, cache_dir: &std::path::Path, mp: &std::path::Path) -> Result<()> {
-    use std::io::Write;
-    let as_server = std::env::var_os(common::DAEMON_ENV).is_some();
-    if as_server {
-        crate::sys::setsid();
-    }
-    let mounted = (|| -> Result<_> {
+    show::serve_in_process(mp, args.target.json, || {
         let (url, at) = RemoteUrl::parse_at(&args.checkpoint).map_err(remote_error)?;
         let cache = crate::remote::cache::ChunkCache::open(cache_dir, args.cache_size).map_err(remote_error)?;
         let bucket = Bucket::open(&url).map_err(remote_error)?;
         let tree = crate::remote::show::RemoteTree::open(bucket, at.as_deref(), cache).map_err(remote_error)?;
         let n = tree.checkpoint().checkpoint;
         let fsname = format!("{}{url}@{n}", crate::daemon::VIEW_FSNAME_PREFIX);
-        let session = crate::fs::view::ViewSession::mount(tree, mp, &fsname, false)
-            .map_err(|e| Error::io(format!("cannot mount the view on {}", mp.display()), e))?;
-        Ok((session, url, n))
-    })();
-    let mut out = std::io::stdout();
-    let (session, url, n) = match mounted {
-        Ok(m) => m,
-        Err(e) => {
-            if as_server {
-                let failure = serde_json::to_string(&e.to_failure()).unwrap_or_else(|_| e.to_string());
-                let _ = writeln!(out, "error: {failure}");
-                let _ = out.flush();
-            }
-            return Err(e);
-        }
-    };
-    crate::daemon::spawn_signal_watcher(mp.to_path_buf());
-    let reply = serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp });
-    if as_server {
-        let _ = writeln!(out, "ready {reply}");
-        let _ = out.flush();
-    } else if args.target.json {
-        common::print_json(&reply)?;
-    } else {
-        eprintln!(
-            "rewindfs: checkpoint {n} of {url} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
-            mp.display(),
-            mp.display()
-        );
-    }
-    let served = session.run();
-    // Ended by an error rather than an unmount: leave no dead mount.
-    if crate::daemon::view_mountpoints().iter().any(|v| v == mp) {
-        let _ = crate::sys::umount(mp, true);
-    }
-    served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))
+        let session = crate::daemon::mount_view(tree, mp, &fsname, false)?;
+        let reply = serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp });
+        Ok(show::Mounted { session, reply, shown: format!("checkpoint {n} of {url}") })
+    })
 }
 
 /// `rewindfs du --remote s3://bucket[/prefix]`: who references what in a
