@@ -1028,6 +1028,82 @@ fn a_push_and_a_collection_of_one_bucket_exclude_each_other_through_its_locks() 
     b.unmount();
 }
 
+/// The push lock of a daemon killed while it pushed: another workspace's
+/// collection on the same machine sees from the lock's body (host, boot,
+/// pid namespace, pid and its start time) that its holder is gone and
+/// collects at once; and the next mount of the killed store removes its
+/// own locks when it starts, even one it cannot tell dead (a collect lock
+/// left before a reboot). (Before, both waited for the lock to be an hour
+/// old: the collection stayed pending, and the store's own push was
+/// refused as if another workspace collected.)
+#[test]
+fn a_push_lock_left_by_a_killed_daemon_holds_off_no_collection() {
+    let server = S3Server::start();
+    let (mut a, mut b) = (MountFixture::unmounted(), MountFixture::unmounted());
+    let (url_a, url_b) = (server.url("a"), server.url("b"));
+    mount_with_remote(&mut b, &server, &["--remote", &url_b, "--auto-turn", "0"]);
+    b.sh("head -c 50000 /dev/urandom > only-b");
+    let b1 = b.turn("r000001");
+    b.sh("rm only-b && echo x > x");
+    let b2 = b.turn("r000002");
+    push(&b, &server);
+
+    // a's daemon is killed holding its push lock, before its first chunk.
+    sh(&a.ws, "head -c 40000 /dev/urandom > f1");
+    let pause = a.dir.path().join("put-pause");
+    std::fs::write(&pause, b"").unwrap();
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    a.mount_with_env(false, &["--remote", &url_a, "--auto-turn", "0"], &env_refs(&env));
+    wait_for(&a.dir.path().join("put-pause.reached"), "a's uploader never reached its first chunk");
+    let pid = a.daemon_pid();
+    check(run_with_timeout(Command::new("kill").args(["-9", &pid.to_string()]), CHILD_TIMEOUT), "kill -9");
+    a.detach_dead(pid);
+    std::fs::remove_file(&pause).unwrap();
+    let du = du_remote(&server, &server.url(""));
+    let held = |du: &serde_json::Value| {
+        du["locks"].as_array().map(|l| l.iter().filter_map(|k| k.as_str().map(str::to_string)).collect::<Vec<_>>())
+    };
+    let locks = held(&du).expect("locks");
+    assert!(locks.len() == 1 && locks[0].starts_with("chunks/locks/push-"), "the killed push left its lock: {du}");
+
+    // b's collection is not held off by it.
+    forget(&b, &[b1]);
+    let status = push(&b, &server);
+    assert!(status.get("collection_pending").is_none(), "the dead daemon's lock held the collection off: {status}");
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["unreferenced_bytes"].as_u64(), Some(0), "only-b was collected: {du}");
+    assert_clones_match(&b, &server, &url_b, &[0, b2], "b after its collection");
+
+    // a's next mount completes its push; its lock goes.
+    mount_with_remote(&mut a, &server, &["--auto-turn", "0"]);
+    assert_eq!(push(&a, &server)["backlog"], serde_json::json!([]));
+    assert_eq!(held(&du_remote(&server, &server.url(""))), Some(vec![]), "a lock was left behind");
+    a.unmount();
+
+    // A collect lock of a's store left by a daemon of another boot (killed
+    // while it collected, before the machine restarted): nobody can tell it
+    // dead, but a's next mount removes it as it starts, and pushes.
+    let head: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(server.object_path("a/head.json")).expect("a's head")).expect("head");
+    let store_id = head["store_id"].as_str().expect("store id");
+    let key = format!("chunks/locks/collect-{store_id}.json");
+    let body =
+        br#"{"prefix":"a","pid":1234,"started":5,"host":"gone","boot_id":"another-boot","pid_namespace":"pid:[1]"}"#;
+    object_by_another_client(&server, &key, Some(body));
+    assert_eq!(held(&du_remote(&server, &server.url(""))), Some(vec![key.clone()]));
+    mount_with_remote(&mut a, &server, &["--auto-turn", "0"]);
+    a.sh("echo more > f1");
+    let a1 = a.turn("r000001");
+    let (out, status) = push_output(&a, &server);
+    assert!(out.status.success(), "a's own old lock held its push off: {status}");
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+    assert_eq!(held(&du_remote(&server, &server.url(""))), Some(vec![]), "a's mount left its own old lock");
+    assert_clones_match(&a, &server, &url_a, &[0, a1], "a after its lock was removed");
+    a.unmount();
+    b.unmount();
+}
+
 #[test]
 fn the_object_store_killed_mid_push_loses_nothing_and_the_push_completes_once_it_is_back() {
     let mut server = S3Server::start();
