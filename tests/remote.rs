@@ -1104,6 +1104,69 @@ fn a_push_lock_left_by_a_killed_daemon_holds_off_no_collection() {
     b.unmount();
 }
 
+/// `unmount` waits for the remote at most `--wait` seconds: with the push
+/// held (the uploader paused before a chunk) `unmount --wait 2` returns
+/// long before its default minute, and says what is not on the remote and
+/// the command that pushes it; with the server stopped it returns at the
+/// first failed pass, saying the same and why; with the server back the
+/// next mount sends everything, and `unmount` (stderr not a terminal: plain
+/// lines, no bar) says it all went. (Before, `unmount` had no `--wait` and
+/// always waited a minute.)
+#[test]
+fn unmount_waits_for_the_remote_within_its_bound_and_says_what_is_left_and_how_to_push_it() {
+    let mut server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "head -c 40000 /dev/urandom > f1");
+    let pause = fx.dir.path().join("put-pause");
+    std::fs::write(&pause, b"").unwrap();
+    let url = server.url("w");
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &env_refs(&env));
+    wait_for(&fx.dir.path().join("put-pause.reached"), "the uploader never reached its first chunk");
+    let mp = fx.path().to_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let out = check(fx.rewindfs(&["unmount", "--wait", "2", &mp]), "unmount --wait 2");
+    let took = started.elapsed();
+    fx.forget_mount();
+    std::fs::remove_file(&pause).unwrap();
+    let err = stderr(&out);
+    assert!(took < std::time::Duration::from_secs(30), "unmount --wait 2 took {took:?}: {err}");
+    assert!(err.contains(&format!("waiting up to 2 s for 1 checkpoints to reach {url}")), "{err}");
+    assert!(err.contains(&format!("1 checkpoints are not on {url} yet (0)")), "{err}");
+    assert!(err.contains(&format!("`rewindfs push -C {mp}`")), "{err}");
+    assert!(!err.contains('\r') && !err.contains("\u{1b}["), "no bar when stderr is not a terminal: {err:?}");
+
+    // The server stopped: the wait ends at the first failed pass.
+    mount_with_remote(&mut fx, &server, &["--auto-turn", "0"]);
+    server.stop();
+    fx.sh("echo more > f2");
+    let n = fx.turn("r000001");
+    let out = check(fx.rewindfs(&["unmount", &mp]), "unmount with the server stopped");
+    fx.forget_mount();
+    let err = stderr(&out);
+    assert!(err.contains("waiting up to 60 s for"), "{err}");
+    assert!(err.contains(&format!("checkpoints are not on {url} yet")) && err.contains(&format!("{n})")), "{err}");
+    assert!(err.contains("cannot be reached") && err.contains("`rewindfs push -C"), "{err}");
+
+    // Back: the next mount sends it all, and `unmount` says so.
+    server.restart();
+    mount_with_remote(&mut fx, &server, &["--auto-turn", "0"]);
+    fx.sh("echo last > f3");
+    let last = fx.turn("r000002");
+    let out = check(fx.rewindfs(&["unmount", &mp]), "unmount with the server back");
+    fx.forget_mount();
+    let err = stderr(&out);
+    assert!(!err.contains("not on"), "{err}");
+    if err.contains("waiting up to") {
+        assert!(err.contains(&format!("checkpoints are on {url}")), "{err}");
+    }
+    let other = tempfile::tempdir().unwrap();
+    let log = stdout(&check(elsewhere(&server, other.path(), &["log", &url, "--json"]), "log"));
+    let listed: serde_json::Value = serde_json::from_str(&log).expect("log --json");
+    assert!(listed.to_string().contains(&format!("\"checkpoint\":{last}")), "{listed}");
+}
+
 #[test]
 fn the_object_store_killed_mid_push_loses_nothing_and_the_push_completes_once_it_is_back() {
     let mut server = S3Server::start();

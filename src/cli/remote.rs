@@ -11,8 +11,9 @@ use crate::error::{AsErrno, Error, ErrorKind, Failure, Result};
 use crate::remote::push::RemoteStatus;
 use crate::remote::{Bucket, RemoteError, RemoteUrl};
 
-/// How long `unmount` waits for the backlog to reach the remote.
-const UNMOUNT_WAIT: Duration = Duration::from_secs(60);
+/// How long `unmount` waits for the backlog to reach the remote, unless
+/// `--wait` says otherwise.
+pub const UNMOUNT_WAIT: Duration = Duration::from_secs(60);
 
 fn remote_error(e: RemoteError) -> Error {
     let kind = match &e {
@@ -78,32 +79,69 @@ fn list(ns: &[i64]) -> String {
     if ns.len() > 10 { format!("{} ...", shown.join(", ")) } else { shown.join(", ") }
 }
 
-/// Before an unmount: waits (bounded) for the sealed checkpoints to reach
-/// the remote, and says what has not and how to send it later.
-pub fn drain_before_unmount(info: &MountInfo) {
+/// Before an unmount: waits (at most `wait`) for the sealed checkpoints
+/// to reach the remote, showing how many have (a bar on a terminal, a line
+/// per checkpoint otherwise), and says what has not and how to send it
+/// later. A failed pass ends the wait: the remote refuses or cannot be
+/// reached, and the uploader's next try is its own.
+pub fn drain_before_unmount(info: &MountInfo, wait: Duration) {
+    use std::io::IsTerminal;
     let Ok(status) = common::ask(info, op::Status) else { return };
     let Some(remote) = status.remote else { return };
     if remote.backlog.is_empty() {
         return;
     }
-    eprintln!(
-        "rewindfs: waiting up to {} s for {} checkpoints to reach {}",
-        UNMOUNT_WAIT.as_secs(),
-        remote.backlog.len(),
-        remote.remote
-    );
-    let left = match common::ask(info, op::Push { wait_secs: UNMOUNT_WAIT.as_secs() }) {
-        Ok(s) => s,
-        Err(_) => remote,
+    let total = remote.backlog.len() as u64;
+    eprintln!("rewindfs: waiting up to {} s for {total} checkpoints to reach {}", wait.as_secs(), remote.remote);
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} checkpoints ({elapsed})")
+        {
+            bar.set_style(style);
+        }
+        bar.set_message(format!("pushing to {}", remote.remote));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    // One push request waits for the whole (it returns when everything is
+    // there or a pass that started after it failed); `status` meanwhile
+    // shows the progress.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let asking = info.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(common::ask(&asking, op::Push { wait_secs: wait.as_secs() }));
+    });
+    let mut shown = 0;
+    let left = loop {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(Ok(s)) => break s,
+            Ok(Err(_)) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break remote,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let Some(now) = common::ask(info, op::Status).ok().and_then(|s| s.remote) else { continue };
+        let done = total.saturating_sub(now.backlog.len() as u64);
+        match &bar {
+            Some(bar) => bar.set_position(done),
+            None if done > shown => eprintln!("rewindfs: {done} of {total} checkpoints are on {}", now.remote),
+            None => {}
+        }
+        shown = shown.max(done);
     };
+    match bar {
+        Some(bar) => bar.finish_and_clear(),
+        None if left.backlog.is_empty() => eprintln!("rewindfs: all {total} checkpoints are on {}", left.remote),
+        None => {}
+    }
     if !left.backlog.is_empty() {
         eprintln!(
-            "rewindfs: {} checkpoints are not on {} yet ({}){}; the next mount of this store pushes them (or run \
-             `rewindfs push` while mounted)",
+            "rewindfs: {} checkpoints are not on {} yet ({}){}; the next mount of this store pushes them, or mount it \
+             and run `rewindfs push -C {}`",
             left.backlog.len(),
             left.remote,
             list(&left.backlog),
-            left.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            left.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default(),
+            info.mountpoint.display()
         );
     }
 }
