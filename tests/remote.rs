@@ -825,6 +825,45 @@ fn a_damaged_chunk_fails_the_read_of_its_file_only_and_an_unknown_checkpoint_mou
     assert!(!mounted(&mp));
 }
 
+/// A remote `show` while its server is down: every read of what is not
+/// cached fails (EIO), and the log says so once for the outage, not once
+/// per read; once the server is back, reads work and the log says once
+/// that it answers again. (Before, a line per read.)
+#[test]
+fn a_remote_show_logs_an_outage_once_and_its_end_once() {
+    let mut server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "for i in 1 2 3 4; do echo \"file $i\" > f$i; done");
+    let url = server.url("outage");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    push(&fx, &server);
+    fx.unmount();
+
+    let other = tempfile::tempdir().unwrap();
+    let home = other.path();
+    let mp = home.join("mp");
+    let show = RemoteShow::start(&server, home, &format!("{url}@0"), &mp, &[]);
+    server.stop();
+    for f in ["f1", "f2", "f3"] {
+        for _ in 0..2 {
+            let e = std::fs::read(mp.join(f)).expect_err("a read while the server is down");
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{f}: {e}");
+        }
+    }
+    server.restart();
+    for f in ["f1", "f2", "f3", "f4"] {
+        assert_eq!(std::fs::read_to_string(mp.join(f)).unwrap(), format!("file {}\n", &f[1..]), "{f}");
+    }
+    show.stop(|s| {
+        check(elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]), "unmount");
+    });
+    let log = std::fs::read_to_string(home.join("show-mp.log")).unwrap();
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("Cannot read")).collect();
+    assert_eq!(failed.len(), 1, "the outage is logged once: {log}");
+    assert!(failed[0].contains("cannot be reached"), "{}", failed[0]);
+    assert_eq!(log.lines().filter(|l| l.contains("answers again")).count(), 1, "and its end once: {log}");
+}
+
 /// Bytes of every object the (file-backed) server holds.
 fn bucket_bytes(server: &S3Server) -> u64 {
     fn walk(dir: &Path) -> u64 {
