@@ -27,7 +27,10 @@
 //! HISTORY_ENGINE_REPLAY='step; step; ...' replays one printed sequence;
 //! HISTORY_ENGINE_THREADS=N sequences at once (default: the cores, at most 4);
 //! HISTORY_ENGINE_SECS=N stops starting sequences after N seconds (a soak:
-//! set HISTORY_ENGINE_SEQUENCES high and the time here).
+//! set HISTORY_ENGINE_SEQUENCES high and the time here);
+//! HISTORY_ENGINE_SHARED_LOCKS=1 leaves SQLite's locking as the daemon has
+//! it (by default each workspace's database is owned alone,
+//! `Meta::own_alone`: its lock is kept rather than taken per statement).
 
 #[path = "history_engine/harness.rs"]
 mod harness;

@@ -109,6 +109,9 @@ pub fn run(args: StatusArgs) -> Result<()> {
                 None => "has not run yet".to_string(),
             };
             outln!("  auto gc:     {}; {last}", if p.auto { "on" } else { "off" });
+            if s.auto_gc_running {
+                outln!("               a background collection is under way");
+            }
         }
         if !s.snapshots.is_empty() {
             let names: Vec<String> =

@@ -15,6 +15,7 @@
 //! at most that long; reads never wait.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
@@ -36,6 +37,7 @@ pub(super) fn spawn(ctx: Arc<Ctx>) {
             if seen == Some(turn) {
                 continue;
             }
+            let _running = Running::set(&ctx.auto_gc_running);
             match due(&ctx) {
                 Ok(false) => {}
                 Ok(true) => match run(&ctx) {
@@ -50,6 +52,23 @@ pub(super) fn spawn(ctx: Arc<Ctx>) {
             seen = Some(turn);
         }
     });
+}
+
+/// Marks the background collection as planning or running (for `status`)
+/// until dropped, a panic included.
+struct Running<'a>(&'a AtomicBool);
+
+impl<'a> Running<'a> {
+    fn set(flag: &'a AtomicBool) -> Running<'a> {
+        flag.store(true, Ordering::SeqCst);
+        Running(flag)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Whether the policy is on and lets at least a batch go.

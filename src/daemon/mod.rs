@@ -230,6 +230,7 @@ fn start(spec: &MountSpec) -> Result<Started> {
         info: info.clone(),
         ws,
         harness_seen: AtomicBool::new(false),
+        auto_gc_running: AtomicBool::new(false),
         views: std::sync::Mutex::new(Vec::new()),
         uploader,
         transport,
@@ -270,6 +271,8 @@ struct Ctx {
     /// Set by the first explicit `turn`: a harness announces turns, so
     /// quiet-period checkpoints stop.
     harness_seen: AtomicBool,
+    /// Set while the background collection plans or runs (for `status`).
+    auto_gc_running: AtomicBool,
     /// Views (`show`) served by this daemon.
     views: std::sync::Mutex<Vec<ServedView>>,
     /// Pushes sealed checkpoints to the store's remote, if it has one.
@@ -508,6 +511,7 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
         view_inodes: ctx.ws.hidden_views().map(|b| b.inode_count() as u64).unwrap_or(0),
         retention: sound.then(|| journal.policy().ok()).flatten(),
         auto_gc: sound.then(|| journal.last_auto().ok().flatten()).flatten(),
+        auto_gc_running: ctx.auto_gc_running.load(std::sync::atomic::Ordering::SeqCst),
         snapshots: sound
             .then(|| journal.with_checkpoints(|m| m.snapshot_names()).ok())
             .flatten()

@@ -256,6 +256,11 @@ pub struct StatusReply {
     /// What the last background collection did (none ran yet: absent).
     #[serde(default)]
     pub auto_gc: Option<crate::journal::retention::AutoRun>,
+    /// Whether a background collection is planning or running now: when
+    /// false and fewer than a batch of checkpoints can go, none runs until
+    /// the next seal.
+    #[serde(default)]
+    pub auto_gc_running: bool,
     /// Named checkpoints, oldest first.
     #[serde(default)]
     pub snapshots: Vec<SnapshotRow>,

@@ -677,7 +677,7 @@ impl Filesystem for LiveFs {
             if let Some(b) = self.hidden(_ino) {
                 return view::readdir(&Locked { browser: b, held }, ino(_ino), offset, reply);
             }
-            let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
+            let entries = match self.tree.readdir(Fh(fh.0)) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(e)),
             };
@@ -695,7 +695,7 @@ impl Filesystem for LiveFs {
             if let Some(b) = self.hidden(dir) {
                 return view::readdirplus(&Locked { browser: b, held }, ino(dir), offset, reply);
             }
-            let entries = match self.tree.open_files().readdir(Fh(fh.0)) {
+            let entries = match self.tree.readdir(Fh(fh.0)) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(e)),
             };

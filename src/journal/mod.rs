@@ -1169,9 +1169,15 @@ impl Journal {
     }
 
     /// Whether the object still needs its pre-image in this turn (and its
-    /// content, when `content`).
+    /// content, when `content`). An object born in this turn never does:
+    /// no checkpoint holds it, so nothing would ever read its pre-image
+    /// (a file created, closed and opened again for writing is not read
+    /// back into the store).
     pub fn needs_object(&self, object: ObjectId, content: bool) -> bool {
         let inner = self.lock();
+        if inner.born_ids.contains(&object) {
+            return false;
+        }
         !inner.meta_done.contains(&object) || (content && !inner.content_done.contains(&object))
     }
 

@@ -842,6 +842,31 @@ impl Meta {
         Ok(Meta { conn, batch: Default::default() })
     }
 
+    /// With `alone`, takes SQLite's lock on the database and keeps it
+    /// until this connection closes or this is called without it, rather
+    /// than taking and releasing a shared lock around every statement
+    /// outside a transaction (two `fcntl` calls each). For a process that
+    /// owns the store alone: meanwhile no other connection, in this
+    /// process or another, can read the database (`fsck` beside it, a
+    /// dry-run collection's copy), so the daemon does not do it; the
+    /// in-process model test does, as the only user of its stores, and
+    /// gives the lock up around its `fsck`.
+    pub fn own_alone(&self, alone: bool) -> MetaResult<()> {
+        let want = if alone { "exclusive" } else { "normal" };
+        let mode: String = self
+            .conn
+            .query_row(&format!("PRAGMA locking_mode = {want}"), [], |r| r.get(0))
+            .ctx("set the locking mode")?;
+        if !mode.eq_ignore_ascii_case(want) {
+            return Err(MetaError::Malformed { what: "locking mode (SQLite did not take it)" });
+        }
+        // A change of mode takes effect at the end of the next write
+        // transaction (in WAL mode); an empty one does.
+        self.exec("BEGIN IMMEDIATE", []).ctx("change the locking mode")?;
+        self.exec("COMMIT", []).ctx("change the locking mode")?;
+        Ok(())
+    }
+
     /// Runs one statement, prepared once per connection (see
     /// [`STATEMENT_CACHE`]).
     fn exec(&self, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
@@ -1439,6 +1464,33 @@ mod tests {
         let e = MetaError::Sqlite { context: "seal".into(), source: full };
         assert!(e.to_string().contains("No space left on device"), "{e}");
         assert_eq!(e.errno(), Errno::ENOSPC);
+    }
+
+    /// Owned alone, the database is locked at once and stays locked
+    /// across writes and reads: another connection cannot read it (it
+    /// gives up after its busy timeout) until the lock is given up, and
+    /// what was written meanwhile is there.
+    #[test]
+    fn a_database_owned_alone_is_locked_to_others_until_given_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.sqlite");
+        let m = Meta::open(&path).unwrap();
+        m.set_state("k", "v").unwrap();
+        m.own_alone(true).unwrap();
+        let other = || {
+            let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            conn.busy_timeout(std::time::Duration::from_millis(50)).unwrap();
+            conn.query_row("SELECT value FROM state WHERE key = 'k'", [], |r| r.get::<_, String>(0))
+        };
+        let locked = other().expect_err("another connection reads a database owned alone");
+        assert_eq!(locked.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy), "{locked}");
+        m.set_state("k", "v").unwrap();
+        assert_eq!(m.get_state("k").unwrap().as_deref(), Some("v"));
+        assert!(other().is_err(), "the lock is kept across a write and a read");
+        m.own_alone(false).unwrap();
+        assert_eq!(other().unwrap(), "v");
+        m.set_state("k", "w").unwrap();
+        assert_eq!(other().unwrap(), "w", "given up, the lock is not kept after the next write");
     }
 
     #[test]

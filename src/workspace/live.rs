@@ -796,19 +796,30 @@ impl LiveTree {
     /// Reads the whole directory now, so that offsets stay valid while
     /// entries are added and removed (POSIX leaves that unspecified; a
     /// snapshot is the simplest correct answer).
+    /// Opens a directory; its listing is read at the first `readdir` (see
+    /// `OpenFiles::listing`).
     pub fn opendir(&self, ino: Ino) -> Res<Fh> {
-        let dir = self.dir(ino)?;
-        // Never resolve "..": from a top-level directory of an in-place
-        // mount it would land on the mount itself and call the daemon back.
-        let parent = ino;
-        let mut entries = vec![
-            DirEntry { name: ".".into(), ino, kind: Kind::Dir },
-            DirEntry { name: "..".into(), ino: parent, kind: Kind::Dir },
-        ];
-        for (name, backing_ino, kind) in backing::list_dir(dir.as_fd())? {
-            entries.push(DirEntry { name, ino: Ino(backing_ino), kind: kind.unwrap_or(Kind::File) });
-        }
-        Ok(self.open.add_listing(entries))
+        self.dir(ino)?;
+        Ok(self.open.add_unread_listing(ino))
+    }
+
+    /// The entries of the open directory `fh` (an entry's place in it is
+    /// its offset).
+    pub fn readdir(&self, fh: Fh) -> Res<Arc<Vec<DirEntry>>> {
+        self.open.listing(fh, |ino| {
+            let dir = self.dir(ino)?;
+            // Never resolve "..": from a top-level directory of an in-place
+            // mount it would land on the mount itself and call the daemon back.
+            let parent = ino;
+            let mut entries = vec![
+                DirEntry { name: ".".into(), ino, kind: Kind::Dir },
+                DirEntry { name: "..".into(), ino: parent, kind: Kind::Dir },
+            ];
+            for (name, backing_ino, kind) in backing::list_dir(dir.as_fd())? {
+                entries.push(DirEntry { name, ino: Ino(backing_ino), kind: kind.unwrap_or(Kind::File) });
+            }
+            Ok(entries)
+        })
     }
 
     pub fn fsyncdir(&self, ino: Ino) -> Res<()> {

@@ -39,8 +39,18 @@ pub struct Fh(pub u64);
 #[derive(Debug)]
 pub struct OpenFiles {
     files: Mutex<HashMap<Fh, Arc<OpenFile>>>,
-    dirs: Mutex<HashMap<Fh, Arc<Vec<DirEntry>>>>,
+    dirs: Mutex<HashMap<Fh, Listing>>,
     next_fh: AtomicU64,
+}
+
+/// An open directory's listing: read at its first `readdir`, not at
+/// `opendir`. With the kernel caching listings (`FOPEN_CACHE_DIR`), a
+/// directory opened again whose cached listing is still valid is never
+/// read: `git status` on a warm tree opens every directory and reads none.
+#[derive(Debug, Clone)]
+enum Listing {
+    Unread(Ino),
+    Read(Arc<Vec<DirEntry>>),
 }
 
 impl Default for OpenFiles {
@@ -70,16 +80,34 @@ impl OpenFiles {
         crate::poison::lock(&self.files, "the open files").remove(&fh)
     }
 
-    /// Keeps a directory listing until `releasedir`.
-    pub(crate) fn add_listing(&self, entries: Vec<DirEntry>) -> Fh {
+    /// Opens the directory `ino`; its listing is read by `list` at the
+    /// first `listing` and kept until `releasedir`.
+    pub(crate) fn add_unread_listing(&self, ino: Ino) -> Fh {
         let fh = self.new_fh();
-        crate::poison::lock(&self.dirs, "the open directories").insert(fh, Arc::new(entries));
+        crate::poison::lock(&self.dirs, "the open directories").insert(fh, Listing::Unread(ino));
         fh
     }
 
-    /// Entries from `offset` on (offset = index of the next entry).
-    pub fn readdir(&self, fh: Fh) -> Res<Arc<Vec<DirEntry>>> {
-        crate::poison::lock(&self.dirs, "the open directories").get(&fh).cloned().ok_or(Errno::EBADF)
+    /// The listing of the open directory `fh`, read by `list` (outside the
+    /// lock) the first time it is asked for.
+    pub(crate) fn listing(&self, fh: Fh, list: impl FnOnce(Ino) -> Res<Vec<DirEntry>>) -> Res<Arc<Vec<DirEntry>>> {
+        let ino = match crate::poison::lock(&self.dirs, "the open directories").get(&fh).cloned() {
+            Some(Listing::Read(entries)) => return Ok(entries),
+            Some(Listing::Unread(ino)) => ino,
+            None => return Err(Errno::EBADF),
+        };
+        let entries = Arc::new(list(ino)?);
+        let mut dirs = crate::poison::lock(&self.dirs, "the open directories");
+        match dirs.get_mut(&fh) {
+            // Another reader of the same open directory was first: one
+            // listing per open, so offsets stay those of the first.
+            Some(Listing::Read(first)) => Ok(first.clone()),
+            Some(slot) => {
+                *slot = Listing::Read(entries.clone());
+                Ok(entries)
+            }
+            None => Err(Errno::EBADF),
+        }
     }
 
     pub fn releasedir(&self, fh: Fh) {
