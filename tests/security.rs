@@ -386,9 +386,9 @@ fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
     rewindfs_as_agent_in(fx, args, true)
 }
 
-/// As `rewindfs_as_agent`; without `fixture_runtime`, with the agent's own
-/// default runtime directory, as an agent run by hand has.
-fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool) -> Output {
+/// `rewindfs` (a copy the test user can run) as the unprivileged test
+/// user, in the fixture's directory.
+fn agent_command(fx: &MountFixture) -> Command {
     let bin = fx.dir.path().join("rewindfs-for-agent");
     if !bin.exists() {
         std::fs::copy(common::bin(), &bin).expect("copy the binary");
@@ -400,8 +400,15 @@ fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool)
         .arg(format!("--regid={gid}"))
         .arg("--clear-groups")
         .arg(&bin)
-        .args(args)
         .current_dir(fx.dir.path());
+    cmd
+}
+
+/// As `rewindfs_as_agent`; without `fixture_runtime`, with the agent's own
+/// default runtime directory, as an agent run by hand has.
+fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool) -> Output {
+    let mut cmd = agent_command(fx);
+    cmd.args(args);
     if fixture_runtime {
         cmd.env("REWINDFS_RUNTIME_DIR", &fx.run);
     } else {
@@ -1058,23 +1065,13 @@ fn the_agent_user_can_neither_read_nor_use_a_store_served_view() {
     assert!(common::is_mounted(&view));
 
     let home = fx.dir.path().join("home");
-    let bin = fx.dir.path().join("rewindfs-for-agent");
-    std::fs::copy(common::bin(), &bin).expect("copy the binary");
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let theirs = fx.dir.path().join("agent-view");
     std::fs::create_dir(&theirs).expect("mkdir");
     let (uid, gid) = test_user();
     std::os::unix::fs::chown(&theirs, Some(uid), Some(gid)).expect("chown");
     let as_agent = |args: &[&str]| {
-        let mut cmd = Command::new("setpriv");
-        cmd.arg(format!("--reuid={uid}"))
-            .arg(format!("--regid={gid}"))
-            .arg("--clear-groups")
-            .arg(&bin)
-            .args(args)
-            .env("REWINDFS_HOME", &home)
-            .env("REWINDFS_RUNTIME_DIR", &fx.run)
-            .current_dir(fx.dir.path());
+        let mut cmd = agent_command(&fx);
+        cmd.args(args).env("REWINDFS_HOME", &home).env("REWINDFS_RUNTIME_DIR", &fx.run);
         common::run_with_timeout(&mut cmd, common::CHILD_TIMEOUT)
     };
     for args in [vec!["show", "-C", &ws, "1", s(&theirs)], vec!["log", "-C", &ws], vec!["unmount", s(&view)]] {
