@@ -205,6 +205,71 @@ fn a_checkpoint_of_an_unmounted_workspace_is_shown_from_its_store() {
     assert!(!is_mounted(&view));
 }
 
+/// A view served from the store whose FUSE connection is aborted (through
+/// fusectl, as `fusermount`'s own abort or a crashed kernel session ends
+/// it) while a process sits in it: its server ends, and takes the view's
+/// mount with it rather than leave a dead mount ("Transport endpoint is
+/// not connected") at the path. (Before, the remote view detached it and
+/// the store-served one did not: the mount stayed.)
+#[test]
+fn a_store_served_view_whose_connection_is_aborted_leaves_no_dead_mount() {
+    let fx = MountFixture::unmounted();
+    let ws = fx.ws.to_str().expect("utf-8 path").to_string();
+    std::fs::write(fx.ws.join("app.py"), "v0\n").expect("write");
+    let script = format!("echo v1 > app.py && {} turn --message-id r000001 >/dev/null", bin());
+    ok(&fx, &["run", &ws, "--", "sh", "-c", &script]);
+    let view = fx.dir.path().join("view");
+    std::fs::create_dir(&view).expect("mkdir view");
+    let guard = ViewGuard(view.clone());
+    let (out, _) = ok(&fx, &["show", "-C", &ws, "1", view.to_str().expect("utf-8")]);
+    let pid: u32 = out
+        .split("served from its store by pid ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no server pid in {out}"));
+    assert_eq!(std::fs::read_to_string(view.join("app.py")).expect("app.py"), "v1\n");
+
+    // A process browsing the view keeps it busy.
+    let mut inside = std::process::Command::new("sleep").arg("600").current_dir(&view).spawn().expect("sleep");
+    if !std::fs::read_to_string("/proc/self/mounts").expect("mounts").contains(" /sys/fs/fuse/connections fusectl ") {
+        check(
+            run_with_timeout(
+                std::process::Command::new("mount").args(["-t", "fusectl", "none", "/sys/fs/fuse/connections"]),
+                CHILD_TIMEOUT,
+            ),
+            "mounting fusectl, which the test aborts the view's connection through",
+        );
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let dev = info
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == view.to_str())
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|d| d.split_once(':'))
+        .map(|(_, minor)| minor.to_string())
+        .expect("the view's device");
+    std::fs::write(format!("/sys/fs/fuse/connections/{dev}/abort"), "1").expect("abort the view's connection");
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let gone = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')))
+            .unwrap_or(true)
+    };
+    while !gone(pid) {
+        assert!(std::time::Instant::now() < deadline, "the view's server (pid {pid}) did not end");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let left = is_mounted(&view);
+    let _ = inside.kill();
+    let _ = inside.wait();
+    drop(guard);
+    assert!(!left, "the view's server ended and left its dead mount on {}", view.display());
+    // The store is free: the workspace mounts again.
+    ok(&fx, &["run", &ws, "--", "true"]);
+}
+
 /// A workspace removed and made again at the same path is another
 /// directory (its files are other inodes): `log` there says it has no
 /// history yet, its first `run` sets the old default store aside (kept,

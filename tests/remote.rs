@@ -825,6 +825,45 @@ fn a_damaged_chunk_fails_the_read_of_its_file_only_and_an_unknown_checkpoint_mou
     assert!(!mounted(&mp));
 }
 
+/// A remote `show` while its server is down: every read of what is not
+/// cached fails (EIO), and the log says so once for the outage, not once
+/// per read; once the server is back, reads work and the log says once
+/// that it answers again. (Before, a line per read.)
+#[test]
+fn a_remote_show_logs_an_outage_once_and_its_end_once() {
+    let mut server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "for i in 1 2 3 4; do echo \"file $i\" > f$i; done");
+    let url = server.url("outage");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    push(&fx, &server);
+    fx.unmount();
+
+    let other = tempfile::tempdir().unwrap();
+    let home = other.path();
+    let mp = home.join("mp");
+    let show = RemoteShow::start(&server, home, &format!("{url}@0"), &mp, &[]);
+    server.stop();
+    for f in ["f1", "f2", "f3"] {
+        for _ in 0..2 {
+            let e = std::fs::read(mp.join(f)).expect_err("a read while the server is down");
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{f}: {e}");
+        }
+    }
+    server.restart();
+    for f in ["f1", "f2", "f3", "f4"] {
+        assert_eq!(std::fs::read_to_string(mp.join(f)).unwrap(), format!("file {}\n", &f[1..]), "{f}");
+    }
+    show.stop(|s| {
+        check(elsewhere(&server, home, &["unmount", s.mp.to_str().unwrap()]), "unmount");
+    });
+    let log = std::fs::read_to_string(home.join("show-mp.log")).unwrap();
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("Cannot read")).collect();
+    assert_eq!(failed.len(), 1, "the outage is logged once: {log}");
+    assert!(failed[0].contains("cannot be reached"), "{}", failed[0]);
+    assert_eq!(log.lines().filter(|l| l.contains("answers again")).count(), 1, "and its end once: {log}");
+}
+
 /// Bytes of every object the (file-backed) server holds.
 fn bucket_bytes(server: &S3Server) -> u64 {
     fn walk(dir: &Path) -> u64 {
@@ -1026,6 +1065,145 @@ fn a_push_and_a_collection_of_one_bucket_exclude_each_other_through_its_locks() 
     assert_clones_match(&b, &server, &url_b, &[0, b1], "b after a's collection");
     a.unmount();
     b.unmount();
+}
+
+/// The push lock of a daemon killed while it pushed: another workspace's
+/// collection on the same machine sees from the lock's body (host, boot,
+/// pid namespace, pid and its start time) that its holder is gone and
+/// collects at once; and the next mount of the killed store removes its
+/// own locks when it starts, even one it cannot tell dead (a collect lock
+/// left before a reboot). (Before, both waited for the lock to be an hour
+/// old: the collection stayed pending, and the store's own push was
+/// refused as if another workspace collected.)
+#[test]
+fn a_push_lock_left_by_a_killed_daemon_holds_off_no_collection() {
+    let server = S3Server::start();
+    let (mut a, mut b) = (MountFixture::unmounted(), MountFixture::unmounted());
+    let (url_a, url_b) = (server.url("a"), server.url("b"));
+    mount_with_remote(&mut b, &server, &["--remote", &url_b, "--auto-turn", "0"]);
+    b.sh("head -c 50000 /dev/urandom > only-b");
+    let b1 = b.turn("r000001");
+    b.sh("rm only-b && echo x > x");
+    let b2 = b.turn("r000002");
+    push(&b, &server);
+
+    // a's daemon is killed holding its push lock, before its first chunk.
+    sh(&a.ws, "head -c 40000 /dev/urandom > f1");
+    let pause = a.dir.path().join("put-pause");
+    std::fs::write(&pause, b"").unwrap();
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    a.mount_with_env(false, &["--remote", &url_a, "--auto-turn", "0"], &env_refs(&env));
+    wait_for(&a.dir.path().join("put-pause.reached"), "a's uploader never reached its first chunk");
+    let pid = a.daemon_pid();
+    check(run_with_timeout(Command::new("kill").args(["-9", &pid.to_string()]), CHILD_TIMEOUT), "kill -9");
+    a.detach_dead(pid);
+    std::fs::remove_file(&pause).unwrap();
+    let du = du_remote(&server, &server.url(""));
+    let held = |du: &serde_json::Value| {
+        du["locks"].as_array().map(|l| l.iter().filter_map(|k| k.as_str().map(str::to_string)).collect::<Vec<_>>())
+    };
+    let locks = held(&du).expect("locks");
+    assert!(locks.len() == 1 && locks[0].starts_with("chunks/locks/push-"), "the killed push left its lock: {du}");
+
+    // b's collection is not held off by it.
+    forget(&b, &[b1]);
+    let status = push(&b, &server);
+    assert!(status.get("collection_pending").is_none(), "the dead daemon's lock held the collection off: {status}");
+    let du = du_remote(&server, &server.url(""));
+    assert_eq!(du["unreferenced_bytes"].as_u64(), Some(0), "only-b was collected: {du}");
+    assert_clones_match(&b, &server, &url_b, &[0, b2], "b after its collection");
+
+    // a's next mount completes its push; its lock goes.
+    mount_with_remote(&mut a, &server, &["--auto-turn", "0"]);
+    assert_eq!(push(&a, &server)["backlog"], serde_json::json!([]));
+    assert_eq!(held(&du_remote(&server, &server.url(""))), Some(vec![]), "a lock was left behind");
+    a.unmount();
+
+    // A collect lock of a's store left by a daemon of another boot (killed
+    // while it collected, before the machine restarted): nobody can tell it
+    // dead, but a's next mount removes it as it starts, and pushes.
+    let head: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(server.object_path("a/head.json")).expect("a's head")).expect("head");
+    let store_id = head["store_id"].as_str().expect("store id");
+    let key = format!("chunks/locks/collect-{store_id}.json");
+    let body =
+        br#"{"prefix":"a","pid":1234,"started":5,"host":"gone","boot_id":"another-boot","pid_namespace":"pid:[1]"}"#;
+    object_by_another_client(&server, &key, Some(body));
+    assert_eq!(held(&du_remote(&server, &server.url(""))), Some(vec![key.clone()]));
+    mount_with_remote(&mut a, &server, &["--auto-turn", "0"]);
+    a.sh("echo more > f1");
+    let a1 = a.turn("r000001");
+    let (out, status) = push_output(&a, &server);
+    assert!(out.status.success(), "a's own old lock held its push off: {status}");
+    assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
+    assert_eq!(held(&du_remote(&server, &server.url(""))), Some(vec![]), "a's mount left its own old lock");
+    assert_clones_match(&a, &server, &url_a, &[0, a1], "a after its lock was removed");
+    a.unmount();
+    b.unmount();
+}
+
+/// `unmount` waits for the remote at most `--wait` seconds: with the push
+/// held (the uploader paused before a chunk) `unmount --wait 2` returns
+/// long before its default minute, and says what is not on the remote and
+/// the command that pushes it; with the server stopped it returns at the
+/// first failed pass, saying the same and why; with the server back the
+/// next mount sends everything, and `unmount` (stderr not a terminal: plain
+/// lines, no bar) says it all went. (Before, `unmount` had no `--wait` and
+/// always waited a minute.)
+#[test]
+fn unmount_waits_for_the_remote_within_its_bound_and_says_what_is_left_and_how_to_push_it() {
+    let mut server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "head -c 40000 /dev/urandom > f1");
+    let pause = fx.dir.path().join("put-pause");
+    std::fs::write(&pause, b"").unwrap();
+    let url = server.url("w");
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_REMOTE_PUT_PAUSE", pause.to_str().unwrap().into()));
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &env_refs(&env));
+    wait_for(&fx.dir.path().join("put-pause.reached"), "the uploader never reached its first chunk");
+    let mp = fx.path().to_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let out = check(fx.rewindfs(&["unmount", "--wait", "2", &mp]), "unmount --wait 2");
+    let took = started.elapsed();
+    fx.forget_mount();
+    std::fs::remove_file(&pause).unwrap();
+    let err = stderr(&out);
+    assert!(took < std::time::Duration::from_secs(30), "unmount --wait 2 took {took:?}: {err}");
+    assert!(err.contains(&format!("waiting up to 2 s for 1 checkpoints to reach {url}")), "{err}");
+    assert!(err.contains(&format!("1 checkpoints are not on {url} yet (0)")), "{err}");
+    assert!(err.contains(&format!("`rewindfs push -C {mp}`")), "{err}");
+    assert!(!err.contains('\r') && !err.contains("\u{1b}["), "no bar when stderr is not a terminal: {err:?}");
+
+    // The server stopped: the wait ends at the first failed pass.
+    mount_with_remote(&mut fx, &server, &["--auto-turn", "0"]);
+    server.stop();
+    fx.sh("echo more > f2");
+    let n = fx.turn("r000001");
+    let out = check(fx.rewindfs(&["unmount", &mp]), "unmount with the server stopped");
+    fx.forget_mount();
+    let err = stderr(&out);
+    assert!(err.contains("waiting up to 60 s for"), "{err}");
+    assert!(err.contains(&format!("checkpoints are not on {url} yet")) && err.contains(&format!("{n})")), "{err}");
+    assert!(err.contains("cannot be reached") && err.contains("`rewindfs push -C"), "{err}");
+
+    // Back: the next mount sends it all, and `unmount` says so.
+    server.restart();
+    mount_with_remote(&mut fx, &server, &["--auto-turn", "0"]);
+    fx.sh("echo last > f3");
+    let last = fx.turn("r000002");
+    let out = check(fx.rewindfs(&["unmount", &mp]), "unmount with the server back");
+    fx.forget_mount();
+    let err = stderr(&out);
+    assert!(!err.contains("not on"), "{err}");
+    if err.contains("waiting up to") {
+        assert!(err.contains(&format!("checkpoints are on {url}")), "{err}");
+    }
+    let other = tempfile::tempdir().unwrap();
+    let log = stdout(&check(elsewhere(&server, other.path(), &["log", &url, "--json"]), "log"));
+    let listed: serde_json::Value = serde_json::from_str(&log).expect("log --json");
+    assert!(listed.to_string().contains(&format!("\"checkpoint\":{last}")), "{listed}");
 }
 
 #[test]

@@ -386,9 +386,9 @@ fn rewindfs_as_agent(fx: &MountFixture, args: &[&str]) -> Output {
     rewindfs_as_agent_in(fx, args, true)
 }
 
-/// As `rewindfs_as_agent`; without `fixture_runtime`, with the agent's own
-/// default runtime directory, as an agent run by hand has.
-fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool) -> Output {
+/// `rewindfs` (a copy the test user can run) as the unprivileged test
+/// user, in the fixture's directory.
+fn agent_command(fx: &MountFixture) -> Command {
     let bin = fx.dir.path().join("rewindfs-for-agent");
     if !bin.exists() {
         std::fs::copy(common::bin(), &bin).expect("copy the binary");
@@ -400,8 +400,15 @@ fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool)
         .arg(format!("--regid={gid}"))
         .arg("--clear-groups")
         .arg(&bin)
-        .args(args)
         .current_dir(fx.dir.path());
+    cmd
+}
+
+/// As `rewindfs_as_agent`; without `fixture_runtime`, with the agent's own
+/// default runtime directory, as an agent run by hand has.
+fn rewindfs_as_agent_in(fx: &MountFixture, args: &[&str], fixture_runtime: bool) -> Output {
+    let mut cmd = agent_command(fx);
+    cmd.args(args);
     if fixture_runtime {
         cmd.env("REWINDFS_RUNTIME_DIR", &fx.run);
     } else {
@@ -1036,4 +1043,81 @@ fn the_agents_unmount_of_a_live_mount_is_refused_as_the_owners() {
     assert!(stderr(&out).contains("owner's"), "{}", stderr(&out));
     assert!(common::is_mounted(&fx.mountpoint), "the mount is still there");
     fx.unmount();
+}
+
+/// A view served from the store of a workspace that is not mounted (`show`
+/// outside a mount, a process of root's own): the store is private to its
+/// owner, so the agent's user can neither read it nor use it. Its own
+/// `show` and `log` of the workspace, given root's home, fail and mount
+/// nothing; it cannot unmount the owner's view; the store's directory and
+/// database stay closed to it while the view is served.
+#[test]
+fn the_agent_user_can_neither_read_nor_use_a_store_served_view() {
+    let fx = MountFixture::unmounted();
+    let ws = s(&fx.ws).to_string();
+    std::fs::write(fx.ws.join("secret.txt"), "v0\n").expect("write");
+    let script = format!("echo v1 > secret.txt && {} turn --message-id r000001 >/dev/null", common::bin());
+    check(fx.rewindfs(&["run", &ws, "--", "sh", "-c", &script]), "run");
+    let view = fx.dir.path().join("view");
+    std::fs::create_dir(&view).expect("mkdir view");
+    let out = check(fx.rewindfs(&["show", "-C", &ws, "1", s(&view)]), "the owner's show");
+    assert!(stdout(&out).contains("served from its store by pid"), "{}", stdout(&out));
+    assert!(common::is_mounted(&view));
+
+    let home = fx.dir.path().join("home");
+    let theirs = fx.dir.path().join("agent-view");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    let (uid, gid) = test_user();
+    std::os::unix::fs::chown(&theirs, Some(uid), Some(gid)).expect("chown");
+    let as_agent = |args: &[&str]| {
+        let mut cmd = agent_command(&fx);
+        cmd.args(args).env("REWINDFS_HOME", &home).env("REWINDFS_RUNTIME_DIR", &fx.run);
+        common::run_with_timeout(&mut cmd, common::CHILD_TIMEOUT)
+    };
+    for args in [vec!["show", "-C", &ws, "1", s(&theirs)], vec!["log", "-C", &ws], vec!["unmount", s(&view)]] {
+        let out = as_agent(&args);
+        assert!(!out.status.success(), "the agent's {args:?} must fail: {}{}", stdout(&out), stderr(&out));
+    }
+    assert!(!common::is_mounted(&theirs), "the agent mounted a view of the owner's store");
+    assert!(common::is_mounted(&view), "the agent unmounted the owner's view");
+
+    // The store itself: nothing in it can be listed or opened.
+    let stores: Vec<std::path::PathBuf> = walk_dirs(&home);
+    let private: Vec<&std::path::PathBuf> = stores
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.mode() & 0o077 == 0))
+        .collect();
+    assert!(!private.is_empty(), "no private directory under {}", home.display());
+    let mut files: Vec<String> = Vec::new();
+    for d in &private {
+        for e in std::fs::read_dir(d).expect("read store dir").flatten() {
+            files.push(s(&e.path()).to_string());
+        }
+        files.push(s(d).to_string());
+    }
+    let code = format!(
+        "import os\nopened = []\nfor p in {files:?}:\n    try:\n        if os.path.isdir(p):\n            os.listdir(p)\n        else:\n            open(p, 'rb').read(1)\n        opened.append(p)\n    except PermissionError:\n        pass\nprint(opened)\n"
+    );
+    let out = check(py_as_agent(fx.dir.path(), &code), "the agent's reads of the store");
+    assert_eq!(stdout(&out).trim(), "[]", "the agent read parts of the owner's store");
+
+    check(fx.rewindfs(&["unmount", s(&view)]), "the owner's unmount");
+    assert!(!common::is_mounted(&view));
+}
+
+/// Every directory under `dir` (`dir` included).
+fn walk_dirs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if let Ok(d) = std::fs::read_dir(&out[i]) {
+            for e in d.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(e.path());
+                }
+            }
+        }
+        i += 1;
+    }
+    out
 }

@@ -587,6 +587,11 @@ pub struct UnmountArgs {
     /// close their files.
     #[arg(long)]
     pub lazy: bool,
+    /// How long to wait for sealed checkpoints to reach the store's remote
+    /// before unmounting (0: do not wait; what is left is pushed by the
+    /// next mount).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub wait: u64,
 }
 
 #[derive(Args, Debug)]

@@ -3,16 +3,17 @@
 
 use std::time::Duration;
 
-use crate::cli::common;
 use crate::cli::{CloneArgs, PushArgs, ShowArgs};
+use crate::cli::{common, show};
 use crate::daemon::protocol as op;
 use crate::daemon::registry::MountInfo;
 use crate::error::{AsErrno, Error, ErrorKind, Failure, Result};
 use crate::remote::push::RemoteStatus;
 use crate::remote::{Bucket, RemoteError, RemoteUrl};
 
-/// How long `unmount` waits for the backlog to reach the remote.
-const UNMOUNT_WAIT: Duration = Duration::from_secs(60);
+/// How long `unmount` waits for the backlog to reach the remote, unless
+/// `--wait` says otherwise.
+pub const UNMOUNT_WAIT: Duration = Duration::from_secs(60);
 
 fn remote_error(e: RemoteError) -> Error {
     let kind = match &e {
@@ -78,32 +79,69 @@ fn list(ns: &[i64]) -> String {
     if ns.len() > 10 { format!("{} ...", shown.join(", ")) } else { shown.join(", ") }
 }
 
-/// Before an unmount: waits (bounded) for the sealed checkpoints to reach
-/// the remote, and says what has not and how to send it later.
-pub fn drain_before_unmount(info: &MountInfo) {
+/// Before an unmount: waits (at most `wait`) for the sealed checkpoints
+/// to reach the remote, showing how many have (a bar on a terminal, a line
+/// per checkpoint otherwise), and says what has not and how to send it
+/// later. A failed pass ends the wait: the remote refuses or cannot be
+/// reached, and the uploader's next try is its own.
+pub fn drain_before_unmount(info: &MountInfo, wait: Duration) {
+    use std::io::IsTerminal;
     let Ok(status) = common::ask(info, op::Status) else { return };
     let Some(remote) = status.remote else { return };
     if remote.backlog.is_empty() {
         return;
     }
-    eprintln!(
-        "rewindfs: waiting up to {} s for {} checkpoints to reach {}",
-        UNMOUNT_WAIT.as_secs(),
-        remote.backlog.len(),
-        remote.remote
-    );
-    let left = match common::ask(info, op::Push { wait_secs: UNMOUNT_WAIT.as_secs() }) {
-        Ok(s) => s,
-        Err(_) => remote,
+    let total = remote.backlog.len() as u64;
+    eprintln!("rewindfs: waiting up to {} s for {total} checkpoints to reach {}", wait.as_secs(), remote.remote);
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} checkpoints ({elapsed})")
+        {
+            bar.set_style(style);
+        }
+        bar.set_message(format!("pushing to {}", remote.remote));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    // One push request waits for the whole (it returns when everything is
+    // there or a pass that started after it failed); `status` meanwhile
+    // shows the progress.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let asking = info.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(common::ask(&asking, op::Push { wait_secs: wait.as_secs() }));
+    });
+    let mut shown = 0;
+    let left = loop {
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(Ok(s)) => break s,
+            Ok(Err(_)) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break remote,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let Some(now) = common::ask(info, op::Status).ok().and_then(|s| s.remote) else { continue };
+        let done = total.saturating_sub(now.backlog.len() as u64);
+        match &bar {
+            Some(bar) => bar.set_position(done),
+            None if done > shown => eprintln!("rewindfs: {done} of {total} checkpoints are on {}", now.remote),
+            None => {}
+        }
+        shown = shown.max(done);
     };
+    match bar {
+        Some(bar) => bar.finish_and_clear(),
+        None if left.backlog.is_empty() => eprintln!("rewindfs: all {total} checkpoints are on {}", left.remote),
+        None => {}
+    }
     if !left.backlog.is_empty() {
         eprintln!(
-            "rewindfs: {} checkpoints are not on {} yet ({}){}; the next mount of this store pushes them (or run \
-             `rewindfs push` while mounted)",
+            "rewindfs: {} checkpoints are not on {} yet ({}){}; the next mount of this store pushes them, or mount it \
+             and run `rewindfs push -C {}`",
             left.backlog.len(),
             left.remote,
             list(&left.backlog),
-            left.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            left.last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default(),
+            info.mountpoint.display()
         );
     }
 }
@@ -253,59 +291,20 @@ pub fn show(args: ShowArgs) -> Result<()> {
     Ok(())
 }
 
-/// Serves the remote view in this process until it is unmounted. Started
-/// in the background by `show`, it says `ready JSON` (or `error: FAILURE`)
-/// on stdout, a pipe its parent reads; run by a user, it says so on
-/// stderr.
+/// Serves the remote view in this process until it is unmounted
+/// ([`show::serve_in_process`]).
 fn serve_show(args: &ShowArgs, cache_dir: &std::path::Path, mp: &std::path::Path) -> Result<()> {
-    use std::io::Write;
-    let as_server = std::env::var_os(common::DAEMON_ENV).is_some();
-    if as_server {
-        crate::sys::setsid();
-    }
-    let mounted = (|| -> Result<_> {
+    show::serve_in_process(mp, args.target.json, || {
         let (url, at) = RemoteUrl::parse_at(&args.checkpoint).map_err(remote_error)?;
         let cache = crate::remote::cache::ChunkCache::open(cache_dir, args.cache_size).map_err(remote_error)?;
         let bucket = Bucket::open(&url).map_err(remote_error)?;
         let tree = crate::remote::show::RemoteTree::open(bucket, at.as_deref(), cache).map_err(remote_error)?;
         let n = tree.checkpoint().checkpoint;
         let fsname = format!("{}{url}@{n}", crate::daemon::VIEW_FSNAME_PREFIX);
-        let session = crate::fs::view::ViewSession::mount(tree, mp, &fsname, false)
-            .map_err(|e| Error::io(format!("cannot mount the view on {}", mp.display()), e))?;
-        Ok((session, url, n))
-    })();
-    let mut out = std::io::stdout();
-    let (session, url, n) = match mounted {
-        Ok(m) => m,
-        Err(e) => {
-            if as_server {
-                let failure = serde_json::to_string(&e.to_failure()).unwrap_or_else(|_| e.to_string());
-                let _ = writeln!(out, "error: {failure}");
-                let _ = out.flush();
-            }
-            return Err(e);
-        }
-    };
-    crate::daemon::spawn_signal_watcher(mp.to_path_buf());
-    let reply = serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp });
-    if as_server {
-        let _ = writeln!(out, "ready {reply}");
-        let _ = out.flush();
-    } else if args.target.json {
-        common::print_json(&reply)?;
-    } else {
-        eprintln!(
-            "rewindfs: checkpoint {n} of {url} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
-            mp.display(),
-            mp.display()
-        );
-    }
-    let served = session.run();
-    // Ended by an error rather than an unmount: leave no dead mount.
-    if crate::daemon::view_mountpoints().iter().any(|v| v == mp) {
-        let _ = crate::sys::umount(mp, true);
-    }
-    served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))
+        let session = crate::daemon::mount_view(tree, mp, &fsname, false)?;
+        let reply = serde_json::json!({ "checkpoint": n, "remote": url.to_string(), "mountpoint": mp });
+        Ok(show::Mounted { session, reply, shown: format!("checkpoint {n} of {url}") })
+    })
 }
 
 /// `rewindfs du --remote s3://bucket[/prefix]`: who references what in a

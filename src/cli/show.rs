@@ -11,6 +11,7 @@ use crate::cli::common::{self, DAEMON_ENV};
 use crate::cli::offline::{self, Source};
 use crate::daemon::control as op;
 use crate::error::{Error, Result};
+use crate::fs::view::{Served, ViewSession};
 
 pub fn run(args: ShowArgs) -> Result<()> {
     if crate::remote::RemoteUrl::is_remote(&args.checkpoint) {
@@ -86,40 +87,77 @@ fn refuse_inside(mp: &Path, mountpoint: &Path, workspace: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Serves the view in this process until it is unmounted. Started by
-/// [`spawn_server`], it says `ready` (or `error: FAILURE`) on stdout, a pipe
-/// its parent reads; run by a user, it says so on stderr.
+/// Serves the view of checkpoint `n` from the store in this process until
+/// it is unmounted ([`serve_in_process`]).
 fn serve_here(o: offline::Offline, n: i64, mp: &Path, json: bool) -> Result<()> {
+    let (info, ws, lock) = o.into_parts();
+    let served = serve_in_process(mp, json, || {
+        let (session, reply) = crate::daemon::mount_store_view(ws, &info.workspace, n, mp)?;
+        let shown = format!("checkpoint {n} of {}", info.workspace.display());
+        Ok(Mounted { session, reply: serde_json::to_value(&reply).unwrap_or_default(), shown })
+    });
+    drop(lock);
+    served
+}
+
+/// A view mounted by a process that serves it ([`serve_in_process`]).
+pub struct Mounted<S: Served> {
+    pub session: ViewSession<S>,
+    /// What `show --json` prints about it.
+    pub reply: serde_json::Value,
+    /// What it shows, in words ("checkpoint N of WHAT").
+    pub shown: String,
+}
+
+/// A view served by a process of its own, from a store or from a remote:
+/// `mount` mounts it, then it is served here until it is unmounted (by
+/// `rewindfs unmount`, or SIGINT/SIGTERM/SIGHUP through the signal
+/// watcher). Started by `show` in the background ([`DAEMON_ENV`] set), it
+/// leaves its parent's session and says `ready JSON` (or `error:
+/// FAILURE`) on stdout, a pipe its parent reads; run by a user, it says
+/// so on stderr (the JSON on stdout with `--json`). Serving that ends with
+/// the view still mounted (its connection aborted, a failure, while a
+/// process kept it busy) detaches it: no dead mount is left behind.
+pub fn serve_in_process<S: Served>(mp: &Path, json: bool, mount: impl FnOnce() -> Result<Mounted<S>>) -> Result<()> {
     let as_server = std::env::var_os(DAEMON_ENV).is_some();
     if as_server {
         crate::sys::setsid();
     }
-    let (info, ws, lock) = o.into_parts();
-    let served = crate::daemon::serve_store_view(ws, &info.workspace, n, mp, |ready| {
-        let mut out = std::io::stdout();
-        match (ready, as_server) {
-            (Ok(reply), true) => {
-                let _ = writeln!(out, "ready {}", serde_json::to_string(&reply).unwrap_or_default());
+    let mut out = std::io::stdout();
+    let mounted = match mount() {
+        Ok(m) => m,
+        Err(e) => {
+            if as_server {
+                let failure = serde_json::to_string(&e.to_failure()).unwrap_or_else(|_| e.to_string());
+                let _ = writeln!(out, "error: {failure}");
+                let _ = out.flush();
             }
-            (Err(f), true) => {
-                let _ = writeln!(out, "error: {}", serde_json::to_string(&f).unwrap_or_else(|_| f.message.clone()));
-            }
-            (Ok(reply), false) if json => {
-                let _ = common::print_json(&reply);
-            }
-            (Ok(reply), false) => eprintln!(
-                "rewindfs: checkpoint {} of {} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
-                reply.checkpoint,
-                info.workspace.display(),
-                mp.display(),
-                mp.display()
-            ),
-            (Err(_), false) => {}
+            return Err(e);
         }
+    };
+    crate::daemon::spawn_signal_watcher(mp.to_path_buf());
+    if as_server {
+        let _ = writeln!(out, "ready {}", mounted.reply);
         let _ = out.flush();
-    });
-    drop(lock);
-    served
+    } else if json {
+        common::print_json(&mounted.reply)?;
+    } else {
+        eprintln!(
+            "rewindfs: {} is on {} (read-only; Ctrl-C or `rewindfs unmount {}` to remove)",
+            mounted.shown,
+            mp.display(),
+            mp.display()
+        );
+    }
+    let served = mounted.session.run();
+    if crate::daemon::view_mountpoints().iter().any(|v| v == mp) {
+        log::warn!("the view on {} was still mounted when its serving ended: detaching it", mp.display());
+        let _ = crate::sys::umount(mp, true);
+    }
+    if served.is_ok() {
+        log::info!("view on {} unmounted", mp.display());
+    }
+    served.map_err(|e| Error::io(format!("serving the view on {}", mp.display()), e))
 }
 
 /// Starts a process serving the view of checkpoint `n` (`show

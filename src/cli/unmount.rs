@@ -11,13 +11,19 @@ use crate::sys;
 
 pub fn run(args: UnmountArgs) -> Result<()> {
     let mp = common::absolute_no_follow(&args.mountpoint)?;
-    unmount(&mp, args.lazy)?;
+    unmount_waiting(&mp, args.lazy, Duration::from_secs(args.wait))?;
     outln!("unmounted {}", mp.display());
     Ok(())
 }
 
-/// Unmounts the rewindfs mount at `mp` and waits for its daemon to exit.
+/// Unmounts the rewindfs mount at `mp` and waits for its daemon to exit,
+/// first waiting up to a minute for sealed checkpoints to reach its remote.
 pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
+    unmount_waiting(mp, lazy, crate::cli::remote::UNMOUNT_WAIT)
+}
+
+/// [`unmount`], waiting up to `wait` for the remote.
+pub fn unmount_waiting(mp: &std::path::Path, lazy: bool, wait: Duration) -> Result<()> {
     if daemon::view_mountpoints().iter().any(|v| v == mp) {
         return sys::umount_within(mp, lazy, sys::UNMOUNT_GRACE)
             .map_err(|e| Error::io(format!("cannot unmount view {}", mp.display()), e));
@@ -29,7 +35,7 @@ pub fn unmount(mp: &std::path::Path, lazy: bool) -> Result<()> {
         MountState::Dead(_) => detach_dead(mp),
         MountState::Live(info) | MountState::Starting(info) => {
             if !lazy {
-                crate::cli::remote::drain_before_unmount(&info);
+                crate::cli::remote::drain_before_unmount(&info, wait);
             }
             let request = control::Unmount { lazy }.into();
             match control::exchange(&info.socket, &request, Duration::from_secs(120)) {

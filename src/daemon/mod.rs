@@ -295,18 +295,8 @@ struct ServedView {
 fn serve_view(ctx: &Ctx, n: i64, mountpoint: PathBuf) -> std::result::Result<protocol::ShowReply, Failure> {
     let browser = ctx.ws.read().browser(n)?;
     let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", ctx.info.workspace.display());
-    let session = crate::fs::view::ViewSession::mount(
-        crate::fs::view::LocalView { browser: Arc::new(browser), ws: ctx.ws.clone() },
-        &mountpoint,
-        &fsname,
-        ctx.transport.negotiated(),
-    )
-    .map_err(|e| {
-        Failure::failed(
-            e.raw_os_error().unwrap_or(libc::EIO),
-            format!("cannot mount the view on {}: {e}", mountpoint.display()),
-        )
-    })?;
+    let source = crate::fs::view::LocalView { browser: Arc::new(browser), ws: ctx.ws.clone() };
+    let session = mount_view(source, &mountpoint, &fsname, ctx.transport.negotiated())?;
     let transport = session.transport();
     let ended = Arc::new(AtomicBool::new(false));
     let (mp, done) = (mountpoint.clone(), ended.clone());
@@ -763,47 +753,39 @@ pub fn views_of(workspace: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Serves a view of checkpoint `n` of a workspace that no daemon serves,
+/// Mounts a read-only view of `source` on `mountpoint` (`uring`: ask for
+/// FUSE over io_uring), a failure said as the control socket says it.
+pub fn mount_view<S: crate::fs::view::Served>(
+    source: S,
+    mountpoint: &Path,
+    fsname: &str,
+    uring: bool,
+) -> std::result::Result<crate::fs::view::ViewSession<S>, Failure> {
+    crate::fs::view::ViewSession::mount(source, mountpoint, fsname, uring).map_err(|e| {
+        Failure::failed(
+            e.raw_os_error().unwrap_or(libc::EIO),
+            format!("cannot mount the view on {}: {e}", mountpoint.display()),
+        )
+    })
+}
+
+/// Mounts a view of checkpoint `n` of a workspace that no daemon serves,
 /// opened read-only from its store (the caller holds the store's lock for
-/// as long as this runs), on `mountpoint` until it is unmounted or a
-/// signal asks it. `ready` is told once the view is mounted, or why not.
-pub fn serve_store_view(
+/// as long as the view is served), with what `show` answers about it.
+pub fn mount_store_view(
     ws: Workspace,
     workspace: &Path,
     n: i64,
     mountpoint: &Path,
-    ready: impl FnOnce(std::result::Result<protocol::ShowReply, Failure>),
-) -> Result<()> {
+) -> std::result::Result<(crate::fs::view::ViewSession<crate::fs::view::LocalView>, protocol::ShowReply), Failure> {
     let ws = Arc::new(ws);
     let fsname = format!("{VIEW_FSNAME_PREFIX}{}@{n}", workspace.display());
-    let mounted = ws.read().browser(n).and_then(|browser| {
-        crate::fs::view::ViewSession::mount(
-            crate::fs::view::LocalView { browser: Arc::new(browser), ws: ws.clone() },
-            mountpoint,
-            &fsname,
-            false,
-        )
-        .map_err(|e| {
-            Failure::failed(
-                e.raw_os_error().unwrap_or(libc::EIO),
-                format!("cannot mount the view on {}: {e}", mountpoint.display()),
-            )
-        })
-    });
-    let session = match mounted {
-        Ok(session) => session,
-        Err(f) => {
-            ready(Err(f.clone()));
-            return Err(Error::Failure(f));
-        }
-    };
-    spawn_signal_watcher(mountpoint.to_path_buf());
+    let browser = ws.read().browser(n)?;
+    let session =
+        mount_view(crate::fs::view::LocalView { browser: Arc::new(browser), ws }, mountpoint, &fsname, false)?;
     let transport = session.transport().report().transport;
     info!("showing checkpoint {n} of {} on {} from its store", workspace.display(), mountpoint.display());
-    ready(Ok(protocol::ShowReply { checkpoint: n, mountpoint: mountpoint.to_path_buf(), transport }));
-    session.run().map_err(|e| Error::io(format!("the view on {} ended", mountpoint.display()), e))?;
-    info!("view on {} unmounted", mountpoint.display());
-    Ok(())
+    Ok((session, protocol::ShowReply { checkpoint: n, mountpoint: mountpoint.to_path_buf(), transport }))
 }
 
 /// Whether `path` is currently a rewindfs mountpoint.

@@ -119,6 +119,8 @@ pub struct Memory {
     live: HashMap<LiveKey, (ChunkId, Vec<ChunkSpan>)>,
     /// Chunks read and not sent yet, sent together (`flush`).
     outbox: Vec<(ChunkId, Vec<u8>)>,
+    /// The chunks in `outbox`, found by name without scanning it.
+    queued: HashSet<ChunkId>,
     outbox_bytes: usize,
 }
 
@@ -138,6 +140,7 @@ impl Memory {
     /// present is known present from then on.
     fn flush(&mut self, bucket: &Bucket, sent: &mut Sent) -> RemoteResult<()> {
         let outbox = std::mem::take(&mut self.outbox);
+        self.queued.clear();
         self.outbox_bytes = 0;
         if outbox.is_empty() {
             return Ok(());
@@ -442,11 +445,12 @@ fn send_chunk(
     id: &ChunkId,
     data: impl FnOnce() -> RemoteResult<Vec<u8>>,
 ) -> RemoteResult<()> {
-    if memory.present.contains(id) || memory.outbox.iter().any(|(queued, _)| queued == id) {
+    if memory.present.contains(id) || memory.queued.contains(id) {
         return Ok(());
     }
     let data = data()?;
     memory.outbox_bytes += data.len();
+    memory.queued.insert(*id);
     memory.outbox.push((*id, data));
     if memory.outbox_bytes >= OUTBOX_BYTES || memory.outbox.len() >= OUTBOX_CHUNKS {
         memory.flush(bucket, sent)?;

@@ -261,6 +261,9 @@ impl Pusher {
                     ),
                 });
             }
+            // No other process pushes for this store: a lock of its own
+            // was left by a daemon killed while it held it.
+            super::shared::remove_own_locks(bucket, &self.store_id)?;
             let pushed = head.checkpoints.iter().map(|c| c.checkpoint).collect();
             crate::poison::lock(&shared.state, "the uploader's state").pushed = Some(pushed);
             self.head = Some(head);

@@ -79,8 +79,95 @@ impl Drop for Lock<'_> {
     }
 }
 
+/// Who holds a lock, as its body says: enough for a process of the same
+/// machine (same host, boot and pid namespace) to tell whether the holder
+/// is still alive. A lock from elsewhere, or without these fields, is
+/// taken for alive until it is stale.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Holder {
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    pid: Option<i32>,
+    /// The holder's start time (clock ticks since boot): a pid reused by
+    /// another process does not pass for the holder.
+    #[serde(default)]
+    started: Option<u64>,
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    boot_id: Option<String>,
+    #[serde(default)]
+    pid_namespace: Option<String>,
+}
+
+impl Holder {
+    fn this_process(prefix: &str) -> Holder {
+        let pid = std::process::id() as i32;
+        Holder {
+            prefix: prefix.to_string(),
+            pid: Some(pid),
+            started: crate::sys::process_start(pid),
+            host: crate::sys::hostname(),
+            boot_id: crate::sys::boot_id(),
+            pid_namespace: crate::sys::pid_namespace(),
+        }
+    }
+
+    /// Whether the holder is a process of this machine's boot and pid
+    /// namespace that is gone (killed while it held the lock).
+    fn dead_here(&self) -> bool {
+        let here = Holder::this_process("");
+        let same_place = |a: &Option<String>, b: &Option<String>| a.is_some() && a == b;
+        let (Some(pid), Some(started)) = (self.pid, self.started) else { return false };
+        same_place(&self.host, &here.host)
+            && same_place(&self.boot_id, &here.boot_id)
+            && same_place(&self.pid_namespace, &here.pid_namespace)
+            && (!crate::sys::process_alive(pid) || crate::sys::process_start(pid) != Some(started))
+    }
+}
+
 fn lock_body(bucket: &Bucket) -> Vec<u8> {
-    serde_json::json!({ "prefix": bucket.url().prefix, "pid": std::process::id() }).to_string().into_bytes()
+    serde_json::to_vec(&Holder::this_process(&bucket.url().prefix)).unwrap_or_default()
+}
+
+/// Whether the lock at `key` was left by a process of this machine that
+/// is gone. A lock that cannot be read is not.
+fn left_by_the_dead(bucket: &Bucket, key: &str) -> bool {
+    let holder = match bucket.get(key) {
+        Ok(Some(body)) => serde_json::from_slice::<Holder>(&body).unwrap_or_default(),
+        _ => return false,
+    };
+    let dead = holder.dead_here();
+    if dead {
+        log::info!(
+            "The lock {key} was left by a process of this machine that is gone (pid {:?}): ignored.",
+            holder.pid
+        );
+    }
+    dead
+}
+
+/// Removes the locks store `store_id` left in the bucket: a store has one
+/// writer, its daemon, so a lock of its own that is there when its
+/// uploader starts was left by one that was killed, and would hold off
+/// other workspaces' collections until it is stale.
+pub fn remove_own_locks(bucket: &Bucket, store_id: &str) -> RemoteResult<usize> {
+    let (locks, _) = bucket.list_dir(LOCKS)?;
+    let mut removed = 0;
+    for kind in [LockKind::Push, LockKind::Collect] {
+        let key = lock_key(kind, store_id);
+        if locks.iter().any(|l| l.key == key) {
+            bucket.delete(&key)?;
+            log::info!("Removed {key}, left by a daemon of this store that was killed while it held it.");
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+fn lock_key(kind: LockKind, store_id: &str) -> String {
+    format!("{LOCKS}/{}-{store_id}.json", kind.name())
 }
 
 /// The fresh locks other than `own`, and the server's time of `own`.
@@ -96,16 +183,20 @@ fn others(bucket: &Bucket, own: &str) -> RemoteResult<(Vec<Listed>, i64)> {
 /// Takes a lock of `kind` for the store `store_id`: Ok(Err(holder)) when
 /// a fresh lock that excludes it is there (nothing is left behind then).
 pub fn lock<'b>(bucket: &'b Bucket, kind: LockKind, store_id: &str) -> RemoteResult<Result<Lock<'b>, String>> {
-    let key = format!("{LOCKS}/{}-{store_id}.json", kind.name());
+    let key = lock_key(kind, store_id);
     bucket.put(&key, lock_body(bucket))?;
     let mut lock = Lock { bucket, key: key.clone(), taken_ms: 0 };
     let (fresh, now) = others(bucket, &key)?;
+    // A holder that is gone is no holder: it was killed on this machine
+    // (read after ours was written, so one that wrote its lock again since
+    // is seen as it is now, and one that writes it later sees ours).
     let excluding = fresh.iter().find(|l| {
         let name = l.key.rsplit('/').next().unwrap_or_default();
-        match kind {
+        let excludes = match kind {
             LockKind::Push => name.starts_with("collect-"),
             LockKind::Collect => true,
-        }
+        };
+        excludes && !left_by_the_dead(bucket, &l.key)
     });
     if let Some(holder) = excluding {
         // Dropping `lock` removes ours.

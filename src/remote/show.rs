@@ -50,6 +50,10 @@ pub struct RemoteTree {
     bytes: u64,
     /// Chunks whose failure was logged already.
     reported: std::sync::Mutex<HashSet<ChunkId>>,
+    /// The bucket's failure being met now (the server down or refusing:
+    /// said once, not on every read), and the cache's count of fetches
+    /// when it began: a fetch since means the server answers again.
+    outage: std::sync::Mutex<Option<(String, u64)>>,
 }
 
 fn errno(n: i32) -> ViewError {
@@ -78,7 +82,15 @@ impl RemoteTree {
         let manifest = bucket.manifest(&checkpoint.manifest)?;
         super::clone::check_paths(&bucket, &manifest)?;
         let (objects, bytes) = index(&bucket, manifest)?;
-        Ok(RemoteTree { bucket, cache, checkpoint, objects, bytes, reported: Default::default() })
+        Ok(RemoteTree {
+            bucket,
+            cache,
+            checkpoint,
+            objects,
+            bytes,
+            reported: Default::default(),
+            outage: Default::default(),
+        })
     }
 
     pub fn checkpoint(&self) -> &RemoteCheckpoint {
@@ -128,25 +140,49 @@ impl RemoteTree {
         }
     }
 
-    /// Logs a chunk that cannot be read, once per chunk.
+    /// Logs a chunk that cannot be read: once per chunk missing or damaged,
+    /// once per outage of the bucket (the same failure again is not said
+    /// again until the server has answered in between).
     fn failed(&self, path: &std::path::Path, e: &RemoteError) -> ViewError {
         let key = match e {
             RemoteError::Corrupt { key, .. } | RemoteError::Missing { key, .. } => Some(key.clone()),
             _ => None,
         };
-        let first = key.is_none_or(|k| {
-            ChunkId::parse_hex(k.rsplit('/').next().unwrap_or_default())
-                .is_none_or(|id| crate::poison::lock(&self.reported, "the reported chunks").insert(id))
-        });
+        let first = match key {
+            Some(k) => ChunkId::parse_hex(k.rsplit('/').next().unwrap_or_default())
+                .is_none_or(|id| crate::poison::lock(&self.reported, "the reported chunks").insert(id)),
+            None => {
+                let mut outage = crate::poison::lock(&self.outage, "the remote's outage");
+                let failure = e.failure();
+                let new = outage.as_ref().is_none_or(|(said, _)| *said != failure);
+                if new {
+                    *outage = Some((failure, self.cache.stats().fetched));
+                }
+                new
+            }
+        };
         if first {
             log::error!(
-                "Cannot read {} of {}@{}: {e}; reads of it fail with EIO.",
+                "Cannot read {} of {}@{}: {e}; reads of it fail with EIO (said once until it changes).",
                 crate::text::quote_name(path.as_os_str()),
                 self.bucket.url(),
                 self.checkpoint.checkpoint
             );
         }
         errno(libc::EIO)
+    }
+}
+
+impl RemoteTree {
+    /// After a successful read: an outage the bucket has answered a fetch
+    /// since is over, and said so once.
+    fn answered(&self) {
+        let mut outage = crate::poison::lock(&self.outage, "the remote's outage");
+        if outage.as_ref().is_some_and(|(_, fetched)| self.cache.stats().fetched > *fetched) {
+            *outage = None;
+            // As visible as the failure it ends.
+            log::warn!("{} answers again: reads of it work again.", self.bucket.url());
+        }
     }
 }
 
@@ -283,6 +319,7 @@ impl ViewSource for RemoteTree {
         let first = o.pieces.partition_point(|p| p.start + p.len as u64 <= offset);
         for piece in o.pieces[first..].iter().take_while(|p| p.start < end) {
             let data = self.cache.get(&self.bucket, &piece.id).map_err(|e| self.failed(&o.entry.path, &e))?;
+            self.answered();
             if data.len() != piece.len as usize {
                 let e = RemoteError::Corrupt {
                     remote: self.bucket.url().to_string(),

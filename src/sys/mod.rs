@@ -198,6 +198,32 @@ pub fn kill(pid: i32, signal: i32) -> io::Result<bool> {
     }
 }
 
+/// This boot of the machine (`/proc/sys/kernel/random/boot_id`): a pid of
+/// another boot names no process of this one.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string())
+}
+
+/// The pid namespace this process sees pids in (`pid:[N]`): a pid is
+/// only meaningful within one.
+pub fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid").ok().map(|p| p.to_string_lossy().into_owned())
+}
+
+/// The machine's host name.
+pub fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string())
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of
+/// `/proc/PID/stat`): with the pid, it names one process, since a pid is
+/// only reused by a process that starts later.
+pub fn process_start(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields from 3 on follow the parenthesised command name.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Whether a process with that pid is alive (zombies count as dead).
 pub fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
