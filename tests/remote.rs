@@ -1242,7 +1242,7 @@ fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_com
     // The server's storage fills as a bucket reaching its quota refuses
     // writes (Garage's bucket quota answers the same way: an error, not
     // silence).
-    let server = S3Server::start_on_small_disk(1 << 20);
+    let server = S3Server::start_with_room(1 << 20);
     let mut fx = MountFixture::unmounted();
     sh(&fx.ws, "for i in $(seq 1 30); do head -c 100000 /dev/urandom > f$i; done");
     let url = server.url("full");
@@ -1260,7 +1260,7 @@ fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_com
     fx.sh("echo more > f1 && rm f2");
     let n = fx.turn("r000001");
     assert_eq!(daemon_log_lines(&fx, "Cannot push to").len(), 1, "the failure is logged once");
-    server.resize(64 << 20);
+    server.set_room(64 << 20);
     let status = push(&fx, &server);
     assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
     assert_remote_clean(&server, &url, n as usize + 1, "after the server had room again");
