@@ -1238,10 +1238,9 @@ fn the_object_store_killed_mid_push_loses_nothing_and_the_push_completes_once_it
 }
 
 #[test]
-fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_completes_when_it_has_room() {
-    // The server's storage fills as a bucket reaching its quota refuses
-    // writes (Garage's bucket quota answers the same way: an error, not
-    // silence).
+fn a_bucket_without_room_fails_the_push_clearly_recording_goes_on_and_the_push_completes_when_it_has_room() {
+    // Garage: its own bucket quota, answered 403 AccessDenied "Bucket size
+    // quota is reached". rclone has no quotas: its storage fills up.
     let server = S3Server::start_with_room(1 << 20);
     let mut fx = MountFixture::unmounted();
     sh(&fx.ws, "for i in $(seq 1 30); do head -c 100000 /dev/urandom > f$i; done");
@@ -1251,9 +1250,10 @@ fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_com
     assert!(!out.status.success(), "a push to a full server must fail: {status}");
     assert_eq!(status["reachable"], serde_json::json!(true), "the server answered: {status}");
     let error = status["last_error"].as_str().unwrap_or_default().to_string();
-    // rclone answers a full disk with a bare 500 (Garage's quota with its
-    // own code): the error names the object and the answer.
-    assert!(error.contains("cannot write chunks/") && error.contains("500"), "the error says what failed: {status}");
+    // The error names the object and the answer: a bare 500 from rclone's
+    // full disk; Garage's quota is a full bucket, not refused credentials.
+    let answer = if server.kind == "garage" { "the bucket is full (its quota is reached" } else { "500" };
+    assert!(error.contains("cannot write chunks/") && error.contains(answer), "the error says what failed: {status}");
     let text = stdout(&fx.rewindfs(&["status", "-C", fx.path().to_str().unwrap()]));
     assert!(text.contains("FAILING") && text.contains("not pushed yet"), "status says it: {text}");
     // Recording and turns go on.

@@ -136,6 +136,15 @@ fn cause(e: &object_store::Error) -> (String, Reach) {
     if said.as_deref().is_some_and(|s| s.starts_with("NoSuchBucket")) {
         return ("the bucket does not exist".into(), Reach::NoBucket);
     }
+    // A bucket at its quota: Garage answers 403 `AccessDenied` ("Bucket
+    // size quota is reached"), Ceph's gateway `QuotaExceeded`, MinIO
+    // `XMinioAdminBucketQuotaExceeded`. Not a matter of credentials.
+    if let Some(said) = said.as_deref().filter(|s| s.to_ascii_lowercase().contains("quota")) {
+        return (
+            format!("the bucket is full (its quota is reached: raise it or free room in it): {said}"),
+            Reach::Failed,
+        );
+    }
     match e {
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
             let said = said.unwrap_or_else(|| "no reason given".into());
@@ -549,5 +558,38 @@ mod tests {
         assert_eq!(RemoteUrl::parse_bucket("s3://bkt/").unwrap().to_string(), "s3://bkt");
         assert_eq!(RemoteUrl::parse_bucket("s3://bkt/a/b").unwrap().prefix, "a/b");
         assert!(RemoteUrl::parse_bucket("s3://Bkt").is_err());
+    }
+
+    /// A server's refusal as `object_store` reports it: the answer's XML
+    /// in the error's source.
+    fn refusal(xml: &str, denied: bool) -> object_store::Error {
+        let source: Box<dyn std::error::Error + Send + Sync> =
+            format!("Client error with status 403 Forbidden: {xml}").into();
+        if denied {
+            object_store::Error::PermissionDenied { path: "chunks/ab".into(), source }
+        } else {
+            object_store::Error::Generic { store: "S3", source }
+        }
+    }
+
+    #[test]
+    fn a_bucket_at_its_quota_is_full_not_denied() {
+        // Garage 2.5 (garage_api_s3 put.rs `check_quotas`): 403 AccessDenied.
+        let garage = "<Error><Code>AccessDenied</Code><Message>Forbidden: Bucket size quota is reached, maximum \
+                      total size of objects for this bucket: 1048576.</Message></Error>";
+        let (text, reach) = cause(&refusal(garage, true));
+        assert_eq!(reach, Reach::Failed, "{text}");
+        assert!(text.starts_with("the bucket is full") && text.contains("quota is reached"), "{text}");
+        let ceph = "<Error><Code>QuotaExceeded</Code><Message></Message></Error>";
+        let (text, reach) = cause(&refusal(ceph, false));
+        assert_eq!(
+            (reach, text.as_str()),
+            (Reach::Failed, "the bucket is full (its quota is reached: raise it or free room in it): QuotaExceeded")
+        );
+        // Refused credentials stay a refusal.
+        let denied = "<Error><Code>AccessDenied</Code><Message>Forbidden: No such key: GK01</Message></Error>";
+        let (text, reach) = cause(&refusal(denied, true));
+        assert_eq!(reach, Reach::Denied, "{text}");
+        assert!(text.starts_with("access denied (check the credentials"), "{text}");
     }
 }
