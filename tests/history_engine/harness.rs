@@ -721,9 +721,13 @@ impl Runner {
         let ws = self.ws();
         let stop = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
-        let started = AtomicBool::new(false);
+        // The reader says when its first read is done (or drops the sender
+        // when it ends first): the rewind waits for it without spinning.
+        let (started, first_read) = std::sync::mpsc::channel::<()>();
+        let mut started = Some(started);
+        let (stop, reads, sealed, pairs) = (&stop, &reads, &sealed, &pairs);
         let (reply, wrong) = std::thread::scope(|s| {
-            let reader = s.spawn(|| {
+            let reader = s.spawn(move || {
                 let mut rng = Rng(k as u64 ^ 0x5eed);
                 loop {
                     let (n, want) = &sealed[rng.below(sealed.len())];
@@ -731,7 +735,9 @@ impl Runner {
                         let r = ws.read();
                         observe_view(&r, *n)
                     };
-                    started.store(true, Ordering::SeqCst);
+                    if let Some(started) = started.take() {
+                        let _ = started.send(());
+                    }
                     reads.fetch_add(1, Ordering::Relaxed);
                     match got {
                         Err(e) => return Some(format!("reading checkpoint {n}'s view during a rewind: {e}")),
@@ -756,9 +762,7 @@ impl Runner {
                     }
                 }
             });
-            while !started.load(Ordering::SeqCst) && !reader.is_finished() {
-                std::thread::yield_now();
-            }
+            let _ = first_read.recv();
             let reply = ws.rewind(&k.to_string(), false);
             stop.store(true, Ordering::SeqCst);
             (reply, reader.join().unwrap_or_else(|_| Some("the reader panicked".into())))
