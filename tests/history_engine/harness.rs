@@ -753,7 +753,7 @@ impl Runner {
                     }
                     if rng.below(4) == 0 {
                         let rows = ws.read().log();
-                        if let Some(wrong) = log_rows_wrong(rows, &pairs) {
+                        if let Some(wrong) = log_rows_wrong(rows, pairs) {
                             return Some(format!("`log` during a rewind: {wrong}"));
                         }
                     }
