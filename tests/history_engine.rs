@@ -11,9 +11,14 @@
 //! directory, an in-memory store and the fault-injecting store (the
 //! in-memory ones are kept across a crash, as a disk is).
 //!
-//! The live tree opens files by handle (`open_by_handle_at`), which needs
-//! CAP_DAC_READ_SEARCH: the test runs as root, and fails (does not skip)
-//! without it. Steps that need a kernel are mapped to their analogue:
+//! No privilege is needed: the steps need uid 0 of their user namespace
+//! (root's permission checks, `chown` to ids the namespace maps), which
+//! `unshare --map-auto --map-root-user` gives any user, and where opening
+//! by handle (`open_by_handle_at`, CAP_DAC_READ_SEARCH) is refused the
+//! workspaces open objects through held descriptors
+//! (`Opener::HeldDescriptors`); `sequences_run_without_privilege` runs
+//! sequences so as the unprivileged test user. Without uid 0 the test
+//! fails (does not skip), naming that command. Steps that need a kernel are mapped to their analogue:
 //! `remount` and `kill` reopen the workspace; descriptors are open files of
 //! the core, read and written through it.
 //!
@@ -28,6 +33,8 @@
 //! HISTORY_ENGINE_THREADS=N sequences at once (default: the cores, at most 4);
 //! HISTORY_ENGINE_SECS=N stops starting sequences after N seconds (a soak:
 //! set HISTORY_ENGINE_SEQUENCES high and the time here);
+//! HISTORY_ENGINE_OPENER=handle|held chooses how objects are opened
+//! (default: by handle when the process may);
 //! HISTORY_ENGINE_SHARED_LOCKS=1 leaves SQLite's locking as the daemon has
 //! it (by default each workspace's database is owned alone,
 //! `Meta::own_alone`: its lock is kept rather than taken per statement).
@@ -49,12 +56,51 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
-fn setup() {
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "the in-process model tier opens the workspace's files by handle (open_by_handle_at), which needs \
-         CAP_DAC_READ_SEARCH: run it as root"
-    );
+/// The ids the model's `chown` steps give files (model.rs), which must
+/// exist in this process's user namespace.
+const CHOWN_UIDS: [u32; 2] = [1000, 1234];
+const CHOWN_GIDS: [u32; 2] = [1000, 4321];
+
+/// Whether `id` is mapped in `/proc/self/{uid,gid}_map` (`which`).
+fn mapped(which: &str, id: u32) -> bool {
+    let map = std::fs::read_to_string(format!("/proc/self/{which}_map")).unwrap_or_default();
+    map.lines().any(|l| {
+        let f: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        f.len() == 3 && (f[0]..f[0] + f[2]).contains(&u64::from(id))
+    })
+}
+
+/// The user id outside this process's user namespace that its uid 0 is
+/// (0 in the initial namespace).
+fn root_outside() -> u64 {
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    map.lines()
+        .find_map(|l| {
+            let f: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            (f.len() == 3 && f[0] == 0).then_some(f[1])
+        })
+        .unwrap_or(0)
+}
+
+/// Checks what the tier needs and chooses how objects are opened: its
+/// name, for the summary line.
+fn setup() -> &'static str {
+    // The steps expect root's permission checks (writing a 0444 file,
+    // creating in a 0555 directory) and give files to other users: root
+    // of a user namespace has both over the ids it maps, no privilege
+    // needed (only opening by handle is not given, see `choose_opener`).
+    let hint = "run it as root, or unprivileged as root of a user namespace that maps subordinate ids: \
+                `unshare --map-auto --map-root-user cargo test --release --test history_engine`";
+    assert!(rustix::process::geteuid().is_root(), "the in-process model tier needs uid 0: {hint}");
+    for (which, ids) in [("uid", CHOWN_UIDS), ("gid", CHOWN_GIDS)] {
+        for id in ids {
+            assert!(
+                mapped(which, id),
+                "the model gives files to {which} {id}, which this user namespace does not map: {hint}"
+            );
+        }
+    }
+    let opener = harness::choose_opener();
     // As the daemon: modes are the ones asked for.
     rustix::process::umask(rustix::fs::Mode::empty());
     // A simulated crash unwinds with `faults::Crash`: not worth a line each.
@@ -67,6 +113,7 @@ fn setup() {
             }
         }));
     });
+    opener
 }
 
 fn backend_for(seed: u64) -> Backend {
@@ -171,7 +218,7 @@ fn report(seed: Option<u64>, backend: Backend, steps: &[Step], f: &Failure, budg
 /// Replays a regression sequence on every backend; panics with the failure.
 #[allow(dead_code)]
 fn replay(lines: &[&str]) {
-    setup();
+    let _ = setup();
     let steps: Vec<Step> = lines.iter().map(|l| Step::parse(l).unwrap_or_else(|e| panic!("{e}"))).collect();
     for backend in [Backend::Pack, Backend::Memory, Backend::Faulty] {
         if let Err(f) = run_steps(&steps, backend) {
@@ -184,7 +231,7 @@ fn replay(lines: &[&str]) {
 /// steps each; every failure is shrunk and printed as a replayable list.
 #[test]
 fn random_sequences_against_the_model_in_process() {
-    setup();
+    let opener = setup();
     let steps = env_u64("HISTORY_ENGINE_STEPS").unwrap_or(80) as usize;
     let shrink_budget = Duration::from_secs(env_u64("HISTORY_ENGINE_SHRINK_SECS").unwrap_or(60));
     if let Ok(list) = std::env::var("HISTORY_ENGINE_REPLAY") {
@@ -238,14 +285,90 @@ fn random_sequences_against_the_model_in_process() {
     let events: Vec<String> = tally.events.iter().map(|(k, n)| format!("{n} {k}")).collect();
     eprintln!(
         "history_engine: {} sequences, {total_steps} steps ({}), {} reads racing a rewind, {} failures in {ran_for:.1} s \
-         on {workers} threads ({:.0} sequences a minute)",
+         on {workers} threads ({:.0} sequences a minute), objects opened {opener}, as uid {}",
         sequences,
         events.join(", "),
         tally.reads,
         failures.len(),
-        sequences as f64 * 60.0 / ran_for.max(0.001)
+        sequences as f64 * 60.0 / ran_for.max(0.001),
+        root_outside()
     );
     assert!(failures.is_empty(), "{} sequences failed:\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// The tier without privilege: sequences run again by this binary as the
+/// unprivileged test user (`setpriv`, as root: the CI case), as root of a
+/// user namespace that maps the user's subordinate ids (`unshare
+/// --map-auto --map-root-user`), its workspaces opening objects through
+/// held descriptors (no CAP_DAC_READ_SEARCH). Every sequence must have run
+/// and passed, as that user. Run unprivileged, the namespace alone.
+/// HISTORY_ENGINE_ROOTLESS_SEED=N replays its seeds.
+#[test]
+fn sequences_run_without_privilege() {
+    const SEQUENCES: usize = 8;
+    let base = env_u64("HISTORY_ENGINE_ROOTLESS_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64 % 1_000_000_007)
+    });
+    eprintln!("history_engine: unprivileged sequences from HISTORY_ENGINE_ROOTLESS_SEED={base}");
+    let exe = std::env::current_exe().expect("this test binary");
+    let as_root = rustix::process::geteuid().is_root();
+    let user = as_root.then(|| {
+        let id = |flag: &str| -> u32 {
+            let out = std::process::Command::new("id").args([flag, "rewindfs-test"]).output().expect("run id");
+            assert!(
+                out.status.success(),
+                "no user rewindfs-test to run the tier as (`mount-scripts/ensure-deps tests` creates it)"
+            );
+            String::from_utf8_lossy(&out.stdout).trim().parse().expect("a numeric id")
+        };
+        (id("-u"), id("-g"))
+    });
+    let mut cmd = match user {
+        Some((uid, gid)) => {
+            let mut c = std::process::Command::new("setpriv");
+            c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}")).args(["--clear-groups", "unshare"]);
+            c
+        }
+        None => std::process::Command::new("unshare"),
+    };
+    cmd.args(["--map-auto", "--map-root-user", "--"])
+        .arg(&exe)
+        .args(["--exact", "random_sequences_against_the_model_in_process", "--nocapture"])
+        .current_dir("/");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("HISTORY_ENGINE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HISTORY_ENGINE_OPENER", "held")
+        .env("HISTORY_ENGINE_FIXED", "0")
+        .env("HISTORY_ENGINE_SEQUENCES", SEQUENCES.to_string())
+        .env("HISTORY_ENGINE_BASE_SEED", base.to_string());
+    let out = cmd.output().expect("run the tier unprivileged (setpriv, unshare)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the unprivileged run failed ({}), replay with HISTORY_ENGINE_ROOTLESS_SEED={base}:\n{err}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let summary = err
+        .lines()
+        .find(|l| l.starts_with("history_engine: ") && l.contains(" sequences, "))
+        .unwrap_or_else(|| panic!("no summary line from the unprivileged run:\n{err}"));
+    let ran: usize = summary["history_engine: ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {summary:?}"));
+    assert_eq!(ran, SEQUENCES, "sequences run unprivileged: {summary}");
+    assert!(summary.contains(" 0 failures "), "{summary}");
+    assert!(summary.contains("objects opened through held descriptors"), "{summary}");
+    let outside = user.map_or(u64::from(rustix::process::geteuid().as_raw()), |(uid, _)| u64::from(uid));
+    assert!(summary.ends_with(&format!(", as uid {outside}")), "run as uid {outside}: {summary}");
+    assert_ne!(outside, 0, "the unprivileged run ran as root");
 }
 
 /// A descriptor held on a file removed and brought back by a rewind, then

@@ -18,7 +18,7 @@ use crate::meta::Meta;
 use crate::store::{Address, PackStore};
 use crate::store_dir::StoreDir;
 use crate::text::quote_name;
-use crate::workspace::LiveTree;
+use crate::workspace::{LiveTree, Opener};
 
 /// Exit status: problems were found (and not all repaired).
 pub const EXIT_PROBLEMS: i32 = 6;
@@ -197,7 +197,7 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
         Address::pack_read_only(&StoreDir::new(store).chunks()).open().map_err(|e| Error::Daemon(e.to_string()))?;
     let journal = Journal::read_only(meta, chunks).map_err(|e| Error::Daemon(e.to_string()))?;
     let tree = match &workspace {
-        Some(w) => Some(LiveTree::new(w, None)?),
+        Some(w) => Some(LiveTree::new(w, None, Opener::ByHandle)?),
         None => None,
     };
     let attic = StoreDir::new(store).attic();

@@ -169,6 +169,8 @@ fn start(spec: &MountSpec) -> Result<Started> {
         chunks: None,
         record: spec.record,
         abandon_interrupted: spec.abandon_interrupted,
+        // No descriptor per object (the descriptor limit).
+        opener: crate::workspace::Opener::ByHandle,
     })?);
     let tree = ws.tree().clone();
     let recovered = ws.recovered().to_vec();

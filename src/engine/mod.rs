@@ -31,7 +31,7 @@ use crate::meta::{IntentOp, Reason};
 use crate::store::ChunkStore;
 use crate::view::TreeView;
 use crate::view::browse::Browser;
-use crate::workspace::{Ino, LiveTree};
+use crate::workspace::{Ino, LiveTree, Opener};
 use crate::world::{Held, HistoryOp, KernelCache, Ordinary, World};
 
 pub use history::RESET_UNCONFIRMED;
@@ -54,6 +54,9 @@ pub struct Options {
     /// Give up the rewinds and restores interrupted before this open rather
     /// than complete them.
     pub abandon_interrupted: bool,
+    /// How the live tree opens objects by handle: `Opener::ByHandle`
+    /// (needs CAP_DAC_READ_SEARCH) unless a test chooses otherwise.
+    pub opener: Opener,
 }
 
 impl Options {
@@ -66,6 +69,7 @@ impl Options {
             chunks: None,
             record: true,
             abandon_interrupted: false,
+            opener: Opener::ByHandle,
         }
     }
 }
@@ -124,7 +128,7 @@ impl Workspace {
             warn!("recording is off for {}: nothing will be undoable", options.workspace.display());
         }
         let tree = Arc::new(
-            LiveTree::new(&options.workspace, recording)?
+            LiveTree::new(&options.workspace, recording, options.opener)?
                 .with_attic(&crate::store_dir::StoreDir::new(&options.store).attic())?,
         );
         match tree.settler().load() {
@@ -187,7 +191,7 @@ impl Workspace {
             crate::store::Address::pack_read_only(&dir.chunks()).open().map_err(|e| Error::Daemon(e.to_string()))?;
         let journal = Journal::read_only(meta, chunks).map_err(|e| Error::Daemon(e.to_string()))?;
         Ok(Workspace {
-            tree: Arc::new(LiveTree::new(workspace, None)?),
+            tree: Arc::new(LiveTree::new(workspace, None, Opener::ByHandle)?),
             journal: Arc::new(journal),
             world: Arc::new(World::new()),
             store: store.to_path_buf(),

@@ -702,7 +702,9 @@ mod tests {
         }
         let meta = Meta::open_in_memory().expect("meta");
         let journal = Arc::new(Journal::open(meta, Arc::new(MemoryStore::new())).expect("journal"));
-        let tree = Arc::new(LiveTree::new(dir.path(), Some(journal.clone())).expect("live tree"));
+        let tree = Arc::new(
+            LiveTree::new(dir.path(), Some(journal.clone()), crate::workspace::Opener::ByHandle).expect("live tree"),
+        );
         (dir, Browser::hidden(tree, journal, 1 << 62))
     }
 

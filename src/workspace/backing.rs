@@ -19,6 +19,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, Stat, StatxFlags, Timespec, Timestamps, 
 use crate::error::Errno;
 use crate::sys::{self, FileHandle};
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
+use crate::workspace::opener::{ObjectOpener, Opener};
 
 type Res<T> = std::result::Result<T, Errno>;
 
@@ -35,6 +36,8 @@ pub struct Backing {
     root_handle: FileHandle,
     /// `O_PATH` descriptors of directories, by handle.
     dir_cache: Mutex<HashMap<FileHandle, Arc<OwnedFd>>>,
+    /// How objects are opened by handle.
+    opener: Box<dyn ObjectOpener>,
 }
 
 /// Sets the permission bits of `mode` on the object behind a
@@ -133,6 +136,15 @@ pub(crate) fn open_named(dir: BorrowedFd<'_>, name: &OsStr) -> Res<Option<OwnedF
 pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> Res<OwnedFd> {
     let path = sys::proc_fd_path(fd);
     Ok(rustix::fs::open(path.as_c_str(), flags | OFlags::CLOEXEC, Mode::empty())?)
+}
+
+/// Gives the object behind `fd` (any descriptor, `O_PATH` and `O_TMPFILE`
+/// included) another name, `name` in `dir`. Through `/proc/self/fd`
+/// rather than `AT_EMPTY_PATH`, which needs CAP_DAC_READ_SEARCH; the magic
+/// link leads to a symlink itself, not its target.
+pub(crate) fn link_fd(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
+    rustix::fs::linkat(rustix::fs::CWD, sys::proc_fd_path(fd).as_c_str(), dir, name, AtFlags::SYMLINK_FOLLOW)?;
+    Ok(())
 }
 
 /// Sets the access and modification times of the object behind `fd`
@@ -428,8 +440,9 @@ pub struct FsStats {
 }
 
 impl Backing {
-    /// Opens the workspace at `path` (a directory).
-    pub fn open(path: &Path) -> crate::Result<Backing> {
+    /// Opens the workspace at `path` (a directory), its objects opened by
+    /// `opener`.
+    pub fn open(path: &Path, opener: Opener) -> crate::Result<Backing> {
         // Not O_PATH: open_by_handle_at refuses an O_PATH descriptor as its mount_fd.
         let root = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| crate::Error::io(format!("cannot open workspace {}", path.display()), e.into()))?;
@@ -442,11 +455,12 @@ impl Backing {
                 e,
             )
         })?;
-        // Opening by handle needs CAP_DAC_READ_SEARCH: check now, not at the first lookup.
-        sys::open_by_handle_at(root.as_fd(), &handle, libc::O_PATH).map_err(|e| {
+        let opener = opener.build();
+        // Opening by handle needs CAP_DAC_READ_SEARCH.
+        opener.start(root.as_fd(), &handle).map_err(|e| {
             crate::Error::io("cannot open files by handle (rewindfs must run as root or with CAP_DAC_READ_SEARCH)", e)
         })?;
-        Ok(Backing { root: Arc::new(root), root_handle: handle, dir_cache: Mutex::new(HashMap::new()) })
+        Ok(Backing { root: Arc::new(root), root_handle: handle, dir_cache: Mutex::new(HashMap::new()), opener })
     }
 
     /// A descriptor on the backing filesystem (for statfs, syncfs).
@@ -459,9 +473,14 @@ impl Backing {
         &self.root_handle
     }
 
+    /// Objects are also looked for under `dir` (the attic).
+    pub(crate) fn also_under(&self, dir: BorrowedFd<'_>) -> crate::Result<()> {
+        self.opener.also_under(dir).map_err(|e| crate::Error::io("cannot open the attic", e))
+    }
+
     /// Opens the object a handle names.
     pub fn open_handle(&self, handle: &FileHandle, flags: i32) -> Res<OwnedFd> {
-        sys::open_by_handle_at(self.root.as_fd(), handle, flags).map_err(|e| {
+        self.opener.open(self.root.as_fd(), handle, flags).map_err(|e| {
             // An inode that no longer exists answers ESTALE; to a client it is gone.
             if e.raw_os_error() == Some(libc::ESTALE) { Errno::ENOENT } else { Errno::from(e) }
         })

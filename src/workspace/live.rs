@@ -28,6 +28,7 @@ use crate::workspace::backing::{self, Backing, FsStats, XattrReply, backing_open
 use crate::workspace::capture::{Capture, Named, Recorder, Recording, note_born};
 use crate::workspace::objects::ObjectTable;
 use crate::workspace::open_files::{DirEntry, Fh, OpenFile, OpenFiles};
+use crate::workspace::opener::Opener;
 use crate::workspace::pending::{PendingSet, Settler};
 
 type Res<T> = std::result::Result<T, Errno>;
@@ -136,9 +137,10 @@ fn undo_creation_on_failure<T>(
 }
 
 impl LiveTree {
-    /// Opens the workspace at `path` (a directory).
-    pub fn new(path: &Path, journal: Option<Arc<Journal>>) -> crate::Result<LiveTree> {
-        let backing = Backing::open(path)?;
+    /// Opens the workspace at `path` (a directory), its objects opened by
+    /// `opener` (the daemon's is `Opener::ByHandle`).
+    pub fn new(path: &Path, journal: Option<Arc<Journal>>, opener: Opener) -> crate::Result<LiveTree> {
+        let backing = Backing::open(path, opener)?;
         Ok(LiveTree {
             objects: ObjectTable::new(backing.root_handle().clone()),
             backing,
@@ -156,6 +158,9 @@ impl LiveTree {
     /// copied into the chunk store before deletion.
     pub fn with_attic(mut self, dir: &Path) -> crate::Result<LiveTree> {
         self.attic = Attic::open(self.recorder.journal().cloned(), dir, self.backing.root_fd())?;
+        if let Some(fd) = self.attic.fd() {
+            self.backing.also_under(fd)?;
+        }
         Ok(self)
     }
 
@@ -460,7 +465,7 @@ impl LiveTree {
         if let Some(r) = &_rec {
             self.capture_ino(r.journal, ino, false, caller)?;
         }
-        rustix::fs::linkat(&src, "", dir.as_fd(), new_name, AtFlags::EMPTY_PATH)?;
+        backing::link_fd(src.as_fd(), dir.as_fd(), new_name)?;
         // Removing the new name gives the file back the names it had.
         undo_creation_on_failure(dir.as_fd(), new_name, false, || self.entry_at(dir.as_fd(), new_name, true))
     }

@@ -10,6 +10,7 @@ pub mod capture;
 pub mod live;
 pub mod objects;
 pub mod open_files;
+pub mod opener;
 pub mod pending;
 pub mod rewind_ops;
 
@@ -17,3 +18,4 @@ pub use attr::{Attr, Caller, Ino, Kind, SetAttr, SetTime};
 pub use backing::{FsStats, XattrReply};
 pub use live::{HIDDEN_DIR, LiveTree};
 pub use open_files::{DirEntry, Fh, OpenFile};
+pub use opener::Opener;

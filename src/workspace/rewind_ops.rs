@@ -114,7 +114,7 @@ impl<'a> RewindOps<'a> {
         self.entry(dir, name)?;
         let program = self.journal.program(self.caller.pid);
         self.tree.capture(self.journal).fd(fd, obj, false, program.as_deref())?;
-        rustix::fs::linkat(fd, "", dir, name, AtFlags::EMPTY_PATH)?;
+        backing::link_fd(fd, dir, name)?;
         Ok(())
     }
 
@@ -223,7 +223,7 @@ impl<'a> RewindOps<'a> {
         // it must not take it for a file of that checkpoint (and refill it,
         // under the descriptors that may hold it by then).
         self.journal.note_born_durably(&handle, kind_code(Kind::File)).map_err(|e| e.errno())?;
-        rustix::fs::linkat(&fd, "", dir0.as_fd(), &temp, AtFlags::EMPTY_PATH)?;
+        backing::link_fd(fd.as_fd(), dir0.as_fd(), &temp)?;
         crate::faults::kill_point("rewind-swap-named");
         if let Err(e) = rustix::fs::renameat_with(dir0.as_fd(), &temp, dir0.as_fd(), name0, RenameFlags::EXCHANGE) {
             let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
@@ -240,7 +240,7 @@ impl<'a> RewindOps<'a> {
                 if crate::faults::fail_point("rewind-swap-link") {
                     return Err(Errno(libc::EIO));
                 }
-                rustix::fs::linkat(&fd, "", dir.as_fd(), &t, AtFlags::EMPTY_PATH)?;
+                backing::link_fd(fd.as_fd(), dir.as_fd(), &t)?;
                 if let Err(e) = rustix::fs::renameat(dir.as_fd(), &t, dir.as_fd(), name) {
                     let _ = rustix::fs::unlinkat(dir.as_fd(), &t, AtFlags::empty());
                     return Err(e.into());
@@ -286,8 +286,8 @@ impl<'a> RewindOps<'a> {
         };
         for (i, (dir, name)) in swapped.iter().enumerate() {
             let t = free_name(dir.as_fd(), format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
-            let back = rustix::fs::linkat(&old, "", dir.as_fd(), &t, AtFlags::EMPTY_PATH)
-                .and_then(|()| rustix::fs::renameat(dir.as_fd(), &t, dir.as_fd(), name));
+            let back = backing::link_fd(old.as_fd(), dir.as_fd(), &t)
+                .and_then(|()| Ok(rustix::fs::renameat(dir.as_fd(), &t, dir.as_fd(), name)?));
             if let Err(e) = back {
                 let _ = rustix::fs::unlinkat(dir.as_fd(), &t, AtFlags::empty());
                 log::error!("rewind: cannot give {:?} its old inode back: {e}", name);

@@ -750,8 +750,8 @@ impl Offline {
     pub fn open(ws: &Path, store: &Path) -> Offline {
         let journal =
             Arc::new(Journal::open_dir(store).unwrap_or_else(|e| panic!("open journal {}: {e}", store.display())));
-        let tree =
-            LiveTree::new(ws, Some(journal.clone())).unwrap_or_else(|e| panic!("open workspace {}: {e}", ws.display()));
+        let tree = LiveTree::new(ws, Some(journal.clone()), rewindfs::workspace::Opener::ByHandle)
+            .unwrap_or_else(|e| panic!("open workspace {}: {e}", ws.display()));
         Offline { journal, tree }
     }
 

@@ -17,7 +17,7 @@ use rewindfs::engine::{Options, Workspace};
 use rewindfs::journal::TurnInfo;
 use rewindfs::store::{ChunkStore, FaultyStore, MemoryStore};
 use rewindfs::view::browse::Browser;
-use rewindfs::workspace::{Caller, Fh, Ino, Kind as LiveKind, LiveTree, OpenFile, SetAttr, SetTime};
+use rewindfs::workspace::{Caller, Fh, Ino, Kind as LiveKind, LiveTree, OpenFile, Opener, SetAttr, SetTime};
 use rewindfs::world::Held;
 
 use super::model::*;
@@ -94,6 +94,37 @@ pub struct Runner {
     /// How many times each kind of event happened (history steps, crashes
     /// by where they landed), for the summary.
     pub events: BTreeMap<&'static str, u64>,
+}
+
+static OPENER: std::sync::OnceLock<Opener> = std::sync::OnceLock::new();
+
+/// How the workspaces open their objects, chosen by `choose_opener`.
+pub fn opener() -> Opener {
+    *OPENER.get().expect("the opener is chosen before any workspace opens")
+}
+
+/// Chooses how every workspace of this run opens objects by handle:
+/// HISTORY_ENGINE_OPENER=handle (`open_by_handle_at`, as the daemon) or
+/// held (an `O_PATH` descriptor kept per object, no privilege); unset, by
+/// handle when this process may, else held. Returns its name for the
+/// summary line.
+pub fn choose_opener() -> &'static str {
+    let chosen = *OPENER.get_or_init(|| match std::env::var("HISTORY_ENGINE_OPENER").as_deref() {
+        Ok("handle") => Opener::ByHandle,
+        Ok("held") => Opener::HeldDescriptors,
+        Ok(other) => panic!("HISTORY_ENGINE_OPENER={other}: expected `handle` or `held`"),
+        Err(_) => {
+            let dir = temp_dir().expect("a temporary directory");
+            match LiveTree::new(dir.path(), None, Opener::ByHandle) {
+                Ok(_) => Opener::ByHandle,
+                Err(_) => Opener::HeldDescriptors,
+            }
+        }
+    });
+    match chosen {
+        Opener::ByHandle => "by handle",
+        Opener::HeldDescriptors => "through held descriptors",
+    }
 }
 
 /// Where the temporary trees go: tmpfs when there is one (fsync costs
@@ -189,6 +220,7 @@ impl Runner {
     fn open(&mut self) -> Res<()> {
         let mut options = Options::new(&self.ws_path, &self.store_path);
         options.chunks = self.chunks.clone();
+        options.opener = opener();
         let ws = Workspace::open(&options).or_else(|e| fail("open", format!("opening the workspace: {e}")))?;
         // Nothing else reads this store while the test runs (its `fsck`
         // aside): SQLite's lock is kept, not taken around every statement
@@ -689,9 +721,13 @@ impl Runner {
         let ws = self.ws();
         let stop = AtomicBool::new(false);
         let reads = AtomicU64::new(0);
-        let started = AtomicBool::new(false);
+        // The reader says when its first read is done (or drops the sender
+        // when it ends first): the rewind waits for it without spinning.
+        let (started, first_read) = std::sync::mpsc::channel::<()>();
+        let mut started = Some(started);
+        let (stop, reads, sealed, pairs) = (&stop, &reads, &sealed, &pairs);
         let (reply, wrong) = std::thread::scope(|s| {
-            let reader = s.spawn(|| {
+            let reader = s.spawn(move || {
                 let mut rng = Rng(k as u64 ^ 0x5eed);
                 loop {
                     let (n, want) = &sealed[rng.below(sealed.len())];
@@ -699,7 +735,9 @@ impl Runner {
                         let r = ws.read();
                         observe_view(&r, *n)
                     };
-                    started.store(true, Ordering::SeqCst);
+                    if let Some(started) = started.take() {
+                        let _ = started.send(());
+                    }
                     reads.fetch_add(1, Ordering::Relaxed);
                     match got {
                         Err(e) => return Some(format!("reading checkpoint {n}'s view during a rewind: {e}")),
@@ -715,7 +753,7 @@ impl Runner {
                     }
                     if rng.below(4) == 0 {
                         let rows = ws.read().log();
-                        if let Some(wrong) = log_rows_wrong(rows, &pairs) {
+                        if let Some(wrong) = log_rows_wrong(rows, pairs) {
                             return Some(format!("`log` during a rewind: {wrong}"));
                         }
                     }
@@ -724,9 +762,7 @@ impl Runner {
                     }
                 }
             });
-            while !started.load(Ordering::SeqCst) && !reader.is_finished() {
-                std::thread::yield_now();
-            }
+            let _ = first_read.recv();
             let reply = ws.rewind(&k.to_string(), false);
             stop.store(true, Ordering::SeqCst);
             (reply, reader.join().unwrap_or_else(|_| Some("the reader panicked".into())))
