@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -22,6 +22,7 @@ pub mod transport;
 pub mod view;
 
 use crate::error::{AsErrno, Errno};
+use crate::sys::FileHandle as ObjectHandle;
 use crate::view::browse::{Browser, Locked};
 use crate::workspace::{Attr, Caller, Fh, HIDDEN_DIR, Ino, Kind, LiveTree, OpenFile, SetAttr, SetTime, XattrReply};
 use crate::world::{Held, KernelCache, World};
@@ -70,12 +71,37 @@ impl Default for FsOptions {
     }
 }
 
-/// Backing ids shared by all opens of one inode (the kernel requires one
-/// backing file per inode at a time).
+/// At most this many backing ids are kept for inodes nobody has open (see
+/// `BackingIds`); past it, those are given back.
+const KEPT_BACKINGS_MAX: usize = 1 << 17;
+
+/// The passthrough backing ids: one per inode, shared by all its opens (the
+/// kernel requires one backing file per inode at a time), and kept after
+/// the last release while the kernel remembers the inode, so that opening
+/// it again (a second `grep -r`, a build reading its sources) costs no
+/// registration. A kept id holds a reference to the backing inode in the
+/// kernel (no descriptor of ours); it is given back when the kernel forgets
+/// the inode, or when more than `KEPT_BACKINGS_MAX` are idle.
 #[derive(Default)]
 struct BackingIds {
-    by_ino: HashMap<Ino, Weak<BackingId>>,
+    by_ino: HashMap<Ino, Kept>,
     by_fh: HashMap<Fh, Arc<BackingId>>,
+}
+
+/// The backing id of an inode, and the object it was registered for: an
+/// open uses it only for that same object (the handle names the backing
+/// inode, generation included), never for another object that came to
+/// carry the same inode number.
+struct Kept {
+    object: ObjectHandle,
+    id: Arc<BackingId>,
+}
+
+impl Kept {
+    /// Whether an open file uses it (the map holds one reference).
+    fn in_use(&self) -> bool {
+        Arc::strong_count(&self.id) > 1
+    }
 }
 
 /// The live workspace as a FUSE filesystem.
@@ -155,7 +181,7 @@ impl LiveFs {
         if !file.writable || req.uid() == 0 || !self.tree.has_privileges_to_drop(file)? {
             return Ok(OpenMode::Passthrough);
         }
-        let open_elsewhere = self.backing().by_ino.get(&i).and_then(Weak::upgrade).is_some();
+        let open_elsewhere = self.backing().by_ino.get(&i).is_some_and(Kept::in_use);
         if open_elsewhere {
             self.drop_privileges(i, fh, req)?;
             return Ok(OpenMode::Passthrough);
@@ -175,18 +201,29 @@ impl LiveFs {
         Ok(())
     }
 
-    /// Finds or creates the backing id for `ino`, remembering it for `fh`.
-    fn backing_for(&self, ino: Ino, fh: Fh, open: impl FnOnce() -> io::Result<BackingId>) -> Option<Arc<BackingId>> {
+    /// Finds or creates the backing id for the open `file`, remembering it
+    /// for `fh`.
+    fn backing_for(
+        &self,
+        file: &OpenFile,
+        fh: Fh,
+        open: impl FnOnce() -> io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
         if !self.passthrough_active() {
             return None;
         }
         let mut ids = self.backing();
-        let id = match ids.by_ino.get(&ino).and_then(Weak::upgrade) {
+        let kept = ids.by_ino.get(&file.ino).filter(|k| k.object == file.object).map(|k| k.id.clone());
+        let id = match kept {
             Some(id) => id,
             None => match open() {
                 Ok(id) => {
                     let id = Arc::new(id);
-                    ids.by_ino.insert(ino, Arc::downgrade(&id));
+                    if ids.by_ino.len() >= KEPT_BACKINGS_MAX {
+                        ids.by_ino.retain(|_, k| k.in_use());
+                        debug!("gave back the idle passthrough backing ids ({} in use)", ids.by_ino.len());
+                    }
+                    ids.by_ino.insert(file.ino, Kept { object: file.object.clone(), id: id.clone() });
                     id
                 }
                 Err(e) => {
@@ -200,10 +237,15 @@ impl LiveFs {
         Some(id)
     }
 
-    fn release_backing(&self, fh: Fh, ino: Ino) {
+    /// The open `fh` is closed; its inode's backing id stays (see `BackingIds`).
+    fn release_backing(&self, fh: Fh) {
+        self.backing().by_fh.remove(&fh);
+    }
+
+    /// The kernel forgot `ino`: nothing will open it without a new lookup.
+    fn forget_backing(&self, ino: Ino) {
         let mut ids = self.backing();
-        ids.by_fh.remove(&fh);
-        if ids.by_ino.get(&ino).is_some_and(|w| w.strong_count() == 0) {
+        if ids.by_ino.get(&ino).is_some_and(|k| !k.in_use()) {
             ids.by_ino.remove(&ino);
         }
     }
@@ -355,7 +397,11 @@ impl Filesystem for LiveFs {
         // No world lock: forgetting changes nothing a rewind looks at.
         no_lost_worker("forget", || match &self.browser {
             Some(b) if i.0 >= HIDDEN_INO_BASE => b.forget(ino(i), nlookup),
-            _ => self.tree.forget(ino(i), nlookup),
+            _ => {
+                if self.tree.forget(ino(i), nlookup) {
+                    self.forget_backing(ino(i));
+                }
+            }
         });
     }
 
@@ -524,7 +570,7 @@ impl Filesystem for LiveFs {
                 Err(e) => return reply.error(errno(e)),
             };
             match self.open_mode(ino(i), fh, &file, req) {
-                Ok(OpenMode::Passthrough) => match self.backing_for(ino(i), fh, || reply.open_backing(&file.file)) {
+                Ok(OpenMode::Passthrough) => match self.backing_for(&file, fh, || reply.open_backing(&file.file)) {
                     Some(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
                     None => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
                 },
@@ -558,7 +604,7 @@ impl Filesystem for LiveFs {
             };
             let (ttl, fattr) = (self.ttl(), file_attr(&attr));
             let flags = match self.open_mode(attr.ino, fh, &file, req) {
-                Ok(OpenMode::Passthrough) => match self.backing_for(attr.ino, fh, || reply.open_backing(&file.file)) {
+                Ok(OpenMode::Passthrough) => match self.backing_for(&file, fh, || reply.open_backing(&file.file)) {
                     Some(id) => {
                         return reply.created_passthrough(
                             &ttl,
@@ -639,7 +685,7 @@ impl Filesystem for LiveFs {
     fn release(
         &self,
         _req: &Request,
-        i: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -648,7 +694,7 @@ impl Filesystem for LiveFs {
     ) {
         self.serve("release", |_| {
             self.tree.release(Fh(fh.0));
-            self.release_backing(Fh(fh.0), ino(i));
+            self.release_backing(Fh(fh.0));
             reply.ok();
         })
     }

@@ -364,8 +364,10 @@ impl LiveTree {
         absent.turn == turn && absent.names.remove(&(parent, name.to_os_string()))
     }
 
-    pub fn forget(&self, ino: Ino, n: u64) {
-        self.objects.forget(ino, n);
+    /// The kernel dropped `n` references to `ino`; true when it holds none
+    /// any more (it evicted the inode).
+    pub fn forget(&self, ino: Ino, n: u64) -> bool {
+        self.objects.forget(ino, n)
     }
 
     pub fn getattr(&self, ino: Ino, fh: Option<Fh>) -> Res<Attr> {
@@ -700,7 +702,7 @@ impl LiveTree {
         if writable {
             self.recorder.add_writer(ino);
         }
-        Ok(self.open.register(ino, File::from(fd), writable))
+        Ok(self.open.register(ino, handle, File::from(fd), writable))
     }
 
     pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, flags: i32, caller: Caller) -> Res<Created> {
@@ -717,12 +719,12 @@ impl LiveTree {
             r.journal.note_file_born(&handle);
             note_born(r.journal, &handle, Kind::File);
         }
-        let ino = self.objects.intern(handle, st.st_ino, Kind::from_mode(st.st_mode), true);
+        let ino = self.objects.intern(handle.clone(), st.st_ino, Kind::from_mode(st.st_mode), true);
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if writable {
             self.recorder.add_writer(ino);
         }
-        let (fh, open) = self.open.register(ino, File::from(fd), writable);
+        let (fh, open) = self.open.register(ino, handle, File::from(fd), writable);
         let turn = self.turn();
         self.uncapable().insert(ino, (fh, turn));
         Ok((Attr::from_stat(ino, &st), fh, open))

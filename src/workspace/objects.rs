@@ -102,22 +102,23 @@ impl ObjectTable {
         self.lock().by_ino.get(&ino).is_some_and(|n| n.unlinked)
     }
 
-    /// The kernel dropped `n` references.
-    pub fn forget(&self, ino: Ino, n: u64) {
+    /// The kernel dropped `n` references; true when it holds none any more.
+    pub fn forget(&self, ino: Ino, n: u64) -> bool {
         if ino == Ino::ROOT {
-            return;
+            return false;
         }
         let mut inner = self.lock();
-        let remove = match inner.by_ino.get_mut(&ino) {
+        let (forgotten, remove) = match inner.by_ino.get_mut(&ino) {
             Some(node) => {
                 node.lookups = node.lookups.saturating_sub(n);
-                node.lookups == 0 && node.unlinked
+                (node.lookups == 0, node.lookups == 0 && node.unlinked)
             }
-            None => false,
+            None => (true, false),
         };
         if remove {
             Self::remove_locked(&mut inner, ino);
         }
+        forgotten
     }
 
     /// The object lost its last name.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::Errno;
+use crate::sys::FileHandle;
 use crate::workspace::attr::{Ino, Kind};
 use crate::workspace::backing;
 
@@ -19,6 +20,9 @@ type Res<T> = std::result::Result<T, Errno>;
 #[derive(Debug)]
 pub struct OpenFile {
     pub ino: Ino,
+    /// The object opened: `ino` names it for the life of the mount, and
+    /// the handle says which backing inode that is.
+    pub object: FileHandle,
     pub file: File,
     pub writable: bool,
 }
@@ -64,9 +68,9 @@ impl OpenFiles {
         Fh(self.next_fh.fetch_add(1, Ordering::Relaxed))
     }
 
-    pub(crate) fn register(&self, ino: Ino, file: File, writable: bool) -> (Fh, Arc<OpenFile>) {
+    pub(crate) fn register(&self, ino: Ino, object: FileHandle, file: File, writable: bool) -> (Fh, Arc<OpenFile>) {
         let fh = self.new_fh();
-        let open = Arc::new(OpenFile { ino, file, writable });
+        let open = Arc::new(OpenFile { ino, object, file, writable });
         crate::poison::lock(&self.files, "the open files").insert(fh, open.clone());
         (fh, open)
     }
