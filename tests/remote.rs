@@ -1242,7 +1242,7 @@ fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_com
     // The server's storage fills as a bucket reaching its quota refuses
     // writes (Garage's bucket quota answers the same way: an error, not
     // silence).
-    let server = S3Server::start_on_small_disk(1 << 20);
+    let server = S3Server::start_with_room(1 << 20);
     let mut fx = MountFixture::unmounted();
     sh(&fx.ws, "for i in $(seq 1 30); do head -c 100000 /dev/urandom > f$i; done");
     let url = server.url("full");
@@ -1260,10 +1260,108 @@ fn a_full_object_store_fails_the_push_clearly_recording_goes_on_and_the_push_com
     fx.sh("echo more > f1 && rm f2");
     let n = fx.turn("r000001");
     assert_eq!(daemon_log_lines(&fx, "Cannot push to").len(), 1, "the failure is logged once");
-    server.resize(64 << 20);
+    server.set_room(64 << 20);
     let status = push(&fx, &server);
     assert_eq!(status["backlog"], serde_json::json!([]), "{status}");
     assert_remote_clean(&server, &url, n as usize + 1, "after the server had room again");
     assert_clones_match(&fx, &server, &url, &[0, n], "after the server had room again");
     fx.unmount();
+}
+
+/// `fsck --remote --json` of the workspace's own remote as its owner:
+/// mounted, through `-C MOUNT` and no credentials of its own; else through
+/// `--store` with the server's credentials.
+fn fsck_own_remote(fx: &MountFixture, server: &S3Server, mounted: bool) -> (Output, serde_json::Value) {
+    let mut cmd = fx.command();
+    cmd.args(["fsck", "--remote", "--json"]);
+    if mounted {
+        cmd.arg("-C").arg(fx.path());
+    } else {
+        cmd.arg("--store").arg(&fx.store);
+        for (k, v) in server.env() {
+            cmd.env(k, v);
+        }
+    }
+    let out = run_with_timeout(&mut cmd, CHILD_TIMEOUT);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("fsck --remote --json prints JSON ({e}): {}{}", stdout(&out), stderr(&out)));
+    (out, report)
+}
+
+fn problem_kinds(report: &serde_json::Value) -> Vec<String> {
+    report["problems"].as_array().expect("problems").iter().map(|p| p["kind"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn fsck_of_a_workspace_checks_its_own_remote_against_its_history_mounted_or_not() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "echo one > a && echo two > b");
+    let url = server.url("own");
+    mount_with_remote(&mut fx, &server, &["--remote", &url, "--auto-turn", "0"]);
+    fx.sh("echo three > a");
+    let first = fx.turn("r000001");
+    fx.sh("rm b");
+    let second = fx.turn("r000002");
+    assert_eq!(push(&fx, &server)["backlog"], serde_json::json!([]));
+    // Mounted: the daemon checks with its own address and credentials
+    // (this process has none).
+    let (out, report) = fsck_own_remote(&fx, &server, true);
+    assert!(out.status.success(), "a remote as the workspace has it is clean: {report}");
+    assert_eq!(report["problems"], serde_json::json!([]), "{report}");
+    assert_eq!(report["checkpoints"].as_u64(), Some(second as u64 + 1), "{report}");
+    assert_eq!(report["remote"].as_str(), Some(url.as_str()), "{report}");
+    // The bucket loses the newest checkpoint and another client rewrites
+    // the message of the first: the daemon counts both as pushed.
+    let key = "own/head.json";
+    let original = std::fs::read(server.object_path(key)).expect("the head");
+    let mut head: serde_json::Value = serde_json::from_slice(&original).expect("head json");
+    let listed = head["checkpoints"].as_array_mut().unwrap();
+    listed.retain(|c| c["checkpoint"].as_i64() != Some(second));
+    for c in listed.iter_mut().filter(|c| c["checkpoint"].as_i64() == Some(first)) {
+        c["message_id"] = serde_json::json!("r999999");
+    }
+    object_by_another_client(&server, key, Some(&serde_json::to_vec(&head).unwrap()));
+    let (out, report) = fsck_own_remote(&fx, &server, true);
+    assert_eq!(out.status.code(), Some(6), "{report}");
+    let mut kinds = problem_kinds(&report);
+    kinds.sort();
+    assert_eq!(kinds, ["differs", "not_on_remote"], "{report}");
+    let text = stdout(&run_with_timeout(fx.command().args(["fsck", "--remote", "-C"]).arg(fx.path()), CHILD_TIMEOUT));
+    assert!(
+        text.contains(&format!("checkpoint {second} was pushed, and the head no longer lists it"))
+            && text.contains("r999999"),
+        "the text names what is wrong: {text}"
+    );
+    // The address with -C is refused: one or the other.
+    let out = run_with_timeout(fx.command().args(["fsck", "--remote", &url, "-C"]).arg(fx.path()), CHILD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    object_by_another_client(&server, key, Some(&original));
+    fx.unmount();
+    // Unmounted: the store's own remote, from its store directory, with
+    // this process's credentials.
+    let (out, report) = fsck_own_remote(&fx, &server, false);
+    assert!(out.status.success(), "{report}");
+    assert_eq!(report["checkpoints"].as_u64(), Some(second as u64 + 1), "{report}");
+    // Another store's history at this prefix.
+    head = serde_json::from_slice(&original).unwrap();
+    head["store_id"] = serde_json::json!("0123456789abcdef");
+    object_by_another_client(&server, key, Some(&serde_json::to_vec(&head).unwrap()));
+    let (out, report) = fsck_own_remote(&fx, &server, false);
+    assert_eq!(out.status.code(), Some(6), "{report}");
+    assert_eq!(problem_kinds(&report), ["other_writer"], "{report}");
+    // Without a daemon nothing says what was pushed: a checkpoint the head
+    // lacks is one to push, a note.
+    head = serde_json::from_slice(&original).unwrap();
+    head["checkpoints"].as_array_mut().unwrap().retain(|c| c["checkpoint"].as_i64() != Some(second));
+    object_by_another_client(&server, key, Some(&serde_json::to_vec(&head).unwrap()));
+    let (out, report) = fsck_own_remote(&fx, &server, false);
+    assert!(out.status.success(), "{report}");
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("not on the remote yet") && notes.contains(&second.to_string()), "{report}");
+    // A store that never had a remote: a clear refusal.
+    let other = MountFixture::unmounted();
+    let out = run_with_timeout(other.command().args(["fsck", "--remote", "--store"]).arg(&other.store), CHILD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("has no remote"), "{}", stderr(&out));
 }

@@ -71,8 +71,17 @@ fn choose(args: &FsckArgs) -> Result<Via> {
 }
 
 pub fn run(args: FsckArgs) -> Result<i32> {
-    if let Some(remote) = &args.remote {
-        return crate::cli::remote::fsck(remote, args.json, EXIT_PROBLEMS);
+    match &args.remote {
+        Some(Some(_)) if args.mount.is_some() || args.store.is_some() => {
+            return Err(Error::Usage(
+                "--remote with an address checks that bucket alone: leave out -C and --store, or the address \
+                 (`--remote` alone checks the workspace's own remote)"
+                    .into(),
+            ));
+        }
+        Some(Some(url)) => return crate::cli::remote::fsck(url, None, args.json, EXIT_PROBLEMS),
+        Some(None) => return own_remote(&args),
+        None => {}
     }
     let via = choose(&args)?;
     let (store, report) = match via {
@@ -109,6 +118,49 @@ pub fn run(args: FsckArgs) -> Result<i32> {
         out!("{}", render(&store, &report));
     }
     Ok(code)
+}
+
+/// `fsck --remote` without an address: the workspace's own remote, held
+/// against its history (by its daemon when mounted).
+fn own_remote(args: &FsckArgs) -> Result<i32> {
+    match choose(args)? {
+        Via::Daemon(info) => {
+            let what =
+                format!("checking the remote of {} through its daemon (pid {})", info.mountpoint.display(), info.pid);
+            let report = common::ask_showing(&info, crate::daemon::protocol::FsckRemote, &what, args.json)?;
+            crate::cli::remote::print_check(&report, args.json, EXIT_PROBLEMS)
+        }
+        Via::Offline { store, .. } => {
+            let dir = StoreDir::new(&store);
+            let url = match std::fs::read_to_string(dir.remote()) {
+                Ok(url) => url.trim().to_string(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::Usage(format!(
+                        "store {} has no remote (it was never mounted with --remote): give one, \
+                         `rewindfs fsck --remote s3://bucket/prefix`",
+                        store.display()
+                    )));
+                }
+                Err(e) => return Err(Error::io(format!("cannot read {}", dir.remote().display()), e)),
+            };
+            let store_id = std::fs::read_to_string(dir.id_file())
+                .map_err(|e| Error::io(format!("cannot read {}", dir.id_file().display()), e))?
+                .trim()
+                .to_string();
+            // Held while reading: a daemon starting on the store would push.
+            let _lock = registry::lock(&dir.lock(), &format!("store {}", store.display()))?;
+            let meta = Meta::open_read_only(&dir.meta()).map_err(|e| Error::Daemon(e.to_string()))?;
+            let local = || {
+                use crate::meta::Checkpoints;
+                Ok(crate::remote::check::Local {
+                    store_id: store_id.clone(),
+                    checkpoints: meta.checkpoints().map_err(|e| format!("cannot read the checkpoints: {e}"))?,
+                    pushed: None,
+                })
+            };
+            crate::cli::remote::fsck(&url, Some(&local), args.json, EXIT_PROBLEMS)
+        }
+    }
 }
 
 fn exit_status(report: &Report, repair: bool) -> i32 {

@@ -262,9 +262,13 @@ pub struct FsckArgs {
     #[arg(long)]
     pub repair: bool,
     /// Check a remote instead (`s3://bucket/prefix`): every checkpoint its
-    /// head lists, read back from the bucket alone.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["repair", "store", "mount"])]
-    pub remote: Option<String>,
+    /// head lists, read back from the bucket alone. Without an address, the
+    /// workspace's own remote (the one it was mounted with), its head also
+    /// held against the workspace's history: written by this store, listing
+    /// every checkpoint pushed, each as the workspace has it. On a mounted
+    /// workspace the daemon checks, with its address and credentials.
+    #[arg(long, value_name = "URL", num_args = 0..=1, conflicts_with = "repair")]
+    pub remote: Option<Option<String>>,
     /// Print JSON for programs.
     #[arg(long)]
     pub json: bool,

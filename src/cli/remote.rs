@@ -8,6 +8,7 @@ use crate::cli::{common, show};
 use crate::daemon::protocol as op;
 use crate::daemon::registry::MountInfo;
 use crate::error::{AsErrno, Error, ErrorKind, Failure, Result};
+use crate::remote::check::{Local, RemoteReport};
 use crate::remote::push::RemoteStatus;
 use crate::remote::{Bucket, RemoteError, RemoteUrl};
 
@@ -183,13 +184,25 @@ pub fn log(remote: &str, json: bool) -> Result<i32> {
 /// `rewindfs fsck --remote s3://bucket/prefix`: exit 0 when every
 /// checkpoint the head lists reads back, `problems_exit` when some do not;
 /// an error (exit 1) when the bucket cannot be asked.
-pub fn fsck(remote: &str, json: bool, problems_exit: i32) -> Result<i32> {
+/// `fsck --remote URL`: the bucket read back, held against `local` (a
+/// workspace's history) when given.
+pub fn fsck(
+    remote: &str,
+    local: Option<&dyn Fn() -> std::result::Result<Local, String>>,
+    json: bool,
+    problems_exit: i32,
+) -> Result<i32> {
     let url = RemoteUrl::parse(remote).map_err(remote_error)?;
     let bucket = Bucket::open(&url).map_err(remote_error)?;
-    let report = crate::remote::check::check(&bucket, |_, _| {}).map_err(remote_error)?;
+    let report = crate::remote::check::check(&bucket, local, |_, _| {}).map_err(remote_error)?;
+    print_check(&report, json, problems_exit)
+}
+
+/// Prints what `fsck --remote` found; the exit status.
+pub fn print_check(report: &RemoteReport, json: bool, problems_exit: i32) -> Result<i32> {
     let code = if report.problems.is_empty() { 0 } else { problems_exit };
     if json {
-        let mut v = serde_json::to_value(&report).map_err(|e| Error::Daemon(e.to_string()))?;
+        let mut v = serde_json::to_value(report).map_err(|e| Error::Daemon(e.to_string()))?;
         v["exit_status"] = code.into();
         common::print_json(&v)?;
         return Ok(code);
@@ -200,7 +213,8 @@ pub fn fsck(remote: &str, json: bool, problems_exit: i32) -> Result<i32> {
         n => format!("{n} problems"),
     };
     outln!(
-        "fsck {url}: {} checkpoints, {} manifests and {} chunks ({}) read: {found}",
+        "fsck {}: {} checkpoints, {} manifests and {} chunks ({}) read: {found}",
+        report.remote,
         report.checkpoints,
         report.manifests_checked,
         report.chunks_checked,
@@ -225,7 +239,6 @@ pub fn fsck(remote: &str, json: bool, problems_exit: i32) -> Result<i32> {
     Ok(code)
 }
 
-/// `rewindfs clone s3://bucket/prefix@CHECKPOINT DIR`.
 pub fn clone(args: CloneArgs) -> Result<i32> {
     let (url, at) = RemoteUrl::parse_at(&args.source).map_err(remote_error)?;
     let bucket = Bucket::open(&url).map_err(remote_error)?;

@@ -37,7 +37,9 @@ fn agent_may(req: &Request) -> bool {
         Request::Snapshot(_) => false,
         Request::Reset(_) => false,
         Request::Rewind(r) => r.dry_run,
-        Request::Unmount(_) | Request::Show(_) | Request::Push(_) => false,
+        // The remote's are the owner's: they cost the network (a check
+        // reads the whole bucket).
+        Request::Unmount(_) | Request::Show(_) | Request::Push(_) | Request::FsckRemote(_) => false,
     }
 }
 
@@ -96,6 +98,7 @@ mod tests {
             (op::Diff { from: "0".into(), to: None, paths: vec![], patch: true }.into(), true),
             (op::History { path: "a".into() }.into(), true),
             (op::Fsck.into(), true),
+            (op::FsckRemote.into(), false),
             (op::Restore { checkpoint: "0".into(), paths: vec![], dry_run: true }.into(), true),
             (op::Restore { checkpoint: "0".into(), paths: vec![], dry_run: false }.into(), false),
             (op::Rewind { checkpoint: "0".into(), dry_run: true }.into(), true),

@@ -463,6 +463,12 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
             serve_view(ctx, n, mountpoint)
         }),
         Request::Fsck(op) => answer(op, |_| ws.read().fsck()),
+        Request::FsckRemote(op) => answer(op, |_| {
+            let Some(uploader) = &ctx.uploader else {
+                return Err(Failure::usage("this store has no remote: mount with --remote s3://bucket/prefix"));
+            };
+            uploader.check(ws.journal(), |_, _| {}).map_err(|e| Failure::failed(e.errno().0, e.to_string()))
+        }),
         Request::History(op) => answer(op, |protocol::History { path }| ws.read().history(&path)),
         Request::Status(op) => answer(op, |_| Ok(status(ctx))),
         Request::Push(op) => answer(op, |protocol::Push { wait_secs }| {

@@ -66,6 +66,7 @@ ops! {
     Rewind "rewind" => RewindReply,
     Show "show" => ShowReply,
     Fsck "fsck" => crate::fsck::Report,
+    FsckRemote "fsck-remote" => crate::remote::check::RemoteReport,
     Checkpoints "checkpoints" => Vec<crate::meta::Checkpoint>,
     Snapshot "snapshot" => SnapshotReply,
     Forget "forget" => crate::journal::retention::Collected,
@@ -158,6 +159,12 @@ pub struct Checkpoints;
 /// repairs: that needs the store unused.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Fsck;
+
+/// Check the store's remote (`rewindfs fsck --remote` on a mounted
+/// workspace): read back from the bucket with the daemon's address and
+/// credentials, and held against the workspace's history.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FsckRemote;
 
 /// What is mounted where, and the state of the current turn.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -194,7 +194,7 @@ pub struct TurnStats {
     pub programs: std::collections::BTreeMap<String, u64>,
 }
 
-/// What a turn changed (`Meta::changed_in_turn`).
+/// What a turn changed (`PreImages::changed_in_turn`).
 pub struct TurnChanges {
     /// Directories whose entries changed.
     pub dirs: Vec<ObjectId>,
@@ -1019,26 +1019,6 @@ impl Meta {
         Ok(())
     }
 
-    /// Entry records of one turn.
-    pub fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT dir, name, target, program FROM entry_pre WHERE turn = ?1")
-            .ctx("prepare")?;
-        let rows = stmt
-            .query_map([turn], |r| {
-                Ok(EntryRecord {
-                    turn,
-                    dir: ObjectId(r.get(0)?),
-                    name: r.get(1)?,
-                    target: r.get::<_, Option<i64>>(2)?.map(ObjectId),
-                    program: r.get(3)?,
-                })
-            })
-            .ctx("list entries of turn")?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries of turn")
-    }
-
     /// Objects recorded in one turn, with their program.
     pub fn objects_in_turn(&self, turn: i64) -> MetaResult<Vec<(ObjectId, ObjectState, Option<String>)>> {
         let sql = format!("SELECT object, program, {OBJECT_COLUMNS} FROM object_pre WHERE turn = ?1");
@@ -1111,51 +1091,6 @@ impl Meta {
             self.conn.prepare_cached("SELECT turn FROM tainted WHERE object = ?1 ORDER BY turn").ctx("prepare")?;
         let rows = stmt.query_map([object.0], |r| r.get(0)).ctx("list outside changes")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list outside changes")
-    }
-
-    /// Objects that some name referred to at the start of `turn`, among
-    /// the names recorded in that turn (renamed, replaced or removed).
-    pub fn entry_targets_in_turn(&self, turn: i64) -> MetaResult<std::collections::HashSet<ObjectId>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT target FROM entry_pre WHERE turn = ?1 AND target IS NOT NULL")
-            .ctx("prepare")?;
-        let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
-        rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
-    }
-
-    /// How many records each program caused in a turn.
-    pub fn programs_in_turn(&self, turn: i64) -> MetaResult<std::collections::BTreeMap<String, u64>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT program, COUNT(*) FROM (SELECT program FROM entry_pre WHERE turn = ?1
-                     UNION ALL SELECT program FROM object_pre WHERE turn = ?1)
-                 WHERE program IS NOT NULL GROUP BY program",
-            )
-            .ctx("prepare")?;
-        let rows =
-            stmt.query_map([turn], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))).ctx("count programs of turn")?;
-        rows.collect::<rusqlite::Result<_>>().ctx("count programs of turn")
-    }
-
-    /// Everything a turn changed: the directories with entry records in
-    /// it, and the objects with object records.
-    pub fn changed_in_turn(&self, turn: i64) -> MetaResult<TurnChanges> {
-        let mut stmt = self.conn.prepare_cached("SELECT DISTINCT dir FROM entry_pre WHERE turn = ?1").ctx("prepare")?;
-        let dirs = stmt
-            .query_map([turn], |r| r.get(0).map(ObjectId))
-            .ctx("list changed directories")?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .ctx("list changed directories")?;
-        let mut stmt =
-            self.conn.prepare_cached("SELECT object, kind FROM object_pre WHERE turn = ?1").ctx("prepare")?;
-        let objects = stmt
-            .query_map([turn], |r| Ok((ObjectId(r.get(0)?), r.get(1)?)))
-            .ctx("list changed objects")?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .ctx("list changed objects")?;
-        Ok(TurnChanges { dirs, objects })
     }
 
     /// Calls `f` with every pre-image record that holds content: (turn,

@@ -9,12 +9,14 @@
 //! suite both pass. The journal hands it out through
 //! `Journal::with_pre_images`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Ctx, Meta, MetaResult, OBJECT_COLUMNS, ObjectId, ObjectState, object_state_from_row};
+use super::{
+    Ctx, EntryRecord, Meta, MetaResult, OBJECT_COLUMNS, ObjectId, ObjectState, TurnChanges, object_state_from_row,
+};
 
 /// The earliest content record of an object at or after a turn: (its turn,
 /// the whole content's blake3, the encoded chunk list).
@@ -71,6 +73,21 @@ pub trait PreImages {
     /// The earliest checkpoint after `from` before which `object` was
     /// changed outside the mount.
     fn taint_after(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>>;
+
+    /// The entry records of one turn (in no particular order).
+    fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>>;
+
+    /// Objects that some name referred to at the start of `turn`, among
+    /// the names recorded in that turn (renamed, replaced or removed).
+    fn entry_targets_in_turn(&self, turn: i64) -> MetaResult<HashSet<ObjectId>>;
+
+    /// How many records (entries and objects) each program caused in a
+    /// turn.
+    fn programs_in_turn(&self, turn: i64) -> MetaResult<BTreeMap<String, u64>>;
+
+    /// Everything a turn changed: the directories with entry records in
+    /// it, and the objects with object records (in no particular order).
+    fn changed_in_turn(&self, turn: i64) -> MetaResult<TurnChanges>;
 }
 
 impl Meta {
@@ -191,6 +208,65 @@ impl PreImages for Meta {
             "read outside changes",
         )
     }
+
+    fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT dir, name, target, program FROM entry_pre WHERE turn = ?1")
+            .ctx("prepare")?;
+        let rows = stmt
+            .query_map([turn], |r| {
+                Ok(EntryRecord {
+                    turn,
+                    dir: ObjectId(r.get(0)?),
+                    name: r.get(1)?,
+                    target: r.get::<_, Option<i64>>(2)?.map(ObjectId),
+                    program: r.get(3)?,
+                })
+            })
+            .ctx("list entries of turn")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("list entries of turn")
+    }
+
+    fn entry_targets_in_turn(&self, turn: i64) -> MetaResult<HashSet<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT target FROM entry_pre WHERE turn = ?1 AND target IS NOT NULL")
+            .ctx("prepare")?;
+        let rows = stmt.query_map([turn], |r| r.get(0).map(ObjectId)).ctx("list entry targets of turn")?;
+        rows.collect::<rusqlite::Result<_>>().ctx("list entry targets of turn")
+    }
+
+    fn programs_in_turn(&self, turn: i64) -> MetaResult<BTreeMap<String, u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT program, COUNT(*) FROM (SELECT program FROM entry_pre WHERE turn = ?1
+                     UNION ALL SELECT program FROM object_pre WHERE turn = ?1)
+                 WHERE program IS NOT NULL GROUP BY program",
+            )
+            .ctx("prepare")?;
+        let rows =
+            stmt.query_map([turn], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))).ctx("count programs of turn")?;
+        rows.collect::<rusqlite::Result<_>>().ctx("count programs of turn")
+    }
+
+    fn changed_in_turn(&self, turn: i64) -> MetaResult<TurnChanges> {
+        let mut stmt = self.conn.prepare_cached("SELECT DISTINCT dir FROM entry_pre WHERE turn = ?1").ctx("prepare")?;
+        let dirs = stmt
+            .query_map([turn], |r| r.get(0).map(ObjectId))
+            .ctx("list changed directories")?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .ctx("list changed directories")?;
+        let mut stmt =
+            self.conn.prepare_cached("SELECT object, kind FROM object_pre WHERE turn = ?1").ctx("prepare")?;
+        let objects = stmt
+            .query_map([turn], |r| Ok((ObjectId(r.get(0)?), r.get(1)?)))
+            .ctx("list changed objects")?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .ctx("list changed objects")?;
+        Ok(TurnChanges { dirs, objects })
+    }
 }
 
 /// The model of the pre-image records: ordered maps, each query the plain
@@ -208,8 +284,18 @@ struct Model {
     entries: BTreeMap<(ObjectId, Vec<u8>), BTreeMap<i64, Option<ObjectId>>>,
     /// object -> turn -> state.
     objects: BTreeMap<ObjectId, BTreeMap<i64, ObjectState>>,
+    /// The program of each record, where one was given: (turn, "entry" or
+    /// "object", its key).
+    programs: BTreeMap<(i64, Record), String>,
     /// (object, checkpoint).
     tainted: BTreeSet<(ObjectId, i64)>,
+}
+
+/// A record of the model, for its program.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Record {
+    Entry(ObjectId, Vec<u8>),
+    Object(ObjectId),
 }
 
 impl MemoryPreImages {
@@ -229,7 +315,7 @@ impl PreImages for MemoryPreImages {
         dir: ObjectId,
         name: &[u8],
         target: Option<ObjectId>,
-        _program: Option<&str>,
+        program: Option<&str>,
     ) -> MetaResult<bool> {
         let mut m = self.model();
         let turns = m.entries.entry((dir, name.to_vec())).or_default();
@@ -237,15 +323,21 @@ impl PreImages for MemoryPreImages {
             return Ok(false);
         }
         turns.insert(turn, target);
+        if let Some(p) = program {
+            m.programs.insert((turn, Record::Entry(dir, name.to_vec())), p.to_string());
+        }
         Ok(true)
     }
 
-    fn record_object(&self, turn: i64, object: ObjectId, s: &ObjectState, _program: Option<&str>) -> MetaResult<()> {
+    fn record_object(&self, turn: i64, object: ObjectId, s: &ObjectState, program: Option<&str>) -> MetaResult<()> {
         let mut m = self.model();
         let turns = m.objects.entry(object).or_default();
         match turns.get_mut(&turn) {
             None => {
                 turns.insert(turn, s.clone());
+                if let Some(p) = program {
+                    m.programs.insert((turn, Record::Object(object)), p.to_string());
+                }
             }
             Some(first) if first.content.is_none() => first.content = s.content.clone(),
             Some(_) => {}
@@ -306,6 +398,46 @@ impl PreImages for MemoryPreImages {
             .take_while(|(o, _)| *o == object)
             .map(|(_, t)| *t)
             .next())
+    }
+
+    fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>> {
+        let m = self.model();
+        Ok(m.entries
+            .iter()
+            .filter_map(|((dir, name), turns)| {
+                turns.get(&turn).map(|target| EntryRecord {
+                    turn,
+                    dir: *dir,
+                    name: name.clone(),
+                    target: *target,
+                    program: m.programs.get(&(turn, Record::Entry(*dir, name.clone()))).cloned(),
+                })
+            })
+            .collect())
+    }
+
+    fn entry_targets_in_turn(&self, turn: i64) -> MetaResult<HashSet<ObjectId>> {
+        let m = self.model();
+        Ok(m.entries.values().filter_map(|turns| turns.get(&turn).copied().flatten()).collect())
+    }
+
+    fn programs_in_turn(&self, turn: i64) -> MetaResult<BTreeMap<String, u64>> {
+        let mut counts = BTreeMap::new();
+        let m = self.model();
+        let records = m.programs.range((turn, Record::Entry(ObjectId(i64::MIN), Vec::new()))..);
+        for (_, program) in records.take_while(|((t, _), _)| *t == turn) {
+            *counts.entry(program.clone()).or_insert(0) += 1;
+        }
+        Ok(counts)
+    }
+
+    fn changed_in_turn(&self, turn: i64) -> MetaResult<TurnChanges> {
+        let m = self.model();
+        let dirs: BTreeSet<ObjectId> =
+            m.entries.iter().filter(|(_, turns)| turns.contains_key(&turn)).map(|((dir, _), _)| *dir).collect();
+        let objects =
+            m.objects.iter().filter_map(|(object, turns)| turns.get(&turn).map(|s| (*object, s.kind))).collect();
+        Ok(TurnChanges { dirs: dirs.into_iter().collect(), objects })
     }
 }
 
@@ -383,6 +515,26 @@ pub mod kit {
         assert_eq!(r.taint_after(a, 4).expect("taint_after"), Some(8));
         assert_eq!(r.taint_after(a, 8).expect("taint_after"), None);
         assert_eq!(r.taint_after(ObjectId(12), 0).expect("taint_after"), None);
+        // One turn's records.
+        let mut entries: Vec<_> = r
+            .entries_in_turn(4)
+            .expect("entries_in_turn")
+            .into_iter()
+            .map(|e| (e.turn, e.dir, e.name, e.target, e.program))
+            .collect();
+        entries.sort();
+        assert_eq!(entries, vec![(4, dir, b"y".to_vec(), None, None), (4, other, b"x".to_vec(), Some(b), None)]);
+        let first: Vec<_> = r.entries_in_turn(3).expect("entries_in_turn").into_iter().map(|e| e.program).collect();
+        assert_eq!(first, vec![Some("sh".to_string())], "the first record's program stays");
+        assert!(r.entries_in_turn(9).expect("entries_in_turn").is_empty());
+        assert_eq!(r.entry_targets_in_turn(4).expect("targets"), HashSet::from([b]));
+        assert_eq!(r.entry_targets_in_turn(5).expect("targets"), HashSet::new(), "a removed name targets nothing");
+        assert_eq!(r.programs_in_turn(3).expect("programs"), BTreeMap::from([("sh".to_string(), 1)]));
+        assert_eq!(r.programs_in_turn(6).expect("programs"), BTreeMap::from([("cc".to_string(), 1)]));
+        assert!(r.programs_in_turn(4).expect("programs").is_empty());
+        let mut changed = r.changed_in_turn(4).expect("changed_in_turn");
+        changed.dirs.sort();
+        assert_eq!((changed.dirs, changed.objects), (vec![dir, other], vec![(a, 1)]));
     }
 
     /// One seeded random sequence of records (a few directories, names,
@@ -395,18 +547,22 @@ pub mod kit {
         for _ in 0..200 {
             let turn = next(TURNS as u64) as i64;
             let (dir, object) = (ObjectId(1 + next(2) as i64), ObjectId(10 + next(4) as i64));
+            let program = [None, Some("sh"), Some("cc")][next(3) as usize];
             match next(3) {
                 0 => {
                     let name = names[next(3) as usize];
                     let target = (next(3) > 0).then_some(object);
-                    let added =
-                        (a.record_entry(turn, dir, name, target, None), b.record_entry(turn, dir, name, target, None));
+                    let added = (
+                        a.record_entry(turn, dir, name, target, program),
+                        b.record_entry(turn, dir, name, target, program),
+                    );
                     assert_eq!(added.0.expect("record"), added.1.expect("record"), "seed {seed}: record_entry");
                 }
                 1 => {
-                    let s = state(next(1000), (next(2) == 0).then(|| next(256) as u8));
-                    a.record_object(turn, object, &s, None).expect("record");
-                    b.record_object(turn, object, &s, None).expect("record");
+                    let mut s = state(next(1000), (next(2) == 0).then(|| next(256) as u8));
+                    s.kind = 1 + next(2) as u8;
+                    a.record_object(turn, object, &s, program).expect("record");
+                    b.record_object(turn, object, &s, program).expect("record");
                 }
                 _ => {
                     a.taint(object, turn).expect("taint");
@@ -418,6 +574,23 @@ pub mod kit {
             v.sort();
             v
         };
+        for turn in -1..=TURNS {
+            let q = |r: &dyn PreImages| {
+                let mut entries: Vec<_> = r
+                    .entries_in_turn(turn)
+                    .expect("q")
+                    .into_iter()
+                    .map(|e| (e.turn, e.dir, e.name, e.target, e.program))
+                    .collect();
+                entries.sort();
+                let mut changed = r.changed_in_turn(turn).expect("q");
+                changed.dirs.sort();
+                changed.objects.sort();
+                let targets: BTreeSet<ObjectId> = r.entry_targets_in_turn(turn).expect("q").into_iter().collect();
+                (entries, targets, r.programs_in_turn(turn).expect("q"), changed.dirs, changed.objects)
+            };
+            assert_eq!(q(a), q(b), "seed {seed}: the records of turn {turn}");
+        }
         for from in -1..=TURNS {
             for dir in [ObjectId(1), ObjectId(2)] {
                 let (la, lb) = (a.entries_of_dir(dir, from).expect("list"), b.entries_of_dir(dir, from).expect("list"));

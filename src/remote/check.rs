@@ -5,17 +5,22 @@
 //! its name and the length its list gives. Damage is a problem named by
 //! object, checkpoints and a path; a server that cannot be asked stops the
 //! check (an error, not a problem).
+//!
+//! Checked for a workspace ([`Local`]: `fsck --remote` without an address),
+//! the head is also held against the workspace's own history: written by
+//! this store, listing every checkpoint the workspace counts as pushed, and
+//! saying of each the same as the workspace does.
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::manifest::EntryKind;
 use super::{Bucket, RemoteError, RemoteResult, RemoteUrl};
 use crate::store::ChunkId;
 
 /// What is wrong with one object of the bucket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// `head.json` cannot be decoded (or is of a newer format).
@@ -27,10 +32,29 @@ pub enum Kind {
     /// Its bytes do not hash to its name, or are not the length its
     /// manifest lists.
     ChunkDamaged,
+    /// The head names another store as its writer than the workspace's.
+    OtherWriter,
+    /// A checkpoint the workspace counts as pushed that the head does not
+    /// list.
+    NotOnRemote,
+    /// A checkpoint the head lists with another parent, message or time
+    /// than the workspace's.
+    Differs,
+}
+
+/// A workspace's own history, for holding its remote against it.
+#[derive(Clone, Debug)]
+pub struct Local {
+    /// The store's id (`chunks/store-id`).
+    pub store_id: String,
+    pub checkpoints: Vec<crate::meta::Checkpoint>,
+    /// The checkpoints the workspace counts as pushed: known to a running
+    /// daemon once it has read the head; None for a store no daemon serves.
+    pub pushed: Option<std::collections::BTreeSet<i64>>,
 }
 
 /// A checkpoint and a path of it that a damaged object costs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Affected {
     pub checkpoint: i64,
     pub message_id: Option<String>,
@@ -39,7 +63,7 @@ pub struct Affected {
     pub path: Option<std::ffi::OsString>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Problem {
     pub kind: Kind,
     /// The object's key in the bucket.
@@ -50,7 +74,7 @@ pub struct Problem {
 }
 
 /// What `fsck --remote` found.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RemoteReport {
     pub remote: String,
     /// Checkpoints the head lists.
@@ -62,21 +86,93 @@ pub struct RemoteReport {
     pub notes: Vec<String>,
 }
 
+fn workspace_history(local: &dyn Fn() -> Result<Local, String>, report: &mut RemoteReport) -> Option<Local> {
+    local().map_err(|e| report.notes.push(format!("the head was not held against the workspace's history: {e}"))).ok()
+}
+
+/// Holds the checkpoints a head lists against the workspace's.
+fn compare(head_key: &str, listed: &[super::RemoteCheckpoint], local: &Local, report: &mut RemoteReport) {
+    let on_remote: HashMap<i64, &super::RemoteCheckpoint> = listed.iter().map(|r| (r.checkpoint, r)).collect();
+    let mut not_yet = Vec::new();
+    for c in &local.checkpoints {
+        let affected = || vec![Affected { checkpoint: c.checkpoint, message_id: c.message_id.clone(), path: None }];
+        match on_remote.get(&c.checkpoint) {
+            None if local.pushed.as_ref().is_some_and(|p| p.contains(&c.checkpoint)) => report.problems.push(Problem {
+                kind: Kind::NotOnRemote,
+                key: head_key.to_string(),
+                detail: format!("checkpoint {} was pushed, and the head no longer lists it", c.checkpoint),
+                affected: affected(),
+            }),
+            None => not_yet.push(c.checkpoint),
+            Some(r) => {
+                let mut differs = Vec::new();
+                if r.parent != c.parent {
+                    differs.push(format!("parent {:?} here, {:?} there", c.parent, r.parent));
+                }
+                if r.message_id != c.message_id {
+                    differs.push(format!("message {:?} here, {:?} there", c.message_id, r.message_id));
+                }
+                if r.created_at != c.created_at {
+                    differs.push(format!("sealed at {} ms here, {} ms there", c.created_at, r.created_at));
+                }
+                if !differs.is_empty() {
+                    report.problems.push(Problem {
+                        kind: Kind::Differs,
+                        key: head_key.to_string(),
+                        detail: format!("checkpoint {} is not the workspace's: {}", c.checkpoint, differs.join("; ")),
+                        affected: affected(),
+                    });
+                }
+            }
+        }
+    }
+    if !not_yet.is_empty() {
+        let shown: Vec<String> = not_yet.iter().take(10).map(|n| n.to_string()).collect();
+        let more = if not_yet.len() > 10 { " ..." } else { "" };
+        report.notes.push(format!(
+            "{} checkpoints of the workspace are not on the remote yet ({}{more}): the next push sends them",
+            not_yet.len(),
+            shown.join(", ")
+        ));
+    }
+    let here: std::collections::BTreeSet<i64> = local.checkpoints.iter().map(|c| c.checkpoint).collect();
+    let gone: Vec<String> =
+        listed.iter().filter(|r| !here.contains(&r.checkpoint)).map(|r| r.checkpoint.to_string()).collect();
+    if !gone.is_empty() {
+        report.notes.push(format!(
+            "the head still lists {} checkpoints forgotten here ({}): the next push drops them",
+            gone.len(),
+            gone.join(", ")
+        ));
+    }
+}
+
 /// A chunk and where it is first named, per checkpoint.
 struct Use {
     len: u32,
     affected: Vec<Affected>,
 }
 
-/// Reads back everything the head of `bucket` lists. `progress` is told
-/// each chunk read (done, total).
-pub fn check(bucket: &Bucket, mut progress: impl FnMut(u64, u64)) -> RemoteResult<RemoteReport> {
+/// Reads back everything the head of `bucket` lists, and holds the head
+/// against the workspace's history when `local` is given. `local` is asked
+/// after the head is read: a checkpoint forgotten meanwhile is not taken
+/// for one the remote lost (and the set of pushed checkpoints it gives
+/// must have been taken before the call). `progress` is told each chunk
+/// read (done, total).
+pub fn check(
+    bucket: &Bucket,
+    local: Option<&dyn Fn() -> Result<Local, String>>,
+    mut progress: impl FnMut(u64, u64),
+) -> RemoteResult<RemoteReport> {
     let url = bucket.url();
     let mut report = RemoteReport { remote: url.to_string(), ..RemoteReport::default() };
     let head = match bucket.head() {
         Ok(Some(h)) => h,
         Ok(None) => {
             report.notes.push(format!("nothing was pushed there ({} is absent)", url.head_key()));
+            if let Some(local) = local.and_then(|f| workspace_history(f, &mut report)) {
+                compare(&url.head_key(), &[], &local, &mut report);
+            }
             return Ok(report);
         }
         Err(RemoteError::Malformed { what, .. }) => {
@@ -91,6 +187,21 @@ pub fn check(bucket: &Bucket, mut progress: impl FnMut(u64, u64)) -> RemoteResul
         Err(e) => return Err(e),
     };
     report.checkpoints = head.checkpoints.len() as u64;
+    if let Some(local) = local.and_then(|f| workspace_history(f, &mut report)) {
+        if head.store_id != local.store_id {
+            report.problems.push(Problem {
+                kind: Kind::OtherWriter,
+                key: url.head_key(),
+                detail: format!(
+                    "it is the history of another store ({}), not of this workspace's ({})",
+                    head.store_id, local.store_id
+                ),
+                affected: Vec::new(),
+            });
+        } else {
+            compare(&url.head_key(), &head.checkpoints, &local, &mut report);
+        }
+    }
     // Chunks by name (ordered, so the check reads them in a stable order).
     let mut chunks: BTreeMap<ChunkId, Use> = BTreeMap::new();
     let mut manifest_problems: HashMap<String, usize> = HashMap::new();

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use log::{debug, info, warn};
 use serde::{Deserialize, Serialize};
 
+use super::check::{Local, RemoteReport};
 use super::manifest::{self, Memory, Sent};
 use super::shared::LockKind;
 use super::{Bucket, Head, RemoteCheckpoint, RemoteError, RemoteResult, RemoteUrl};
@@ -69,6 +70,7 @@ struct State {
 
 struct Shared {
     url: RemoteUrl,
+    store_id: String,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -106,7 +108,12 @@ impl Uploader {
         journal: Arc<Journal>,
         world: Arc<World>,
     ) -> std::io::Result<Uploader> {
-        let shared = Arc::new(Shared { url: url.clone(), state: Mutex::default(), changed: Condvar::new() });
+        let shared = Arc::new(Shared {
+            url: url.clone(),
+            store_id: store_id.clone(),
+            state: Mutex::default(),
+            changed: Condvar::new(),
+        });
         let worker = shared.clone();
         std::thread::Builder::new().name("uploader".into()).spawn(move || {
             let mut pusher = Pusher {
@@ -202,6 +209,27 @@ impl Uploader {
             }
             state = crate::poison::wait_timeout(&self.shared.changed, state, left, "the uploader's state");
         }
+    }
+}
+
+impl Uploader {
+    /// `fsck --remote` of the mounted workspace: the bucket read back, and
+    /// its head held against the workspace's history and what the
+    /// uploader has pushed.
+    pub fn check(&self, journal: &Journal, progress: impl FnMut(u64, u64)) -> RemoteResult<RemoteReport> {
+        let bucket = Bucket::open(&self.shared.url)?;
+        // Taken before the head is read: what was pushed by then is in it.
+        let pushed = crate::poison::lock(&self.shared.state, "the uploader's state").pushed.clone();
+        let local = || {
+            Ok(Local {
+                store_id: self.shared.store_id.clone(),
+                checkpoints: journal
+                    .with_checkpoints(|m| m.checkpoints())
+                    .map_err(|e| format!("cannot read the checkpoints: {e}"))?,
+                pushed: pushed.clone(),
+            })
+        };
+        super::check::check(&bucket, Some(&local), progress)
     }
 }
 

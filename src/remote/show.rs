@@ -171,9 +171,7 @@ impl RemoteTree {
         }
         errno(libc::EIO)
     }
-}
 
-impl RemoteTree {
     /// After a successful read: an outage the bucket has answered a fetch
     /// since is over, and said so once.
     fn answered(&self) {

@@ -306,7 +306,7 @@ pub fn log(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Vec
             Ok(stats) => (stats, None),
             Err(e @ (ViewError::Unreadable { .. } | ViewError::Store(_) | ViewError::Lost(_) | ViewError::Io(_))) => {
                 log::warn!("the statistics of turn {} are unavailable: {e}", c.checkpoint);
-                let programs = journal.with_meta(|m| m.programs_in_turn(c.checkpoint))?;
+                let programs = journal.with_pre_images(|p| p.programs_in_turn(c.checkpoint))?;
                 (TurnStats { programs, ..TurnStats::default() }, Some(e.to_string()))
             }
             Err(e) => return Err(e),
@@ -388,9 +388,9 @@ fn turn_stats(
         None => diff(&pre, post, &[], false)?,
         Some(paths) => match Trie::of(&paths) {
             Some(paths) => {
-                let changed = journal.with_meta(|m| m.changed_in_turn(turn))?;
+                let changed = journal.with_pre_images(|p| p.changed_in_turn(turn))?;
                 let mut names: HashMap<ObjectId, BTreeSet<OsString>> = HashMap::new();
-                for e in journal.with_meta(|m| m.entries_in_turn(turn))? {
+                for e in journal.with_pre_images(|p| p.entries_in_turn(turn))? {
                     names.entry(e.dir).or_default().insert(std::ffi::OsStr::from_bytes(&e.name).to_owned());
                 }
                 diff_scoped(&pre, post, &Scope { paths, files: changed_files(&changed).collect(), names })?
@@ -398,7 +398,7 @@ fn turn_stats(
             None => Vec::new(),
         },
     };
-    let mut s = TurnStats { programs: journal.with_meta(|m| m.programs_in_turn(turn))?, ..TurnStats::default() };
+    let mut s = TurnStats { programs: journal.with_pre_images(|p| p.programs_in_turn(turn))?, ..TurnStats::default() };
     for c in &changes {
         match c.change {
             ChangeKind::Added => s.files_added += 1,
@@ -525,7 +525,7 @@ fn walk_scoped(
 /// compare the whole tree. Costs a few system calls per changed directory
 /// and file, nothing per unchanged one.
 pub fn locate_changes(tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<Option<Vec<PathBuf>>> {
-    let changed = journal.with_meta(|m| m.changed_in_turn(turn))?;
+    let changed = journal.with_pre_images(|p| p.changed_in_turn(turn))?;
     let root_fd = tree.root_fd();
     let root = backing::kernel_path(root_fd)?;
     let mut out: Vec<PathBuf> = Vec::new();

@@ -1075,7 +1075,7 @@ enum Place {
 pub(crate) fn left_since(journal: &Journal, began: i64) -> Result<Vec<ObjectId>, RestoreError> {
     let mut left = BTreeSet::new();
     for turn in began..=journal.current_turn() {
-        left.extend(journal.with_meta(|m| m.entry_targets_in_turn(turn))?);
+        left.extend(journal.with_pre_images(|p| p.entry_targets_in_turn(turn))?);
     }
     Ok(left.into_iter().collect())
 }

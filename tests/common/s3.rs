@@ -31,7 +31,7 @@ pub struct S3Server {
     program: std::ffi::OsString,
     args: Vec<std::ffi::OsString>,
     port: u16,
-    /// A tmpfs the data is on (`start_on_small_disk`), unmounted on drop.
+    /// A tmpfs the data is on (`start_with_room` under rclone), unmounted on drop.
     small_disk: Option<std::path::PathBuf>,
 }
 
@@ -54,10 +54,17 @@ impl S3Server {
         }
     }
 
-    /// `rclone serve s3` with its data on a tmpfs of `bytes` (needs root):
-    /// its storage fills up as a bucket that reached its quota refuses
-    /// writes. `resize` gives it another size.
-    pub fn start_on_small_disk(bytes: u64) -> S3Server {
+    /// A server whose bucket holds at most about `bytes`; `set_room` gives
+    /// it another limit. Garage: its own bucket quota (`garage bucket
+    /// set-quotas --max-size`). rclone, which has no quotas: its data on a
+    /// tmpfs of that size (needs root), so its storage fills up as a
+    /// bucket that reached its quota refuses writes.
+    pub fn start_with_room(bytes: u64) -> S3Server {
+        if std::env::var("REWINDFS_TEST_S3_SERVER").as_deref() == Ok("garage") {
+            let server = Self::start();
+            server.set_room(bytes);
+            return server;
+        }
         let dir = tempfile::Builder::new().prefix("rewindfs-s3-").tempdir().expect("temp dir for the S3 server");
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).unwrap();
@@ -72,9 +79,13 @@ impl S3Server {
         server
     }
 
-    /// The size of the small disk (`start_on_small_disk`).
-    pub fn resize(&self, bytes: u64) {
-        let data = self.small_disk.as_ref().expect("a server on a small disk");
+    /// The bucket's room (`start_with_room`).
+    pub fn set_room(&self, bytes: u64) {
+        if self.kind == "garage" {
+            self.garage_retry(&["bucket", "set-quotas", "--max-size", &bytes.to_string(), BUCKET]);
+            return;
+        }
+        let data = self.small_disk.as_ref().expect("a server started with start_with_room");
         let out =
             Command::new("mount").args(["-o", &format!("remount,size={bytes}")]).arg(data).output().expect("mount");
         assert!(out.status.success(), "cannot resize the tmpfs: {}", String::from_utf8_lossy(&out.stderr));
