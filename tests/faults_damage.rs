@@ -77,7 +77,8 @@ enum Step {
     Meta {
         at: u64,
     },
-    /// Kills the daemon, cuts journal.log at `at` millionths, mounts.
+    /// Kills the daemon, cuts journal.log at `at` millionths of its
+    /// written bytes, mounts.
     KillCutLog {
         at: u64,
     },
@@ -440,9 +441,12 @@ impl Runner {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 let log = self.fx.store.join("journal.log");
-                if let Ok(m) = std::fs::metadata(&log) {
+                if let Ok(bytes) = std::fs::read(&log) {
+                    // The log is preallocated and ends in zeros: cut
+                    // within what was written.
+                    let written = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i as u64 + 1);
                     let f = std::fs::OpenOptions::new().write(true).open(&log).map_err(|e| e.to_string())?;
-                    f.set_len(m.len() * at / 1_000_000).map_err(|e| e.to_string())?;
+                    f.set_len(written * at / 1_000_000).map_err(|e| e.to_string())?;
                 }
                 let out = self.fx.rewindfs(&["unmount", &self.mp()]);
                 if !out.status.success() {

@@ -1,18 +1,27 @@
-//! The journal's append-only record log: every pre-image is one small
-//! `write()` to this file before the change it protects is applied, which
-//! is what makes it survive a SIGKILL of the daemon. Records are folded
-//! into SQLite in large transactions (a SQLite commit per file operation
-//! would dominate the cost of small-file workloads) and the log is then
-//! emptied. Replaying it at open folds whatever a crash left behind;
-//! folding is idempotent, so a crash between the fold and the truncation
-//! is harmless.
+//! The journal's append-only record log: every pre-image is appended to
+//! this file before the change it protects is applied, which is what
+//! makes it survive a SIGKILL of the daemon. Records are folded into
+//! SQLite in large transactions (a SQLite commit per file operation would
+//! dominate the cost of small-file workloads) and the log is then emptied.
+//! Replaying it at open folds whatever a crash left behind; folding is
+//! idempotent, so a crash between the fold and the truncation is harmless.
+//!
+//! The file is preallocated and mapped shared: an append is a copy into
+//! the mapping, which is in the page cache (as a `write()` is) when the
+//! copy ends, without a system call or an update of the file's inode per
+//! record. Emptying zeroes what was written, keeping the blocks. Where
+//! the filesystem cannot preallocate, each append is one `write()`.
 //!
 //! Frame: u32 LE payload length, u32 LE checksum (the first 4 bytes of the
 //! payload's blake3), payload (JSON of a `LogRecord`). A torn or corrupt
-//! frame ends the replay; everything after it is discarded.
+//! frame ends the replay; everything after it is discarded. The log ends
+//! at the first frame of zeros (a zero-length frame never checks: the
+//! checksum of no bytes is not zero).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -109,7 +118,17 @@ pub struct RecordLog {
     /// Frames of records that protect no change (see `append_deferred`),
     /// written in front of the next `append`.
     deferred: Vec<u8>,
+    /// The file, preallocated, mapped whole (`None` where the filesystem
+    /// cannot preallocate: appends are `write()`s). Every byte past `len`
+    /// is zero.
+    map: Option<crate::sys::SharedMap>,
 }
+
+/// What a mapped log is preallocated to at open, and the least it grows
+/// by: a fold empties it every `FOLD_BATCH` records (about 1.5 MiB of
+/// small records), so it grows only for records that carry long chunk
+/// lists.
+const MAPPED_BYTES: u64 = 4 << 20;
 
 fn checksum(payload: &[u8]) -> u32 {
     let h = blake3::hash(payload);
@@ -124,26 +143,44 @@ impl RecordLog {
         // mode exactly): every file of its own gets an explicit mode. A
         // log others could write would let them forge history.
         use std::os::unix::fs::OpenOptionsExt;
-        let mut file = OpenOptions::new().create(true).read(true).append(true).mode(0o600).open(path)?;
+        let mut file = OpenOptions::new().create(true).read(true).write(true).truncate(false).mode(0o600).open(path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let len = bytes.len() as u64;
-        Ok((RecordLog { file, len, deferred: Vec::new() }, parse(path, &bytes)))
+        let (records, len) = parse(path, &bytes);
+        let mut log = RecordLog { file, len: len as u64, deferred: Vec::new(), map: None };
+        let size = (bytes.len() as u64).max(MAPPED_BYTES);
+        match crate::sys::preallocate(log.file.as_fd(), size) {
+            Ok(()) => {
+                log.map = Some(crate::sys::SharedMap::new(log.file.as_fd(), size as usize)?);
+                // A torn frame a crash left: zeroed, so that every byte
+                // past the records is zero.
+                if bytes[len..].iter().any(|&b| b != 0) {
+                    log.zero(len as u64, bytes.len() as u64 - len as u64)?;
+                }
+            }
+            Err(e) => {
+                log::info!("journal log {}: appended with write() (cannot preallocate it: {e})", path.display());
+                log.file.set_len(len as u64)?;
+            }
+        }
+        Ok((log, records))
     }
 
     /// The records a log holds, read without opening it for writing (for
     /// checks beside the daemon that appends to it). A missing log holds none.
     pub fn read(path: &Path) -> std::io::Result<Vec<LogRecord>> {
         match std::fs::read(path) {
-            Ok(bytes) => Ok(parse(path, &bytes)),
+            Ok(bytes) => Ok(parse(path, &bytes).0),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(e),
         }
     }
 }
 
-/// The valid frames at the start of `bytes`; a torn or corrupt frame ends them.
-fn parse(path: &Path, bytes: &[u8]) -> Vec<LogRecord> {
+/// The valid frames at the start of `bytes`, and the bytes they take; a
+/// torn or corrupt frame ends them, as does a frame of zeros (the end of a
+/// preallocated log).
+fn parse(path: &Path, bytes: &[u8]) -> (Vec<LogRecord>, usize) {
     let mut records = Vec::new();
     let mut at = 0usize;
     while at + 8 <= bytes.len() {
@@ -159,10 +196,10 @@ fn parse(path: &Path, bytes: &[u8]) -> Vec<LogRecord> {
         }
         at += 8 + len;
     }
-    if at < bytes.len() {
+    if bytes[at..].iter().any(|&b| b != 0) {
         log::warn!("journal log {}: discarding a torn tail of {} bytes", path.display(), bytes.len() - at);
     }
-    records
+    (records, at)
 }
 
 impl RecordLog {
@@ -195,24 +232,64 @@ impl RecordLog {
     }
 
     fn write_deferred(&mut self) -> std::io::Result<()> {
-        if let Err(e) = self.file.write_all(&self.deferred) {
-            // A write cut short (a full disk) must not leave half a frame:
-            // the records appended after it would be unreadable after a
-            // crash, since reading stops at the first torn frame.
-            if let Err(t) = self.file.set_len(self.len) {
-                log::error!("cannot cut the journal log back to {} bytes after a failed append: {t}", self.len);
+        let n = self.deferred.len() as u64;
+        match &mut self.map {
+            Some(map) => {
+                if !map.write_at(self.len as usize, &self.deferred) {
+                    let map = grow(&self.file, &mut self.map, self.len + n)?;
+                    if !map.write_at(self.len as usize, &self.deferred) {
+                        return Err(std::io::Error::other("the journal log's mapping did not grow"));
+                    }
+                }
             }
-            return Err(e);
+            None => {
+                if let Err(e) = self.file.write_all_at(&self.deferred, self.len) {
+                    // A write cut short (a full disk) must not leave half a
+                    // frame: the records appended after it would be
+                    // unreadable after a crash, since reading stops at the
+                    // first torn frame.
+                    if let Err(t) = self.file.set_len(self.len) {
+                        log::error!("cannot cut the journal log back to {} bytes after a failed append: {t}", self.len);
+                    }
+                    return Err(e);
+                }
+            }
         }
-        self.len += self.deferred.len() as u64;
+        self.len += n;
         self.deferred.clear();
+        Ok(())
+    }
+
+    /// Zeroes `[at, at + n)` of a mapped log: all of it from 0 through
+    /// `FALLOC_FL_ZERO_RANGE` (one call, the blocks kept), else by copying
+    /// zeros into the mapping.
+    fn zero(&mut self, at: u64, n: u64) -> std::io::Result<()> {
+        if at == 0 && crate::sys::zero_range(self.file.as_fd(), n).is_ok() {
+            return Ok(());
+        }
+        let Some(map) = self.map.as_mut() else {
+            return Err(std::io::Error::other("zeroing a journal log that is not mapped"));
+        };
+        let zeros = vec![0u8; 64 << 10];
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(zeros.len() as u64);
+            if !map.write_at((at + done) as usize, &zeros[..k as usize]) {
+                return Err(std::io::Error::other("zeroing past the journal log's mapping"));
+            }
+            done += k;
+        }
         Ok(())
     }
 
     /// Empties the log once its records (the deferred ones too) are folded
     /// into the database.
     pub fn clear(&mut self) -> std::io::Result<()> {
-        self.file.set_len(0)?;
+        match self.map {
+            Some(_) if self.len == 0 => {}
+            Some(_) => self.zero(0, self.len)?,
+            None => self.file.set_len(0)?,
+        }
         self.len = 0;
         self.deferred.clear();
         Ok(())
@@ -224,7 +301,29 @@ impl Drop for RecordLog {
         if let Err(e) = self.flush() {
             log::warn!("cannot write {} bytes of creation notes to the journal log: {e}", self.deferred.len());
         }
+        // An empty log is left empty, not preallocated: a store at rest
+        // holds no reserved blocks.
+        if self.len == 0
+            && self.map.take().is_some()
+            && let Err(e) = self.file.set_len(0)
+        {
+            log::warn!("cannot give back the journal log's preallocated blocks: {e}");
+        }
     }
+}
+
+/// Preallocates and maps at least `need` bytes: twice the mapping, or
+/// more. A full disk fails here, before any byte of the frame is
+/// copied, and the append is refused.
+fn grow<'m>(
+    file: &File,
+    map: &'m mut Option<crate::sys::SharedMap>,
+    need: u64,
+) -> std::io::Result<&'m mut crate::sys::SharedMap> {
+    let have = map.as_ref().map_or(0, |m| m.len() as u64);
+    let size = need.max(have * 2).max(MAPPED_BYTES).next_multiple_of(MAPPED_BYTES);
+    crate::sys::preallocate(file.as_fd(), size)?;
+    Ok(map.insert(crate::sys::SharedMap::new(file.as_fd(), size as usize)?))
 }
 
 /// Adds the frame of `record` to `out`.
@@ -239,6 +338,7 @@ fn append_frame(out: &mut Vec<u8>, record: &LogRecord) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn records_survive_reopen_and_a_torn_tail_is_dropped() {
@@ -279,6 +379,72 @@ mod tests {
         log.clear().unwrap();
         drop(log);
         assert!(RecordLog::read(&path).unwrap().is_empty(), "a fold takes the deferred records too");
+    }
+
+    /// Appends land in the file's page cache with no `write()`: a daemon
+    /// killed right after an append (nothing dropped, nothing flushed)
+    /// leaves them readable; emptying zeroes them and keeps the blocks;
+    /// a log that outgrows its mapping grows it.
+    #[test]
+    fn a_mapped_log_holds_its_records_without_a_write_and_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let a = LogRecord::Entry { turn: 1, dir: 2, name: b"x".to_vec(), target: None, program: None };
+        let (mut log, _) = RecordLog::open(&path).unwrap();
+        assert!(log.map.is_some(), "the log is mapped on this filesystem");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), MAPPED_BYTES, "preallocated");
+        log.append(&a).unwrap();
+        std::mem::forget(log);
+        assert_eq!(RecordLog::read(&path).unwrap(), vec![a.clone()], "in the file as soon as appended");
+
+        let (mut log, old) = RecordLog::open(&path).unwrap();
+        assert_eq!(old, vec![a.clone()]);
+        log.clear().unwrap();
+        assert!(RecordLog::read(&path).unwrap().is_empty(), "emptied");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), MAPPED_BYTES, "the blocks are kept");
+        // Records of long chunk lists, past the preallocated size.
+        let big = LogRecord::Known { object: 3, ctime_ns: 1, size: 2, hash: vec![7; 32], chunks: vec![9; 1 << 20] };
+        let mut want = vec![a.clone()];
+        log.append(&a).unwrap();
+        for _ in 0..3 {
+            log.append(&big).unwrap();
+            want.push(big.clone());
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > MAPPED_BYTES, "grown");
+        assert_eq!(RecordLog::read(&path).unwrap(), want);
+        log.clear().unwrap();
+        log.append(&a).unwrap();
+        assert_eq!(RecordLog::read(&path).unwrap(), vec![a.clone()], "nothing of the longer log is left after it");
+        drop(log);
+        let (log, old) = RecordLog::open(&path).unwrap();
+        assert_eq!(old, vec![a]);
+        drop(log);
+        assert!(std::fs::metadata(&path).unwrap().len() > 0, "a log with records keeps them at drop");
+    }
+
+    /// A torn frame a crash left in a preallocated log is zeroed at open,
+    /// so records appended after it are read; an empty log is left with
+    /// no preallocated blocks.
+    #[test]
+    fn a_torn_frame_in_a_mapped_log_is_zeroed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let a = LogRecord::Born { id: 1, turn: 1 };
+        let b = LogRecord::Born { id: 2, turn: 1 };
+        let (mut log, _) = RecordLog::open(&path).unwrap();
+        log.append(&a).unwrap();
+        let end = log.len;
+        std::mem::forget(log);
+        // Half a frame after the record, as a kill in the middle of a copy leaves.
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[40, 0, 0, 0, 1, 2, 3, 4, b'{'], end).unwrap();
+        let (mut log, old) = RecordLog::open(&path).unwrap();
+        assert_eq!(old, vec![a.clone()]);
+        log.append(&b).unwrap();
+        assert_eq!(RecordLog::read(&path).unwrap(), vec![a, b]);
+        log.clear().unwrap();
+        drop(log);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "an empty log keeps no blocks");
     }
 
     /// A new object takes its handle from a dead object's row; folding the

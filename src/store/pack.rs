@@ -783,6 +783,14 @@ enum AppendError {
     Torn(StoreError),
 }
 
+impl AppendError {
+    fn into_error(self) -> StoreError {
+        match self {
+            AppendError::RolledBack(e) | AppendError::Torn(e) => e,
+        }
+    }
+}
+
 fn insert_location(conn: &Connection, id: &ChunkId, loc: &Location) -> Result<(), rusqlite::Error> {
     write_location(conn, "INSERT OR IGNORE", id, loc)
 }
@@ -1004,34 +1012,39 @@ fn recover_pack(
 
 impl Writer {
     /// Makes sure there is a pack with room for `record_len` more bytes.
-    fn pack_for(&mut self, dir: &Path, record_len: u64, limit: u64) -> Result<&mut OpenPack, StoreError> {
+    fn pack_for(&mut self, dir: &Path, record_len: u64, limit: u64) -> Result<&mut OpenPack, AppendError> {
         let full = self.current.as_ref().is_none_or(|p| p.end > PACK_HEADER_LEN && p.end + record_len > limit);
         if full {
             if let Some(old) = self.current.take() {
                 // Sealed packs are never written again; syncing now keeps
                 // `sync` to one file.
-                old.file
-                    .sync_data()
-                    .map_err(|e| StoreError::io(format!("syncing full pack {}", old.path.display()), e))?;
+                old.file.sync_data().map_err(|e| {
+                    AppendError::Torn(StoreError::io(format!("syncing full pack {}", old.path.display()), e))
+                })?;
                 log::info!("Pack {} is full at {} bytes; starting a new one.", old.path.display(), old.end);
             }
             let number = self.next_number;
             let path = dir.join(pack_file_name(number));
             // Explicit: the daemon's umask is 0.
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&path)
-                .map_err(|e| StoreError::io(format!("creating pack {}", path.display()), e))?;
-            file.write_all_at(&pack_header(), 0)
-                .map_err(|e| StoreError::io(format!("writing the header of pack {}", path.display()), e))?;
+            let file =
+                OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(&path).map_err(|e| {
+                    AppendError::RolledBack(StoreError::io(format!("creating pack {}", path.display()), e))
+                })?;
+            if let Err(e) = file.write_all_at(&pack_header(), 0) {
+                // A full disk: the new pack goes again, so the store takes
+                // the next chunk once there is room (it starts this pack
+                // again) rather than refusing every write until reopened.
+                let error = StoreError::io(format!("writing the header of pack {}", path.display()), e);
+                return Err(match std::fs::remove_file(&path) {
+                    Ok(()) => AppendError::RolledBack(error),
+                    Err(_) => AppendError::Torn(error),
+                });
+            }
             self.next_number += 1;
             self.dir_unsynced = true;
             self.current = Some(OpenPack { number, path, file, end: PACK_HEADER_LEN });
         }
-        self.current.as_mut().ok_or(StoreError::Poisoned)
+        self.current.as_mut().ok_or(AppendError::Torn(StoreError::Poisoned))
     }
 
     /// Marks the writer unusable after a failed append: the pack may now
@@ -1046,7 +1059,7 @@ impl Writer {
         let mut record = Vec::with_capacity(header.record_len() as usize);
         record.extend_from_slice(&header.encode());
         record.extend_from_slice(payload);
-        self.pack_for(dir, record.len() as u64, limit).map_err(AppendError::Torn)?;
+        self.pack_for(dir, record.len() as u64, limit)?;
         let conn = &self.conn;
         let pack = self.current.as_mut().ok_or(AppendError::Torn(StoreError::Poisoned))?;
         let start = pack.end;

@@ -5,7 +5,9 @@
 //! - [`name_to_handle_at`] and [`open_by_handle_at`] (persistent file
 //!   handles), including adopting the descriptor the latter returns;
 //! - [`signals::install`] (a process-wide `sigaction`; `rustix` exposes it
-//!   only through its unstable runtime API, itself `unsafe`).
+//!   only through its unstable runtime API, itself `unsafe`);
+//! - [`SharedMap`] (a file mapped shared for writing: `mmap`, the copy
+//!   into it and `munmap`).
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -176,6 +178,93 @@ pub fn copy_file_range(
 ) -> io::Result<usize> {
     let (mut so, mut doff) = (src_off, dst_off);
     Ok(rustix::fs::copy_file_range(src, Some(&mut so), dst, Some(&mut doff), len)?)
+}
+
+/// Preallocates `[0, len)` of a file (blocks reserved, the size grown to
+/// `len` if smaller): a store into a [`SharedMap`] of that range then
+/// needs no block, which a full disk would answer with SIGBUS.
+pub fn preallocate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    Ok(rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, len)?)
+}
+
+/// Zeroes `[0, len)` of a file, keeping its blocks and size
+/// (`FALLOC_FL_ZERO_RANGE`): the page cache of the range is dropped, and a
+/// mapping of it reads zeros from then on.
+pub fn zero_range(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    use rustix::fs::FallocateFlags;
+    Ok(rustix::fs::fallocate(fd, FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE, 0, len)?)
+}
+
+/// The first `len` bytes of a file mapped shared and writable. A copy into
+/// it lands in the file's page cache, as a `write()` does, without a
+/// system call: it survives the death of the process the same way. Only
+/// written, never read through, so what another process does to the file
+/// meanwhile cannot break a reference of ours; a file cut shorter than the
+/// mapping (by another process) makes a store past its end raise SIGBUS.
+pub struct SharedMap {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone (no other Rust value
+// points into it), and its memory is process-wide: moving the owner to
+// another thread is as sound as moving a Vec.
+unsafe impl Send for SharedMap {}
+
+impl SharedMap {
+    /// Maps `[0, len)` of `fd` (opened for reading and writing).
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<SharedMap> {
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: a new mapping at an address the kernel picks, so it
+        // overlaps no memory Rust knows; the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        Ok(SharedMap { ptr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `bytes` to offset `at`; false (nothing copied) when they do
+    /// not fit.
+    pub fn write_at(&mut self, at: usize, bytes: &[u8]) -> bool {
+        if at.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: `at + bytes.len() <= len`, checked above, so the
+        // destination lies inside the mapping, which lives as long as
+        // `self`; `bytes` is Rust memory, which cannot overlap a mapping
+        // no reference points into.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(at), bytes.len()) };
+        true
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once; no reference
+        // into it outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
 }
 
 /// Sets the process umask to 0 so the modes the kernel hands the daemon

@@ -29,7 +29,7 @@ use std::sync::MutexGuard;
 
 use rusqlite::params;
 
-use super::{ChunkId, pack_file_name, u64_of};
+use super::{AppendError, ChunkId, pack_file_name, u64_of};
 use super::{Location, PackStore, RECORD_HEADER_LEN, RecordHeader, StoreError, encode_chunk, i64_of, list_packs};
 use crate::store::StoreStats;
 
@@ -212,7 +212,8 @@ impl PackStore {
                 record.extend_from_slice(&payload);
                 let limit = self.options.pack_size_limit;
                 let (mut writer, since) = lock()?;
-                let pack = writer.pack_for(&self.packs.dir, record.len() as u64, limit)?;
+                let pack =
+                    writer.pack_for(&self.packs.dir, record.len() as u64, limit).map_err(AppendError::into_error)?;
                 let new = Location {
                     pack: pack.number,
                     offset: pack.end,
