@@ -1365,3 +1365,69 @@ fn fsck_of_a_workspace_checks_its_own_remote_against_its_history_mounted_or_not(
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("has no remote"), "{}", stderr(&out));
 }
+
+#[test]
+fn credentials_region_and_endpoint_come_from_a_profile_of_the_shared_files() {
+    let server = S3Server::start();
+    let files = tempfile::tempdir().expect("a dir for the shared files");
+    let env = server.env();
+    let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()).unwrap();
+    // The credentials file gives the keys, the config file the region and
+    // the endpoint, of a profile that is not the default.
+    let (credentials, config) = (files.path().join("credentials"), files.path().join("config"));
+    std::fs::write(
+        &credentials,
+        format!(
+            "[default]\naws_access_key_id = GKwrong\naws_secret_access_key = wrong\n\n[agents]\n\
+             aws_access_key_id = {}\naws_secret_access_key = {}\n",
+            get("AWS_ACCESS_KEY_ID"),
+            get("AWS_SECRET_ACCESS_KEY")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        format!("[profile agents]\nregion = {}\nendpoint_url = {}\n", get("AWS_REGION"), get("AWS_ENDPOINT_URL")),
+    )
+    .unwrap();
+    let profile: Vec<(&str, &str)> = vec![
+        ("AWS_PROFILE", "agents"),
+        ("AWS_SHARED_CREDENTIALS_FILE", credentials.to_str().unwrap()),
+        ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+    ];
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "echo one > a");
+    let url = server.url("profiled");
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &profile);
+    fx.sh("echo two > a");
+    let n = fx.turn("r000001");
+    let status = push(&fx, &server);
+    assert_eq!(status["backlog"], serde_json::json!([]), "pushed with the profile's credentials: {status}");
+    // Read back elsewhere with the profile alone (no AWS_* variables).
+    let home = tempfile::tempdir().expect("a home");
+    let mut cmd = Command::new(bin());
+    cmd.env("REWINDFS_RUNTIME_DIR", home.path().join("run")).env("REWINDFS_HOME", home.path().join("home"));
+    for (k, v) in &profile {
+        cmd.env(k, v);
+    }
+    let out = run_with_timeout(cmd.args(["log", &url, "--json"]), CHILD_TIMEOUT);
+    assert!(out.status.success(), "log with the profile: {}", stderr(&out));
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).expect("log --json");
+    assert!(log.to_string().contains("r000001"), "the remote's log lists the pushed turn: {log}");
+    // The environment wins over the profile: the default profile's wrong
+    // keys are not used when the variables say otherwise, and the
+    // profile's are not used when the variables are wrong.
+    let mut cmd = Command::new(bin());
+    cmd.env("REWINDFS_RUNTIME_DIR", home.path().join("run")).env("REWINDFS_HOME", home.path().join("home"));
+    for (k, v) in &profile {
+        cmd.env(k, v);
+    }
+    cmd.env("AWS_SECRET_ACCESS_KEY", "not-the-secret");
+    let out = run_with_timeout(cmd.args(["log", &url]), CHILD_TIMEOUT);
+    assert!(!out.status.success() && stderr(&out).contains("access denied"), "{}", stderr(&out));
+    // Nothing of the profile is written into the store.
+    let grep = Command::new("grep").args(["-rl", s3::SECRET_FOR_TESTS]).arg(&fx.store).output().expect("grep");
+    assert!(grep.stdout.is_empty(), "the secret is in {}", String::from_utf8_lossy(&grep.stdout));
+    assert!(n >= 1);
+    fx.unmount();
+}

@@ -11,7 +11,9 @@
 //! from the environment the usual way (`AWS_ACCESS_KEY_ID`,
 //! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
 //! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, instance and web-identity
-//! credentials); none of them is ever written into the store or a log line.
+//! credentials) and from the shared files' profile (`AWS_PROFILE`,
+//! `~/.aws/credentials`, `~/.aws/config`: `profile.rs`), the environment
+//! first; none of them is ever written into the store or a log line.
 //!
 //! Everything fetched is checked against its blake3 name before use; the
 //! one object that is not named by its content, the head, is written last,
@@ -21,6 +23,7 @@ pub mod cache;
 pub mod check;
 pub mod clone;
 pub mod manifest;
+pub mod profile;
 pub mod push;
 pub mod shared;
 pub mod show;
@@ -343,7 +346,25 @@ impl Bucket {
             max_retries: RETRIES,
             retry_timeout: RETRY_TIMEOUT,
         };
-        let store = object_store::aws::AmazonS3Builder::from_env()
+        let mut builder = object_store::aws::AmazonS3Builder::from_env();
+        // What the environment does not say, the shared files' profile may.
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let profile = profile::load(env);
+        for (key, var) in profile::KEYS {
+            if let (Some(value), None) = (profile.get(key), env(var)) {
+                builder = match key {
+                    "aws_access_key_id" => builder.with_access_key_id(value),
+                    "aws_secret_access_key" => builder.with_secret_access_key(value),
+                    "aws_session_token" => builder.with_token(value),
+                    "region" => builder.with_region(value),
+                    _ => builder.with_endpoint(value),
+                };
+                if key == "endpoint_url" && value.starts_with("http://") {
+                    builder = builder.with_allow_http(true);
+                }
+            }
+        }
+        let store = builder
             .with_bucket_name(&url.bucket)
             .with_retry(retry)
             .with_config(
