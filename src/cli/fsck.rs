@@ -234,10 +234,8 @@ fn offline(store: &Path, workspace: Option<PathBuf>, repair: bool, show_progress
             "the workspace is unknown (give it with -C): paths are named from records alone, unverified".to_string(),
         );
     }
-    // Records, not bytes: the log is preallocated, and a daemon that
-    // exits leaves it at its size, zeroed past its last record.
     let log = StoreDir::new(store).journal_log();
-    if crate::journal::record_log::RecordLog::read(&log).is_ok_and(|records| !records.is_empty()) {
+    if crate::journal::record_log::RecordLog::holds_records(&log) {
         report.notes.push(format!(
             "{} holds records the last daemon did not fold into the database (it was killed); \
              the next mount folds them in; they were not checked",

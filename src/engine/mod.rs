@@ -175,7 +175,7 @@ impl Workspace {
     pub fn open_read_only(workspace: &Path, store: &Path) -> Result<Workspace> {
         let dir = crate::store_dir::StoreDir::new(store);
         let log = dir.journal_log();
-        if std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
+        if crate::journal::record_log::RecordLog::holds_records(&log) {
             return Err(Error::kind_of(
                 crate::error::ErrorKind::Failed,
                 format!(

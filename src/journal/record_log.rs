@@ -168,6 +168,14 @@ impl RecordLog {
 
     /// The records a log holds, read without opening it for writing (for
     /// checks beside the daemon that appends to it). A missing log holds none.
+    /// Whether the log at `path` holds records a daemon did not fold into
+    /// the database (a killed one). Frames, not bytes: the log is
+    /// preallocated, and a daemon that exits leaves it at its size, zeroed
+    /// past its last record. An unreadable log counts as holding records.
+    pub fn holds_records(path: &Path) -> bool {
+        !Self::read(path).is_ok_and(|records| records.is_empty())
+    }
+
     pub fn read(path: &Path) -> std::io::Result<Vec<LogRecord>> {
         match std::fs::read(path) {
             Ok(bytes) => Ok(parse(path, &bytes).0),
