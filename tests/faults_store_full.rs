@@ -526,8 +526,7 @@ impl Runner {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| Failure(e.to_string()))?;
             self.sealed(Self::num(&v, "undo_checkpoint")?, pre)?;
             let k = self.models[&cp].clone();
-            self.model.restore(&k, path, &mut self.next_id);
-            self.model.gc();
+            let _ = self.model.restore(&k, path, &mut self.next_id);
             return self.sealed(Self::num(&v, "result_checkpoint")?, self.model.clone());
         }
         let err = self.check_refusal(&format!("restore {cp} {path}"), &out)?;

@@ -318,7 +318,13 @@ impl Runner {
     }
 
     fn collect_orphans(&mut self) {
-        for (id, node) in self.model.gc() {
+        let dropped = self.model.gc();
+        self.keep_held(dropped);
+    }
+
+    /// Of nodes dropped from the model, keeps those a descriptor holds.
+    fn keep_held(&mut self, dropped: Vec<(u64, Node)>) {
+        for (id, node) in dropped {
             if self.fds.iter().flatten().any(|h| h.node == id) {
                 self.orphans.insert(id, node);
             }
@@ -555,8 +561,8 @@ impl Runner {
                     self.engine("restore", self.ws().restore(&cp.to_string(), &[PathBuf::from(path)], false))?;
                 self.sealed(reply.undo_checkpoint, pre, "restore (before)")?;
                 let k = self.snaps[cp].clone();
-                self.model.restore(&k, path, &mut self.next_id);
-                self.collect_orphans();
+                let dropped = self.model.restore(&k, path, &mut self.next_id);
+                self.keep_held(dropped);
                 self.sealed(reply.result_checkpoint, self.model.clone(), "restore (after)")?;
             }
             // As an unmount does: what cannot be settled is put back, the
@@ -916,7 +922,9 @@ impl Runner {
                 // Done before the crash: before, result, and the open's.
                 self.note("crash after a restore");
                 let mut done = pre.clone();
-                done.restore(&k, path, &mut self.next_id);
+                // No descriptor is open across the crash: what the restore
+                // replaced is held by none.
+                let _ = done.restore(&k, path, &mut self.next_id);
                 let result = fresh.iter().find(|c| c.label.as_deref().is_some_and(|l| l.starts_with("restored ")));
                 let Some(result) = result.map(|c| c.checkpoint) else {
                     return fail("killrestore", format!("nothing recovered and no result sealed: {fresh:?}"));
@@ -945,12 +953,9 @@ impl Runner {
                         // tree the crash left, its temporary files put away.
                         let mut done = half.clone();
                         done.entries.retain(|p, _| !is_temporary(p));
-                        done.restore(&k, path, &mut self.next_id);
-                        // Nodes the restore replaced are in no tree: kept,
-                        // one would shadow what a descriptor opened later
-                        // holds once a rewind leaves it out (no descriptor
-                        // is open across the crash).
-                        done.gc();
+                        // No descriptor is open across the crash: what the
+                        // restore replaced is held by none.
+                        let _ = done.restore(&k, path, &mut self.next_id);
                         result = Some(done);
                         half
                     } else if n == r.result_checkpoint {

@@ -209,7 +209,13 @@ impl Runner {
     }
 
     fn collect_orphans(&mut self) {
-        for (id, node) in self.model.gc() {
+        let dropped = self.model.gc();
+        self.keep_held(dropped);
+    }
+
+    /// Of nodes dropped from the model, keeps those a descriptor holds.
+    fn keep_held(&mut self, dropped: Vec<(u64, Node)>) {
+        for (id, node) in dropped {
             if self.fds.iter().flatten().any(|h| h.node == id) {
                 self.orphans.insert(id, node);
             }
@@ -348,8 +354,8 @@ impl Runner {
                 let v = self.cli_json(&["restore", &cps, "--", &target])?;
                 self.sealed(v["undo_checkpoint"].as_i64(), pre, "restore (before)")?;
                 let k = self.snaps[cp].clone();
-                self.model.restore(&k, path, &mut self.next_id);
-                self.collect_orphans();
+                let dropped = self.model.restore(&k, path, &mut self.next_id);
+                self.keep_held(dropped);
                 self.sealed(v["result_checkpoint"].as_i64(), self.model.clone(), "restore (after)")?;
             }
             Step::Remount => {

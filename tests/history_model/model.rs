@@ -258,8 +258,16 @@ impl Model {
     /// removed; a file with other bytes is replaced by a new object with
     /// the checkpoint's bytes and attributes; a file with the same bytes
     /// keeps its object and gets the checkpoint's attributes; a symlink
-    /// with the same target is left alone.
-    pub fn restore(&mut self, k: &Model, path: &str, next_id: &mut u64) {
+    /// with the same target is left alone. Returns the nodes it left in
+    /// no tree, dropped from the model (a descriptor may still hold one):
+    /// kept, one would stand for an object the store no longer has.
+    #[must_use = "a descriptor may still hold a node the restore replaced"]
+    pub fn restore(&mut self, k: &Model, path: &str, next_id: &mut u64) -> Vec<(u64, Node)> {
+        self.restore_entries(k, path, next_id);
+        self.gc()
+    }
+
+    fn restore_entries(&mut self, k: &Model, path: &str, next_id: &mut u64) {
         let comps: Vec<&str> = path.split('/').collect();
         let mut cur = String::new();
         let mut recreated = Vec::new();
