@@ -922,9 +922,9 @@ impl Journal {
     /// [`PROGRAM_NAME_FRESH`]: a process that `exec`s another program keeps
     /// its pid (`sh -c 'cd x && make'` execs make), and that program's
     /// changes are its own.
+    /// `/proc` is read without the journal's lock held.
     pub fn program(&self, pid: u32) -> Option<String> {
-        let mut inner = self.lock();
-        if let Some((p, read_at)) = inner.programs.get(&pid)
+        if let Some((p, read_at)) = self.lock().programs.get(&pid)
             && read_at.elapsed() < PROGRAM_NAME_FRESH
         {
             return p.clone();
@@ -934,7 +934,7 @@ impl Journal {
             .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse::<u32>().ok())))
             .unwrap_or(pid);
         let p = std::fs::read_to_string(format!("/proc/{tgid}/comm")).ok().map(|s| s.trim_end().to_string());
-        inner.programs.insert(pid, (p.clone(), Instant::now()));
+        self.lock().programs.insert(pid, (p.clone(), Instant::now()));
         p
     }
 
@@ -1556,6 +1556,9 @@ impl Journal {
             m.remove_states_with_prefix(OWN_CHANGE)?;
             m.set_state("clean_unmount_ns", &now.to_string())
         })?;
+        if let Some(log) = inner.log.as_mut() {
+            log.give_back_blocks();
+        }
         Ok(())
     }
 
