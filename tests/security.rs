@@ -440,6 +440,8 @@ fn the_agent_user_may_mark_turns_and_preview_but_not_change_the_tree() {
         vec!["restore", "-C", &mp, &first, "--", "f.txt"],
         vec!["unmount", &mp],
         vec!["push", "-C", &mp],
+        // The check of the remote reads the whole bucket.
+        vec!["fsck", "-C", &mp, "--remote"],
     ] {
         let out = rewindfs_as_agent(&fx, &args);
         assert_eq!(out.status.code(), Some(5), "the agent's {args:?} must be refused: {}", stderr(&out));
