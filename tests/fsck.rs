@@ -400,6 +400,8 @@ fn a_store_made_by_an_ordinary_workload_passes() {
 #[test]
 fn a_change_under_the_mount_is_named_with_the_checkpoints_it_made_unreadable() {
     let mut fx = MountFixture::unmounted();
+    // Changed under the mount on purpose: fsck names what it cost.
+    fx.damaged();
     sh(&fx.ws, "echo one > f.txt && echo one > g.txt && echo one > h.txt && echo one > i.txt");
     fx.mount(false, &["--auto-turn", "0"]);
     fx.sh("echo two > h.txt");

@@ -77,7 +77,9 @@ except PermissionError:
 /// agent's socket.
 #[test]
 fn a_mount_file_writable_by_others_is_refused_and_its_socket_never_called() {
-    let fx = MountFixture::manual_turns();
+    let mut fx = MountFixture::manual_turns();
+    // Its mount file is made untrusted: no command reaches the daemon.
+    fx.damaged();
     fx.turn("m1");
     let info = mount_file(&fx);
     std::fs::set_permissions(&info, std::fs::Permissions::from_mode(0o666)).expect("chmod");
