@@ -231,7 +231,8 @@ fn refused_requests_exit_with_the_status_of_their_kind() {
 
 #[test]
 fn a_failing_operation_exits_1() {
-    let fx = MountFixture::manual_turns();
+    let mut fx = MountFixture::manual_turns();
+    fx.damaged();
     std::fs::write(fx.mnt.join("a.txt"), "old line\n".repeat(100)).unwrap();
     fx.turn("m1");
     // The pre-image of a.txt goes into the chunk store.

@@ -219,6 +219,8 @@ struct Runner {
 impl Runner {
     fn new() -> Res<Runner> {
         let mut fx = MountFixture::unmounted();
+        // Damaged on purpose, step by step.
+        fx.damaged();
         let mut live = Files::new();
         for (p, len) in [("a", 3000usize), ("b", 200_000)] {
             let data = bytes_of(len as u64, len);

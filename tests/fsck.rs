@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -90,6 +91,10 @@ fn gone_txt(fx: &MountFixture) -> String {
 #[test]
 fn a_clean_store_passes_mounted_and_unmounted() {
     let mut fx = history();
+    // An orderly unmount folds the journal log and gives back its
+    // preallocated blocks: a store at rest reserves nothing.
+    let log = std::fs::metadata(fx.store.join("journal.log")).expect("journal.log");
+    assert_eq!((log.len(), log.blocks()), (0, 0), "the journal log after an orderly unmount");
     let out = check(fsck(&fx, &["--store", &store_arg(&fx)]), "fsck --store of a clean store");
     let text = stdout(&out);
     assert!(text.lines().next().is_some_and(|l| l.ends_with("no problems")), "{text}");
@@ -395,6 +400,8 @@ fn a_store_made_by_an_ordinary_workload_passes() {
 #[test]
 fn a_change_under_the_mount_is_named_with_the_checkpoints_it_made_unreadable() {
     let mut fx = MountFixture::unmounted();
+    // Changed under the mount on purpose: fsck names what it cost.
+    fx.damaged();
     sh(&fx.ws, "echo one > f.txt && echo one > g.txt && echo one > h.txt && echo one > i.txt");
     fx.mount(false, &["--auto-turn", "0"]);
     fx.sh("echo two > h.txt");

@@ -144,6 +144,8 @@ fn run_started_from_inside_the_workspace_records_the_command() {
 fn mount_in_place_and_find_under(fx: &mut MountFixture) -> std::path::PathBuf {
     use std::os::unix::fs::MetadataExt;
     let before = std::fs::metadata(&fx.ws).expect("stat the workspace");
+    // Changes under the mount are history fsck names as unknown.
+    fx.damaged();
     fx.mount(true, &["--auto-turn", "0"]);
     let pid = fx.daemon_pid();
     std::fs::read_dir(format!("/proc/{pid}/fd"))

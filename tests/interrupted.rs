@@ -541,6 +541,7 @@ fn an_interrupted_restore_that_cannot_be_completed_is_given_up_only_when_asked()
     assert_ne!(manifest(&half), manifest(&before), "the kill left nothing half done");
     assert_ne!(manifest(&half.join("d")), manifest(&c.copies[&c1].join("d")), "the kill left nothing half done");
     // Damage big's content at c1: the completion needs it.
+    c.fx.damaged();
     let old_big = std::fs::read(c.copies[&c1].join("big")).expect("read big at c1");
     let needle = &old_big[5000..5032];
     let mut flipped = 0;

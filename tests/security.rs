@@ -77,7 +77,9 @@ except PermissionError:
 /// agent's socket.
 #[test]
 fn a_mount_file_writable_by_others_is_refused_and_its_socket_never_called() {
-    let fx = MountFixture::manual_turns();
+    let mut fx = MountFixture::manual_turns();
+    // Its mount file is made untrusted: no command reaches the daemon.
+    fx.damaged();
     fx.turn("m1");
     let info = mount_file(&fx);
     std::fs::set_permissions(&info, std::fs::Permissions::from_mode(0o666)).expect("chmod");
@@ -440,6 +442,8 @@ fn the_agent_user_may_mark_turns_and_preview_but_not_change_the_tree() {
         vec!["restore", "-C", &mp, &first, "--", "f.txt"],
         vec!["unmount", &mp],
         vec!["push", "-C", &mp],
+        // The check of the remote reads the whole bucket.
+        vec!["fsck", "-C", &mp, "--remote"],
     ] {
         let out = rewindfs_as_agent(&fx, &args);
         assert_eq!(out.status.code(), Some(5), "the agent's {args:?} must be refused: {}", stderr(&out));

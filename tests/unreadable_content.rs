@@ -314,6 +314,8 @@ fn log_lists_every_turn_and_names_the_damage_when_one_turns_content_is_unreadabl
     // marks m1's statistics unavailable naming the file and the chunk, and
     // exits 1.
     let mut fx = MountFixture::unmounted();
+    // A byte of the pack flipped on purpose.
+    fx.damaged();
     let v = Versions { a0: random(1, 200_000), b0: random(2, 200_000), a1: random(3, 200_000), b1: random(4, 200_000) };
     std::fs::write(fx.ws.join("a.txt"), &v.a0).expect("write a.txt");
     std::fs::write(fx.ws.join("b.txt"), &v.b0).expect("write b.txt");

@@ -147,3 +147,39 @@ for n in ('secret', 'open'):
     fx.sh("chmod 600 secret");
     assert_eq!(as_user(), "secret denied\nopen denied\n", "after chmod back");
 }
+
+/// A file whose read backing is kept, then opened for writing: the write
+/// is recorded like any other (its pre-image is in the checkpoint before
+/// it), the live file and a read open after it give the new bytes, and a
+/// descriptor opened for reading before the write sees them too (one
+/// backing inode).
+#[test]
+fn a_write_open_after_a_kept_read_backing_is_recorded_and_read_back() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("printf 0123456789 > patched && printf old-bytes > truncated");
+    assert_eq!(read_twice(&fx, &["patched", "truncated"]), "patched 0123456789\ntruncated old-bytes\n");
+    let before = fx.turn("r000001");
+    let script = r#"
+import os
+held = open('patched', 'rb')
+fd = os.open('patched', os.O_RDWR)
+os.pwrite(fd, b'ABC', 3)
+os.close(fd)
+with open('truncated', 'wb') as f: f.write(b'new')
+print(held.read().decode())
+"#;
+    assert_eq!(fx.py(script).trim(), "012ABC6789", "a descriptor opened before the write");
+    assert_eq!(read_twice(&fx, &["patched", "truncated"]), "patched 012ABC6789\ntruncated new\n");
+    let after = fx.turn("r000002");
+    let view = |c: i64, n: &str| format!(".rewindfs/checkpoints/{c}/{n}");
+    assert_eq!(
+        read_twice(&fx, &[&view(before, "patched"), &view(before, "truncated")]),
+        format!("{} 0123456789\n{} old-bytes\n", view(before, "patched"), view(before, "truncated")),
+        "the pre-images of writes through a kept backing"
+    );
+    assert_eq!(
+        read_twice(&fx, &[&view(after, "patched"), &view(after, "truncated")]),
+        format!("{} 012ABC6789\n{} new\n", view(after, "patched"), view(after, "truncated")),
+    );
+    fx.assert_fsck_clean("after writes through kept backings");
+}

@@ -466,21 +466,23 @@ fn handle(req: Request, uid: u32, ctx: &Ctx, progress: &dyn Fn(protocol::Progres
         }),
         Request::Fsck(op) => answer(op, |_| ws.read().fsck()),
         Request::FsckRemote(op) => answer(op, |_| {
-            let Some(uploader) = &ctx.uploader else {
-                return Err(Failure::usage("this store has no remote: mount with --remote s3://bucket/prefix"));
-            };
-            uploader.check(ws.journal(), |_, _| {}).map_err(|e| Failure::failed(e.errno().0, e.to_string()))
+            uploader(ctx)?.check(ws.journal(), |_, _| {}).map_err(|e| Failure::failed(e.errno().0, e.to_string()))
         }),
         Request::History(op) => answer(op, |protocol::History { path }| ws.read().history(&path)),
         Request::Status(op) => answer(op, |_| Ok(status(ctx))),
         Request::Push(op) => answer(op, |protocol::Push { wait_secs }| {
-            let Some(uploader) = &ctx.uploader else {
-                return Err(Failure::usage("this store has no remote: mount with --remote s3://bucket/prefix"));
-            };
-            Ok(uploader.push_now(ws.journal(), Duration::from_secs(wait_secs)))
+            Ok(uploader(ctx)?.push_now(ws.journal(), Duration::from_secs(wait_secs)))
         }),
         Request::Unmount(op) => answer(op, |protocol::Unmount { lazy }| unmount(ctx, lazy)),
     }
+}
+
+/// The mount's uploader, or the refusal a request for the remote gets
+/// from a store mounted without one.
+fn uploader(ctx: &Ctx) -> Result<&crate::remote::push::Uploader, Failure> {
+    ctx.uploader
+        .as_ref()
+        .ok_or_else(|| Failure::usage("this store has no remote: mount with --remote s3://bucket/prefix"))
 }
 
 /// `status`: the published mount info and the live state.

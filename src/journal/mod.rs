@@ -519,6 +519,15 @@ impl Inner {
         self.unfolded = records;
     }
 
+    /// Checkpoints the database's WAL into its file, after committing an
+    /// open batch (another thread's: SQLite cannot checkpoint inside a
+    /// transaction, and answers "database table is locked"). The batch
+    /// goes on in a transaction of its own at its next fold.
+    fn checkpoint_wal(&mut self) -> JournalResult<()> {
+        self.durable()?;
+        Ok(self.meta.sync()?)
+    }
+
     /// Commits the open batch before a change that must be durable when
     /// it returns (a transaction of its own, not a fold).
     fn durable(&mut self) -> JournalResult<()> {
@@ -970,9 +979,9 @@ impl Journal {
     /// [`PROGRAM_NAME_FRESH`]: a process that `exec`s another program keeps
     /// its pid (`sh -c 'cd x && make'` execs make), and that program's
     /// changes are its own.
+    /// `/proc` is read without the journal's lock held.
     pub fn program(&self, pid: u32) -> Option<String> {
-        let mut inner = self.lock();
-        if let Some((p, read_at)) = inner.programs.get(&pid)
+        if let Some((p, read_at)) = self.lock().programs.get(&pid)
             && read_at.elapsed() < PROGRAM_NAME_FRESH
         {
             return p.clone();
@@ -982,7 +991,7 @@ impl Journal {
             .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:").and_then(|v| v.trim().parse::<u32>().ok())))
             .unwrap_or(pid);
         let p = std::fs::read_to_string(format!("/proc/{tgid}/comm")).ok().map(|s| s.trim_end().to_string());
-        inner.programs.insert(pid, (p.clone(), Instant::now()));
+        self.lock().programs.insert(pid, (p.clone(), Instant::now()));
         p
     }
 
@@ -1461,7 +1470,7 @@ impl Journal {
             // WAL can be checkpointed (a full disk): the turn moves on, or
             // the next seal would reuse its number and changes made from
             // now on would be recorded in the sealed turn.
-            let durable = inner.meta.sync();
+            let durable = inner.checkpoint_wal();
             inner.turn = next;
             self.turn_now.store(next, Ordering::Release);
             inner.entries_done.clear();
@@ -1479,8 +1488,10 @@ impl Journal {
         };
         crate::faults::kill_point("seal-committed");
         recapture();
-        if let Err(source) = durable {
-            return Err(JournalError::NotDurable { checkpoint: next, source });
+        match durable {
+            Ok(()) => {}
+            Err(JournalError::Meta(source)) => return Err(JournalError::NotDurable { checkpoint: next, source }),
+            Err(e) => return Err(e),
         }
         info!("sealed checkpoint {next} ({:?}, message {:?})", reason, info.message_id);
         Ok(CheckpointId(next))
@@ -1651,6 +1662,9 @@ impl Journal {
             m.remove_states_with_prefix(OWN_CHANGE)?;
             m.set_state("clean_unmount_ns", &now.to_string())
         })?;
+        if let Some(log) = inner.log.as_mut() {
+            log.give_back_blocks();
+        }
         Ok(())
     }
 
@@ -1665,8 +1679,7 @@ impl Journal {
         self.store.sync()?;
         let mut inner = self.lock();
         inner.fold()?;
-        inner.meta.sync()?;
-        Ok(())
+        inner.checkpoint_wal()
     }
 
     /// Resolves a checkpoint reference: a number or `~N` (N before the
@@ -1872,6 +1885,33 @@ mod tests {
     /// A journal over the database `db` with its record log at `log`.
     fn logged(db: &Path, log: &Path, store: &Arc<dyn ChunkStore>) -> Journal {
         Journal::open_with_log(Meta::open(db).unwrap(), store.clone(), Some(log)).unwrap()
+    }
+
+    /// The WAL cannot be checkpointed while the connection is inside a
+    /// transaction (SQLite answers "database table is locked"): a sync
+    /// during a batch another thread has open (the turn statistics the
+    /// daemon computes after a seal, while an unmount syncs) commits the
+    /// batch first, and the batch goes on in a transaction of its own.
+    #[test]
+    fn a_sync_during_a_batch_commits_it_and_checkpoints() {
+        let (dir, store) = (tempfile::tempdir().unwrap(), Arc::new(MemoryStore::new()) as Arc<dyn ChunkStore>);
+        let (db, log) = (dir.path().join("meta.sqlite"), dir.path().join("journal.log"));
+        let j = logged(&db, &log, &store);
+        let committed = |name: &[u8]| Meta::open(&db).unwrap().object_by_handle(&handle(name).to_bytes()).unwrap();
+        let (a, b) = j
+            .batched(|| {
+                let a = j.object_id(&handle(b"a"), 1).unwrap();
+                j.with_objects(|m| m.object_by_handle(&handle(b"a").to_bytes())).unwrap();
+                assert_eq!(committed(b"a"), None, "committed before the sync");
+                std::thread::scope(|s| s.spawn(|| j.sync()).join().unwrap()).expect("a sync during a batch");
+                assert_eq!(committed(b"a"), Some(a), "the sync did not commit the batch");
+                let b = j.object_id(&handle(b"b"), 1).unwrap();
+                j.with_objects(|m| m.object_by_handle(&handle(b"b").to_bytes())).unwrap();
+                (a, b)
+            })
+            .unwrap();
+        assert_eq!((committed(b"a"), committed(b"b")), (Some(a), Some(b)));
+        assert!(RecordLog::read(&log).unwrap().is_empty(), "the log was not emptied at the end of the batch");
     }
 
     /// In a batch, folds join one transaction: what is folded is seen by

@@ -312,19 +312,28 @@ impl RecordLog {
     }
 }
 
-impl Drop for RecordLog {
-    fn drop(&mut self) {
-        if let Err(e) = self.flush() {
-            log::warn!("cannot write {} bytes of creation notes to the journal log: {e}", self.deferred.len());
-        }
-        // An empty log is left empty, not preallocated: a store at rest
-        // holds no reserved blocks.
+impl RecordLog {
+    /// An empty log is left empty, not preallocated: a store at rest holds
+    /// no reserved blocks. Called at an orderly close (the daemon exits
+    /// without dropping its journal) and at drop; appends after it are
+    /// `write()`s.
+    pub fn give_back_blocks(&mut self) {
         if self.len == 0
+            && self.deferred.is_empty()
             && self.map.take().is_some()
             && let Err(e) = self.file.set_len(0)
         {
             log::warn!("cannot give back the journal log's preallocated blocks: {e}");
         }
+    }
+}
+
+impl Drop for RecordLog {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            log::warn!("cannot write {} bytes of creation notes to the journal log: {e}", self.deferred.len());
+        }
+        self.give_back_blocks();
     }
 }
 

@@ -230,6 +230,9 @@ pub struct MountFixture {
     /// Where the mount is: `mnt`, or `ws` for an in-place mount.
     pub mountpoint: PathBuf,
     mounted: bool,
+    /// Whether the drop runs `fsck` of a mount still up (on unless a test
+    /// damages its store on purpose: `damaged`).
+    fsck_at_end: bool,
 }
 
 impl MountFixture {
@@ -245,7 +248,7 @@ impl MountFixture {
             std::fs::create_dir(d).expect("cannot create fixture dir");
         }
         let mountpoint = mnt.clone();
-        MountFixture { dir, ws, mnt, store, run, mountpoint, mounted: false }
+        MountFixture { dir, ws, mnt, store, run, mountpoint, mounted: false, fsck_at_end: true }
     }
 
     /// `ws` mounted on `mnt` (in place when REWINDFS_TEST_IN_PLACE=1, to put
@@ -327,6 +330,12 @@ impl MountFixture {
     /// Runs `rewindfs ARGS` with a timeout; the output, whatever the status.
     pub fn rewindfs(&self, args: &[&str]) -> Output {
         run_with_timeout(self.command().args(args), CHILD_TIMEOUT)
+    }
+
+    /// Says the test damages its store on purpose: the drop does not
+    /// check it with `fsck`.
+    pub fn damaged(&mut self) {
+        self.fsck_at_end = false;
     }
 
     /// Unmounts, asserting success and that the mount is gone.
@@ -465,6 +474,17 @@ impl Drop for MountFixture {
             return;
         }
         let mp = self.mountpoint.clone();
+        // Every store a test leaves mounted passes `fsck` (through its
+        // daemon), whatever the test did: a test that passes while leaving
+        // history fsck finds wrong fails here, after the unmount below.
+        let found = (self.fsck_at_end && !std::thread::panicking()).then(|| {
+            let out = self.rewindfs(&["fsck", "-C", mp.to_str().expect("utf-8 mountpoint")]);
+            let text = stdout(&out);
+            // A daemon the test killed does not answer (3): nothing to check.
+            let clean = out.status.code() == Some(3)
+                || (out.status.success() && text.lines().next().is_some_and(|l| l.ends_with("no problems")));
+            (!clean).then(|| format!("fsck at the end of the test ({}): {text}{}", describe_status(&out), stderr(&out)))
+        });
         let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_with_timeout(self.command().arg("unmount").arg(&mp), Duration::from_secs(60)).status.success()
         }))
@@ -473,6 +493,9 @@ impl Drop for MountFixture {
             let _ = Command::new("umount").arg("-l").arg(&mp).status();
         }
         live_mounts().retain(|p| p != &mp);
+        if let Some(Some(problems)) = found {
+            panic!("{problems}");
+        }
     }
 }
 
