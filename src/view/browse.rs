@@ -933,6 +933,34 @@ mod tests {
         k.forget_all(&b);
     }
 
+    /// A browser keeps the states it resolved, and a kept state is the
+    /// checkpoint's; the live bytes it points at are not, once a write
+    /// bypassed the mount after the state was read (no mark moves then).
+    /// The read checks the live file as resolving the state did: EIO, as
+    /// when every read resolved the state again, not the new bytes.
+    #[test]
+    fn a_kept_state_serves_no_bytes_written_behind_the_mount() {
+        let (dir, b) = browser_over(&["d/x".to_string()]);
+        b.journal.seal(&crate::journal::TurnInfo::default(), crate::meta::Reason::Turn, || {}).expect("seal");
+        let mut k = Kernel::default();
+        let cps = k.lookup(&b, b.top(), "checkpoints");
+        let root = k.lookup(&b, cps, "1");
+        let d = k.lookup(&b, root, "d");
+        let listed = k.list(&b, d, usize::MAX);
+        let x = listed.iter().find(|(n, _)| n == "x").map(|(_, i)| *i).expect("x listed");
+        assert_eq!(b.read(tree_lock(), x, 0, 100).expect("read"), b"d/x");
+        // Past the millisecond of the seal, so the ctime dates the write after it.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::fs::write(dir.path().join("d/x"), b"written behind the mount").expect("write");
+        let got = b.read(tree_lock(), x, 0, 100);
+        assert!(
+            got.as_ref().is_err_and(|e| crate::error::AsErrno::errno(e).0 == libc::EIO),
+            "read after a write behind the mount: {:?}",
+            got.map(|v| String::from_utf8_lossy(&v).into_owned())
+        );
+        k.forget_all(&b);
+    }
+
     #[test]
     fn entries_a_full_readdirplus_did_not_send_hold_no_reference() {
         let names: Vec<String> = (0..10).map(|i| format!("d/f{i}")).collect();
