@@ -308,24 +308,7 @@ struct Moves {
     newest: HashMap<ObjectId, u64>,
     /// Marks at or before this may have been moved by anything.
     floor: u64,
-    /// By checkpoint: the objects a view of it may find records of
-    /// ([`Journal::may_have_records`]).
-    recorded: HashMap<i64, Recorded>,
 }
-
-/// The objects a view of one checkpoint may find records of
-/// ([`crate::meta::PreImages::recorded_since`]), as listed at `seq`;
-/// objects recorded since are in [`Moves`]'s `newest`.
-struct Recorded {
-    ids: HashSet<ObjectId>,
-    /// Those changed outside the mount after the checkpoint: only a
-    /// mount's scan adds any, and it moves every mark.
-    tainted: HashSet<ObjectId>,
-    seq: u64,
-}
-
-/// How many checkpoints' lists of recorded objects the journal keeps.
-const RECORDED_LISTS: usize = 64;
 
 impl Moves {
     fn recorded(&mut self, record: &LogRecord) {
@@ -341,37 +324,6 @@ impl Moves {
         self.seq += 1;
         self.newest.clear();
         self.floor = self.seq;
-        // Records may have gone (a collection) or changed turn.
-        self.recorded.clear();
-    }
-
-    /// A seal: as [`Moves::everything`] for marks (a reader cannot tell
-    /// what the sealed turn touched), but no record went, so the lists of
-    /// recorded objects stay, with the objects recorded since each was
-    /// made.
-    fn sealed(&mut self) {
-        let floor = self.floor;
-        let mut kept = std::mem::take(&mut self.recorded);
-        kept.retain(|_, r| r.seq >= floor);
-        for r in kept.values_mut() {
-            r.ids.extend(self.newest.iter().filter(|&(_, &seq)| seq > r.seq).map(|(id, _)| *id));
-        }
-        self.everything();
-        for r in kept.values_mut() {
-            r.seq = self.seq;
-        }
-        self.recorded = kept;
-    }
-
-    /// The list for `from`, when one is kept and still holds.
-    fn list_of(&self, from: i64) -> Option<&Recorded> {
-        self.recorded.get(&from).filter(|r| r.seq >= self.floor)
-    }
-
-    /// Whether a view of checkpoint `from` may find records of `id` in
-    /// `r`, its list, or among those appended since.
-    fn may_have_records(&self, r: &Recorded, id: ObjectId) -> bool {
-        r.ids.contains(&id) || self.newest.get(&id).is_some_and(|&seq| seq > r.seq)
     }
 
     fn object(&mut self, id: ObjectId) {
@@ -1045,53 +997,6 @@ impl Journal {
         id.is_some_and(|id| moves.newest.get(&id).is_some_and(|&seq| seq > mark.0))
     }
 
-    /// Whether a view of checkpoint `from` may find records of `id` (an
-    /// object record at or after `from`; as a directory, an entry record;
-    /// an outside change after `from`): false answers, without asking the
-    /// database, that it finds none. A view asks this of every object and
-    /// directory it reads, and most have no record since any checkpoint.
-    /// The objects with records since `from` are listed once
-    /// ([`crate::meta::PreImages::recorded_since`]) and the list kept while
-    /// the history changes only by records appended (each names its
-    /// objects, as for [`Mark`]) and by seals; anything else (a rewind's
-    /// moves, a collection, a settle) lists them again at the next ask.
-    pub fn may_have_records(&self, id: ObjectId, from: i64) -> JournalResult<bool> {
-        self.with_recorded(from, |moves, r| moves.may_have_records(r, id))
-    }
-
-    /// Whether `id` may have been changed outside the mount after
-    /// checkpoint `from` (false: `taint_after` would answer None), from
-    /// the same lists as [`Journal::may_have_records`].
-    pub fn may_be_tainted(&self, id: ObjectId, from: i64) -> JournalResult<bool> {
-        self.with_recorded(from, |_, r| r.tainted.contains(&id))
-    }
-
-    /// `ask` of the list of recorded objects of checkpoint `from`, listed
-    /// now if none holds; true when the history changed while they were
-    /// listed (the caller then asks the records).
-    fn with_recorded(&self, from: i64, ask: impl Fn(&Moves, &Recorded) -> bool) -> JournalResult<bool> {
-        let seq = {
-            let inner = self.lock();
-            if let Some(r) = inner.moves.list_of(from) {
-                return Ok(ask(&inner.moves, r));
-            }
-            inner.moves.seq
-        };
-        let ids = self.with_pre_images(|r| r.recorded_since(from))?;
-        let tainted = self.with_pre_images(|r| r.tainted_after(from))?;
-        let mut inner = self.lock();
-        if inner.moves.floor > seq {
-            return Ok(true);
-        }
-        if inner.moves.recorded.len() >= RECORDED_LISTS {
-            inner.moves.recorded.clear();
-        }
-        let r = Recorded { ids, tainted, seq };
-        let answer = ask(&inner.moves, &r);
-        inner.moves.recorded.insert(from, r);
-        Ok(answer)
-    }
-
     /// (records in the current turn, seconds since the last one).
     pub fn activity(&self) -> (u64, Option<f64>) {
         let inner = self.lock();
@@ -1483,7 +1388,7 @@ impl Journal {
             inner.last_change = None;
             inner.turn_started = Instant::now();
             inner.programs.clear();
-            inner.moves.sealed();
+            inner.moves.everything();
             (next, durable)
         };
         crate::faults::kill_point("seal-committed");

@@ -154,7 +154,7 @@ impl RecordLog {
                 log.map = Some(crate::sys::SharedMap::new(log.file.as_fd(), size as usize)?);
                 // A torn frame a crash left: zeroed, so that every byte
                 // past the records is zero.
-                if !all_zero(&bytes[len..]) {
+                if bytes[len..].iter().any(|&b| b != 0) {
                     log.zero(len as u64, bytes.len() as u64 - len as u64)?;
                 }
             }
@@ -185,14 +185,6 @@ impl RecordLog {
     }
 }
 
-/// Whether every byte is zero: a preallocated log is mostly zeros, read at
-/// every open, and a byte-by-byte search for one that is not was a tenth
-/// of opening a workspace. Blocks of ORed bytes, which the compiler does
-/// with vector instructions, stopping at the first block with a non-zero.
-fn all_zero(bytes: &[u8]) -> bool {
-    bytes.chunks(4096).all(|block| block.iter().fold(0u8, |acc, &b| acc | b) == 0)
-}
-
 /// The valid frames at the start of `bytes`, and the bytes they take; a
 /// torn or corrupt frame ends them, as does a frame of zeros (the end of a
 /// preallocated log).
@@ -212,7 +204,7 @@ fn parse(path: &Path, bytes: &[u8]) -> (Vec<LogRecord>, usize) {
         }
         at += 8 + len;
     }
-    if !all_zero(&bytes[at..]) {
+    if bytes[at..].iter().any(|&b| b != 0) {
         log::warn!("journal log {}: discarding a torn tail of {} bytes", path.display(), bytes.len() - at);
     }
     (records, at)
@@ -364,19 +356,6 @@ fn append_frame(out: &mut Vec<u8>, record: &LogRecord) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use std::io::Write;
-
-    /// A single non-zero byte anywhere (first, inside a block, on a block
-    /// boundary, last) is found.
-    #[test]
-    fn all_zero_finds_any_non_zero_byte() {
-        let zeros = vec![0u8; 3 * 4096 + 17];
-        assert!(all_zero(&zeros) && all_zero(&[]));
-        for at in [0, 100, 4095, 4096, 2 * 4096 + 1, zeros.len() - 1] {
-            let mut b = zeros.clone();
-            b[at] = 0x80;
-            assert!(!all_zero(&b), "a non-zero byte at {at}");
-        }
-    }
 
     #[test]
     fn records_survive_reopen_and_a_torn_tail_is_dropped() {

@@ -74,18 +74,6 @@ pub trait PreImages {
     /// changed outside the mount.
     fn taint_after(&self, object: ObjectId, from: i64) -> MetaResult<Option<i64>>;
 
-    /// Every object a view of checkpoint `from` may find records of: each
-    /// object with an object record at or after `from`, each directory
-    /// with an entry record at or after `from`, each object changed outside
-    /// the mount after `from`. For any other object, `object_turn_at` and
-    /// `taint_after`, and as a directory `entry_turn_at`, answer None and
-    /// `entries_of_dir` lists nothing.
-    fn recorded_since(&self, from: i64) -> MetaResult<HashSet<ObjectId>>;
-
-    /// Every object changed outside the mount after `from`: for any other,
-    /// `taint_after` answers None.
-    fn tainted_after(&self, from: i64) -> MetaResult<HashSet<ObjectId>>;
-
     /// The entry records of one turn (in no particular order).
     fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>>;
 
@@ -219,25 +207,6 @@ impl PreImages for Meta {
             params![object.0, from],
             "read outside changes",
         )
-    }
-
-    fn recorded_since(&self, from: i64) -> MetaResult<HashSet<ObjectId>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT object FROM object_pre WHERE turn >= ?1 UNION SELECT dir FROM entry_pre WHERE turn >= ?1
-                 UNION SELECT object FROM tainted WHERE turn > ?1",
-            )
-            .ctx("prepare")?;
-        let rows = stmt.query_map([from], |r| r.get(0).map(ObjectId)).ctx("list recorded objects")?;
-        rows.collect::<rusqlite::Result<_>>().ctx("list recorded objects")
-    }
-
-    fn tainted_after(&self, from: i64) -> MetaResult<HashSet<ObjectId>> {
-        let mut stmt =
-            self.conn.prepare_cached("SELECT DISTINCT object FROM tainted WHERE turn > ?1").ctx("prepare")?;
-        let rows = stmt.query_map([from], |r| r.get(0).map(ObjectId)).ctx("list objects changed outside")?;
-        rows.collect::<rusqlite::Result<_>>().ctx("list objects changed outside")
     }
 
     fn entries_in_turn(&self, turn: i64) -> MetaResult<Vec<EntryRecord>> {
@@ -462,18 +431,6 @@ impl PreImages for MemoryPreImages {
         Ok(counts)
     }
 
-    fn recorded_since(&self, from: i64) -> MetaResult<HashSet<ObjectId>> {
-        let m = self.model();
-        let objects = m.objects.iter().filter(|(_, turns)| turns.range(from..).next().is_some()).map(|(o, _)| *o);
-        let dirs = m.entries.iter().filter(|(_, turns)| turns.range(from..).next().is_some()).map(|((d, _), _)| *d);
-        let tainted = m.tainted.iter().filter(|(_, turn)| *turn > from).map(|(object, _)| *object);
-        Ok(objects.chain(dirs).chain(tainted).collect())
-    }
-
-    fn tainted_after(&self, from: i64) -> MetaResult<HashSet<ObjectId>> {
-        Ok(self.model().tainted.iter().filter(|(_, turn)| *turn > from).map(|(object, _)| *object).collect())
-    }
-
     fn changed_in_turn(&self, turn: i64) -> MetaResult<TurnChanges> {
         let m = self.model();
         let dirs: BTreeSet<ObjectId> =
@@ -558,17 +515,6 @@ pub mod kit {
         assert_eq!(r.taint_after(a, 4).expect("taint_after"), Some(8));
         assert_eq!(r.taint_after(a, 8).expect("taint_after"), None);
         assert_eq!(r.taint_after(ObjectId(12), 0).expect("taint_after"), None);
-        // What a view may find records of: object records and directories'
-        // entry records at or after `from`, outside changes after it.
-        let recorded = |from| r.recorded_since(from).expect("recorded_since");
-        assert_eq!(recorded(0), HashSet::from([dir, other, a, b]));
-        assert_eq!(recorded(1), HashSet::from([dir, other, a]), "b's outside change is at 1, not after");
-        assert_eq!(recorded(5), HashSet::from([dir, a]), "dir's record of 5, a's of 6");
-        assert_eq!(recorded(7), HashSet::from([a]), "a's outside change at 8");
-        assert_eq!(recorded(8), HashSet::new());
-        assert_eq!(r.tainted_after(0).expect("tainted_after"), HashSet::from([a, b]));
-        assert_eq!(r.tainted_after(4).expect("tainted_after"), HashSet::from([a]), "strictly after");
-        assert_eq!(r.tainted_after(8).expect("tainted_after"), HashSet::new());
         // One turn's records.
         let mut entries: Vec<_> = r
             .entries_in_turn(4)
@@ -667,22 +613,6 @@ pub mod kit {
                     )
                 };
                 assert_eq!(q(a), q(b), "seed {seed}: object {object:?} at {from}");
-            }
-            let (ra, rb) = (a.recorded_since(from).expect("q"), b.recorded_since(from).expect("q"));
-            assert_eq!(ra, rb, "seed {seed}: recorded_since({from})");
-            let (ta, tb) = (a.tainted_after(from).expect("q"), b.tainted_after(from).expect("q"));
-            assert_eq!(ta, tb, "seed {seed}: tainted_after({from})");
-            for id in (10..14).map(ObjectId).filter(|id| !ta.contains(id)) {
-                assert_eq!(a.taint_after(id, from).expect("q"), None, "seed {seed}: {id:?} tainted after {from}");
-            }
-            // What a view skips asking: nothing is recorded of the others.
-            for id in (1..3).chain(10..14).map(ObjectId).filter(|id| !ra.contains(id)) {
-                assert_eq!(a.object_turn_at(id, from).expect("q"), None, "seed {seed}: {id:?} at {from}");
-                assert_eq!(a.taint_after(id, from).expect("q"), None, "seed {seed}: {id:?} tainted after {from}");
-                assert!(a.entries_of_dir(id, from).expect("q").is_empty(), "seed {seed}: {id:?} lists at {from}");
-                for name in names {
-                    assert_eq!(a.entry_turn_at(id, name, from).expect("q"), None, "seed {seed}: {id:?} {name:?}");
-                }
             }
         }
     }

@@ -157,15 +157,6 @@ const RETIRED_LIMIT: usize = 1 << 18;
 
 pub use super::source::BrowseEntry;
 
-/// An entry of a browsed directory: its name, the slot to number, its
-/// kind, and its state when the listing read it.
-struct Entry {
-    name: OsString,
-    wanted: Wanted,
-    kind: Kind,
-    resolved: Option<Resolved>,
-}
-
 /// Inode-numbered access to checkpoint views.
 pub struct Browser {
     tree: Arc<LiveTree>,
@@ -175,41 +166,14 @@ pub struct Browser {
     base: u64,
     /// For a `show` mount: the one checkpoint shown at the root.
     single: Option<i64>,
-    /// The state of each numbered object as last resolved, with the node
-    /// it was resolved for: a walk asks for one object's state several
-    /// times (its kind in the listing, its attributes, each read, its
-    /// xattrs), and resolving it again each time was most of what a view
-    /// cost. Kept while no change to the object was recorded since it was
-    /// read ([`Resolved::holds`]); bounded, and dropped with the number.
-    states: Mutex<HashMap<u64, Resolved>>,
+    /// States of files whose bytes come from the chunk store: immutable, and
+    /// worth keeping between the many reads of one file (decoding a large
+    /// file's chunk list on every 128 KiB read made views slow).
+    stored_states: Mutex<HashMap<u64, NodeState>>,
 }
 
-/// How many resolved states a browser keeps (cleared whole when full).
-const STATE_CACHE: usize = 4096;
-
-/// An object's state at a checkpoint, and the node it was read for.
-#[derive(Clone)]
-struct Resolved {
-    node: Node,
-    state: NodeState,
-}
-
-impl Resolved {
-    /// Whether the state still stands: no record naming the object was
-    /// appended since it was read, and nothing that names no object one by
-    /// one (a seal, a rewind's moves, a settle, a collection, changes
-    /// found outside the mount) happened since. The test a view makes
-    /// after each read ([`crate::view::TreeView`]'s `settled`): every
-    /// change through the mount records the object before it changes it,
-    /// so an object not moved since is as it was read, and the state of a
-    /// checkpoint read once stays true. A change that bypasses the mount
-    /// moves nothing, and leaves the state read before it true of the
-    /// checkpoint; the live bytes a state points at are checked for one
-    /// when they are read ([`TreeView::read_served`]).
-    fn holds(&self, journal: &Journal) -> bool {
-        !journal.moved_since(self.state.mark, self.state.id.or(self.node.id), self.node.handle.as_ref())
-    }
-}
+/// How many stored-file states a browser keeps.
+const STATE_CACHE: usize = 1024;
 
 fn enoent() -> ViewError {
     ViewError::Io(std::io::Error::from_raw_os_error(libc::ENOENT))
@@ -225,7 +189,7 @@ impl Browser {
             table: Mutex::new(Table { next: base, limit: UNREFERENCED_LIMIT, ..Default::default() }),
             base,
             single: None,
-            states: Mutex::new(HashMap::new()),
+            stored_states: Mutex::new(HashMap::new()),
         };
         b.intern(Slot::Top);
         b
@@ -239,7 +203,7 @@ impl Browser {
             table: Mutex::new(Table { next: 1, limit: UNREFERENCED_LIMIT, ..Default::default() }),
             base: 1,
             single: Some(checkpoint),
-            states: Mutex::new(HashMap::new()),
+            stored_states: Mutex::new(HashMap::new()),
         };
         let root = b.view(held, checkpoint).root()?;
         b.intern(b.object_slot(checkpoint, OsStr::new(""), root)?);
@@ -328,40 +292,12 @@ impl Browser {
         }
         log::trace!("browse: forgot {} ({:?})", ino.0, e.slot);
         t.retire(ino.0);
-        self.states().remove(&ino.0);
+        crate::poison::lock(&self.stored_states, "the view state cache").remove(&ino.0);
     }
 
     /// Drops cached states of numbers no longer in `live`.
     fn forget_states(&self, live: &HashMap<u64, Interned>) {
-        self.states().retain(|ino, _| live.contains_key(ino));
-    }
-
-    fn states(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Resolved>> {
-        crate::poison::lock(&self.states, "the view state cache")
-    }
-
-    /// Keeps the state of number `ino` as resolved for `node`.
-    fn keep_state(&self, ino: Ino, node: Node, state: NodeState) {
-        let mut cache = self.states();
-        if cache.len() >= STATE_CACHE {
-            cache.clear();
-        }
-        cache.insert(ino.0, Resolved { node, state });
-    }
-
-    /// The state of view object `ino` (`checkpoint`, `key`): as resolved
-    /// before while it holds, else resolved now (and kept).
-    fn object_state(&self, held: Held<'_>, ino: Ino, checkpoint: i64, key: &ObjectKey) -> ViewResult<NodeState> {
-        let kept = self.states().get(&ino.0).cloned();
-        if let Some(r) = kept
-            && r.holds(&self.journal)
-        {
-            return Ok(r.state);
-        }
-        let node = self.node(held, checkpoint, key)?;
-        let state = self.view(held, checkpoint).state(&node)?;
-        self.keep_state(ino, node, state.clone());
-        Ok(state)
+        crate::poison::lock(&self.stored_states, "the view state cache").retain(|ino, _| live.contains_key(ino));
     }
 
     /// How many inode numbers this browser holds (for `status`).
@@ -467,7 +403,8 @@ impl Browser {
                 Ok(a)
             }
             Slot::Object { checkpoint, key } => {
-                Ok(self.object_attr(ino, &self.object_state(held, ino, checkpoint, &key)?))
+                let s = self.view(held, checkpoint).state(&self.node(held, checkpoint, &key)?)?;
+                Ok(self.object_attr(ino, &s))
             }
         }
     }
@@ -510,40 +447,25 @@ impl Browser {
                 self.object_slot(checkpoint, name, child)?
             }
         };
-        let attr = self.referenced_attr(held, wanted, None)?;
+        let attr = self.referenced_attr(held, wanted)?;
         log::debug!("browse: lookup {} {name:?} -> {}", dir.0, attr.ino.0);
         Ok(attr)
     }
 
     /// The attributes of `slot` under a number the kernel takes one
-    /// reference to; none is kept when they cannot be read. `resolved`:
-    /// its state, read by the listing that named it.
-    fn referenced_attr(&self, held: Held<'_>, wanted: Wanted, resolved: Option<Resolved>) -> ViewResult<Attr> {
+    /// reference to; none is kept when they cannot be read.
+    fn referenced_attr(&self, held: Held<'_>, wanted: Wanted) -> ViewResult<Attr> {
         let ino = self.intern_counted(wanted, 1);
-        if let Some(r) = resolved {
-            self.keep_state(ino, r.node, r.state);
-        }
         self.getattr(held, ino).inspect_err(|_| self.forget(ino, 1))
     }
 
-    /// The entries of a directory after "." and "..", by slot, each with
-    /// its state when the listing read it (an object of a view).
-    fn entries(&self, held: Held<'_>, dir: &Slot) -> ViewResult<Vec<Entry>> {
+    /// The entries of a directory after "." and "..", by slot.
+    fn entries(&self, held: Held<'_>, dir: &Slot) -> ViewResult<Vec<(OsString, Wanted, Kind)>> {
         let mut out = Vec::new();
-        let dir_entry = |name: String, wanted: Wanted| Entry {
-            name: OsString::from(name),
-            wanted,
-            kind: Kind::Dir,
-            resolved: None,
-        };
+        let dir_entry = |name: String, wanted: Wanted| (OsString::from(name), wanted, Kind::Dir);
         match dir {
             Slot::Top => {
-                out.push(Entry {
-                    name: OsString::from("README"),
-                    wanted: Slot::Readme.into(),
-                    kind: Kind::File,
-                    resolved: None,
-                });
+                out.push((OsString::from("README"), Slot::Readme.into(), Kind::File));
                 out.push(dir_entry("checkpoints".into(), Slot::CheckpointsDir.into()));
                 out.push(dir_entry("messages".into(), Slot::MessagesDir.into()));
             }
@@ -564,10 +486,12 @@ impl Browser {
             Slot::Object { checkpoint, key } => {
                 let view = self.view(held, *checkpoint);
                 for (name, child) in view.list(&self.node(held, *checkpoint, key)?)? {
-                    let resolved = view.state(&child).ok().map(|state| Resolved { node: child.clone(), state });
-                    let kind = resolved.as_ref().map_or(Kind::File, |r| Kind::from_code(r.state.kind));
+                    let kind = match view.state(&child) {
+                        Ok(s) => Kind::from_code(s.kind),
+                        Err(_) => Kind::File,
+                    };
                     let wanted = self.object_slot(*checkpoint, &name, child)?;
-                    out.push(Entry { name, wanted, kind, resolved });
+                    out.push((name, wanted, kind));
                 }
             }
         }
@@ -581,11 +505,8 @@ impl Browser {
             BrowseEntry { name: ".".into(), ino: dir, kind: Kind::Dir },
             BrowseEntry { name: "..".into(), ino: dir, kind: Kind::Dir },
         ];
-        for Entry { name, wanted, kind, resolved } in self.entries(held, &self.slot(dir)?)? {
+        for (name, wanted, kind) in self.entries(held, &self.slot(dir)?)? {
             let ino = self.intern(wanted);
-            if let Some(r) = resolved {
-                self.keep_state(ino, r.node, r.state);
-            }
             log::debug!("browse: readdir {} {name:?} -> {}", dir.0, ino.0);
             out.push(BrowseEntry { name, ino, kind });
         }
@@ -610,11 +531,9 @@ impl Browser {
                 return Ok(());
             }
         }
-        for (i, Entry { name, wanted, kind, resolved }) in
-            entries.into_iter().enumerate().map(|(i, e)| (i + 2, e)).skip(offset)
-        {
+        for (i, (name, wanted, kind)) in entries.into_iter().enumerate().map(|(i, e)| (i + 2, e)).skip(offset) {
             // Gone or unreadable since the listing: leave it out.
-            let Ok(attr) = self.referenced_attr(held, wanted, resolved) else { continue };
+            let Ok(attr) = self.referenced_attr(held, wanted) else { continue };
             log::debug!("browse: readdirplus {} {name:?} -> {}", dir.0, attr.ino.0);
             if !add(i, &BrowseEntry { name, ino: attr.ino, kind }, &attr) {
                 // Not sent: give back the reference taken for it.
@@ -636,14 +555,30 @@ impl Browser {
             }
             Slot::Object { checkpoint, key } => {
                 let view = self.view(held, checkpoint);
-                let s = self.object_state(held, ino, checkpoint, &key)?;
+                let cached = crate::poison::lock(&self.stored_states, "the view state cache").get(&ino.0).cloned();
+                let s = match cached {
+                    Some(s) => s,
+                    None => {
+                        // Resolving the node costs a query: only when the
+                        // state is not cached.
+                        let s = view.state(&self.node(held, checkpoint, &key)?)?;
+                        if matches!(s.content, crate::view::Content::Stored(_)) {
+                            let mut cache = crate::poison::lock(&self.stored_states, "the view state cache");
+                            if cache.len() >= STATE_CACHE {
+                                cache.clear();
+                            }
+                            cache.insert(ino.0, s.clone());
+                        }
+                        s
+                    }
+                };
                 if s.kind != kind_code(Kind::File) {
                     return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::EISDIR)));
                 }
                 let mut buf = vec![0u8; size as usize];
                 let mut done = 0;
                 while done < buf.len() {
-                    let n = view.read_served(&s, offset + done as u64, &mut buf[done..])?;
+                    let n = view.read_at(&s, offset + done as u64, &mut buf[done..])?;
                     if n == 0 {
                         break;
                     }
@@ -659,7 +594,8 @@ impl Browser {
     pub fn readlink(&self, held: Held<'_>, ino: Ino) -> ViewResult<Vec<u8>> {
         match self.slot(ino)? {
             Slot::Object { checkpoint, key } => self
-                .object_state(held, ino, checkpoint, &key)?
+                .view(held, checkpoint)
+                .state(&self.node(held, checkpoint, &key)?)?
                 .target
                 .ok_or_else(|| ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
             _ => Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::EINVAL))),
@@ -669,7 +605,9 @@ impl Browser {
     /// The xattrs of an object (none for synthetic entries).
     pub fn xattrs(&self, held: Held<'_>, ino: Ino) -> ViewResult<Vec<(Vec<u8>, Vec<u8>)>> {
         match self.slot(ino)? {
-            Slot::Object { checkpoint, key } => Ok(self.object_state(held, ino, checkpoint, &key)?.xattrs),
+            Slot::Object { checkpoint, key } => {
+                Ok(self.view(held, checkpoint).state(&self.node(held, checkpoint, &key)?)?.xattrs)
+            }
             _ => Ok(Vec::new()),
         }
     }
@@ -930,34 +868,6 @@ mod tests {
             let ino = listed.iter().find(|(n, _)| n == name).map(|(_, i)| *i);
             assert_eq!(ino, Some(first), "{name} in a listing: {listed:?}");
         }
-        k.forget_all(&b);
-    }
-
-    /// A browser keeps the states it resolved, and a kept state is the
-    /// checkpoint's; the live bytes it points at are not, once a write
-    /// bypassed the mount after the state was read (no mark moves then).
-    /// The read checks the live file as resolving the state did: EIO, as
-    /// when every read resolved the state again, not the new bytes.
-    #[test]
-    fn a_kept_state_serves_no_bytes_written_behind_the_mount() {
-        let (dir, b) = browser_over(&["d/x".to_string()]);
-        b.journal.seal(&crate::journal::TurnInfo::default(), crate::meta::Reason::Turn, || {}).expect("seal");
-        let mut k = Kernel::default();
-        let cps = k.lookup(&b, b.top(), "checkpoints");
-        let root = k.lookup(&b, cps, "1");
-        let d = k.lookup(&b, root, "d");
-        let listed = k.list(&b, d, usize::MAX);
-        let x = listed.iter().find(|(n, _)| n == "x").map(|(_, i)| *i).expect("x listed");
-        assert_eq!(b.read(tree_lock(), x, 0, 100).expect("read"), b"d/x");
-        // Past the millisecond of the seal, so the ctime dates the write after it.
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        std::fs::write(dir.path().join("d/x"), b"written behind the mount").expect("write");
-        let got = b.read(tree_lock(), x, 0, 100);
-        assert!(
-            got.as_ref().is_err_and(|e| crate::error::AsErrno::errno(e).0 == libc::EIO),
-            "read after a write behind the mount: {:?}",
-            got.map(|v| String::from_utf8_lossy(&v).into_owned())
-        );
         k.forget_all(&b);
     }
 

@@ -123,10 +123,6 @@ pub struct NodeState {
     pub content_record: Option<(i64, ObjectId)>,
     /// The object's id when the state was read (None: never recorded).
     pub id: Option<ObjectId>,
-    /// Read from a record of a turn at or after the checkpoint (else from
-    /// the live object): the journal vouches for the live bytes of such a
-    /// file up to that record's turn, not only up to the checkpoint.
-    pub recorded: bool,
     /// When the state was read: live content is read again from the
     /// records if the object moved since (see [`TreeView::read_at`]).
     pub mark: Mark,
@@ -204,7 +200,8 @@ impl<'a> TreeView<'a> {
     }
 
     pub fn root(&self) -> ViewResult<Node> {
-        self.node_of_handle(self.tree.backing().root_handle().clone())
+        let handle = backing::handle_of_fd(self.tree.root_fd())?;
+        self.node_of_handle(handle)
     }
 
     /// An `O_PATH` descriptor of the live object, if it still exists.
@@ -214,13 +211,10 @@ impl<'a> TreeView<'a> {
     }
 
     /// The live object behind `node`, if it still exists and is the same
-    /// kind of thing (a directory for listings), with its attributes. Its
-    /// descriptor comes from the live tree's cache of directories (a walk
-    /// looks every name of a directory up in it); its attributes are read
-    /// anew.
-    fn live_dir(&self, node: &Node) -> Option<(std::sync::Arc<std::os::fd::OwnedFd>, rustix::fs::Stat)> {
-        let fd = self.tree.backing().dir(node.handle.as_ref()?).ok()?;
-        let st = rustix::fs::fstat(&*fd).ok()?;
+    /// kind of thing (a directory for listings), with its attributes.
+    fn live_dir(&self, node: &Node) -> Option<(std::os::fd::OwnedFd, rustix::fs::Stat)> {
+        let fd = self.live_fd(node)?;
+        let st = rustix::fs::fstat(&fd).ok()?;
         (st.st_mode & libc::S_IFMT == libc::S_IFDIR && st.st_nlink > 0).then_some((fd, st))
     }
 
@@ -268,8 +262,7 @@ impl<'a> TreeView<'a> {
         if self.from == i64::MAX {
             return Ok(());
         }
-        if self.journal.may_be_tainted(id, self.from)?
-            && let Some(t) = self.journal.with_pre_images(|r| r.taint_after(id, self.from))?
+        if let Some(t) = self.journal.with_pre_images(|r| r.taint_after(id, self.from))?
             && recorded_turn.is_none_or(|r| r >= t)
         {
             return Err(ViewError::ChangedOutside(id, t));
@@ -400,16 +393,9 @@ impl<'a> TreeView<'a> {
 
     fn lookup_once(&self, dir: &Node, name: &OsStr) -> ViewResult<Option<Node>> {
         if let Some(id) = self.id_of(dir)? {
-            let turn = match self.journal.may_have_records(id, self.from)? {
-                true => self.journal.with_pre_images(|r| r.entry_turn_at(id, name.as_bytes(), self.from))?,
-                false => None,
-            };
+            let turn = self.journal.with_pre_images(|r| r.entry_turn_at(id, name.as_bytes(), self.from))?;
             self.check_outside(id, turn)?;
-            // Without a record since this checkpoint (the common case),
-            // the record query has nothing to find.
-            if turn.is_some()
-                && let Some(recorded) = self.journal.with_pre_images(|r| r.entry_at(id, name.as_bytes(), self.from))?
-            {
+            if let Some(recorded) = self.journal.with_pre_images(|r| r.entry_at(id, name.as_bytes(), self.from))? {
                 return match recorded {
                     Some(target) => Ok(Some(self.node_of_id(target)?)),
                     None => Ok(None),
@@ -464,7 +450,7 @@ impl<'a> TreeView<'a> {
             Some(id) => Some(id),
             None => self.id_of(dir)?,
         };
-        if let Some(id) = dir_id.filter(|&id| self.journal.may_have_records(id, self.from).unwrap_or(true)) {
+        if let Some(id) = dir_id {
             for (name, target) in self.journal.with_pre_images(|r| r.entries_of_dir(id, self.from))? {
                 match target {
                     Some(t) => {
@@ -522,10 +508,7 @@ impl<'a> TreeView<'a> {
     fn state_once(&self, node: &Node, mark: Mark) -> ViewResult<NodeState> {
         let known = self.id_of(node)?;
         if let Some(id) = known {
-            let turn = match self.journal.may_have_records(id, self.from)? {
-                true => self.journal.with_pre_images(|r| r.object_turn_at(id, self.from))?,
-                false => None,
-            };
+            let turn = self.journal.with_pre_images(|r| r.object_turn_at(id, self.from))?;
             self.check_outside(id, turn)?;
             // Without a record since this checkpoint (an unchanged file, the
             // common case), the record queries have nothing to find.
@@ -566,7 +549,6 @@ impl<'a> TreeView<'a> {
                     content_hash: hash,
                     content_record: record,
                     id: Some(id),
-                    recorded: true,
                     mark,
                 });
             }
@@ -597,7 +579,6 @@ impl<'a> TreeView<'a> {
             content_hash: None,
             content_record: None,
             id: known,
-            recorded: false,
             mark,
         })
     }
@@ -625,38 +606,6 @@ impl<'a> TreeView<'a> {
             }
             Content::None => Ok(0),
         }
-    }
-
-    /// Reads file content at `offset` as a view mount serves it, from a
-    /// state an earlier request may have read (a browser keeps them): as
-    /// [`TreeView::read_at`], after the checks [`TreeView::state`] makes of
-    /// the live file the bytes come from. Unless a change to the file was
-    /// recorded since the state was read (it is then read again), the file
-    /// must still exist, and be unchanged since the journal last vouched
-    /// for it: a write that bypassed the mount after the state was read
-    /// moves no mark, and its bytes are not the checkpoint's.
-    pub fn read_served(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
-        let Content::Live(h) = &state.content else { return self.read_at(state, offset, buf) };
-        if self.from == i64::MAX {
-            return self.read_at(state, offset, buf);
-        }
-        let node = Node { id: state.id, handle: Some(h.clone()) };
-        // As `state` checks it, and settled the same way: a check that
-        // raced a change through the mount is made again.
-        let unmoved = self.settled(&node, |_| {
-            if self.journal.moved_since(state.mark, state.id, Some(h)) {
-                return Ok(false);
-            }
-            let Some(fd) = self.live_fd(&node) else {
-                return Err(match state.id.filter(|_| state.recorded) {
-                    Some(id) => ViewError::Lost(id),
-                    None => self.gone(&node)?,
-                });
-            };
-            self.check_bypassed(state.id, state.recorded, Some(h), &rustix::fs::fstat(&fd)?)?;
-            Ok(true)
-        })?;
-        if unmoved { self.read_at(state, offset, buf) } else { self.read_at(&self.state(&node)?, offset, buf) }
     }
 
     /// Where the content of `node`, a file whose state was read live or

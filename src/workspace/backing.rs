@@ -227,33 +227,21 @@ pub(crate) fn removexattr(fd: BorrowedFd<'_>, name: &OsStr) -> Res<()> {
 /// Every xattr of an object, sorted by name (empty when unreadable).
 pub(crate) fn xattrs_sorted(fd: BorrowedFd<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
-    let Some(names) = read_sized(|buf| sys::listxattr(fd, buf)) else { return out };
+    let Ok(XattrReply::Size(n)) = listxattr(fd, 0) else { return out };
+    if n == 0 {
+        return out;
+    }
+    let Ok(XattrReply::Data(names)) = listxattr(fd, n) else { return out };
     for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
         let os = OsStr::from_bytes(name);
-        if let Some(v) = read_sized(|buf| sys::getxattr(fd, os, buf)) {
+        if let Ok(XattrReply::Size(len)) = getxattr(fd, os, 0)
+            && let Ok(XattrReply::Data(v)) = getxattr(fd, os, len.max(1))
+        {
             out.push((name.to_vec(), v));
         }
     }
     out.sort();
     out
-}
-
-/// What `read` (listxattr or getxattr into a buffer; an empty one asks
-/// the size) answers: into a buffer that holds most lists and values, so
-/// one call does (each goes through a `/proc/self/fd` path); the size is
-/// asked only when it is too small. None on any failure.
-fn read_sized(mut read: impl FnMut(&mut [u8]) -> std::io::Result<usize>) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; 1024];
-    let n = match read(&mut buf) {
-        Ok(n) => n,
-        Err(e) if e.raw_os_error() == Some(libc::ERANGE) => {
-            buf = vec![0u8; read(&mut []).ok()?.max(1)];
-            read(&mut buf).ok()?
-        }
-        Err(_) => return None,
-    };
-    buf.truncate(n);
-    Some(buf)
 }
 
 pub(crate) fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> Res<i64> {
