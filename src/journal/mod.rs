@@ -930,8 +930,8 @@ impl Journal {
     /// leader carries the program's name. A name is read again after
     /// [`PROGRAM_NAME_FRESH`]: a process that `exec`s another program keeps
     /// its pid (`sh -c 'cd x && make'` execs make), and that program's
-    /// changes are its own.
-    /// `/proc` is read without the journal's lock held.
+    /// changes are its own. `/proc` is read without the journal's lock
+    /// held.
     pub fn program(&self, pid: u32) -> Option<String> {
         if let Some((p, read_at)) = self.lock().programs.get(&pid)
             && read_at.elapsed() < PROGRAM_NAME_FRESH

@@ -166,8 +166,6 @@ impl RecordLog {
         Ok((log, records))
     }
 
-    /// The records a log holds, read without opening it for writing (for
-    /// checks beside the daemon that appends to it). A missing log holds none.
     /// Whether the log at `path` holds records a daemon did not fold into
     /// the database (a killed one). Frames, not bytes: the log is
     /// preallocated, and a daemon that exits leaves it at its size, zeroed
@@ -176,6 +174,8 @@ impl RecordLog {
         !Self::read(path).is_ok_and(|records| records.is_empty())
     }
 
+    /// The records a log holds, read without opening it for writing (for
+    /// checks beside the daemon that appends to it). A missing log holds none.
     pub fn read(path: &Path) -> std::io::Result<Vec<LogRecord>> {
         match std::fs::read(path) {
             Ok(bytes) => Ok(parse(path, &bytes).0),
@@ -302,9 +302,7 @@ impl RecordLog {
         self.deferred.clear();
         Ok(())
     }
-}
 
-impl RecordLog {
     /// An empty log is left empty, not preallocated: a store at rest holds
     /// no reserved blocks. Called at an orderly close (the daemon exits
     /// without dropping its journal) and at drop; appends after it are
