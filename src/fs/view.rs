@@ -24,15 +24,23 @@ const VIEW_TTL: Duration = Duration::from_secs(3600);
 const LISTING_TTL: Duration = Duration::from_secs(1);
 
 pub(super) fn view_errno(e: &ViewError) -> fuser::Errno {
+    let errno = super::errno(e);
     match e {
         ViewError::Store(err) => warn!("a view could not read stored content: {err}"),
         ViewError::ChangedOutside(..) | ViewError::ChangedUnderMount { .. } | ViewError::Lost(_) => {
             warn!("a view cannot show an object: {e}")
         }
+        // The answers a walk expects (a name that is not there, a read of
+        // a directory) are not worth a line; any other failure is: an EIO
+        // from a view says nothing of its cause to the reader.
+        _ if !EXPECTED.contains(&errno.code()) => warn!("a view failed ({}): {e}", errno.code()),
         _ => {}
     }
-    super::errno(e)
+    errno
 }
+
+/// Errors a view answers as part of browsing, not as failures.
+const EXPECTED: [i32; 6] = [libc::ENOENT, libc::ENOTDIR, libc::EISDIR, libc::EINVAL, libc::ENODATA, libc::ESTALE];
 
 fn ttl_for(s: &(impl ViewSource + ?Sized), ino: Ino) -> Duration {
     if s.may_change(ino) { LISTING_TTL } else { VIEW_TTL }

@@ -107,8 +107,12 @@ impl Runner {
         }
         r.snaps.insert(0, r.model.clone());
         if std::env::var("HISTORY_MODEL_READERS").map_or(true, |v| v != "0") {
-            let mount =
-                readers::Mount { mnt: r.fx.mnt.clone(), run: r.fx.run.clone(), home: r.fx.dir.path().join("home") };
+            let mount = readers::Mount {
+                mnt: r.fx.mnt.clone(),
+                run: r.fx.run.clone(),
+                home: r.fx.dir.path().join("home"),
+                daemon_log: r.fx.store.join("daemon.log"),
+            };
             let seed =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
             let readers = readers::Readers::start(mount, seed);
@@ -167,6 +171,9 @@ impl Runner {
 
     /// Runs one step; Ok(false) if the step does not apply in this state.
     pub fn exec(&mut self, step: &Step) -> Res<bool> {
+        if let Some(r) = &self.readers {
+            r.step(step.to_string());
+        }
         let ran = match step {
             Step::Open(_) | Step::FdWrite { .. } | Step::Close(_) => self.fd_step(step)?,
             s if s.is_history() => self.history_step(step)?,

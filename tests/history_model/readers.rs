@@ -32,6 +32,8 @@ struct Shared {
     stop: AtomicBool,
     failures: Mutex<Vec<String>>,
     reads: AtomicU64,
+    /// The step the runner is in, named in a failure.
+    step: Mutex<String>,
 }
 
 /// The reading thread; stopped when dropped.
@@ -45,6 +47,8 @@ pub struct Mount {
     pub mnt: PathBuf,
     pub run: PathBuf,
     pub home: PathBuf,
+    /// The daemon's log, whose end a failure shows (a CI run keeps nothing else).
+    pub daemon_log: PathBuf,
 }
 
 impl Readers {
@@ -55,6 +59,7 @@ impl Readers {
             stop: AtomicBool::new(false),
             failures: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
+            step: Mutex::new(String::new()),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -67,6 +72,11 @@ impl Readers {
     /// Checkpoint `n` was sealed with this tree (and this diff from `n-1`).
     pub fn sealed(&self, n: i64, tree: SeenTree, diff: Option<BTreeSet<Change>>) {
         self.shared.sealed.write().unwrap_or_else(|p| p.into_inner()).insert(n, Arc::new(Sealed { tree, diff }));
+    }
+
+    /// The runner starts `step` (named in a failure the readers meet meanwhile).
+    pub fn step(&self, step: String) {
+        *self.shared.step.lock().unwrap_or_else(|p| p.into_inner()) = step;
     }
 
     /// Holds the reader back while the mount is gone.
@@ -113,6 +123,11 @@ fn read_loop(shared: &Shared, mount: &Mount, mut rng: Rng) {
         };
         shared.reads.fetch_add(1, Ordering::Relaxed);
         if let Some(w) = wrong {
+            let step = shared.step.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let log = std::fs::read_to_string(&mount.daemon_log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(30)..].join("\n    ");
+            let w = format!("{w}\n  (during step `{step}`; the daemon log ends:\n    {tail})");
             shared.failures.lock().unwrap_or_else(|p| p.into_inner()).push(w);
         }
     }
