@@ -163,6 +163,14 @@ mod armed {
         }
     }
 
+    /// Pauses `log` after it listed the checkpoints and before it computes
+    /// the open turn's statistics, while the file named by
+    /// `REWINDFS_TEST_LOG_PAUSE` exists (it writes `<that>.reached` when it
+    /// first waits), so a test can seal a turn in that window.
+    pub fn log_listed() {
+        wait_while("REWINDFS_TEST_LOG_PAUSE", "log waits after listing the checkpoints");
+    }
+
     /// Whether [`remote_put`] may hold the uploader: its chunks are then
     /// sent one at a time, so what a test sees in the bucket while it holds
     /// is every chunk before the one held.
@@ -249,6 +257,7 @@ pub use armed::*;
 mod disarmed {
     pub fn hold_frozen() {}
     pub fn view_lookup() {}
+    pub fn log_listed() {}
     pub fn remote_put() {}
     pub fn remote_put_armed() -> bool {
         false

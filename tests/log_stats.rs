@@ -219,3 +219,50 @@ fn statistics_computed_while_a_rewind_runs_are_those_of_the_turn() {
     let log = assert_log_matches_diff(&f, "after a rewind raced the statistics of the turn before it");
     assert_eq!(log_stats(turn_of(&log, "m1")), (0, 0, 1, 0, 2), "turn m1 deleted `gone`: {log:?}");
 }
+
+/// A `turn` sealed while `log` computed the open turn's statistics: `log`
+/// had listed the checkpoints before the seal, so it reported the turn
+/// just sealed as the open one, with the next turn's changes in it (read
+/// from the live tree), and no row for the new open turn; under load such
+/// a computation failed with ENOENT (model test seed 5). The hook holds
+/// `log` between the listing and the statistics.
+#[test]
+fn log_read_across_a_seal_lists_the_turns_as_sealed() {
+    let mut f = MountFixture::unmounted();
+    std::fs::write(f.ws.join("a"), "1\n").expect("write a");
+    let pause = f.dir.path().join("log-pause");
+    let reached = f.dir.path().join("log-pause.reached");
+    let pause_env = pause.to_str().expect("utf-8 path").to_string();
+    f.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_LOG_PAUSE", &pause_env)]);
+    f.turn("m1");
+    f.sh("echo 2 >> a");
+    std::fs::write(&pause, b"").expect("create the pause file");
+    let mp = f.path().to_str().expect("utf-8 path").to_string();
+    let mut log = f
+        .command()
+        .args(["log", "-C", &mp, "--json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn rewindfs log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !reached.exists() {
+        assert!(std::time::Instant::now() < deadline, "log never reached the hook after its listing");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Turn m1 (`a` modified) ends; the next one adds `b`.
+    f.turn("m2");
+    f.sh("echo b > b");
+    std::fs::remove_file(&pause).expect("remove the pause file");
+    let out = wait_child(&mut log, CHILD_TIMEOUT, "rewindfs log");
+    check(out.clone(), "rewindfs log");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("log --json prints JSON");
+    let rows = rows.as_array().expect("log --json is a list");
+    let numbers: Vec<i64> = rows.iter().filter_map(|r| r["checkpoint"].as_i64()).collect();
+    assert_eq!(numbers, vec![0, 1, 2], "log lists every checkpoint sealed before it answered: {rows:?}");
+    let row =
+        |n: usize| (rows[n]["files_added"].as_u64(), rows[n]["files_modified"].as_u64(), rows[n]["current"].as_bool());
+    assert_eq!(row(1), (Some(0), Some(1), Some(false)), "turn m1 modified `a` only: {rows:?}");
+    assert_eq!(row(2), (Some(1), Some(0), Some(true)), "the open turn added `b`: {rows:?}");
+}

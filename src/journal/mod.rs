@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -539,6 +539,18 @@ pub struct Journal {
     /// `Inner::turn`, readable without the journal's lock (a lookup asks
     /// it; set under the lock and the exclusive gate, as `Inner::turn`).
     turn_now: AtomicI64,
+    /// Seals begun plus seals ended: odd while one is in progress (see
+    /// [`Journal::seal_sequence`]).
+    seal_seq: AtomicU64,
+}
+
+/// Counts a seal as ended when dropped (on its error paths too).
+struct SealInProgress<'j>(&'j AtomicU64);
+
+impl Drop for SealInProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for Journal {
@@ -685,6 +697,7 @@ impl Journal {
             seal_times: Mutex::new(HashMap::new()),
             failure: Mutex::new(None),
             turn_now: AtomicI64::new(turn),
+            seal_seq: AtomicU64::new(0),
         }
     }
 
@@ -949,6 +962,17 @@ impl Journal {
 
     pub fn current_turn(&self) -> i64 {
         self.turn_now.load(Ordering::Acquire)
+    }
+
+    /// Seals begun plus seals ended, for a reader that must see the
+    /// checkpoints and the open turn of one moment (`log`): a seal does not
+    /// hold the tree, so readers run beside it, and one that read the list,
+    /// the turn and the records while a seal moved them from one turn to
+    /// the next read a state that never existed. Odd while a seal is in
+    /// progress; the same even value before and after a read means no seal
+    /// overlapped it.
+    pub fn seal_sequence(&self) -> u64 {
+        self.seal_seq.load(Ordering::Acquire)
     }
 
     /// Stops taking changes: a part of the daemon the history depends on
@@ -1324,6 +1348,8 @@ impl Journal {
             return Err(JournalError::Failed(why));
         }
         let _exclusive = self.gate_exclusive();
+        self.seal_seq.fetch_add(1, Ordering::AcqRel);
+        let _in_progress = SealInProgress(&self.seal_seq);
         if let Some(id) = &info.message_id {
             let inner = self.lock();
             if let Some(n) = inner.meta.checkpoint_with_message(id, None)? {

@@ -283,14 +283,41 @@ fn unknown(path: &Path, e: &crate::view::ViewError, out: &mut Vec<FileChange>) -
     Ok(())
 }
 
+/// How many times `log` reads the history again when seals keep ending
+/// the open turn while it reads.
+const LOG_ATTEMPTS: usize = 20;
+
 /// The statistics of every turn, oldest first. A sealed turn's statistics
 /// are computed once and stored (by the daemon right after the seal, or
 /// here when missing); the open turn's are computed each time.
+///
+/// A `turn` does not stop readers: a seal that ends the open turn while
+/// its statistics are computed (against the live tree, from a list of
+/// checkpoints read before the seal) leaves them of no turn at all, and
+/// their computation met objects in a state that belongs to neither side
+/// (a reader got ENOENT). So the whole list is read again until no seal
+/// overlapped it ([`Journal::seal_sequence`]).
 pub fn log(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
+    for _ in 1..LOG_ATTEMPTS {
+        let before = journal.seal_sequence();
+        if before.is_multiple_of(2) {
+            let listed = log_once(lock, tree, journal);
+            if journal.seal_sequence() == before {
+                return listed;
+            }
+        }
+        log::debug!("log: a seal overlapped the reading of the history; reading it again");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    log_once(lock, tree, journal)
+}
+
+fn log_once(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Vec<TurnSummary>> {
     let checkpoints: Vec<Checkpoint> = journal.with_checkpoints(|m| m.checkpoints())?;
     let current = journal.current_turn();
     let store_now = journal.store().stats()?.stored_bytes as i64;
     let mut stored = journal.with_turn_stats(|m| m.turn_stats())?;
+    crate::faults::log_listed();
     let mut out = Vec::new();
     for (i, c) in checkpoints.iter().enumerate() {
         let next = checkpoints.get(i + 1);
