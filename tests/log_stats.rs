@@ -196,22 +196,10 @@ fn statistics_computed_while_a_rewind_runs_are_those_of_the_turn() {
     std::fs::write(&pause, b"").expect("create the pause file");
     f.sh("rm gone");
     f.turn("m2");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !reached.exists() {
-        assert!(std::time::Instant::now() < deadline, "the turn statistics never reached the view lookup hook");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_reached(&reached, "the turn statistics never reached the view lookup hook");
     // The rewind puts `gone` back; it must wait for the thread (or at
     // least not change what the thread reads) until the pause ends.
-    let mp = f.path().to_str().expect("utf-8 path").to_string();
-    let mut rewind = f
-        .command()
-        .args(["rewind", "-C", &mp, "m1"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn rewindfs rewind");
+    let mut rewind = spawn_cli(&f, &["rewind", "m1"]);
     std::thread::sleep(std::time::Duration::from_millis(700));
     std::fs::remove_file(&pause).expect("remove the pause file");
     check(wait_child(&mut rewind, CHILD_TIMEOUT, "rewindfs rewind"), "rewindfs rewind");
@@ -237,20 +225,8 @@ fn log_read_across_a_seal_lists_the_turns_as_sealed() {
     f.turn("m1");
     f.sh("echo 2 >> a");
     std::fs::write(&pause, b"").expect("create the pause file");
-    let mp = f.path().to_str().expect("utf-8 path").to_string();
-    let mut log = f
-        .command()
-        .args(["log", "-C", &mp, "--json"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn rewindfs log");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !reached.exists() {
-        assert!(std::time::Instant::now() < deadline, "log never reached the hook after its listing");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let mut log = spawn_cli(&f, &["log", "--json"]);
+    wait_reached(&reached, "log never reached the hook after its listing");
     // Turn m1 (`a` modified) ends; the next one adds `b`.
     f.turn("m2");
     f.sh("echo b > b");
@@ -265,4 +241,29 @@ fn log_read_across_a_seal_lists_the_turns_as_sealed() {
         |n: usize| (rows[n]["files_added"].as_u64(), rows[n]["files_modified"].as_u64(), rows[n]["current"].as_bool());
     assert_eq!(row(1), (Some(0), Some(1), Some(false)), "turn m1 modified `a` only: {rows:?}");
     assert_eq!(row(2), (Some(1), Some(0), Some(true)), "the open turn added `b`: {rows:?}");
+}
+
+/// `rewindfs COMMAND -C MOUNT ARGS...` started in the background, its
+/// output piped.
+fn spawn_cli(f: &MountFixture, args: &[&str]) -> std::process::Child {
+    let mp = f.path().to_str().expect("utf-8 path").to_string();
+    let (command, rest) = args.split_first().expect("a command");
+    f.command()
+        .arg(command)
+        .args(["-C", &mp])
+        .args(rest)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn rewindfs {command}: {e}"))
+}
+
+/// Waits (20 s at most) until a test hook wrote its `.reached` file.
+fn wait_reached(reached: &std::path::Path, never: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !reached.exists() {
+        assert!(std::time::Instant::now() < deadline, "{never}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
