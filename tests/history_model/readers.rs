@@ -136,7 +136,17 @@ fn read_loop(shared: &Shared, mount: &Mount, mut rng: Rng) {
 fn check_view(mount: &Mount, n: i64, want: &SeenTree) -> Option<String> {
     let root = mount.mnt.join(".rewindfs/checkpoints").join(n.to_string());
     match observe_fs(&root) {
-        Err(e) => Some(format!("checkpoint {n}'s view, read during a step: {e}")),
+        Err(e) => {
+            // Whether it lasts: a second read, a moment later, says if the
+            // view is wrong or a reader met a writer in passing.
+            std::thread::sleep(Duration::from_millis(50));
+            let again = match observe_fs(&root) {
+                Ok(got) if tree_diff(want, &got, 1).is_empty() => "read again 50 ms later, it was right".to_string(),
+                Ok(_) => "read again 50 ms later, it differed".to_string(),
+                Err(e) => format!("read again 50 ms later: {e}"),
+            };
+            Some(format!("checkpoint {n}'s view, read during a step: {e} ({again})"))
+        }
         Ok(got) => {
             let d = tree_diff(want, &got, 12);
             (!d.is_empty())
