@@ -188,10 +188,7 @@ fn statistics_computed_while_a_rewind_runs_are_those_of_the_turn() {
     let mut f = MountFixture::unmounted();
     std::fs::write(f.ws.join("gone"), "x\ny\n").expect("write gone");
     std::fs::write(f.ws.join("kept"), "k\n").expect("write kept");
-    let pause = f.dir.path().join("stats-pause");
-    let reached = f.dir.path().join("stats-pause.reached");
-    let pause_env = pause.to_str().expect("utf-8 path").to_string();
-    f.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_STATS_PAUSE", &pause_env)]);
+    let (pause, reached) = mount_with_hook(&mut f, "REWINDFS_TEST_STATS_PAUSE", "stats-pause");
     f.turn("m1");
     std::fs::write(&pause, b"").expect("create the pause file");
     f.sh("rm gone");
@@ -218,10 +215,7 @@ fn statistics_computed_while_a_rewind_runs_are_those_of_the_turn() {
 fn log_read_across_a_seal_lists_the_turns_as_sealed() {
     let mut f = MountFixture::unmounted();
     std::fs::write(f.ws.join("a"), "1\n").expect("write a");
-    let pause = f.dir.path().join("log-pause");
-    let reached = f.dir.path().join("log-pause.reached");
-    let pause_env = pause.to_str().expect("utf-8 path").to_string();
-    f.mount_with_env(false, &["--auto-turn", "0"], &[("REWINDFS_TEST_LOG_PAUSE", &pause_env)]);
+    let (pause, reached) = mount_with_hook(&mut f, "REWINDFS_TEST_LOG_PAUSE", "log-pause");
     f.turn("m1");
     f.sh("echo 2 >> a");
     std::fs::write(&pause, b"").expect("create the pause file");
@@ -241,6 +235,17 @@ fn log_read_across_a_seal_lists_the_turns_as_sealed() {
         |n: usize| (rows[n]["files_added"].as_u64(), rows[n]["files_modified"].as_u64(), rows[n]["current"].as_bool());
     assert_eq!(row(1), (Some(0), Some(1), Some(false)), "turn m1 modified `a` only: {rows:?}");
     assert_eq!(row(2), (Some(1), Some(0), Some(true)), "the open turn added `b`: {rows:?}");
+}
+
+/// Mounts with the pause hook `var` armed on the file `name` in the test's
+/// directory (created by the test when it wants the pause); returns that
+/// file and the one the hook writes when it first waits.
+fn mount_with_hook(f: &mut MountFixture, var: &str, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let pause = f.dir.path().join(name);
+    let reached = f.dir.path().join(format!("{name}.reached"));
+    let pause_env = pause.to_str().expect("utf-8 path").to_string();
+    f.mount_with_env(false, &["--auto-turn", "0"], &[(var, &pause_env)]);
+    (pause, reached)
 }
 
 /// `rewindfs COMMAND -C MOUNT ARGS...` started in the background, its

@@ -544,8 +544,16 @@ pub struct Journal {
     seal_seq: AtomicU64,
 }
 
-/// Counts a seal as ended when dropped (on its error paths too).
+/// A seal counted as begun; counted as ended when dropped (on its error
+/// paths too).
 struct SealInProgress<'j>(&'j AtomicU64);
+
+impl SealInProgress<'_> {
+    fn begin(seq: &AtomicU64) -> SealInProgress<'_> {
+        seq.fetch_add(1, Ordering::AcqRel);
+        SealInProgress(seq)
+    }
+}
 
 impl Drop for SealInProgress<'_> {
     fn drop(&mut self) {
@@ -1348,8 +1356,7 @@ impl Journal {
             return Err(JournalError::Failed(why));
         }
         let _exclusive = self.gate_exclusive();
-        self.seal_seq.fetch_add(1, Ordering::AcqRel);
-        let _in_progress = SealInProgress(&self.seal_seq);
+        let _in_progress = SealInProgress::begin(&self.seal_seq);
         if let Some(id) = &info.message_id {
             let inner = self.lock();
             if let Some(n) = inner.meta.checkpoint_with_message(id, None)? {
