@@ -8,6 +8,11 @@
 //! that each read gives the bytes of the object the name now has, that a
 //! view of a checkpoint still gives its own bytes, and that an open by an
 //! unprivileged user is still checked.
+//!
+//! A small file opened read-only is read through the kernel's page cache
+//! instead (`fs/page_cache.rs`), its pages kept across opens while nothing
+//! writes it: the same reads check that no open gets pages older than the
+//! file, and one test writes a file every way while a reader holds it.
 
 mod common;
 
@@ -182,4 +187,51 @@ print(held.read().decode())
         format!("{} 012ABC6789\n{} new\n", view(after, "patched"), view(after, "truncated")),
     );
     fx.assert_fsck_clean("after writes through kept backings");
+}
+
+/// A reader holds a small file open (through the page cache) while the
+/// file is written, truncated, mapped and written, and grown past the size
+/// read that way, by other descriptors: every read of the held descriptor
+/// and every new open gives the file's bytes at that moment, and the
+/// history records each change.
+#[test]
+fn a_file_held_through_the_page_cache_shows_every_change() {
+    let fx = MountFixture::manual_turns();
+    fx.sh("printf v1 > f");
+    assert_eq!(read_twice(&fx, &["f"]), "f v1\n");
+    let before = fx.turn("r000001");
+    let script = r#"
+import os, mmap
+def now():
+    with open('f', 'rb') as g: return g.read()
+r = os.open('f', os.O_RDONLY)
+assert os.pread(r, 100, 0) == b'v1'
+w = os.open('f', os.O_WRONLY)
+os.pwrite(w, b'V2', 0)
+assert os.pread(r, 100, 0) == b'V2', 'a write beside the reader'
+os.ftruncate(w, 1)
+assert os.pread(r, 100, 0) == b'V', 'a truncation beside the reader'
+os.pwrite(w, b'abc', 0)
+assert os.pread(r, 100, 0) == b'abc' and now() == b'abc', 'grown again'
+rw = os.open('f', os.O_RDWR)
+m = mmap.mmap(rw, 3)
+m[0:1] = b'X'
+m.flush(); m.close(); os.close(rw)
+assert os.pread(r, 100, 0) == b'Xbc' and now() == b'Xbc', 'a shared mapping written beside the reader'
+os.pwrite(w, b'z' * 300000, 3)
+assert os.pread(r, 10, 0) == b'Xbczzzzzzz' and len(now()) == 300003, 'grown past the page-cache size'
+os.close(w); os.close(r)
+os.truncate('f', 3)
+assert now() == b'Xbc'
+with open('f', 'r+b') as g: g.write(b'Y')
+assert now() == b'Ybc', 'written with no reader open, then opened again'
+print('ok')
+"#;
+    assert_eq!(fx.py(script).trim(), "ok");
+    let after = fx.turn("r000002");
+    let view = |c: i64| format!(".rewindfs/checkpoints/{c}/f");
+    assert_eq!(read_twice(&fx, &[&view(before), &view(after)]), format!("{} v1\n{} Ybc\n", view(before), view(after)));
+    rewind(&fx, before);
+    assert_eq!(read_twice(&fx, &["f"]), "f v1\n", "rewound");
+    fx.assert_fsck_clean("after changes beside a page-cache reader");
 }

@@ -18,6 +18,7 @@ use fuser::{
 };
 use log::{debug, info, warn};
 
+mod page_cache;
 pub mod transport;
 pub mod view;
 
@@ -82,10 +83,42 @@ const KEPT_BACKINGS_MAX: usize = 1 << 17;
 /// registration. A kept id holds a reference to the backing inode in the
 /// kernel (no descriptor of ours); it is given back when the kernel forgets
 /// the inode, or when more than `KEPT_BACKINGS_MAX` are idle.
+///
+/// The read-only opens served from the page cache are kept beside them,
+/// under the same lock: an inode's opens are all passthrough or none is
+/// (`page_cache`).
 #[derive(Default)]
 struct BackingIds {
     by_ino: HashMap<Ino, Kept>,
     by_fh: HashMap<Fh, Arc<BackingId>>,
+    page_cache: page_cache::PageCacheOpens,
+}
+
+/// How the data of an open the daemon would pass through reaches the
+/// kernel (`LiveFs::route`).
+enum Route {
+    /// Passthrough, with this backing id.
+    Backing(Arc<BackingId>),
+    /// Read-only, through the page cache: keep the pages the kernel holds
+    /// (they are the file's) or not.
+    PageCache { keep: bool },
+    /// Writable while page-cache opens of the inode are in use: every
+    /// write through the daemon (FOPEN_DIRECT_IO).
+    Direct,
+    /// Passthrough is not available: through the daemon, with the page
+    /// cache.
+    Unavailable,
+}
+
+impl Route {
+    /// The open reply's flags for a route without a backing id.
+    fn flags(&self) -> FopenFlags {
+        match self {
+            Route::PageCache { keep: false } => FopenFlags::empty(),
+            Route::Direct => FopenFlags::FOPEN_DIRECT_IO,
+            _ => FopenFlags::FOPEN_KEEP_CACHE,
+        }
+    }
 }
 
 /// The backing id of an inode, and the object it was registered for: an
@@ -201,18 +234,30 @@ impl LiveFs {
         Ok(())
     }
 
-    /// Finds or creates the backing id for the open `file`, remembering it
-    /// for `fh`.
-    fn backing_for(
-        &self,
-        file: &OpenFile,
-        fh: Fh,
-        open: impl FnOnce() -> io::Result<BackingId>,
-    ) -> Option<Arc<BackingId>> {
+    /// How the data of the open `file` moves when the daemon would pass
+    /// it through (see `page_cache`): a small file opened read-only
+    /// through the page cache unless passthrough opens of it are in use; a
+    /// writable open through the daemon while page-cache opens of it are;
+    /// otherwise passthrough, with the backing id found or created (`open`)
+    /// for the inode and remembered for `fh`.
+    fn route(&self, file: &OpenFile, fh: Fh, open: impl FnOnce() -> io::Result<BackingId>) -> Route {
         if !self.passthrough_active() {
-            return None;
+            return Route::Unavailable;
         }
+        let small = !file.writable && file.file.metadata().is_ok_and(|m| m.len() <= page_cache::PAGE_CACHE_MAX);
         let mut ids = self.backing();
+        if file.writable {
+            ids.page_cache.written(file.ino);
+            if ids.page_cache.in_use(file.ino) {
+                debug!("inode {:?} opened for writing while read through the page cache (fh {fh:?})", file.ino);
+                return Route::Direct;
+            }
+        } else {
+            let passthrough_in_use = ids.by_ino.get(&file.ino).is_some_and(Kept::in_use);
+            if !passthrough_in_use && (small || ids.page_cache.in_use(file.ino)) {
+                return Route::PageCache { keep: ids.page_cache.open(file.ino, fh, &file.object) };
+            }
+        }
         let kept = ids.by_ino.get(&file.ino).filter(|k| k.object == file.object).map(|k| k.id.clone());
         let id = match kept {
             Some(id) => id,
@@ -229,17 +274,19 @@ impl LiveFs {
                 Err(e) => {
                     warn!("FUSE passthrough is unavailable ({e}); file data will go through the daemon");
                     self.passthrough.store(false, Ordering::Relaxed);
-                    return None;
+                    return Route::Unavailable;
                 }
             },
         };
         ids.by_fh.insert(fh, id.clone());
-        Some(id)
+        Route::Backing(id)
     }
 
     /// The open `fh` is closed; its inode's backing id stays (see `BackingIds`).
     fn release_backing(&self, fh: Fh) {
-        self.backing().by_fh.remove(&fh);
+        let mut ids = self.backing();
+        ids.by_fh.remove(&fh);
+        ids.page_cache.release(fh);
     }
 
     /// The kernel forgot `ino`: nothing will open it without a new lookup.
@@ -248,6 +295,16 @@ impl LiveFs {
         if ids.by_ino.get(&ino).is_some_and(|k| !k.in_use()) {
             ids.by_ino.remove(&ino);
         }
+        ids.page_cache.forget(ino);
+    }
+
+    /// `ino`'s content changed through the daemon (a write, a truncation):
+    /// the next page-cache open does not keep the pages read before. The
+    /// kernel drops the pages of open readers itself: before a write of a
+    /// file opened FOPEN_DIRECT_IO, the pages it covers; at a truncation,
+    /// those past the new size.
+    fn content_changed(&self, ino: Ino) {
+        self.backing().page_cache.written(ino);
     }
 }
 
@@ -331,12 +388,20 @@ impl Filesystem for LiveFs {
             // write (one round trip each); clearing setuid/setgid on write
             // and truncation becomes ours (see `open_reply`).
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            // The pages of a file read through the page cache are dropped
+            // when its attributes come back with another mtime or size
+            // (see `page_cache`).
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            // A file opened for writing through the daemon beside readers
+            // of its pages (`page_cache`) can still be mapped shared.
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
         ];
         for flag in wanted {
             if config.add_capabilities(flag).is_err() {
                 debug!("the kernel does not offer {flag:?}");
             }
         }
+
         if self.passthrough_active() {
             let ok =
                 config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(1).is_ok();
@@ -440,6 +505,9 @@ impl Filesystem for LiveFs {
                 return reply.error(fuser::Errno::EROFS);
             }
             let set = SetAttr { mode, uid, gid, size, atime: set_time(atime), mtime: set_time(mtime) };
+            if size.is_some() {
+                self.content_changed(ino(i));
+            }
             match self.tree.setattr(ino(i), set, fh.map(|f| Fh(f.0)), caller(req)) {
                 Ok(a) => reply.attr(&self.ttl(), &file_attr(&a)),
                 Err(e) => {
@@ -570,9 +638,9 @@ impl Filesystem for LiveFs {
                 Err(e) => return reply.error(errno(e)),
             };
             match self.open_mode(ino(i), fh, &file, req) {
-                Ok(OpenMode::Passthrough) => match self.backing_for(&file, fh, || reply.open_backing(&file.file)) {
-                    Some(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
-                    None => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
+                Ok(OpenMode::Passthrough) => match self.route(&file, fh, || reply.open_backing(&file.file)) {
+                    Route::Backing(id) => reply.opened_passthrough(FileHandle(fh.0), FopenFlags::empty(), &id),
+                    other => reply.opened(FileHandle(fh.0), other.flags()),
                 },
                 Ok(OpenMode::Daemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE),
                 Ok(OpenMode::DirectThroughDaemon) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_DIRECT_IO),
@@ -604,8 +672,8 @@ impl Filesystem for LiveFs {
             };
             let (ttl, fattr) = (self.ttl(), file_attr(&attr));
             let flags = match self.open_mode(attr.ino, fh, &file, req) {
-                Ok(OpenMode::Passthrough) => match self.backing_for(&file, fh, || reply.open_backing(&file.file)) {
-                    Some(id) => {
+                Ok(OpenMode::Passthrough) => match self.route(&file, fh, || reply.open_backing(&file.file)) {
+                    Route::Backing(id) => {
                         return reply.created_passthrough(
                             &ttl,
                             &fattr,
@@ -615,7 +683,7 @@ impl Filesystem for LiveFs {
                             &id,
                         );
                     }
-                    None => FopenFlags::FOPEN_KEEP_CACHE,
+                    other => other.flags(),
                 },
                 Ok(OpenMode::Daemon) => FopenFlags::FOPEN_KEEP_CACHE,
                 Ok(OpenMode::DirectThroughDaemon) => FopenFlags::FOPEN_DIRECT_IO,
@@ -670,7 +738,10 @@ impl Filesystem for LiveFs {
                 return reply.error(errno(e));
             }
             match self.tree.write(Fh(fh.0), offset, data) {
-                Ok(n) => reply.written(n),
+                Ok(n) => {
+                    self.content_changed(ino(i));
+                    reply.written(n)
+                }
                 Err(e) => reply.error(errno(e)),
             }
         })
@@ -706,29 +777,39 @@ impl Filesystem for LiveFs {
         })
     }
 
+    /// Nothing is kept per open directory: listings are served by offset
+    /// alone (`workspace::listings`). The kernel caches the live tree's
+    /// listings (checked against the directory's mtime), not those under
+    /// `.rewindfs/`: a view's numbers are refreshed by reading it
+    /// (`view::browse`), and its lists of checkpoints change.
+    ///
+    /// Answering ENOSYS here (FUSE_NO_OPENDIR_SUPPORT) would spare an
+    /// `OPENDIR` and a `RELEASEDIR` per directory walked (a warm `git
+    /// status` about 10% faster), but the kernel would then cache every
+    /// listing, views' included: docs/design.md says what that needs first.
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.serve("opendir", |_| {
             if self.hidden(i).is_some() {
                 return reply.opened(FileHandle(0), FopenFlags::empty());
             }
-            match self.tree.opendir(ino(i)) {
-                Ok(fh) => reply.opened(FileHandle(fh.0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR),
+            match self.tree.check_dir(ino(i)) {
+                Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR),
                 Err(e) => reply.error(errno(e)),
             }
         })
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, dir: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         self.serve("readdir", |held| {
-            if let Some(b) = self.hidden(_ino) {
-                return view::readdir(&Locked { browser: b, held }, ino(_ino), offset, reply);
+            if let Some(b) = self.hidden(dir) {
+                return view::readdir(&Locked { browser: b, held }, ino(dir), offset, reply);
             }
-            let entries = match self.tree.readdir(Fh(fh.0)) {
-                Ok(e) => e,
+            let page = match self.tree.readdir(ino(dir), offset) {
+                Ok(p) => p,
                 Err(e) => return reply.error(errno(e)),
             };
-            for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
-                if reply.add(INodeNo(entry.ino.0), (i + 1) as u64, file_type(entry.kind), &entry.name) {
+            for (i, entry) in page.entries.iter().enumerate().skip(page.start) {
+                if reply.add(INodeNo(entry.ino.0), page.offset_after(i), file_type(entry.kind), &entry.name) {
                     break;
                 }
             }
@@ -736,17 +817,17 @@ impl Filesystem for LiveFs {
         })
     }
 
-    fn readdirplus(&self, _req: &Request, dir: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, _req: &Request, dir: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         self.serve("readdirplus", |held| {
             if let Some(b) = self.hidden(dir) {
                 return view::readdirplus(&Locked { browser: b, held }, ino(dir), offset, reply);
             }
-            let entries = match self.tree.readdir(Fh(fh.0)) {
-                Ok(e) => e,
+            let page = match self.tree.readdir(ino(dir), offset) {
+                Ok(p) => p,
                 Err(e) => return reply.error(errno(e)),
             };
             let ttl = self.ttl();
-            for (i, entry) in entries.iter().enumerate().skip(offset as usize) {
+            for (i, entry) in page.entries.iter().enumerate().skip(page.start) {
                 let dots = entry.name == "." || entry.name == "..";
                 // The kernel takes a lookup reference for every entry but "." and "..".
                 let attr = if dots {
@@ -754,13 +835,13 @@ impl Filesystem for LiveFs {
                 } else {
                     match self.tree.lookup(ino(dir), &entry.name) {
                         Ok(a) => Some(a),
-                        // Removed since opendir: leave it out.
+                        // Removed since the listing was read: leave it out.
                         Err(_) => continue,
                     }
                 };
                 let attr =
                     attr.map(|a| file_attr(&a)).unwrap_or_else(|| file_attr(&placeholder(entry.ino, entry.kind)));
-                let full = reply.add(attr.ino, (i + 1) as u64, &entry.name, &ttl, &attr, Generation(0));
+                let full = reply.add(attr.ino, page.offset_after(i), &entry.name, &ttl, &attr, Generation(0));
                 if full {
                     // Not sent: give back the lookup we took for it.
                     if !dots {
@@ -773,14 +854,9 @@ impl Filesystem for LiveFs {
         })
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.serve("releasedir", |_| {
-            if self.hidden(_ino).is_some() {
-                return reply.ok();
-            }
-            self.tree.open_files().releasedir(Fh(fh.0));
-            reply.ok();
-        })
+    /// Nothing is kept per open directory.
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, i: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {

@@ -26,6 +26,7 @@ use crate::workspace::attic::Attic;
 use crate::workspace::attr::{Attr, Caller, Ino, Kind, SetAttr};
 use crate::workspace::backing::{self, Backing, FsStats, XattrReply, backing_open_flags, give_to_caller};
 use crate::workspace::capture::{Capture, Named, Recorder, Recording, note_born};
+use crate::workspace::listings::{DirPage, Listings};
 use crate::workspace::objects::ObjectTable;
 use crate::workspace::open_files::{DirEntry, Fh, OpenFile, OpenFiles};
 use crate::workspace::opener::Opener;
@@ -66,6 +67,7 @@ pub struct LiveTree {
     /// Files put in place by a rewind whose bytes are still in the store.
     pending: PendingSet,
     open: OpenFiles,
+    listings: Listings,
     /// Files this daemon created whose creating open is still open, with
     /// the turn they were created in: they have no `security.capability`
     /// (see `getxattr`).
@@ -148,6 +150,7 @@ impl LiveTree {
             recorder: Recorder::new(journal),
             pending: PendingSet::default(),
             open: OpenFiles::default(),
+            listings: Listings::default(),
             uncapable: Mutex::default(),
             absent: Mutex::default(),
         })
@@ -800,20 +803,12 @@ impl LiveTree {
         }
     }
 
-    /// Reads the whole directory now, so that offsets stay valid while
-    /// entries are added and removed (POSIX leaves that unspecified; a
-    /// snapshot is the simplest correct answer).
-    /// Opens a directory; its listing is read at the first `readdir` (see
-    /// `OpenFiles::listing`).
-    pub fn opendir(&self, ino: Ino) -> Res<Fh> {
-        self.dir(ino)?;
-        Ok(self.open.add_unread_listing(ino))
-    }
-
-    /// The entries of the open directory `fh` (an entry's place in it is
-    /// its offset).
-    pub fn readdir(&self, fh: Fh) -> Res<Arc<Vec<DirEntry>>> {
-        self.open.listing(fh, |ino| {
+    /// The listing of directory `ino` from `offset` (see `listings`): a
+    /// snapshot read at offset 0, so that offsets stay valid while entries
+    /// are added and removed (POSIX leaves that unspecified; a snapshot is
+    /// the simplest correct answer).
+    pub fn readdir(&self, ino: Ino, offset: u64) -> Res<DirPage> {
+        self.listings.page(ino, offset, || {
             let dir = self.dir(ino)?;
             // Never resolve "..": from a top-level directory of an in-place
             // mount it would land on the mount itself and call the daemon back.
@@ -827,6 +822,11 @@ impl LiveTree {
             }
             Ok(entries)
         })
+    }
+
+    /// Whether `ino` is a directory of the tree (what opening it checks).
+    pub fn check_dir(&self, ino: Ino) -> Res<()> {
+        self.dir(ino).map(drop)
     }
 
     pub fn fsyncdir(&self, ino: Ino) -> Res<()> {

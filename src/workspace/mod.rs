@@ -7,6 +7,7 @@ pub mod attic;
 pub mod attr;
 pub mod backing;
 pub mod capture;
+pub mod listings;
 pub mod live;
 pub mod objects;
 pub mod open_files;

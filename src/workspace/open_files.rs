@@ -1,5 +1,5 @@
-//! Files and directory listings opened by clients (FUSE's `fh`), and the
-//! calls that only need an open file.
+//! Files opened by clients (FUSE's `fh`), and the calls that only need an
+//! open file. Directories are not opened (`workspace::listings`).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -35,31 +35,20 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
-/// Identifies an open file or directory (FUSE's `fh`).
+/// Identifies an open file (FUSE's `fh`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Fh(pub u64);
 
-/// The open files and directory listings of a tree.
+/// The open files of a tree.
 #[derive(Debug)]
 pub struct OpenFiles {
     files: Mutex<HashMap<Fh, Arc<OpenFile>>>,
-    dirs: Mutex<HashMap<Fh, Listing>>,
     next_fh: AtomicU64,
-}
-
-/// An open directory's listing: read at its first `readdir`, not at
-/// `opendir`. With the kernel caching listings (`FOPEN_CACHE_DIR`), a
-/// directory opened again whose cached listing is still valid is never
-/// read: `git status` on a warm tree opens every directory and reads none.
-#[derive(Debug, Clone)]
-enum Listing {
-    Unread(Ino),
-    Read(Arc<Vec<DirEntry>>),
 }
 
 impl Default for OpenFiles {
     fn default() -> OpenFiles {
-        OpenFiles { files: Mutex::default(), dirs: Mutex::default(), next_fh: AtomicU64::new(1) }
+        OpenFiles { files: Mutex::default(), next_fh: AtomicU64::new(1) }
     }
 }
 
@@ -82,40 +71,6 @@ impl OpenFiles {
     /// Forgets an open file; the file, if it was open.
     pub(crate) fn remove(&self, fh: Fh) -> Option<Arc<OpenFile>> {
         crate::poison::lock(&self.files, "the open files").remove(&fh)
-    }
-
-    /// Opens the directory `ino`; its listing is read by `list` at the
-    /// first `listing` and kept until `releasedir`.
-    pub(crate) fn add_unread_listing(&self, ino: Ino) -> Fh {
-        let fh = self.new_fh();
-        crate::poison::lock(&self.dirs, "the open directories").insert(fh, Listing::Unread(ino));
-        fh
-    }
-
-    /// The listing of the open directory `fh`, read by `list` (outside the
-    /// lock) the first time it is asked for.
-    pub(crate) fn listing(&self, fh: Fh, list: impl FnOnce(Ino) -> Res<Vec<DirEntry>>) -> Res<Arc<Vec<DirEntry>>> {
-        let ino = match crate::poison::lock(&self.dirs, "the open directories").get(&fh).cloned() {
-            Some(Listing::Read(entries)) => return Ok(entries),
-            Some(Listing::Unread(ino)) => ino,
-            None => return Err(Errno::EBADF),
-        };
-        let entries = Arc::new(list(ino)?);
-        let mut dirs = crate::poison::lock(&self.dirs, "the open directories");
-        match dirs.get_mut(&fh) {
-            // Another reader of the same open directory was first: one
-            // listing per open, so offsets stay those of the first.
-            Some(Listing::Read(first)) => Ok(first.clone()),
-            Some(slot) => {
-                *slot = Listing::Read(entries.clone());
-                Ok(entries)
-            }
-            None => Err(Errno::EBADF),
-        }
-    }
-
-    pub fn releasedir(&self, fh: Fh) {
-        crate::poison::lock(&self.dirs, "the open directories").remove(&fh);
     }
 
     pub fn read(&self, fh: Fh, offset: u64, size: u32) -> Res<Vec<u8>> {
