@@ -233,3 +233,39 @@ fn a_hard_linked_file_keeps_one_inode_number_in_a_view_after_the_kernel_forgets_
     forget();
     assert_eq!(ino("a"), first, "`a` after a forget, numbered by id");
 }
+
+/// A directory that was in the workspace before the mount (never
+/// recorded, so a view numbers it by handle) is looked up in the view of
+/// checkpoint 0 (the kernel keeps that entry for an hour), then removed
+/// and brought back by a rewind, which recreates it as a new inode. The
+/// kernel asks again by the number it kept: the view answered EIO ("an
+/// object never recorded was changed under the mount"), since the number
+/// named the handle the object no longer has, until a listing of the
+/// checkpoint gave a new number.
+#[test]
+fn a_view_entry_kept_by_the_kernel_still_reads_after_a_rewind_recreates_it() {
+    let mut fx = common::MountFixture::unmounted();
+    std::fs::create_dir(fx.ws.join("b")).expect("mkdir b");
+    std::fs::write(fx.ws.join("b/a"), b"before the mount\n").expect("write b/a");
+    fx.mount(false, &["--auto-turn", "0"]);
+    let script = r#"
+import os, sys
+v = '.rewindfs/checkpoints/0/b'
+def look():
+    st = os.stat(v)
+    xattrs = os.listxattr(v)
+    return (st.st_ino, sorted(os.listdir(v)), open(v + '/a').read(), xattrs)
+first = look()
+print(first[1], repr(first[2]))
+sys.stdout.flush()
+"#;
+    let before = fx.py(script);
+    assert_eq!(before.trim(), "['a'] 'before the mount\\n'");
+    let c1 = fx.turn("r000001");
+    fx.sh("rm -rf b");
+    fx.cli_json(&["rewind", &c1.to_string()]);
+    assert_eq!(fx.sh("cat b/a"), "before the mount\n", "b is back in the live tree");
+    // The same lookups, by the numbers the kernel kept.
+    assert_eq!(fx.py(script).trim(), "['a'] 'before the mount\\n'", "the view of 0 after the rewind");
+    fx.assert_fsck_clean("after a view entry outlived its object's inode");
+}

@@ -232,6 +232,11 @@ struct Inner {
     /// the scan at mount, not by the bypass check (`bypass.rs`).
     opened_ns: i64,
     ids: HashMap<Vec<u8>, ObjectId>,
+    /// The handles objects had before a rewind gave them a new inode
+    /// (`rebind_object`), for the life of the mount: the numbers the
+    /// kernel holds for views may name an object by such a handle
+    /// (`object_id_ever`).
+    former_handles: HashMap<Vec<u8>, ObjectId>,
     /// Records written in the current turn.
     changes: u64,
     last_change: Option<Instant>,
@@ -595,6 +600,10 @@ fn record_bytes(stats: &crate::store::StoreStats) -> u64 {
 /// made outside the mount. The stored prefix is that of its first use.
 const OWN_CHANGE: &str = "settled:";
 
+/// At most this many former handles are kept (`Inner::former_handles`):
+/// one per object a rewind gave a new inode while mounted.
+const FORMER_HANDLES_MAX: usize = 1 << 16;
+
 fn own_change_key(handle: &[u8]) -> String {
     let mut key = String::from(OWN_CHANGE);
     for b in handle {
@@ -686,6 +695,7 @@ impl Journal {
                 born_ids: HashSet::new(),
                 opened_ns: now_ns(),
                 ids: HashMap::new(),
+                former_handles: HashMap::new(),
                 changes: 0,
                 last_change: None,
                 turn_started: Instant::now(),
@@ -1061,14 +1071,38 @@ impl Journal {
         // The new inode's ctime is after the seal; if the daemon dies before
         // the next seal, the scan at mount must not take it for an outside
         // change (see OWN_CHANGE).
+        let before = inner.meta.object_handle(id)?;
         inner.transaction(|m| {
             m.set_object_handle(id, &handle)?;
             m.set_state(&own_change_key(&handle), "")
         })?;
-        inner.ids.retain(|_, v| *v != id);
-        inner.ids.insert(handle, id);
+        let Inner { ids, former_handles, .. } = &mut *inner;
+        if let Some(before) = before.filter(|_| former_handles.len() < FORMER_HANDLES_MAX) {
+            former_handles.insert(before, id);
+        }
+        ids.retain(|h, v| {
+            let keep = *v != id;
+            if !keep && former_handles.len() < FORMER_HANDLES_MAX {
+                former_handles.insert(h.clone(), id);
+            }
+            keep
+        });
+        former_handles.remove(&handle);
+        ids.insert(handle, id);
         inner.moves.object(id);
         Ok(())
+    }
+
+    /// The id of a handle, as `known_object_id`, or of the object that had
+    /// it before a rewind gave it a new inode: a view that numbered an
+    /// object by its handle before it was ever recorded (then it had no
+    /// id) still finds it after the rewind, while the kernel keeps that
+    /// number (an entry it looked up is kept for an hour).
+    pub fn object_id_ever(&self, handle: &FileHandle) -> JournalResult<Option<ObjectId>> {
+        if let Some(id) = self.known_object_id(handle)? {
+            return Ok(Some(id));
+        }
+        Ok(self.lock().former_handles.get(&handle.to_bytes()).copied())
     }
 
     /// Records that an object was just created (in the current turn): a
@@ -1145,7 +1179,8 @@ impl Journal {
         Ok(())
     }
 
-    /// The id of a handle if it was ever recorded (no insert).
+    /// The id of a handle if it was ever recorded (no insert): the object
+    /// that has it now.
     pub fn known_object_id(&self, handle: &FileHandle) -> JournalResult<Option<ObjectId>> {
         let handle = handle.to_bytes();
         let mut inner = self.lock();

@@ -328,11 +328,17 @@ impl Browser {
 
     /// The node behind a numbered view object. By id, the object's current
     /// handle (a rewind may have given it a new inode since it was
-    /// numbered); by handle, the view looks its id up on each use.
+    /// numbered); by handle, the same once the object has an id, also when
+    /// a rewind gave it a new inode since (the kernel keeps a number it
+    /// looked up for an hour, so it may ask by this one after the rewind:
+    /// `Journal::object_id_ever`).
     fn node(&self, held: Held<'_>, checkpoint: i64, key: &ObjectKey) -> ViewResult<Node> {
         match key {
             ObjectKey::Id(id) => self.view(held, checkpoint).node_of_id(*id),
-            ObjectKey::Handle(h) => Ok(Node { id: None, handle: Some(h.clone()) }),
+            ObjectKey::Handle(h) => match self.journal.object_id_ever(h)? {
+                Some(id) => self.view(held, checkpoint).node_of_id(id),
+                None => Ok(Node { id: None, handle: Some(h.clone()) }),
+            },
         }
     }
 
