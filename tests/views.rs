@@ -278,3 +278,34 @@ fn forgotten_view_entries_are_freed_and_the_view_still_works() {
     assert_eq!(walk_show(), expected, "show {n} after the kernel forgot it");
     check(fx.rewindfs(&["unmount", mp.to_str().unwrap()]), "unmount view");
 }
+
+/// The kernel keeps every directory listing (it opens directories itself:
+/// `fs::LiveFs::opendir`), the lists of checkpoints included. Each seal
+/// and forget shows at once in a listing, also in one read by a process
+/// whose working directory is the list (no path walk that would look it
+/// up again), and a listing read twice with nothing in between is the
+/// same.
+#[test]
+fn the_lists_of_checkpoints_show_every_seal_and_forget_at_once() {
+    let fx = MountFixture::manual_turns();
+    let script = format!(
+        r#"
+B={bin}; M={mnt}
+export REWINDFS_RUNTIME_DIR={run} REWINDFS_HOME={home}
+cd .rewindfs/checkpoints
+l() {{ echo "$(ls | sort -n | paste -sd' ') / $(ls ../messages | sort | paste -sd' ')"; }}
+l; l
+echo x > "$M/a"; $B turn -C "$M" --message-id m000001 >/dev/null; l
+echo y > "$M/b"; $B turn -C "$M" --message-id m000002 >/dev/null; l; l
+$B forget -C "$M" 1 >/dev/null; l
+"#,
+        bin = env!("CARGO_BIN_EXE_rewindfs"),
+        mnt = fx.path().display(),
+        run = fx.run.display(),
+        home = fx.dir.path().join("home").display(),
+    );
+    assert_eq!(
+        fx.sh(&script),
+        "0 / \n0 / \n0 1 / m000001\n0 1 2 / m000001 m000002\n0 1 2 / m000001 m000002\n0 2 / m000002\n"
+    );
+}

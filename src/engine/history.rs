@@ -311,6 +311,7 @@ impl Workspace {
                 self.kernel().expire_entry(dir, std::ffi::OsStr::new(m));
             }
         }
+        self.lists_changed();
         let total = collected.forgotten.len() as u64;
         progress(Progress { done: total, total, bytes_freed: collected.bytes_freed });
         // Every pack mostly released goes, however small: nothing is left to
@@ -443,13 +444,15 @@ impl Workspace {
         }
         let mut frozen = history.freeze(self.kernel());
         begin();
-        let entries = &mut frozen.touched().entries;
+        let touched = frozen.touched();
         if let Some(dir) = checkpoints {
-            entries.insert((dir, OsString::from(n.to_string())));
+            touched.entries.insert((dir, OsString::from(n.to_string())));
         }
         if let (Some(dir), Some(m)) = (messages, message) {
-            entries.insert((dir, OsString::from(m)));
+            touched.entries.insert((dir, OsString::from(m)));
         }
+        // And the listings the kernel keeps of them (`lists_changed`).
+        touched.inodes.extend([checkpoints, messages].into_iter().flatten());
     }
 
     /// Refuses a rewind to `k` (or with `paths`, a restore of them) when a

@@ -293,6 +293,7 @@ impl Workspace {
     /// Seals the current turn with `parent` as the new checkpoint's parent.
     pub fn seal_on(&self, info: &TurnInfo, reason: Reason, parent: Option<i64>) -> std::result::Result<i64, Failure> {
         let sealed = seal_with(&self.tree, &self.journal, info, reason, parent)?;
+        self.lists_changed();
         // The turn's `log` statistics, off the turn gate and the caller's
         // path: reading contents for line counts must not delay the next turn.
         // (`log` computes any it finds missing, so a lost request costs time only.)
@@ -300,6 +301,21 @@ impl Workspace {
             let _ = tx.send(sealed - 1);
         }
         Ok(sealed)
+    }
+
+    /// The lists of checkpoints under `.rewindfs/` (`checkpoints/`,
+    /// `messages/`) changed: the kernel drops the listings it keeps of
+    /// them, and their attributes (it keeps every listing when it opens
+    /// directories itself, `fs::LiveFs::opendir`). A listing it was reading
+    /// across the change is not kept past its next reading from the start:
+    /// their mtime is the time they are asked about (`Browser::getattr`),
+    /// so it has moved when the kernel asks again. Nothing to do while the
+    /// kernel holds neither directory.
+    pub(crate) fn lists_changed(&self) {
+        let (checkpoints, messages) = self.hidden.get().map(|b| b.listing_dirs()).unwrap_or_default();
+        for dir in [checkpoints, messages].into_iter().flatten() {
+            self.kernel().forget_inode(dir);
+        }
     }
 
     /// `turn`: seals the current turn as a checkpoint, after the history

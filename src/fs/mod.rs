@@ -148,6 +148,9 @@ pub struct LiveFs {
     browser: Option<Arc<Browser>>,
     options: FsOptions,
     passthrough: AtomicBool,
+    /// The kernel can open directories without the daemon
+    /// (FUSE_NO_OPENDIR_SUPPORT): `opendir` answers ENOSYS (see there).
+    no_opendir: AtomicBool,
     backing: Mutex<BackingIds>,
     /// Filled once the session exists: to tell the kernel about attribute
     /// changes the daemon makes while serving another request.
@@ -164,6 +167,7 @@ impl LiveFs {
             browser,
             options,
             passthrough: AtomicBool::new(passthrough),
+            no_opendir: AtomicBool::new(false),
             backing: Mutex::new(BackingIds::default()),
             invalidator: Arc::new(std::sync::OnceLock::new()),
         }
@@ -390,7 +394,9 @@ impl Filesystem for LiveFs {
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             // The pages of a file read through the page cache are dropped
             // when its attributes come back with another mtime or size
-            // (see `page_cache`).
+            // (see `page_cache`), and a directory's listing kept by the
+            // kernel is checked against a fresh mtime when read from its
+            // start once the directory's attributes expired (see `opendir`).
             InitFlags::FUSE_AUTO_INVAL_DATA,
             // A file opened for writing through the daemon beside readers
             // of its pages (`page_cache`) can still be mapped shared.
@@ -401,6 +407,10 @@ impl Filesystem for LiveFs {
                 debug!("the kernel does not offer {flag:?}");
             }
         }
+        // Offered, not asked for: the kernel says it can open directories
+        // itself.
+        let no_opendir = config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT).is_ok();
+        self.no_opendir.store(no_opendir, Ordering::Relaxed);
 
         if self.passthrough_active() {
             let ok =
@@ -777,18 +787,23 @@ impl Filesystem for LiveFs {
         })
     }
 
-    /// Nothing is kept per open directory: listings are served by offset
-    /// alone (`workspace::listings`). The kernel caches the live tree's
-    /// listings (checked against the directory's mtime), not those under
-    /// `.rewindfs/`: a view's numbers are refreshed by reading it
-    /// (`view::browse`), and its lists of checkpoints change.
-    ///
-    /// Answering ENOSYS here (FUSE_NO_OPENDIR_SUPPORT) would spare an
-    /// `OPENDIR` and a `RELEASEDIR` per directory walked (a warm `git
-    /// status` about 10% faster), but the kernel would then cache every
-    /// listing, views' included: docs/design.md says what that needs first.
+    /// With FUSE_NO_OPENDIR_SUPPORT, ENOSYS: from then on the kernel opens
+    /// directories itself, with no `OPENDIR` and no `RELEASEDIR` per
+    /// directory walked (a warm `git status` sends nothing for a directory
+    /// whose listing it keeps), and keeps every listing (`FOPEN_KEEP_CACHE
+    /// | FOPEN_CACHE_DIR` is its default then), checked against the
+    /// directory's mtime. Nothing is kept per open directory either way:
+    /// listings are served by offset alone (`workspace::listings`). Under
+    /// `.rewindfs/`, the lists of checkpoints change: the engine drops the
+    /// kernel's copies at every change (`Workspace::lists_changed`), and
+    /// their mtime is the time they are asked about, so a listing read
+    /// across a change is not kept. Without the feature, the same flags by
+    /// reply, and none under `.rewindfs/`.
     fn opendir(&self, _req: &Request, i: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.serve("opendir", |_| {
+            if self.no_opendir.load(Ordering::Relaxed) {
+                return reply.error(fuser::Errno::ENOSYS);
+            }
             if self.hidden(i).is_some() {
                 return reply.opened(FileHandle(0), FopenFlags::empty());
             }
