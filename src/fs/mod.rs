@@ -307,8 +307,11 @@ impl LiveFs {
     /// kernel drops the pages of open readers itself: before a write of a
     /// file opened FOPEN_DIRECT_IO, the pages it covers; at a truncation,
     /// those past the new size.
+    /// Without passthrough no open uses the table: a write costs no lock.
     fn content_changed(&self, ino: Ino) {
-        self.backing().page_cache.written(ino);
+        if self.passthrough_active() {
+            self.backing().page_cache.written(ino);
+        }
     }
 }
 

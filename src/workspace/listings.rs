@@ -89,8 +89,9 @@ impl Listings {
         Ok(DirPage { entries, start: index, number })
     }
 
-    /// How many snapshots are kept (for tests).
-    pub fn kept(&self) -> usize {
+    /// How many snapshots are kept.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
         crate::poison::lock(&self.inner, "the directory listings").by_number.len()
     }
 }
