@@ -171,6 +171,14 @@ mod armed {
         wait_while("REWINDFS_TEST_LOG_PAUSE", "log waits after listing the checkpoints");
     }
 
+    /// Holds a rewind after its check of the contents (before the tree
+    /// freezes) while the file named by `REWINDFS_TEST_REWIND_CHECKED_PAUSE`
+    /// exists (it writes `<that>.reached` when it first waits), so a test
+    /// can change the tree in that window.
+    pub fn rewind_checked() {
+        wait_while("REWINDFS_TEST_REWIND_CHECKED_PAUSE", "the rewind waits after its check, before the freeze");
+    }
+
     /// Whether [`remote_put`] may hold the uploader: its chunks are then
     /// sent one at a time, so what a test sees in the bucket while it holds
     /// is every chunk before the one held.
@@ -258,6 +266,7 @@ mod disarmed {
     pub fn hold_frozen() {}
     pub fn view_lookup() {}
     pub fn log_listed() {}
+    pub fn rewind_checked() {}
     pub fn remote_put() {}
     pub fn remote_put_armed() -> bool {
         false

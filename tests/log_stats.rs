@@ -236,39 +236,3 @@ fn log_read_across_a_seal_lists_the_turns_as_sealed() {
     assert_eq!(row(1), (Some(0), Some(1), Some(false)), "turn m1 modified `a` only: {rows:?}");
     assert_eq!(row(2), (Some(1), Some(0), Some(true)), "the open turn added `b`: {rows:?}");
 }
-
-/// Mounts with the pause hook `var` armed on the file `name` in the test's
-/// directory (created by the test when it wants the pause); returns that
-/// file and the one the hook writes when it first waits.
-fn mount_with_hook(f: &mut MountFixture, var: &str, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let pause = f.dir.path().join(name);
-    let reached = f.dir.path().join(format!("{name}.reached"));
-    let pause_env = pause.to_str().expect("utf-8 path").to_string();
-    f.mount_with_env(false, &["--auto-turn", "0"], &[(var, &pause_env)]);
-    (pause, reached)
-}
-
-/// `rewindfs COMMAND -C MOUNT ARGS...` started in the background, its
-/// output piped.
-fn spawn_cli(f: &MountFixture, args: &[&str]) -> std::process::Child {
-    let mp = f.path().to_str().expect("utf-8 path").to_string();
-    let (command, rest) = args.split_first().expect("a command");
-    f.command()
-        .arg(command)
-        .args(["-C", &mp])
-        .args(rest)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn rewindfs {command}: {e}"))
-}
-
-/// Waits (20 s at most) until a test hook wrote its `.reached` file.
-fn wait_reached(reached: &std::path::Path, never: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !reached.exists() {
-        assert!(std::time::Instant::now() < deadline, "{never}");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-}

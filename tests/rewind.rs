@@ -352,3 +352,30 @@ fn cached_names_of_a_removed_tree_are_gone_and_status_reports_the_settler() {
     assert!(!root.join("gen/d4").exists(), "gen/d4 of the removed tree came back");
     fx.unmount();
 }
+
+/// A rewind reads the states at the checkpoint once, in its check before
+/// the tree freezes, and the frozen rewind uses them. A file whose only
+/// record since the checkpoint is a `chmod` (so its content there is still
+/// the live one) and that is then written between the check and the
+/// freeze must get its content back all the same: the write is a record,
+/// so the check runs again, frozen, and reads the states anew. The hook
+/// holds the rewind in that window.
+#[test]
+fn a_file_written_between_the_rewinds_check_and_its_freeze_gets_its_content_back() {
+    let mut f = MountFixture::unmounted();
+    std::fs::write(f.ws.join("a"), "at m1\n").expect("write a");
+    let (pause, reached) = mount_with_hook(&mut f, "REWINDFS_TEST_REWIND_CHECKED_PAUSE", "rewind-pause");
+    f.turn("m1");
+    f.sh("chmod 600 a");
+    f.turn("m2");
+    std::fs::write(&pause, b"").expect("create the pause file");
+    let mut rewind = spawn_cli(&f, &["rewind", "m1"]);
+    wait_reached(&reached, "the rewind never reached the hook after its check");
+    f.sh("echo 'written while the rewind waited' > a");
+    std::fs::remove_file(&pause).expect("remove the pause file");
+    check(wait_child(&mut rewind, CHILD_TIMEOUT, "rewindfs rewind"), "rewindfs rewind");
+    let a = f.path().join("a");
+    assert_eq!(std::fs::read_to_string(&a).expect("read a"), "at m1\n", "the rewind put back the content of m1");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a).expect("stat a").permissions()) & 0o777;
+    assert_eq!(mode, 0o644, "the rewind put back the mode of m1");
+}

@@ -59,19 +59,21 @@ impl Workspace {
             journal.activity().0
         };
         let checked_in = checking.elapsed();
+        crate::faults::rewind_checked();
         let started = std::time::Instant::now();
         let recheck = |lock: Held<'_>| match journal.activity().0 != recorded {
             true => self.check_readable(lock, k, None, &mut checked),
             false => Ok(()),
         };
         let mut tx = self.transaction(&history, recheck, format!("safety checkpoint before rewind to {k}"))?;
+        let known = std::mem::take(&mut checked.states);
         let safety = tx.before;
         tx.intend(IntentOp::Rewind, k, &[])?;
         let sealed_safety = started.elapsed();
         let changes = tx
             .change("rewind", |frozen| {
                 if crate::rewind::instant_available(tree) {
-                    crate::rewind::rewind(frozen, tree, journal, k, safety)
+                    crate::rewind::rewind(frozen, tree, journal, k, safety, known)
                 } else {
                     crate::restore::restore(frozen, tree, journal, k, &[])
                 }

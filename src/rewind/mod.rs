@@ -88,6 +88,9 @@ struct Rewinder<'a> {
     /// neither moves during a rewind.
     root_path: Option<PathBuf>,
     attic_path: Option<PathBuf>,
+    /// Their (device, inode), read once too.
+    root_key: Option<(u64, u64)>,
+    attic_key: Option<(u64, u64)>,
     /// The directories reached by walking a kernel path, by that path,
     /// once step 3 begins (it moves no directory, so a path keeps naming
     /// the same one): the files of one directory share one walk.
@@ -95,6 +98,8 @@ struct Rewinder<'a> {
     /// Object handles asked of the journal, by id (forgotten when an
     /// object gets a new inode).
     handles: RefCell<HashMap<ObjectId, FileHandle>>,
+    /// States at the checkpoint read by the check before the rewind.
+    known: preflight::KnownStates,
     out: Vec<Planned>,
     touched: &'a mut Touched,
 }
@@ -136,14 +141,18 @@ pub fn instant_available(tree: &LiveTree) -> bool {
 ///
 /// Its records fold in one batch (`Journal::batched`): a file rewritten in
 /// place costs no SQLite commit of its own.
+///
+/// `known`: states at the checkpoint a check read just before (see
+/// [`preflight::KnownStates`]); empty, every state is read here.
 pub fn rewind(
     frozen: &mut Frozen<'_>,
     tree: &LiveTree,
     journal: &Journal,
     checkpoint: i64,
     began: i64,
+    known: preflight::KnownStates,
 ) -> Result<Vec<Planned>, RestoreError> {
-    journal.batched(|| rewind_batched(frozen, tree, journal, checkpoint, began))?
+    journal.batched(|| rewind_batched(frozen, tree, journal, checkpoint, began, known))?
 }
 
 fn rewind_batched(
@@ -152,6 +161,7 @@ fn rewind_batched(
     journal: &Journal,
     checkpoint: i64,
     began: i64,
+    known: preflight::KnownStates,
 ) -> Result<Vec<Planned>, RestoreError> {
     let (lock, touched) = frozen.parts();
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
@@ -174,8 +184,11 @@ fn rewind_batched(
         dirs_touched: BTreeSet::new(),
         root_path: fd_path(tree.root_fd()).ok(),
         attic_path: tree.attic().fd().and_then(|a| fd_path(a).ok()),
+        root_key: dir_key(tree.root_fd()),
+        attic_key: tree.attic().fd().and_then(dir_key),
         walked_dirs: RefCell::new(None),
         handles: RefCell::new(HashMap::new()),
+        known,
         out: Vec::new(),
         touched,
     };
@@ -356,6 +369,20 @@ impl Rewinder<'_> {
             waiting = later;
         }
         Ok(())
+    }
+
+    /// The state of object `id` at the checkpoint (from the check before
+    /// the rewind when it read it for the handle the object has now), and
+    /// the node it is of.
+    fn state_at(&self, id: ObjectId) -> Result<(Node, NodeState), RestoreError> {
+        let node = Node { id: Some(id), handle: self.handle_of(id) };
+        if let Some((handle, state)) = self.known.get(&id)
+            && *handle == node.handle
+        {
+            return Ok((node, state.clone()));
+        }
+        let state = self.view.state(&node)?;
+        Ok((node, state))
     }
 
     fn handle_of(&self, id: ObjectId) -> Option<FileHandle> {
@@ -566,8 +593,7 @@ impl Rewinder<'_> {
     /// The swap is returned, for `replace_content`; attributes are put
     /// back at once.
     fn restore_object(&mut self, id: ObjectId, fd: OwnedFd) -> Result<Option<Swap>, RestoreError> {
-        let node = Node { id: Some(id), handle: self.handle_of(id) };
-        let state = self.view.state(&node)?;
+        let (node, state) = self.state_at(id)?;
         let content_changed = state.is_file() && matches!(state.content, Content::Stored(_));
         if content_changed {
             let names = self.names_in_tree(id, fd.as_fd(), u64::from(state.nlink))?;
@@ -708,8 +734,7 @@ impl Rewinder<'_> {
         for id in linked {
             let Some(fd) = self.object_fd(*id) else { continue };
             let st = rustix::fs::fstat(&fd).map_err(from_rustix("stat"))?;
-            let node = Node { id: Some(*id), handle: self.handle_of(*id) };
-            let want = u64::from(self.view.state(&node)?.nlink);
+            let want = u64::from(self.state_at(*id)?.1.nlink);
             if st.st_nlink > want {
                 excess.insert((st.st_dev, st.st_ino), (*id, st.st_nlink - want));
             }
@@ -768,8 +793,31 @@ impl Rewinder<'_> {
 
     /// Whether `dir` is the attic directory itself.
     fn is_attic_root(&self, dir: BorrowedFd<'_>) -> bool {
-        let key = |fd: BorrowedFd<'_>| rustix::fs::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino));
-        self.tree.attic().fd().is_some_and(|a| key(a).is_some() && key(a) == key(dir))
+        self.tree.attic().fd().is_some_and(|a| self.same_dir(a, dir))
+    }
+
+    /// The (device, inode) of a directory: the tree's root and the attic
+    /// by what was read once per rewind, any other by `fstat`.
+    fn key_of_dir(&self, fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+        use std::os::fd::AsRawFd;
+        if fd.as_raw_fd() == self.tree.root_fd().as_raw_fd() {
+            return self.root_key;
+        }
+        if self.tree.attic().fd().is_some_and(|a| a.as_raw_fd() == fd.as_raw_fd()) {
+            return self.attic_key;
+        }
+        dir_key(fd)
+    }
+
+    /// Whether two descriptors are of one directory (the same descriptor,
+    /// or the same inode).
+    fn same_dir(&self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+        use std::os::fd::AsRawFd;
+        if a.as_raw_fd() == b.as_raw_fd() {
+            return true;
+        }
+        let a = self.key_of_dir(a);
+        a.is_some() && a == self.key_of_dir(b)
     }
 
     /// Where a live object is inside the attic, if it is there.
@@ -896,7 +944,7 @@ impl Rewinder<'_> {
             if backing::handle_at(dir.as_fd(), last).ok().as_ref() != Some(want) {
                 return None;
             }
-            return Some(same_dir(known, base).then(|| (dir, last.to_os_string())));
+            return Some(self.same_dir(known, base).then(|| (dir, last.to_os_string())));
         }
         None
     }
@@ -904,11 +952,11 @@ impl Rewinder<'_> {
     /// The kernel's path of `base` when it is the tree's root or the
     /// attic (read once per rewind).
     fn known_path(&self, base: BorrowedFd<'_>) -> Option<&Path> {
-        if same_dir(self.tree.root_fd(), base) {
+        if self.same_dir(self.tree.root_fd(), base) {
             return self.root_path.as_deref();
         }
         match self.tree.attic().fd() {
-            Some(a) if same_dir(a, base) => self.attic_path.as_deref(),
+            Some(a) if self.same_dir(a, base) => self.attic_path.as_deref(),
             _ => None,
         }
     }
@@ -1017,9 +1065,8 @@ impl Rewinder<'_> {
 
     /// Mode, owner, times and xattrs back to their recorded values.
     fn restore_attrs(&mut self, id: ObjectId, fd: BorrowedFd<'_>) -> Result<(), RestoreError> {
-        let node = Node { id: Some(id), handle: self.handle_of(id) };
-        let state = match self.view.state(&node) {
-            Ok(s) => s,
+        let state = match self.state_at(id) {
+            Ok((_, s)) => s,
             Err(e) => {
                 log::warn!("cannot read the recorded state of object {}: {e}", id.0);
                 return Ok(());
@@ -1046,15 +1093,9 @@ impl Rewinder<'_> {
     }
 }
 
-/// Whether two descriptors are of one directory (the same descriptor, or
-/// the same inode).
-fn same_dir(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
-    use std::os::fd::AsRawFd;
-    if a.as_raw_fd() == b.as_raw_fd() {
-        return true;
-    }
-    let key = |fd: BorrowedFd<'_>| rustix::fs::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino));
-    key(a).is_some() && key(a) == key(b)
+/// The (device, inode) of a directory, by descriptor.
+fn dir_key(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    rustix::fs::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino))
 }
 
 /// Where `Rewinder::first_place` found an object.

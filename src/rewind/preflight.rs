@@ -77,7 +77,18 @@ pub struct Checked {
     /// Bytes of the readable contents the last check found taken from the
     /// store: what the rewind will write back into the workspace.
     pub to_write: u64,
+    /// The states at the checkpoint the last check read, for the rewind
+    /// (see [`KnownStates`]).
+    pub states: KnownStates,
 }
+
+/// States at a checkpoint read by a check, by object, with the handle they
+/// were read for: the rewind that follows reads each again only if its
+/// object's handle changed since. Each object a check visits has a record
+/// since the checkpoint, so its state there is fixed by records that exist
+/// already, as long as nothing was recorded after the check (the caller
+/// checks again, frozen, when something was, which reads them anew).
+pub type KnownStates = HashMap<ObjectId, (Option<FileHandle>, NodeState)>;
 
 /// Every file whose content at `checkpoint` a rewind would take from the
 /// chunk store and cannot read back (each chunk read and its blake3
@@ -96,7 +107,49 @@ pub fn unreadable(
         }
     }
     checked.to_write = 0;
+    checked.states.clear();
     let view = TreeView::at(lock, tree, journal, checkpoint);
+    // The walk for objects changed without a record (a `statx` per name,
+    // in the kernel) runs beside the reading of the chunks (in this
+    // thread): once per rewind, before the tree froze.
+    let walk_since = match checked.walked {
+        true => None,
+        false => journal.sealed_after(checkpoint - 1)?.map(crate::meta::end_of_ms),
+    };
+    checked.walked = true;
+    let (out, walked) = std::thread::scope(|scope| {
+        let walking = walk_since.map(|since| {
+            scope.spawn(move || {
+                let started = std::time::Instant::now();
+                tree.backing().scan_changed_since(since).map(|changed| (changed, started.elapsed()))
+            })
+        });
+        let out = contents_unreadable(tree, journal, &view, checkpoint, objects, checked);
+        let walked = walking.map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        (out, walked)
+    });
+    let (mut out, seen) = out?;
+    if let Some(walked) = walked {
+        let (changed, took) =
+            walked.map_err(|errno| RestoreError::Live { path: "the workspace".to_string(), errno })?;
+        out.extend(changed_unrecorded(tree, journal, &view, &seen, &changed, took)?);
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// The files among `objects` (and their checked chunks) whose content at
+/// the view's checkpoint cannot be read back, or whose state there is
+/// unknown; and the objects looked at.
+fn contents_unreadable(
+    tree: &LiveTree,
+    journal: &Journal,
+    view: &TreeView<'_>,
+    checkpoint: i64,
+    objects: Vec<ObjectId>,
+    checked: &mut Checked,
+) -> Result<(Vec<Unreadable>, HashSet<ObjectId>), RestoreError> {
+    let lock = view.held();
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for id in objects {
@@ -105,9 +158,13 @@ pub fn unreadable(
         }
         let handle = journal.with_objects(|m| m.object_handle(id))?.and_then(|h| FileHandle::from_bytes(&h));
         let node = Node { id: Some(id), handle };
-        let (problem, unknown) = match state_or_unknown(&view, &node) {
+        let (problem, unknown) = match state_or_unknown(view, &node) {
             Ok(None) => continue,
-            Ok(Some(state)) => (problem_of(tree, journal, &state, checked), false),
+            Ok(Some(state)) => {
+                let problem = problem_of(tree, journal, &state, checked);
+                checked.states.insert(id, (node.handle, state));
+                (problem, false)
+            }
             Err(why) => (Some(why), true),
         };
         if let Some(problem) = problem {
@@ -116,12 +173,7 @@ pub fn unreadable(
             out.push(Unreadable { path, checkpoint, problem, unknown });
         }
     }
-    if !checked.walked {
-        checked.walked = true;
-        out.extend(changed_unrecorded(tree, journal, &view, &seen)?);
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(out)
+    Ok((out, seen))
 }
 
 /// The objects of the tree at the view's checkpoint whose state there is
@@ -140,16 +192,13 @@ fn changed_unrecorded(
     journal: &Journal,
     view: &TreeView<'_>,
     visited: &HashSet<ObjectId>,
+    changed: &[crate::workspace::backing::Changed],
+    walked_in: std::time::Duration,
 ) -> Result<Vec<Unreadable>, RestoreError> {
     let Some(checkpoint) = view.checkpoint() else { return Ok(Vec::new()) };
-    let Some(sealed_ms) = journal.sealed_after(checkpoint - 1)? else { return Ok(Vec::new()) };
     let started = std::time::Instant::now();
-    let changed = tree
-        .backing()
-        .scan_changed_since(crate::meta::end_of_ms(sealed_ms))
-        .map_err(|errno| RestoreError::Live { path: "the workspace".to_string(), errno })?;
     let mut out = Vec::new();
-    for c in &changed {
+    for c in changed {
         let id = journal.known_object_id(&c.handle)?;
         let is_dir = c.kind == crate::workspace::Kind::Dir;
         if let Some(id) = id
@@ -179,7 +228,8 @@ fn changed_unrecorded(
         out.push(Unreadable { path, checkpoint, problem, unknown: true });
     }
     log::info!(
-        "checkpoint {checkpoint}: {} objects changed since its seal looked at in {:?}, {} of them unknown there",
+        "checkpoint {checkpoint}: {} objects changed since its seal found in {walked_in:?} and looked at in {:?}, \
+         {} of them unknown there",
         changed.len(),
         started.elapsed(),
         out.len()

@@ -210,7 +210,7 @@ pub fn complete(
     }
     match intent.op {
         IntentOp::Rewind if crate::rewind::instant_available(tree) => {
-            crate::rewind::rewind(frozen, tree, journal, intent.checkpoint, intent.undo_checkpoint)
+            crate::rewind::rewind(frozen, tree, journal, intent.checkpoint, intent.undo_checkpoint, Default::default())
         }
         IntentOp::Rewind => crate::restore::restore(frozen, tree, journal, intent.checkpoint, &[]),
         IntentOp::Restore => crate::restore::restore(frozen, tree, journal, intent.checkpoint, &restore_paths(intent)),
