@@ -187,7 +187,8 @@ fn rewind_batched(
         root_key: dir_key(tree.root_fd()),
         attic_key: tree.attic().fd().and_then(dir_key),
         walked_dirs: RefCell::new(None),
-        handles: RefCell::new(HashMap::new()),
+        // The handles the check read with its states (valid as they are).
+        handles: RefCell::new(known.iter().filter_map(|(id, (h, _))| Some((*id, h.clone()?))).collect()),
         known,
         out: Vec::new(),
         touched,

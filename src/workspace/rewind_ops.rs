@@ -168,12 +168,14 @@ impl<'a> RewindOps<'a> {
 
     /// Swaps a new inode in at every name of object `id` (`old`, an
     /// `O_PATH` descriptor of it; `names`, all of its names in the tree):
-    /// the new file gets its owner, mode and times while unnamed, is linked
-    /// at each name, then the old inode moves to the attic as `id`, with its
-    /// bytes, for history and for every descriptor that holds it. Returns
-    /// the new inode's handle (a new object, born in this turn). If a step
-    /// fails, the names already swapped get the old inode back and the new
-    /// one is removed.
+    /// the new file gets its owner, mode and times while unnamed; the old
+    /// inode moves from the first name to the attic as `id`, with its
+    /// bytes, for history and for every descriptor that holds it; the new
+    /// one takes that name, then each other name. Two directory operations
+    /// for a file with one name, while the tree is frozen (nobody sees the
+    /// name absent in between). Returns the new inode's handle (a new
+    /// object, born in this turn). If a step fails, the names already
+    /// swapped get the old inode back and the new one is removed.
     pub fn swap_in_new_inode(
         &self,
         id: ObjectId,
@@ -188,11 +190,6 @@ impl<'a> RewindOps<'a> {
         // Its link count changes (to one, in the attic).
         let program = self.journal.program(self.caller.pid);
         self.tree.capture(self.journal).fd(old, id, false, program.as_deref())?;
-        // Temporary names are recorded as absent, so that a crash leaving
-        // one behind cannot show it in this turn's checkpoint (recovery
-        // moves it away).
-        let temp = free_name(dir0.as_fd(), format!(".rewindfs-rewind-{}", id.0));
-        self.entry(dir0.as_fd(), &temp)?;
         // Made unnamed, and noted (durably: born in this turn) before it
         // gets a name: a crash can leave it in the tree only as an object
         // the journal knows for the daemon's own, never as one changed
@@ -223,13 +220,32 @@ impl<'a> RewindOps<'a> {
         // it must not take it for a file of that checkpoint (and refill it,
         // under the descriptors that may hold it by then).
         self.journal.note_born_durably(&handle, kind_code(Kind::File)).map_err(|e| e.errno())?;
-        backing::link_fd(fd.as_fd(), dir0.as_fd(), &temp)?;
-        crate::faults::kill_point("rewind-swap-named");
-        if let Err(e) = rustix::fs::renameat_with(dir0.as_fd(), &temp, dir0.as_fd(), name0, RenameFlags::EXCHANGE) {
-            let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
-            return Err(e.into());
+        let in_attic = self.tree.attic().move_in(dir0.as_fd(), name0, id)?;
+        if in_attic {
+            // The old inode is in its attic slot, the name is free. A crash
+            // here leaves the name absent with the move noted: the rewind
+            // completed at the next mount brings the old inode back to the
+            // name (the entry record says it was there), then swaps again.
+            crate::faults::kill_point("rewind-swap-named");
+            if let Err(e) = backing::link_fd(fd.as_fd(), dir0.as_fd(), name0) {
+                self.give_back(id, dir0.as_fd(), name0, false);
+                return Err(e);
+            }
+        } else {
+            // No attic slot for it (taken by another of its names, or no
+            // attic): the new inode replaces the name through a temporary
+            // one, recorded as absent so that a crash leaving it behind
+            // cannot show it in this turn's checkpoint (recovery moves it
+            // away); the old inode keeps only its other names.
+            let temp = free_name(dir0.as_fd(), format!(".rewindfs-rewind-{}", id.0));
+            self.entry(dir0.as_fd(), &temp)?;
+            backing::link_fd(fd.as_fd(), dir0.as_fd(), &temp)?;
+            crate::faults::kill_point("rewind-swap-named");
+            if let Err(e) = rustix::fs::renameat(dir0.as_fd(), &temp, dir0.as_fd(), name0) {
+                let _ = rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty());
+                return Err(e.into());
+            }
         }
-        // From here the old inode is under `temp` in `dir0`.
         crate::faults::kill_point("rewind-swapped");
         let mut swapped = 0usize;
         let mut failed = None;
@@ -256,47 +272,41 @@ impl<'a> RewindOps<'a> {
             }
         }
         if let Some(e) = failed {
-            self.undo_swap(id, dir0.as_fd(), name0, &temp, &others[..swapped]);
+            let back = if in_attic { &others[..swapped] } else { &names[..=swapped] };
+            self.undo_swap(id, old, back);
+            if in_attic {
+                self.give_back(id, dir0.as_fd(), name0, true);
+            }
             return Err(e);
-        }
-        if !self.tree.attic().move_in(dir0.as_fd(), &temp, id)? {
-            rustix::fs::unlinkat(dir0.as_fd(), &temp, AtFlags::empty())?;
         }
         Ok(handle)
     }
 
-    /// Puts the old inode (under `temp` in `dir0`) back at `name0` and at
-    /// the names in `swapped`, and removes the new one. Best effort: each
-    /// failure is logged (the pre-images recorded before stay true of the
-    /// checkpoint, and the tree keeps every name).
-    fn undo_swap(
-        &self,
-        id: ObjectId,
-        dir0: BorrowedFd<'_>,
-        name0: &OsStr,
-        temp: &OsStr,
-        swapped: &[(OwnedFd, OsString)],
-    ) {
-        let old = match open_path(dir0, temp) {
-            Ok(fd) => fd,
-            Err(e) => {
-                log::error!("rewind: cannot undo the swap of object {}: {e}", id.0);
-                return;
-            }
-        };
+    /// The old inode of object `id` (in its attic slot) back at `name` in
+    /// `dir`, whose new inode is removed first when `named`.
+    fn give_back(&self, id: ObjectId, dir: BorrowedFd<'_>, name: &OsStr, named: bool) {
+        if named && let Err(e) = rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+            log::error!("rewind: cannot remove the new inode of {:?} to give the old one back: {e}", name);
+            return;
+        }
+        match self.tree.attic().take_out(id, dir, name) {
+            Ok(true) => {}
+            Ok(false) => log::error!("rewind: the old inode of {:?} is not in attic slot {}", name, id.0),
+            Err(e) => log::error!("rewind: cannot give {:?} its old inode back: {e}", name),
+        }
+    }
+
+    /// Undoes a swap that failed part-way: the names in `swapped` get the
+    /// old inode (`old`) back, through a temporary name each.
+    fn undo_swap(&self, id: ObjectId, old: BorrowedFd<'_>, swapped: &[(OwnedFd, OsString)]) {
         for (i, (dir, name)) in swapped.iter().enumerate() {
             let t = free_name(dir.as_fd(), format!(".rewindfs-rewind-{}-{}", id.0, i + 1));
-            let back = backing::link_fd(old.as_fd(), dir.as_fd(), &t)
+            let back = backing::link_fd(old, dir.as_fd(), &t)
                 .and_then(|()| Ok(rustix::fs::renameat(dir.as_fd(), &t, dir.as_fd(), name)?));
             if let Err(e) = back {
                 let _ = rustix::fs::unlinkat(dir.as_fd(), &t, AtFlags::empty());
                 log::error!("rewind: cannot give {:?} its old inode back: {e}", name);
             }
-        }
-        if let Err(e) = rustix::fs::renameat_with(dir0, temp, dir0, name0, RenameFlags::EXCHANGE)
-            .and_then(|()| rustix::fs::unlinkat(dir0, temp, AtFlags::empty()))
-        {
-            log::error!("rewind: cannot give {:?} its old inode back: {e}", name0);
         }
     }
 }
