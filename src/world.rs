@@ -60,11 +60,15 @@ pub struct World {
     history: Mutex<()>,
     /// Ordinary operations waiting for a frozen tree.
     waiting: AtomicUsize,
+    /// History operations waiting to freeze the tree (see
+    /// [`Ordinary::freeze_wanted`]).
+    freezing: AtomicUsize,
 }
 
 /// An ordinary operation: the tree does not change under it.
 #[must_use]
 pub struct Ordinary<'a> {
+    world: &'a World,
     _shared: RwLockReadGuard<'a, ()>,
 }
 
@@ -81,6 +85,14 @@ impl Ordinary<'_> {
     /// The tree lock this operation holds.
     pub fn held(&self) -> Held<'_> {
         Held { _lock: PhantomData }
+    }
+
+    /// Whether a rewind or restore waits to freeze the tree, for this
+    /// operation to end: a long one that can be done again later (the
+    /// statistics of a sealed turn) gives way rather than hold the rewind
+    /// for its whole length.
+    pub fn freeze_wanted(&self) -> bool {
+        self.world.freezing.load(Ordering::SeqCst) > 0
     }
 }
 
@@ -113,7 +125,7 @@ impl World {
                 g
             }
         };
-        Ordinary { _shared: shared }
+        Ordinary { world: self, _shared: shared }
     }
 
     /// Starts an operation that changes history, after the one in progress.
@@ -136,8 +148,27 @@ impl HistoryOp<'_> {
     /// Freezes the tree: no ordinary operation runs until the result is
     /// dropped or thawed, and then the kernel forgets what was touched.
     pub fn freeze<'h>(&'h self, cache: &'h dyn KernelCache) -> Frozen<'h> {
-        let exclusive = crate::poison::write(&self.world.tree, TREE);
+        let exclusive = {
+            let _wanting = Counted::enter(&self.world.freezing);
+            crate::poison::write(&self.world.tree, TREE)
+        };
         Frozen { world: self.world, exclusive: Some(exclusive), cache, touched: Touched::default() }
+    }
+}
+
+/// One more in a count while it lives (also when unwinding).
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn enter(count: &'a AtomicUsize) -> Counted<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Counted(count)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

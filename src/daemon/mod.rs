@@ -357,6 +357,11 @@ fn start_uploader(spec: &MountSpec, ws: &Workspace) -> Result<Option<crate::remo
 /// One thread computes sealed turns' statistics in the order they were
 /// sealed: a burst of seals (a hook per prompt) queues, rather than
 /// starting as many threads reading the same contents.
+/// How many times the statistics of one turn give way to rewinds and
+/// restores before the thread leaves them to `log` (which computes what
+/// it finds missing).
+const GIVE_WAY_ATTEMPTS: u32 = 100;
+
 fn spawn_turn_stats(ws: Arc<Workspace>) -> std::sync::mpsc::Sender<i64> {
     let (tx, rx) = std::sync::mpsc::channel::<i64>();
     let spawned = spawn_guarded(crate::report::TURN_STATS_THREAD, ws.journal().clone(), move || {
@@ -368,8 +373,24 @@ fn spawn_turn_stats(ws: Arc<Workspace>) -> std::sync::mpsc::Sender<i64> {
             // it put it back), it is neither the old tree nor the new, and
             // the statistics stored from it would stay wrong (F14). As `log`
             // does, the worker reads a tree that does not change under it.
-            if let Err(e) = ws.read().summarize_sealed_turn(turn) {
-                warn!("cannot compute the statistics of turn {turn}: {e}");
+            // Given way to a rewind or restore: again once it is done (it
+            // holds the history lock to its end). Views never move, so the
+            // summary read again is the same.
+            for attempt in 1.. {
+                // The reader ends with this statement: the tree lock is
+                // not held while waiting for the history lock below.
+                let summarized = ws.read().summarize_sealed_turn(turn);
+                match summarized {
+                    Err(crate::view::ViewError::GaveWay) if attempt < GIVE_WAY_ATTEMPTS => {
+                        log::debug!("the statistics of turn {turn} gave way to a rewind or restore");
+                        drop(ws.history());
+                    }
+                    Err(e) => {
+                        warn!("cannot compute the statistics of turn {turn}: {e}");
+                        break;
+                    }
+                    Ok(_) => break,
+                }
             }
         }
     });

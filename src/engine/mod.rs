@@ -511,9 +511,12 @@ impl<'w> Reader<'w> {
             .map_err(|e| view_failure("cannot read the history", e))
     }
 
-    /// Computes and stores the `log` statistics of a sealed turn.
+    /// Computes and stores the `log` statistics of a sealed turn, in the
+    /// background: it stops (`ViewError::GaveWay`, nothing stored) when a
+    /// rewind or restore waits to freeze the tree, to be done again after.
     pub fn summarize_sealed_turn(&self, turn: i64) -> crate::view::ViewResult<crate::meta::TurnStats> {
-        crate::report::summarize_sealed_turn(self.op.held(), &self.ws.tree, &self.ws.journal, turn)
+        let give_way = || self.op.freeze_wanted();
+        crate::report::summarize_sealed_turn(self.op.held(), &self.ws.tree, &self.ws.journal, turn, Some(&give_way))
     }
 
     /// The changes between checkpoint references `from` and `to` (None:

@@ -97,10 +97,13 @@ fn is_binary(data: &[u8]) -> bool {
 /// The whole content of a file of view `v`; an error names the file and
 /// the checkpoint (the view's, or the live tree).
 fn read_file(v: &TreeView<'_>, s: &NodeState, path: &Path) -> ViewResult<Vec<u8>> {
-    v.read_all(s).map_err(|e| ViewError::Unreadable {
-        path: quote_name(path),
-        at: v.checkpoint().map_or("the live tree".to_string(), |c| format!("checkpoint {c}")),
-        source: Box::new(e),
+    v.read_all(s).map_err(|e| match e {
+        ViewError::GaveWay => e,
+        e => ViewError::Unreadable {
+            path: quote_name(path),
+            at: v.checkpoint().map_or("the live tree".to_string(), |c| format!("checkpoint {c}")),
+            source: Box::new(e),
+        },
     })
 }
 
@@ -323,9 +326,9 @@ fn log_once(lock: Held<'_>, tree: &LiveTree, journal: &Journal) -> ViewResult<Ve
         let next = checkpoints.get(i + 1);
         let computed = match (next, stored.remove(&c.checkpoint)) {
             (Some(_), Some(stats)) => Ok(stats),
-            (Some(_), None) => summarize_sealed_turn(lock, tree, journal, c.checkpoint),
+            (Some(_), None) => summarize_sealed_turn(lock, tree, journal, c.checkpoint, None),
             (None, _) => locate_changes(tree, journal, c.checkpoint)
-                .and_then(|paths| turn_stats(tree, journal, c.checkpoint, paths, &TreeView::live(lock, tree, journal))),
+                .and_then(|paths| turn_stats(journal, c.checkpoint, paths, &TreeView::live(lock, tree, journal))),
         };
         // One turn whose content cannot be read does not hide the others;
         // the history database failing does.
@@ -376,7 +379,19 @@ static SUMMARIZING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The statistics of sealed turn `turn`, computed and stored unless they
 /// already are. The daemon calls it in the background after each seal, so
 /// that `log` finds them stored.
-pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal, turn: i64) -> ViewResult<TurnStats> {
+///
+/// With `give_way` (the background statistics), every query of the views
+/// asks it first and the summary stops with `ViewError::GaveWay` when it
+/// says so, storing nothing: a rewind waiting for the tree does not wait
+/// for the whole summary (the statistics of a turn that rewrote a large
+/// file read both versions of it).
+pub fn summarize_sealed_turn(
+    lock: Held<'_>,
+    tree: &LiveTree,
+    journal: &Journal,
+    turn: i64,
+    give_way: Option<&(dyn Fn() -> bool + Sync)>,
+) -> ViewResult<TurnStats> {
     let _one_at_a_time = crate::poison::lock(&SUMMARIZING, "the statistics lock");
     if let Some(stats) = journal.with_turn_stats(|m| m.turn_stats_of(turn))? {
         return Ok(stats);
@@ -391,8 +406,12 @@ pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal,
     // the log emptied, for every change the agent makes while the summary
     // runs). In one batch they are savepoints of one transaction, as
     // durable (`Journal::batched`).
-    let stats =
-        journal.batched(|| turn_stats(tree, journal, turn, paths, &TreeView::at(lock, tree, journal, next)))??;
+    let post = TreeView::at(lock, tree, journal, next);
+    let post = match give_way {
+        Some(give_way) => post.giving_way(give_way),
+        None => post,
+    };
+    let stats = journal.batched(|| turn_stats(journal, turn, paths, &post))??;
     if let Err(e) = journal.with_turn_stats(|m| m.set_turn_stats(turn, &stats)) {
         log::warn!("cannot store the statistics of turn {turn}: {e}");
     }
@@ -403,14 +422,8 @@ pub fn summarize_sealed_turn(lock: Held<'_>, tree: &LiveTree, journal: &Journal,
 /// `turn` and `post` (the next checkpoint, or the live tree), summed. With
 /// `paths` (where the turn's changes are in `post`, from
 /// `locate_changes`), only those paths are visited.
-fn turn_stats(
-    tree: &LiveTree,
-    journal: &Journal,
-    turn: i64,
-    paths: Option<Vec<PathBuf>>,
-    post: &TreeView<'_>,
-) -> ViewResult<TurnStats> {
-    let pre = TreeView::at(post.held(), tree, journal, turn);
+fn turn_stats(journal: &Journal, turn: i64, paths: Option<Vec<PathBuf>>, post: &TreeView<'_>) -> ViewResult<TurnStats> {
+    let pre = post.beside(turn);
     let changes = match paths {
         None => diff(&pre, post, &[], false)?,
         Some(paths) => match Trie::of(&paths) {

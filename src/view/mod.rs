@@ -46,6 +46,11 @@ pub enum ViewError {
     /// chunk, an unreadable backing file): `path` as shown, `at` the side.
     #[error("cannot read {path} at {at}: {source}")]
     Unreadable { path: String, at: String, source: Box<ViewError> },
+    /// A view that gives way ([`TreeView::giving_way`]) stopped because a
+    /// rewind or restore waits for the tree: nothing is wrong; it can be
+    /// read again once that is done.
+    #[error("stopped to let a rewind or restore change the tree; read again after it")]
+    GaveWay,
 }
 
 /// How many times a reader of the past reads an object again, when a
@@ -53,6 +58,9 @@ pub enum ViewError {
 /// for the changes in flight to end and reads it once more with new ones
 /// held back (see [`TreeView::settled`]).
 const REREADS: usize = 4;
+
+/// How much of a file `TreeView::read_all` reads per query.
+const READ_ALL_STEP: usize = 4 << 20;
 
 fn what_object(id: &Option<ObjectId>) -> String {
     id.map_or("an object never recorded".to_string(), |id| format!("object {id:?}"))
@@ -81,6 +89,7 @@ impl crate::error::AsErrno for ViewError {
                 crate::error::Errno::EIO
             }
             ViewError::Unreadable { source, .. } => source.errno(),
+            ViewError::GaveWay => crate::error::Errno(libc::EAGAIN),
         }
     }
 }
@@ -149,17 +158,33 @@ pub struct TreeView<'a> {
     /// Records of turns >= `from` apply; `i64::MAX` is the live tree.
     from: i64,
     lock: Held<'a>,
+    /// Asked before each query: when it says so, the query fails with
+    /// [`ViewError::GaveWay`] (see [`TreeView::giving_way`]).
+    give_way: Option<&'a (dyn Fn() -> bool + Sync)>,
 }
 
 impl<'a> TreeView<'a> {
     /// The tree at checkpoint `checkpoint`.
     pub fn at(lock: Held<'a>, tree: &'a LiveTree, journal: &'a Journal, checkpoint: i64) -> TreeView<'a> {
-        TreeView { tree, journal, from: checkpoint, lock }
+        TreeView { tree, journal, from: checkpoint, lock, give_way: None }
     }
 
     /// The live tree through the same interface.
     pub fn live(lock: Held<'a>, tree: &'a LiveTree, journal: &'a Journal) -> TreeView<'a> {
-        TreeView { tree, journal, from: i64::MAX, lock }
+        TreeView { tree, journal, from: i64::MAX, lock, give_way: None }
+    }
+
+    /// The same view, for a reader that gives way: each query first asks
+    /// `give_way` and fails with [`ViewError::GaveWay`] when it says so (a
+    /// background reader holding the tree lock, when a rewind waits for it).
+    pub fn giving_way(self, give_way: &'a (dyn Fn() -> bool + Sync)) -> TreeView<'a> {
+        TreeView { give_way: Some(give_way), ..self }
+    }
+
+    /// The view at checkpoint `checkpoint` beside this one: the same lock,
+    /// and giving way as this one does.
+    pub fn beside(&self, checkpoint: i64) -> TreeView<'a> {
+        TreeView { from: checkpoint, ..*self }
     }
 
     /// The tree lock the view is read under (for another view beside it).
@@ -371,6 +396,9 @@ impl<'a> TreeView<'a> {
     /// and finds the record (readers hold back no writer). After
     /// [`REREADS`] moves it holds new changes back for one last read.
     fn settled<T>(&self, node: &Node, mut read: impl FnMut(Mark) -> ViewResult<T>) -> ViewResult<T> {
+        if self.give_way.is_some_and(|give_way| give_way()) {
+            return Err(ViewError::GaveWay);
+        }
         if self.from == i64::MAX {
             return read(self.journal.mark());
         }
@@ -640,7 +668,9 @@ impl<'a> TreeView<'a> {
         let mut out = vec![0u8; state.size as usize];
         let mut done = 0;
         while done < out.len() {
-            let n = self.read_at(state, done as u64, &mut out[done..])?;
+            // A step at a time: a reader that gives way asks before each.
+            let end = out.len().min(done + READ_ALL_STEP);
+            let n = self.read_at(state, done as u64, &mut out[done..end])?;
             if n == 0 {
                 break;
             }
