@@ -171,10 +171,11 @@ mod armed {
         wait_while("REWINDFS_TEST_LOG_PAUSE", "log waits after listing the checkpoints");
     }
 
-    /// Holds a rewind after its check of the contents (before the tree
-    /// freezes) while the file named by `REWINDFS_TEST_REWIND_CHECKED_PAUSE`
-    /// exists (it writes `<that>.reached` when it first waits), so a test
-    /// can change the tree in that window.
+    /// Holds a rewind right after its check of the contents (still inside
+    /// it, before the tree freezes) while the file named by
+    /// `REWINDFS_TEST_REWIND_CHECKED_PAUSE` exists (it writes
+    /// `<that>.reached` when it first waits), so a test can change the
+    /// tree in that window.
     pub fn rewind_checked() {
         wait_while("REWINDFS_TEST_REWIND_CHECKED_PAUSE", "the rewind waits after its check, before the freeze");
     }

@@ -359,7 +359,10 @@ fn cached_names_of_a_removed_tree_are_gone_and_status_reports_the_settler() {
 /// the live one) and that is then written between the check and the
 /// freeze must get its content back all the same: the write is a record,
 /// so the check runs again, frozen, and reads the states anew. The hook
-/// holds the rewind in that window.
+/// holds the rewind at the very end of its check. A first version counted
+/// the records only after the check (here: after the write), so a write
+/// made while the check ran went unnoticed and the rewind used its stale
+/// states (this test then failed).
 #[test]
 fn a_file_written_between_the_rewinds_check_and_its_freeze_gets_its_content_back() {
     let mut f = MountFixture::unmounted();

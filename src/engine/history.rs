@@ -53,13 +53,16 @@ impl Workspace {
         // agent; only what was recorded meanwhile is checked again, frozen.
         let mut checked = Default::default();
         let checking = std::time::Instant::now();
+        // Read before the check: a change recorded while it ran makes the
+        // frozen check run again, and with it the states the rewind uses.
         let recorded = {
             let op = self.world.op();
+            let recorded = journal.activity().0;
             self.check_readable(op.held(), k, None, &mut checked)?;
-            journal.activity().0
+            crate::faults::rewind_checked();
+            recorded
         };
         let checked_in = checking.elapsed();
-        crate::faults::rewind_checked();
         let started = std::time::Instant::now();
         let recheck = |lock: Held<'_>| match journal.activity().0 != recorded {
             true => self.check_readable(lock, k, None, &mut checked),
@@ -149,8 +152,9 @@ impl Workspace {
         let mut checked = Default::default();
         let recorded = {
             let op = self.world.op();
+            let recorded = journal.activity().0;
             self.check_readable(op.held(), k, Some(paths), &mut checked)?;
-            journal.activity().0
+            recorded
         };
         let recheck = |lock: Held<'_>| match journal.activity().0 != recorded {
             true => self.check_readable(lock, k, Some(paths), &mut checked),

@@ -86,7 +86,7 @@ pub struct Checked {
 /// were read for: the rewind that follows reads each again only if its
 /// object's handle changed since. Each object a check visits has a record
 /// since the checkpoint, so its state there is fixed by records that exist
-/// already, as long as nothing was recorded after the check (the caller
+/// already, as long as nothing was recorded since the check began (the caller
 /// checks again, frozen, when something was, which reads them anew).
 pub type KnownStates = HashMap<ObjectId, (Option<FileHandle>, NodeState)>;
 
