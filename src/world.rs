@@ -119,10 +119,8 @@ impl World {
         let shared = match crate::poison::try_read(&self.tree, TREE) {
             Some(g) => g,
             None => {
-                self.waiting.fetch_add(1, Ordering::SeqCst);
-                let g = crate::poison::read(&self.tree, TREE);
-                self.waiting.fetch_sub(1, Ordering::SeqCst);
-                g
+                let _waiting = Counted::enter(&self.waiting);
+                crate::poison::read(&self.tree, TREE)
             }
         };
         Ordinary { world: self, _shared: shared }

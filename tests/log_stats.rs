@@ -232,19 +232,10 @@ fn a_rewind_does_not_wait_for_the_statistics_of_the_turn_before_it() {
     std::fs::remove_file(&pause).expect("remove the pause file");
     std::thread::sleep(std::time::Duration::from_millis(30));
     std::fs::write(&pause, b"").expect("create the pause file again");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let finished = loop {
-        if let Some(status) = rewind.try_wait().expect("wait for rewindfs rewind") {
-            break Some(status);
-        }
-        if std::time::Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let finished = ends_within(&mut rewind, std::time::Duration::from_secs(20));
     std::fs::remove_file(&pause).expect("remove the pause file");
     let out = wait_child(&mut rewind, CHILD_TIMEOUT, "rewindfs rewind");
-    assert!(finished.is_some(), "the rewind waited for the statistics of the turn before it, held by the hook");
+    assert!(finished, "the rewind waited for the statistics of the turn before it, held by the hook");
     check(out, "rewindfs rewind");
     assert_eq!(std::fs::read_to_string(f.path().join("f7")).expect("read f7"), "7\n", "the rewind happened");
     // Computed again after the rewind: the same as `diff` says.

@@ -279,16 +279,7 @@ fn a_rewind_while_a_push_is_in_flight_does_not_wait_for_the_network() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("rewindfs rewind");
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let finished_while_paused = loop {
-        if rewind.try_wait().expect("wait for the rewind").is_some() {
-            break true;
-        }
-        if std::time::Instant::now() >= until {
-            break false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let finished_while_paused = ends_within(&mut rewind, std::time::Duration::from_secs(60));
     let head_then = server.dir.path().join("data").join(s3::BUCKET).join("slow/head.json").exists();
     let chunks_then = bucket_chunks(&server);
     std::fs::remove_file(&pause).unwrap();

@@ -354,14 +354,14 @@ fn start_uploader(spec: &MountSpec, ws: &Workspace) -> Result<Option<crate::remo
         .map_err(|e| Error::io("cannot start the uploader", e))
 }
 
-/// One thread computes sealed turns' statistics in the order they were
-/// sealed: a burst of seals (a hook per prompt) queues, rather than
-/// starting as many threads reading the same contents.
 /// How many times the statistics of one turn give way to rewinds and
 /// restores before the thread leaves them to `log` (which computes what
 /// it finds missing).
 const GIVE_WAY_ATTEMPTS: u32 = 100;
 
+/// One thread computes sealed turns' statistics in the order they were
+/// sealed: a burst of seals (a hook per prompt) queues, rather than
+/// starting as many threads reading the same contents.
 fn spawn_turn_stats(ws: Arc<Workspace>) -> std::sync::mpsc::Sender<i64> {
     let (tx, rx) = std::sync::mpsc::channel::<i64>();
     let spawned = spawn_guarded(crate::report::TURN_STATS_THREAD, ws.journal().clone(), move || {

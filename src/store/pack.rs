@@ -146,7 +146,7 @@ impl RecordHeader {
     fn decode_payload(&self, payload: &[u8]) -> Result<Vec<u8>, StoreError> {
         let data = match self.codec {
             Codec::Raw => payload.to_vec(),
-            Codec::Zstd => with_zstd(|z| z.decompress(payload, self.raw_len as usize))
+            Codec::Zstd => with_zstd(|z| z.decompressor.decompress(payload, self.raw_len as usize))
                 .map_err(|e| StoreError::corrupt(self.id, format!("zstd decompression failed: {e}")))?,
         };
         if data.len() as u64 != self.raw_len {
@@ -186,16 +186,6 @@ struct Zstd {
     decompressor: zstd::bulk::Decompressor<'static>,
 }
 
-impl Zstd {
-    fn compress(&mut self, data: &[u8]) -> std::io::Result<Vec<u8>> {
-        self.compressor.compress(data)
-    }
-
-    fn decompress(&mut self, payload: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
-        self.decompressor.decompress(payload, capacity)
-    }
-}
-
 thread_local! {
     static ZSTD: std::cell::RefCell<Option<Zstd>> = const { std::cell::RefCell::new(None) };
 }
@@ -218,7 +208,7 @@ fn with_zstd<T>(f: impl FnOnce(&mut Zstd) -> std::io::Result<T>) -> std::io::Res
 /// decompressing on every read buys too little disk.
 fn encode_chunk(data: &[u8]) -> (Codec, Cow<'_, [u8]>) {
     if data.len() >= 64 {
-        match with_zstd(|z| z.compress(data)) {
+        match with_zstd(|z| z.compressor.compress(data)) {
             Ok(compressed) if compressed.len() <= data.len() - data.len() / 8 => {
                 return (Codec::Zstd, Cow::Owned(compressed));
             }

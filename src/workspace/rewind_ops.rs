@@ -228,7 +228,7 @@ impl<'a> RewindOps<'a> {
             // name (the entry record says it was there), then swaps again.
             crate::faults::kill_point("rewind-swap-named");
             if let Err(e) = backing::link_fd(fd.as_fd(), dir0.as_fd(), name0) {
-                self.give_back(id, dir0.as_fd(), name0, false);
+                self.give_back(id, dir0.as_fd(), name0);
                 return Err(e);
             }
         } else {
@@ -275,20 +275,22 @@ impl<'a> RewindOps<'a> {
             let back = if in_attic { &others[..swapped] } else { &names[..=swapped] };
             self.undo_swap(id, old, back);
             if in_attic {
-                self.give_back(id, dir0.as_fd(), name0, true);
+                // The new inode leaves the first name, the old comes back.
+                match rustix::fs::unlinkat(dir0.as_fd(), name0, AtFlags::empty()) {
+                    Ok(()) => self.give_back(id, dir0.as_fd(), name0),
+                    Err(e) => {
+                        log::error!("rewind: cannot remove the new inode of {:?} to give the old one back: {e}", name0)
+                    }
+                }
             }
             return Err(e);
         }
         Ok(handle)
     }
 
-    /// The old inode of object `id` (in its attic slot) back at `name` in
-    /// `dir`, whose new inode is removed first when `named`.
-    fn give_back(&self, id: ObjectId, dir: BorrowedFd<'_>, name: &OsStr, named: bool) {
-        if named && let Err(e) = rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
-            log::error!("rewind: cannot remove the new inode of {:?} to give the old one back: {e}", name);
-            return;
-        }
+    /// The old inode of object `id`, in its attic slot, back at the free
+    /// name `name` in `dir`.
+    fn give_back(&self, id: ObjectId, dir: BorrowedFd<'_>, name: &OsStr) {
         match self.tree.attic().take_out(id, dir, name) {
             Ok(true) => {}
             Ok(false) => log::error!("rewind: the old inode of {:?} is not in attic slot {}", name, id.0),

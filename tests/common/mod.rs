@@ -86,6 +86,21 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Output {
     wait_child(&mut child, timeout, &desc)
 }
 
+/// Whether a spawned child ends within `timeout` (it is left running, and
+/// reaped, if not: `wait_child` collects it after).
+pub fn ends_within(child: &mut Child, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if child.try_wait().expect("wait for a child").is_some() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits for a spawned child (stdout/stderr piped) with a timeout.
 pub fn wait_child(child: &mut Child, timeout: Duration, desc: &str) -> Output {
     let mut readers = Vec::new();
