@@ -13,6 +13,11 @@
 /// must not import from the layers above it.
 pub const TURN_STATS_THREAD: &str = "turn-stats";
 
+/// The name of the daemon's thread that writes rewound files' bytes
+/// (re-exported as `workspace::pending::SETTLER_THREAD`), for the same
+/// reason: the settle pause point recognises that thread by it.
+pub const SETTLER_THREAD: &str = "settler";
+
 /// The hooks of a test build.
 #[cfg(feature = "test-hooks")]
 mod armed {
@@ -163,6 +168,26 @@ mod armed {
         }
     }
 
+    /// Pauses the turn-statistics thread in a read of a file's content (a
+    /// step of at most 4 MiB), after it asked whether to give way, while
+    /// the file named by `REWINDFS_TEST_STATS_READ_PAUSE` exists (it writes
+    /// `<that>.reached` when it first waits).
+    pub fn view_read() {
+        if std::thread::current().name() == Some(super::TURN_STATS_THREAD) {
+            wait_while("REWINDFS_TEST_STATS_READ_PAUSE", "the turn statistics wait in a read of a content");
+        }
+    }
+
+    /// Pauses the background settler before it writes a step of a file's
+    /// bytes (after it asked whether to give way), while the file named by
+    /// `REWINDFS_TEST_SETTLE_PAUSE` exists (it writes `<that>.reached` when
+    /// it first waits). Reads that settle a file are not held.
+    pub fn settle_step() {
+        if std::thread::current().name() == Some(super::SETTLER_THREAD) {
+            wait_while("REWINDFS_TEST_SETTLE_PAUSE", "the settler waits before a step of a file");
+        }
+    }
+
     /// Pauses `log` after it listed the checkpoints and before it computes
     /// the open turn's statistics, while the file named by
     /// `REWINDFS_TEST_LOG_PAUSE` exists (it writes `<that>.reached` when it
@@ -266,6 +291,8 @@ pub use armed::*;
 mod disarmed {
     pub fn hold_frozen() {}
     pub fn view_lookup() {}
+    pub fn view_read() {}
+    pub fn settle_step() {}
     pub fn log_listed() {}
     pub fn rewind_checked() {}
     pub fn remote_put() {}

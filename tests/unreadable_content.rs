@@ -170,14 +170,6 @@ fn a_rewind_over_a_deleted_pack_is_refused_and_changes_nothing() {
     refused_before_the_switch(Damage::Delete);
 }
 
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn unreadable_path_errno(path: &Path) -> Option<i32> {
     let path = path.to_path_buf();
     io_timeout("reading a.txt", CHILD_TIMEOUT, move || std::fs::read(&path).err().and_then(|e| e.raw_os_error()))

@@ -20,6 +20,7 @@ use crate::fs::{FsOptions, LiveFs, MountedSession, Passthrough};
 use crate::journal::{Journal, JournalError};
 use crate::meta::Reason;
 use crate::sys;
+use crate::workspace::pending::SettleStep;
 use control::{Op, Request, Response};
 use registry::MountInfo;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -644,17 +645,21 @@ pub(crate) fn spawn_guarded(
 }
 
 /// Writes the bytes of rewound files in the background, one file per
-/// ordinary operation (never while a rewind or restore changes the tree).
+/// ordinary operation (never while a rewind or restore changes the tree,
+/// and giving way to one that waits to).
 fn spawn_settler(ws: Arc<Workspace>) {
-    let _ = spawn_guarded("settler", ws.journal().clone(), move || {
+    let _ = spawn_guarded(crate::workspace::pending::SETTLER_THREAD, ws.journal().clone(), move || {
         loop {
             if crate::faults::settler_paused() {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
             match ws.settle_one() {
-                Ok(true) => {}
-                Ok(false) => std::thread::sleep(Duration::from_millis(100)),
+                Ok(SettleStep::Settled) => {}
+                // Again once the rewind or restore is done (it holds the
+                // history lock to its end).
+                Ok(SettleStep::GaveWay) => drop(ws.history()),
+                Ok(SettleStep::Idle) => std::thread::sleep(Duration::from_millis(100)),
                 Err(e) => {
                     warn!("settler: {e}");
                     std::thread::sleep(Duration::from_secs(1));

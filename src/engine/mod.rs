@@ -31,6 +31,7 @@ use crate::meta::{IntentOp, Reason};
 use crate::store::ChunkStore;
 use crate::view::TreeView;
 use crate::view::browse::Browser;
+use crate::workspace::pending::SettleStep;
 use crate::workspace::{Ino, LiveTree, Opener};
 use crate::world::{Held, HistoryOp, KernelCache, Ordinary, World};
 
@@ -337,10 +338,13 @@ impl Workspace {
     }
 
     /// Writes one rewound file's bytes, as an ordinary operation (never
-    /// while a rewind or restore changes the tree). False when none waits.
-    pub fn settle_one(&self) -> std::result::Result<bool, crate::error::Errno> {
-        let _op = self.world.op();
-        self.tree.settler().settle_one()
+    /// while a rewind or restore changes the tree), giving way to one that
+    /// waits to freeze the tree: a rewind never waits for a large file to
+    /// be written.
+    pub fn settle_one(&self) -> std::result::Result<SettleStep, crate::error::Errno> {
+        let op = self.world.op();
+        let give_way = || op.freeze_wanted();
+        self.tree.settler().settle_one(&give_way)
     }
 
     /// The end of a session over the workspace: the rewound files' bytes
@@ -357,8 +361,9 @@ impl Workspace {
         }
         loop {
             match self.settle_one() {
-                Ok(true) => continue,
-                Ok(false) => break,
+                // Given way: the next step waits for the frozen tree.
+                Ok(SettleStep::Settled | SettleStep::GaveWay) => continue,
+                Ok(SettleStep::Idle) => break,
                 Err(e) => {
                     warn!("cannot finish writing rewound files ({e}); the next mount resumes");
                     break;

@@ -396,9 +396,7 @@ impl<'a> TreeView<'a> {
     /// and finds the record (readers hold back no writer). After
     /// [`REREADS`] moves it holds new changes back for one last read.
     fn settled<T>(&self, node: &Node, mut read: impl FnMut(Mark) -> ViewResult<T>) -> ViewResult<T> {
-        if self.give_way.is_some_and(|give_way| give_way()) {
-            return Err(ViewError::GaveWay);
-        }
+        self.asked_to_give_way()?;
         if self.from == i64::MAX {
             return read(self.journal.mark());
         }
@@ -611,8 +609,19 @@ impl<'a> TreeView<'a> {
         })
     }
 
+    /// [`ViewError::GaveWay`] when the view gives way and is asked to:
+    /// asked before every query (every read of a stored content too).
+    fn asked_to_give_way(&self) -> ViewResult<()> {
+        match self.give_way.is_some_and(|give_way| give_way()) {
+            true => Err(ViewError::GaveWay),
+            false => Ok(()),
+        }
+    }
+
     /// Reads file content at `offset` into `buf`; returns the bytes read.
     pub fn read_at(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
+        self.asked_to_give_way()?;
+        crate::faults::view_read();
         match &state.content {
             Content::Stored(c) => Ok(read_content_at(self.journal.store(), c, offset, buf)?),
             Content::Live(_) if self.from == i64::MAX => self.read_content_once(&state.content, offset, buf),

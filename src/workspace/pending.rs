@@ -24,6 +24,8 @@ use crate::workspace::backing::{self, Backing};
 
 type Res<T> = std::result::Result<T, Errno>;
 
+pub use crate::faults::SETTLER_THREAD;
+
 /// What a pending file must contain.
 #[derive(Clone, Debug)]
 pub struct PendingContent {
@@ -57,6 +59,30 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// Contents up to this size are read whole into memory and written once
 /// verified; larger ones are read twice (verified, then written).
 const VERIFY_IN_MEMORY: u64 = 64 << 20;
+
+/// The settler asks whether to give way at least this often (in bytes
+/// written), and after every chunk it reads.
+const GIVE_WAY_STEP: usize = 4 << 20;
+
+/// What one step of the settler did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleStep {
+    /// A file was settled, or marked unsettled and skipped until its next
+    /// try: more may wait.
+    Settled,
+    /// No pending file is left to try now.
+    Idle,
+    /// A rewind or restore waits to freeze the tree: the file was left
+    /// pending part-written (reads never see those bytes: an open writes
+    /// the whole file first) and is written again from its start.
+    GaveWay,
+}
+
+/// Why a file was not filled.
+enum Unfilled {
+    GaveWay,
+    Failed(Errno, String),
+}
 
 /// The pending files of a tree, by handle.
 #[derive(Default, Debug)]
@@ -190,20 +216,29 @@ impl<'a> Settler<'a> {
     /// Content that cannot be read back leaves the file untouched and
     /// pending, and answers EIO (logged with the path and the chunk).
     pub fn settle(&self, handle: &FileHandle) -> Res<()> {
-        self.settle_file(handle, true)
+        self.settle_file(handle, None).map(|_| ())
     }
 
-    fn settle_file(&self, handle: &FileHandle, for_reader: bool) -> Res<()> {
+    /// Writes the file's bytes for a reader (`give_way` None: it never
+    /// gives way) or for the settler; `Ok(false)`: it gave way.
+    fn settle_file(&self, handle: &FileHandle, give_way: Option<&dyn Fn() -> bool>) -> Res<bool> {
         if self.pending_map().is_empty() {
-            return Ok(());
+            return Ok(true);
         }
+        let for_reader = give_way.is_none();
         let _one = crate::poison::lock(&self.set.settle_lock, "the settler's lock");
-        let Some(p) = self.pending_map().get(handle).cloned() else { return Ok(()) };
+        let Some(p) = self.pending_map().get(handle).cloned() else { return Ok(true) };
         let Some(journal) = self.journal else { return Err(Errno::EIO) };
         let ctime_ns = match self.backing.open_handle(handle, libc::O_WRONLY) {
-            Ok(fd) => match fill(journal.store(), &p, fd) {
+            Ok(fd) => match fill(journal.store(), &p, fd, give_way.unwrap_or(&|| false)) {
                 Ok(ctime_ns) => ctime_ns,
-                Err((errno, reason)) => return Err(self.cannot_settle(handle, &p, reason, errno, for_reader)),
+                Err(Unfilled::GaveWay) => {
+                    log::debug!("the settler gave way to a rewind or restore ({} bytes left pending)", p.content.size);
+                    return Ok(false);
+                }
+                Err(Unfilled::Failed(errno, reason)) => {
+                    return Err(self.cannot_settle(handle, &p, reason, errno, for_reader));
+                }
             },
             // Removed since: nothing to fill.
             Err(e) if e == Errno::ENOENT => None,
@@ -216,7 +251,7 @@ impl<'a> Settler<'a> {
             log::info!("settled {} after all", shown_path(u.path.as_deref()));
         }
         log::debug!("settled a rewound file ({} bytes)", p.content.size);
-        Ok(())
+        Ok(true)
     }
 
     /// Marks a file that could not be settled: the settler skips it until
@@ -261,20 +296,21 @@ impl<'a> Settler<'a> {
         errno
     }
 
-    /// Settles one pending file that is not waiting for a retry; `false`
-    /// when none is left to try now.
-    pub fn settle_one(&self) -> Res<bool> {
+    /// Settles one pending file that is not waiting for a retry, giving
+    /// way when `give_way` says so (asked after every chunk).
+    pub fn settle_one(&self, give_way: &dyn Fn() -> bool) -> Res<SettleStep> {
         let now = Instant::now();
         let next = {
             let map = self.pending_map();
             let unsettled = self.unsettled_map();
             map.keys().find(|k| unsettled.get(*k).is_none_or(|u| u.next_try <= now)).cloned()
         };
-        let Some(handle) = next else { return Ok(false) };
-        match self.settle_file(&handle, false) {
-            Ok(()) => Ok(true),
+        let Some(handle) = next else { return Ok(SettleStep::Idle) };
+        match self.settle_file(&handle, Some(give_way)) {
+            Ok(true) => Ok(SettleStep::Settled),
+            Ok(false) => Ok(SettleStep::GaveWay),
             // Marked and skipped until its next try: the others go on.
-            Err(_) if self.unsettled_map().contains_key(&handle) => Ok(true),
+            Err(_) if self.unsettled_map().contains_key(&handle) => Ok(SettleStep::Settled),
             Err(e) => Err(e),
         }
     }
@@ -284,7 +320,7 @@ impl<'a> Settler<'a> {
     pub fn settle_all_now(&self) -> Vec<Unsettled> {
         let keys: Vec<FileHandle> = self.pending_map().keys().cloned().collect();
         for handle in &keys {
-            let _ = self.settle_file(handle, false);
+            let _ = self.settle_file(handle, Some(&|| false));
         }
         let pending = self.pending_map();
         self.set.unsettled().into_iter().filter(|u| pending.contains_key(&u.handle)).collect()
@@ -304,21 +340,143 @@ pub fn shown_path(path: Option<&std::path::Path>) -> String {
 /// content that cannot be read back leaves the file as it was. Returns the
 /// file's ctime once filled (the daemon's own change, see
 /// `Journal::settled`), if it can be read.
-fn fill(store: &dyn crate::store::ChunkStore, p: &PendingContent, fd: OwnedFd) -> Result<Option<i64>, (Errno, String)> {
-    let unreadable = |e: crate::store::StoreError| (crate::error::AsErrno::errno(&e), e.to_string());
-    let unwritable = |e: std::io::Error| (crate::error::AsErrno::errno(&e), format!("cannot write it: {e}"));
-    let mut file = std::fs::File::from(fd);
+fn fill(
+    store: &dyn crate::store::ChunkStore,
+    p: &PendingContent,
+    fd: OwnedFd,
+    give_way: &dyn Fn() -> bool,
+) -> Result<Option<i64>, Unfilled> {
+    let file = std::fs::File::from(fd);
+    let mut out = GivingWay { inner: &file, give_way, stopped: false };
+    let unreadable = |stopped: bool| {
+        move |e: crate::store::StoreError| match stopped {
+            true => Unfilled::GaveWay,
+            false => Unfilled::Failed(crate::error::AsErrno::errno(&e), e.to_string()),
+        }
+    };
     if p.content.size <= VERIFY_IN_MEMORY {
-        let mut bytes = Vec::with_capacity(p.content.size as usize);
-        crate::store::read_content_to(store, &p.content, &mut bytes).map_err(unreadable)?;
-        file.write_all(&bytes).map_err(unwritable)?;
+        let mut bytes = GivingWay { inner: Vec::with_capacity(p.content.size as usize), give_way, stopped: false };
+        let read = crate::store::read_content_to(store, &p.content, &mut bytes);
+        read.map_err(unreadable(bytes.stopped))?;
+        out.write_all(&bytes.inner).map_err(|e| out.unfilled(e))?;
     } else {
-        crate::store::read_content_to(store, &p.content, std::io::sink()).map_err(unreadable)?;
-        crate::store::read_content_to(store, &p.content, &mut file).map_err(unreadable)?;
+        let mut verified = GivingWay { inner: std::io::sink(), give_way, stopped: false };
+        let read = crate::store::read_content_to(store, &p.content, &mut verified);
+        read.map_err(unreadable(verified.stopped))?;
+        let written = crate::store::read_content_to(store, &p.content, &mut out);
+        written.map_err(unreadable(out.stopped))?;
+    }
+    if give_way() {
+        return Err(Unfilled::GaveWay);
     }
     file.sync_data().map_err(unwritable)?;
     let t =
         Timespec { tv_sec: p.mtime_ns.div_euclid(1_000_000_000), tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _ };
     let _ = backing::set_times(file.as_fd(), t, t);
     Ok(rustix::fs::fstat(&file).ok().map(|st| crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64)))
+}
+
+/// A writer that stops (fails, and says so in `stopped`) once `give_way`
+/// says a rewind or restore waits, asked before every write of at most
+/// [`GIVE_WAY_STEP`] bytes.
+struct GivingWay<'a, W> {
+    inner: W,
+    give_way: &'a dyn Fn() -> bool,
+    stopped: bool,
+}
+
+impl<W> GivingWay<'_, W> {
+    /// Why a write failed: given way, or the file could not be written.
+    fn unfilled(&self, e: std::io::Error) -> Unfilled {
+        match self.stopped {
+            true => Unfilled::GaveWay,
+            false => unwritable(e),
+        }
+    }
+}
+
+fn unwritable(e: std::io::Error) -> Unfilled {
+    Unfilled::Failed(crate::error::AsErrno::errno(&e), format!("cannot write it: {e}"))
+}
+
+impl<W: Write> Write for GivingWay<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if (self.give_way)() {
+            self.stopped = true;
+            return Err(std::io::Error::other("gave way to a rewind or restore"));
+        }
+        crate::faults::settle_step();
+        let step = buf.len().min(GIVE_WAY_STEP);
+        self.inner.write(&buf[..step])
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{MemoryStore, store_content};
+    use std::cell::Cell;
+
+    /// A content stored in a memory store, and a file to fill with it.
+    fn stored(size: usize) -> (MemoryStore, PendingContent, Vec<u8>, tempfile::NamedTempFile) {
+        let store = MemoryStore::new();
+        let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 253) as u8).collect();
+        let content = store_content(&store, &bytes[..]).expect("store the content");
+        let p = PendingContent { content, mtime_ns: 1_000_000_000, before: None };
+        (store, p, bytes, tempfile::NamedTempFile::new().expect("a file to fill"))
+    }
+
+    fn fd_of(file: &tempfile::NamedTempFile) -> OwnedFd {
+        OwnedFd::from(file.reopen().expect("reopen the file"))
+    }
+
+    /// Asked to give way after `calls` questions; counts them.
+    fn after(calls: u32, asked: &Cell<u32>) -> impl Fn() -> bool + '_ {
+        move || {
+            asked.set(asked.get() + 1);
+            asked.get() > calls
+        }
+    }
+
+    /// Filling gives way at whichever question it is asked to (reading,
+    /// writing, or before the sync), in memory or on disk (verified in
+    /// memory, or read twice), and a fill after it writes the whole content.
+    #[test]
+    fn a_fill_gives_way_part_way_and_a_fill_after_writes_it_whole() {
+        for size in [300 << 10, VERIFY_IN_MEMORY as usize + (5 << 20)] {
+            let (store, p, bytes, file) = stored(size);
+            let asked = Cell::new(0);
+            assert!(fill(&store, &p, fd_of(&file), &after(u32::MAX, &asked)).is_ok(), "size {size}: filled");
+            let questions = asked.get();
+            assert!(questions > 3, "size {size}: asked at each chunk and step ({questions})");
+            for calls in [0, 1, questions / 2, questions - 1] {
+                std::fs::write(file.path(), b"").expect("empty the file");
+                let asked = Cell::new(0);
+                let stopped = fill(&store, &p, fd_of(&file), &after(calls, &asked));
+                assert!(matches!(stopped, Err(Unfilled::GaveWay)), "size {size}: gave way after {calls} questions");
+                assert_eq!(asked.get(), calls + 1, "size {size}: asked until it stopped");
+                let on_disk = std::fs::read(file.path()).expect("read the file");
+                assert!(on_disk.len() <= size, "size {size}: {} bytes written", on_disk.len());
+                let filled = fill(&store, &p, fd_of(&file), &|| false);
+                assert!(filled.is_ok(), "size {size}: the second fill ends");
+                assert!(std::fs::read(file.path()).expect("read the file") == bytes, "size {size}: the whole content");
+            }
+        }
+    }
+
+    /// A writer step is at most `GIVE_WAY_STEP` bytes, so a large write
+    /// asks more than once.
+    #[test]
+    fn a_large_write_asks_at_every_step() {
+        let asked = Cell::new(0);
+        let give_way = after(u32::MAX, &asked);
+        let mut out = GivingWay { inner: Vec::new(), give_way: &give_way, stopped: false };
+        out.write_all(&vec![1u8; 3 * GIVE_WAY_STEP + 1]).expect("write");
+        assert_eq!(asked.get(), 4, "asked before each of the four steps");
+        assert_eq!(out.inner.len(), 3 * GIVE_WAY_STEP + 1);
+    }
 }

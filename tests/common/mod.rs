@@ -101,6 +101,21 @@ pub fn ends_within(child: &mut Child, timeout: Duration) -> bool {
     }
 }
 
+/// A background task held at a test hook (while the file `pause`
+/// exists) and `child` waiting for it: the hook lets the task go for one
+/// step (`gap`) and is armed again. Whether `child` then ended within 20 s
+/// (before giving way was added, it waited for the hook), and its output.
+pub fn one_step_let_go(child: &mut Child, pause: &std::path::Path, gap: Duration, what: &str) -> (bool, Output) {
+    // The child waits for the task by then.
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::remove_file(pause).expect("remove the pause file");
+    std::thread::sleep(gap);
+    std::fs::write(pause, b"").expect("create the pause file again");
+    let finished = ends_within(child, Duration::from_secs(20));
+    std::fs::remove_file(pause).expect("remove the pause file");
+    (finished, wait_child(child, CHILD_TIMEOUT, what))
+}
+
 /// Waits for a spawned child (stdout/stderr piped) with a timeout.
 pub fn wait_child(child: &mut Child, timeout: Duration, desc: &str) -> Output {
     let mut readers = Vec::new();
@@ -975,6 +990,15 @@ pub fn spawn_cli(f: &MountFixture, args: &[&str]) -> std::process::Child {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn rewindfs {command}: {e}"))
+}
+
+/// Waits (20 s at most, polling) until `cond` holds.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Waits (20 s at most) until a test hook wrote its `.reached` file.
