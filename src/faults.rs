@@ -18,6 +18,10 @@ pub const TURN_STATS_THREAD: &str = "turn-stats";
 /// reason: the settle pause point recognises that thread by it.
 pub const SETTLER_THREAD: &str = "settler";
 
+/// The name of the thread that pushes checkpoints to a remote
+/// (re-exported as `remote::push::UPLOADER_THREAD`), for the same reason.
+pub const UPLOADER_THREAD: &str = "uploader";
+
 /// The hooks of a test build.
 #[cfg(feature = "test-hooks")]
 mod armed {
@@ -168,6 +172,16 @@ mod armed {
         }
     }
 
+    /// Pauses the uploader's walk of a checkpoint at a query of its view,
+    /// after it asked whether to give way, while the file named by
+    /// `REWINDFS_TEST_WALK_PAUSE` exists (it writes `<that>.reached` when
+    /// it first waits).
+    pub fn view_query() {
+        if std::thread::current().name() == Some(super::UPLOADER_THREAD) {
+            wait_while("REWINDFS_TEST_WALK_PAUSE", "the uploader's walk waits at a view query");
+        }
+    }
+
     /// Pauses the turn-statistics thread in a read of a file's content (a
     /// step of at most 4 MiB), after it asked whether to give way, while
     /// the file named by `REWINDFS_TEST_STATS_READ_PAUSE` exists (it writes
@@ -291,6 +305,7 @@ pub use armed::*;
 mod disarmed {
     pub fn hold_frozen() {}
     pub fn view_lookup() {}
+    pub fn view_query() {}
     pub fn view_read() {}
     pub fn settle_step() {}
     pub fn log_listed() {}

@@ -301,6 +301,46 @@ fn a_rewind_while_a_push_is_in_flight_does_not_wait_for_the_network() {
     fx.unmount();
 }
 
+/// The uploader walks a checkpoint's tree through its view under the tree
+/// lock (the sending after does not hold it). A rewind asked during the
+/// walk waited for all of it: the length of the walk of the whole tree,
+/// and of reading every live file on a last attempt. The walk now gives
+/// way and is done again after. The hook holds the walk in a view lookup;
+/// the rewind is asked; the hook lets one lookup go and is armed again at
+/// once. The push then completes, every checkpoint as the mount shows it.
+#[test]
+fn a_rewind_does_not_wait_for_the_uploader_walking_a_checkpoint() {
+    let server = S3Server::start();
+    let mut fx = MountFixture::unmounted();
+    sh(&fx.ws, "mkdir d; for i in $(seq 1 300); do echo $i > d/f$i; done");
+    let pause = fx.dir.path().join("walk-pause");
+    std::fs::write(&pause, b"").unwrap();
+    let reached = fx.dir.path().join("walk-pause.reached");
+    let url = server.url("walk");
+    let mut env = server.env();
+    env.push(("REWINDFS_TEST_WALK_PAUSE", pause.to_str().unwrap().into()));
+    fx.mount_with_env(false, &["--remote", &url, "--auto-turn", "0"], &env_refs(&env));
+    wait_for(&reached, "the uploader never walked checkpoint 0");
+    fx.sh("echo changed > d/f1 && echo new > d/g");
+    fx.turn("r000001");
+    let mut rewind = spawn_cli(&fx, &["rewind", "0"]);
+    // The rewind waits for the tree; the walk ends one lookup and is held
+    // again at its next (if it gets that far).
+    let gap = std::time::Duration::from_millis(15);
+    let (finished, out) = one_step_let_go(&mut rewind, &pause, gap, "rewindfs rewind");
+    assert!(finished, "the rewind waited for the uploader's walk, held by the hook");
+    check(out, "rewindfs rewind while the uploader walks");
+    assert_eq!(std::fs::read_to_string(fx.path().join("d/f1")).unwrap(), "1\n", "the rewind happened");
+    assert!(!fx.path().join("d/g").exists(), "d/g was made after checkpoint 0");
+    let pushed = push(&fx, &server);
+    assert_eq!(pushed["backlog"], serde_json::json!([]), "{pushed}");
+    let numbers: Vec<i64> =
+        fx.cli_json(&["log"]).as_array().unwrap().iter().filter_map(|c| c["checkpoint"].as_i64()).collect();
+    assert!(numbers.len() >= 4, "the mount, the turn, the safety and the rewind's checkpoints: {numbers:?}");
+    assert_clones_match(&fx, &server, &url, &numbers, "after a walk gave way to a rewind");
+    fx.unmount();
+}
+
 fn wait_for(path: &Path, what: &str) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !path.exists() {

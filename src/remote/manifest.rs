@@ -18,7 +18,7 @@ use crate::meta::ObjectId;
 use crate::store::ChunkId;
 use crate::store::chunker::{AVG_CHUNK, ChunkSpan, ContentRef, MAX_CHUNK, MIN_CHUNK};
 use crate::sys::FileHandle;
-use crate::view::{Content, Node, NodeState, TreeView};
+use crate::view::{Content, Node, NodeState, TreeView, ViewError};
 use crate::workspace::{Kind, LiveTree};
 
 /// One checkpoint's whole tree, parents before their children; the first
@@ -405,17 +405,29 @@ fn read_through_view(
     state: &NodeState,
     buffered: &mut Vec<(ChunkId, Vec<u8>)>,
 ) -> RemoteResult<(ChunkId, Vec<ChunkSpan>)> {
-    let mut reader = Hashing { inner: ViewReader { view, state, offset: 0 }, hasher: blake3::Hasher::new() };
+    let reading = ViewReader { view, state, offset: 0, gave_way: false };
+    let mut reader = Hashing { inner: reading, hasher: blake3::Hasher::new() };
     let mut spans = Vec::new();
     let mut stream = StreamCDC::new(&mut reader, MIN_CHUNK as usize, AVG_CHUNK as usize, MAX_CHUNK as usize);
+    let mut failed = None;
     for chunk in &mut stream {
-        let chunk =
-            chunk.map_err(|e| RemoteError::Io { what: "cannot read a file to send".into(), source: e.into() })?;
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
         let id = ChunkId::of(&chunk.data);
         spans.push(ChunkSpan { id, len: u32::try_from(chunk.length).unwrap_or(u32::MAX) });
         buffered.push((id, chunk.data));
     }
     drop(stream);
+    match failed {
+        Some(_) if reader.inner.gave_way => return Err(ViewError::GaveWay.into()),
+        Some(e) => return Err(RemoteError::Io { what: "cannot read a file to send".into(), source: e.into() }),
+        None => {}
+    }
     Ok((ChunkId::from_bytes(*reader.hasher.finalize().as_bytes()), spans))
 }
 
@@ -491,15 +503,18 @@ struct ViewReader<'v, 'a> {
     view: &'v TreeView<'a>,
     state: &'v NodeState,
     offset: u64,
+    /// The view gave way ([`ViewError::GaveWay`]): what the read error
+    /// (`EAGAIN`) stands for.
+    gave_way: bool,
 }
 
 impl Read for ViewReader<'_, '_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         use crate::error::AsErrno;
-        let n = self
-            .view
-            .read_at(self.state, self.offset, buf)
-            .map_err(|e| std::io::Error::from_raw_os_error(e.errno().0))?;
+        let n = self.view.read_at(self.state, self.offset, buf).map_err(|e| {
+            self.gave_way = matches!(e, ViewError::GaveWay);
+            std::io::Error::from_raw_os_error(e.errno().0)
+        })?;
         self.offset += n as u64;
         Ok(n)
     }

@@ -4,7 +4,8 @@
 //! A pass reads the bucket's head, then for each local checkpoint it does
 //! not list, oldest first: the checkpoint's tree walked through its view
 //! (under an ordinary operation of the world lock, so no rewind changes
-//! the tree and the records while it is walked), then with the lock
+//! the tree and the records while it is walked; the walk gives way to a
+//! rewind or restore that waits, and starts again after), then with the lock
 //! released the content it names that the bucket lacks, the manifest, and
 //! last the head listing it. A daemon
 //! killed anywhere in between leaves a head that lists only checkpoints
@@ -24,9 +25,11 @@ use super::manifest::{self, Memory, Sent};
 use super::shared::LockKind;
 use super::{Bucket, Head, RemoteCheckpoint, RemoteError, RemoteResult, RemoteUrl};
 use crate::journal::Journal;
-use crate::view::TreeView;
+use crate::view::{TreeView, ViewError};
 use crate::workspace::LiveTree;
 use crate::world::World;
+
+pub use crate::faults::UPLOADER_THREAD;
 
 /// What `status` and `push` say about a remote.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -115,7 +118,7 @@ impl Uploader {
             changed: Condvar::new(),
         });
         let worker = shared.clone();
-        std::thread::Builder::new().name("uploader".into()).spawn(move || {
+        std::thread::Builder::new().name(UPLOADER_THREAD.into()).spawn(move || {
             let mut pusher = Pusher {
                 url,
                 store_id,
@@ -388,15 +391,21 @@ impl Pusher {
             let mut attempt = 1;
             let tree_manifest = loop {
                 // The walk holds the tree lock; sending, the network part,
-                // does not, so a rewind never waits for the remote.
+                // does not, so a rewind never waits for the remote. The walk
+                // gives way to a rewind or restore that waits to freeze the
+                // tree, and is done again once it has ended (it holds the
+                // history lock to its end; views do not move).
                 let walked = {
                     let op = world.op();
-                    manifest::walk(
-                        &TreeView::at(op.held(), tree, journal, c.checkpoint),
-                        &self.memory,
-                        attempt == ATTEMPTS,
-                    )
+                    let give_way = || op.freeze_wanted();
+                    let view = TreeView::at(op.held(), tree, journal, c.checkpoint).giving_way(&give_way);
+                    manifest::walk(&view, &self.memory, attempt == ATTEMPTS)
                 };
+                if let Err(RemoteError::View(ViewError::GaveWay)) = walked {
+                    debug!("The walk of checkpoint {} gave way to a rewind or restore.", c.checkpoint);
+                    drop(world.history());
+                    continue;
+                }
                 let sent_all = walked.and_then(|mut w| {
                     manifest::send(&mut w, tree, journal, bucket, &mut self.memory, &mut sent).map(|done| (done, w))
                 });

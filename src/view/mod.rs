@@ -397,6 +397,7 @@ impl<'a> TreeView<'a> {
     /// [`REREADS`] moves it holds new changes back for one last read.
     fn settled<T>(&self, node: &Node, mut read: impl FnMut(Mark) -> ViewResult<T>) -> ViewResult<T> {
         self.asked_to_give_way()?;
+        crate::faults::view_query();
         if self.from == i64::MAX {
             return read(self.journal.mark());
         }
