@@ -57,6 +57,14 @@ pub fn write<'a, T>(l: &'a RwLock<T>, what: &str) -> RwLockWriteGuard<'a, T> {
     checked(l.write(), what)
 }
 
+/// Waits on `c` with `guard` (of the lock `what`).
+pub fn wait<'a, T>(c: &Condvar, guard: MutexGuard<'a, T>, what: &str) -> MutexGuard<'a, T> {
+    match c.wait(guard) {
+        Ok(g) => g,
+        Err(p) => checked(Err(PoisonError::new(p.into_inner())), what),
+    }
+}
+
 /// Waits on `c` with `guard` (of the lock `what`) for at most `timeout`.
 pub fn wait_timeout<'a, T>(
     c: &Condvar,

@@ -418,6 +418,47 @@ pub(crate) fn fsync_dir(dir: BorrowedFd<'_>) -> Res<()> {
     Ok(())
 }
 
+/// At most this many threads walk the tree for changes made outside the
+/// mount (`Backing::scan_changed_since`).
+const SCAN_THREADS: usize = 4;
+
+/// Directories to visit, by handle and path relative to the root.
+type Dirs = Vec<(FileHandle, std::path::PathBuf)>;
+
+/// The directories of a [`Backing::walk_shared`] found and not visited
+/// yet, how many are being visited (each may find more), and the first
+/// error.
+struct Queue {
+    dirs: Dirs,
+    busy: usize,
+    failed: Option<Errno>,
+}
+
+/// A directory being visited by one thread of a walk: what it found goes
+/// back to the queue when dropped (an error, if it unwound).
+struct Visiting<'q> {
+    queue: &'q Mutex<Queue>,
+    changed: &'q std::sync::Condvar,
+    found: Option<Res<Option<Dirs>>>,
+}
+
+impl Drop for Visiting<'_> {
+    fn drop(&mut self) {
+        let mut q = crate::poison::lock(self.queue, "the walk's queue");
+        q.busy -= 1;
+        match self.found.take() {
+            Some(Ok(subdirs)) => q.dirs.extend(subdirs.unwrap_or_default()),
+            Some(Err(e)) => {
+                q.failed.get_or_insert(e);
+            }
+            None => {
+                q.failed.get_or_insert(Errno::EIO);
+            }
+        }
+        self.changed.notify_all();
+    }
+}
+
 /// An object the scan at mount found changed (see `scan_changed_since`).
 pub struct Changed {
     pub handle: FileHandle,
@@ -580,25 +621,36 @@ impl Backing {
     /// Every object whose ctime is after `since_ns` (a changed directory
     /// means names were added or removed in it), with its birth time where
     /// the filesystem keeps one. Walks the whole tree without following
-    /// symlinks; used once at mount.
+    /// symlinks, on every CPU (a `statx` per name is most of it: 1.6 µs a
+    /// name here, so 160 ms for 100,000 names on one): at mount, and before
+    /// each rewind or restore. In no particular order.
     pub fn scan_changed_since(&self, since_ns: i64) -> Res<Vec<Changed>> {
-        let mut out = Vec::new();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(SCAN_THREADS);
+        self.scan_changed_since_on(since_ns, threads)
+    }
+
+    fn scan_changed_since_on(&self, since_ns: i64, threads: usize) -> Res<Vec<Changed>> {
+        let out = Mutex::new(Vec::new());
         let root = rustix::fs::fstat(&self.root)?;
         if crate::journal::ns(root.st_ctime, root.st_ctime_nsec as i64) > since_ns {
-            out.push(Changed { handle: self.root_handle.clone(), kind: Kind::Dir, born_ns: None });
+            crate::poison::lock(&out, "the scan's findings").push(Changed {
+                handle: self.root_handle.clone(),
+                kind: Kind::Dir,
+                born_ns: None,
+            });
         }
         let wanted = StatxFlags::TYPE | StatxFlags::CTIME | StatxFlags::BTIME;
-        self.walk(wanted, |dir, _, name, st| {
+        self.walk_shared(wanted, threads, &|dir, _, name, st| {
             if crate::journal::ns(st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)) > since_ns
                 && let Ok(h) = sys::name_to_handle_at(dir, name)
             {
                 let born_ns = (StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME))
                     .then(|| crate::journal::ns(st.stx_btime.tv_sec, i64::from(st.stx_btime.tv_nsec)));
-                out.push(Changed { handle: h, kind: Kind::from_mode(u32::from(st.stx_mode)), born_ns });
+                let found = Changed { handle: h, kind: Kind::from_mode(u32::from(st.stx_mode)), born_ns };
+                crate::poison::lock(&out, "the scan's findings").push(found);
             }
-            true
         })?;
-        Ok(out)
+        Ok(out.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// A name of the non-directory `ino` in the tree, relative to the root,
@@ -629,29 +681,178 @@ impl Backing {
         // pending directory could exhaust the descriptor limit.
         let mut stack = vec![(self.root_handle.clone(), std::path::PathBuf::new())];
         while let Some((handle, path)) = stack.pop() {
-            let Ok(dir) = self.open_handle(&handle, libc::O_PATH | libc::O_DIRECTORY) else { continue };
-            let listing_fd =
-                rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-            let mut listing = rustix::fs::Dir::new(listing_fd)?;
-            while let Some(entry) = listing.read() {
-                let entry = entry?;
-                let name = OsStr::from_bytes(entry.file_name().to_bytes());
-                if name == "." || name == ".." {
-                    continue;
-                }
-                let Ok(st) = rustix::fs::statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, wanted | StatxFlags::TYPE) else {
-                    continue;
-                };
-                if !visit(dir.as_fd(), &path, name, &st) {
-                    return Ok(());
-                }
-                if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
-                    && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name)
-                {
-                    stack.push((sub, path.join(name)));
-                }
+            match self.visit_dir(&handle, &path, wanted, &mut visit)? {
+                Some(subdirs) => stack.extend(subdirs),
+                None => return Ok(()),
             }
         }
         Ok(())
+    }
+
+    /// As [`Backing::walk`] to its end, with `threads` threads sharing the
+    /// directories out as they are found; `visit` is called from any of
+    /// them. The first error ends the walk.
+    fn walk_shared(
+        &self,
+        wanted: StatxFlags,
+        threads: usize,
+        visit: &(dyn Fn(BorrowedFd<'_>, &std::path::Path, &OsStr, &rustix::fs::Statx) + Sync),
+    ) -> Res<()> {
+        const WHAT: &str = "the walk's queue";
+        let queue = Mutex::new(Queue {
+            dirs: vec![(self.root_handle.clone(), std::path::PathBuf::new())],
+            busy: 0,
+            failed: None,
+        });
+        let changed = std::sync::Condvar::new();
+        let worker = || {
+            loop {
+                let (handle, path) = {
+                    let mut q = crate::poison::lock(&queue, WHAT);
+                    loop {
+                        if q.failed.is_some() {
+                            return;
+                        }
+                        if let Some(dir) = q.dirs.pop() {
+                            q.busy += 1;
+                            break dir;
+                        }
+                        if q.busy == 0 {
+                            return;
+                        }
+                        q = crate::poison::wait(&changed, q, WHAT);
+                    }
+                };
+                // Handed back when dropped, also when `visit` unwinds: the
+                // other threads never wait for a directory nobody visits.
+                let mut visiting = Visiting { queue: &queue, changed: &changed, found: None };
+                visiting.found = Some(self.visit_dir(&handle, &path, wanted, &mut |d, p, n, st| {
+                    visit(d, p, n, st);
+                    true
+                }));
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                scope.spawn(worker);
+            }
+            worker();
+        });
+        match queue.into_inner().unwrap_or_else(|p| p.into_inner()).failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Visits the names in the directory `handle` (at `path`) as
+    /// [`Backing::walk`] does; returns the directories found in it, or None
+    /// when `visit` said stop. A directory that cannot be opened by handle
+    /// (removed meanwhile) has nothing to visit.
+    fn visit_dir(
+        &self,
+        handle: &FileHandle,
+        path: &std::path::Path,
+        wanted: StatxFlags,
+        visit: &mut dyn FnMut(BorrowedFd<'_>, &std::path::Path, &OsStr, &rustix::fs::Statx) -> bool,
+    ) -> Res<Option<Dirs>> {
+        let mut subdirs = Vec::new();
+        let Ok(dir) = self.open_handle(handle, libc::O_PATH | libc::O_DIRECTORY) else { return Ok(Some(subdirs)) };
+        let listing_fd =
+            rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let mut listing = rustix::fs::Dir::new(listing_fd)?;
+        while let Some(entry) = listing.read() {
+            let entry = entry?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let Ok(st) = rustix::fs::statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, wanted | StatxFlags::TYPE) else {
+                continue;
+            };
+            if !visit(dir.as_fd(), path, name, &st) {
+                return Ok(None);
+            }
+            if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
+                && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name)
+            {
+                subdirs.push((sub, path.join(name)));
+            }
+        }
+        Ok(Some(subdirs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn ctime_ns(path: &Path) -> i64 {
+        let m = std::fs::symlink_metadata(path).expect("stat");
+        crate::journal::ns(m.ctime(), m.ctime_nsec())
+    }
+
+    /// The scan walks on several threads: it finds exactly the names whose
+    /// ctime is after the mark, at every depth (files changed, a file and
+    /// a directory made, the directories they were made in), as one thread
+    /// does, and each once.
+    #[test]
+    fn the_scan_on_several_threads_finds_what_changed_at_every_depth() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        for a in 0..6 {
+            for b in 0..6 {
+                let d = root.join(format!("a{a}/b{b}"));
+                std::fs::create_dir_all(&d).expect("mkdir");
+                for f in 0..8 {
+                    std::fs::write(d.join(format!("f{f}")), b"x").expect("write");
+                }
+            }
+            std::fs::write(root.join(format!("a{a}/top")), b"x").expect("write");
+        }
+        // ctimes are as coarse as the kernel's clock tick.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        std::fs::write(root.join("mark"), b"").expect("write the mark");
+        let since = ctime_ns(&root.join("mark"));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        std::fs::write(root.join("a0/b0/f3"), b"changed").expect("write");
+        std::fs::set_permissions(root.join("a5/top"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("chmod");
+        std::fs::write(root.join("a3/b5/new"), b"new").expect("write");
+        std::fs::create_dir(root.join("a2/newdir")).expect("mkdir");
+        let mut expected: Vec<std::path::PathBuf> = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).expect("list") {
+                let p = e.expect("entry").path();
+                if ctime_ns(&p) > since {
+                    expected.push(p.clone());
+                }
+                if p.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+        assert_eq!(expected.len(), 6, "the changes and the directories names were made in: {expected:?}");
+        let root_fd = rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).expect("open root");
+        let mut expected: Vec<FileHandle> = expected
+            .iter()
+            .map(|p| {
+                sys::name_to_handle_at(root_fd.as_fd(), p.strip_prefix(root).expect("below").as_os_str())
+                    .expect("handle")
+            })
+            .collect();
+        if ctime_ns(root) > since {
+            expected.push(sys::name_to_handle_at(root_fd.as_fd(), OsStr::new("")).expect("root handle"));
+        }
+        expected.sort_by_key(|h| h.to_bytes());
+        let opener = if rustix::process::geteuid().is_root() { Opener::ByHandle } else { Opener::HeldDescriptors };
+        let backing = Backing::open(root, opener).expect("open the tree");
+        for threads in [1, 2, 4] {
+            let mut found: Vec<FileHandle> =
+                backing.scan_changed_since_on(since, threads).expect("scan").into_iter().map(|c| c.handle).collect();
+            found.sort_by_key(|h| h.to_bytes());
+            assert_eq!(found, expected, "{threads} threads");
+        }
     }
 }
