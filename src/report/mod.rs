@@ -24,6 +24,10 @@ use crate::world::Held;
 /// Files larger than this are compared and counted, never line-diffed.
 const MAX_DIFF_BYTES: u64 = 8 << 20;
 
+/// Two files of the same size are compared this many bytes at a time, up
+/// to their first difference.
+const COMPARE_STEP: usize = 4 << 20;
+
 /// How one path differs between two trees.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
@@ -97,14 +101,34 @@ fn is_binary(data: &[u8]) -> bool {
 /// The whole content of a file of view `v`; an error names the file and
 /// the checkpoint (the view's, or the live tree).
 fn read_file(v: &TreeView<'_>, s: &NodeState, path: &Path) -> ViewResult<Vec<u8>> {
-    v.read_all(s).map_err(|e| match e {
+    v.read_all(s).map_err(|e| unreadable(v, path, e))
+}
+
+/// `buf` filled from `offset` of a file of view `v` (less at its end);
+/// an error as for [`read_file`].
+fn read_step(v: &TreeView<'_>, s: &NodeState, offset: u64, buf: &mut [u8], path: &Path) -> ViewResult<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = v.read_at(s, offset + done as u64, &mut buf[done..]).map_err(|e| unreadable(v, path, e))?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
+/// A read of `path` in view `v` that failed, named (a view that gave way
+/// says only that).
+fn unreadable(v: &TreeView<'_>, path: &Path, e: ViewError) -> ViewError {
+    match e {
         ViewError::GaveWay => e,
         e => ViewError::Unreadable {
             path: quote_name(path),
             at: v.checkpoint().map_or("the live tree".to_string(), |c| format!("checkpoint {c}")),
             source: Box::new(e),
         },
-    })
+    }
 }
 
 fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeState, path: &Path) -> ViewResult<bool> {
@@ -119,7 +143,24 @@ fn same_content(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeSta
     {
         return Ok(true);
     }
-    Ok(read_file(a, sa, path)? == read_file(b, sb, path)?)
+    // A step at a time, to the first difference: a 1 GiB file rewritten
+    // is told from the first 4 MiB, not read twice whole into memory.
+    let step = COMPARE_STEP.min(usize::try_from(sa.size).unwrap_or(COMPARE_STEP));
+    let (mut left, mut right) = (vec![0u8; step], vec![0u8; step]);
+    let mut offset = 0u64;
+    while offset < sa.size {
+        let want = step.min(usize::try_from(sa.size - offset).unwrap_or(step));
+        let n = read_step(a, sa, offset, &mut left[..want], path)?;
+        let m = read_step(b, sb, offset, &mut right[..want], path)?;
+        if left[..n] != right[..m] {
+            return Ok(false);
+        }
+        if n < want {
+            break;
+        }
+        offset += n as u64;
+    }
+    Ok(true)
 }
 
 fn same_state(a: &TreeView<'_>, sa: &NodeState, b: &TreeView<'_>, sb: &NodeState, path: &Path) -> ViewResult<bool> {
