@@ -623,7 +623,7 @@ impl Backing {
     /// the filesystem keeps one. Walks the whole tree without following
     /// symlinks, on every CPU (a `statx` per name is most of it: 1.6 µs a
     /// name here, so 160 ms for 100,000 names on one): at mount, and before
-    /// each rewind or restore. In no particular order.
+    /// each rewind (and its dry run). In no particular order.
     pub fn scan_changed_since(&self, since_ns: i64) -> Res<Vec<Changed>> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(SCAN_THREADS);
         self.scan_changed_since_on(since_ns, threads)
