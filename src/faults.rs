@@ -167,9 +167,7 @@ mod armed {
     /// `REWINDFS_TEST_STATS_PAUSE` exists (it writes `<that>.reached` when
     /// it first waits), so a test can run a rewind in that window.
     pub fn view_lookup() {
-        if std::thread::current().name() == Some(super::TURN_STATS_THREAD) {
-            wait_while("REWINDFS_TEST_STATS_PAUSE", "the turn statistics wait in a view lookup");
-        }
+        wait_in(super::TURN_STATS_THREAD, "REWINDFS_TEST_STATS_PAUSE", "the turn statistics wait in a view lookup");
     }
 
     /// Pauses the uploader's walk of a checkpoint at a query of its view,
@@ -177,9 +175,7 @@ mod armed {
     /// `REWINDFS_TEST_WALK_PAUSE` exists (it writes `<that>.reached` when
     /// it first waits).
     pub fn view_query() {
-        if std::thread::current().name() == Some(super::UPLOADER_THREAD) {
-            wait_while("REWINDFS_TEST_WALK_PAUSE", "the uploader's walk waits at a view query");
-        }
+        wait_in(super::UPLOADER_THREAD, "REWINDFS_TEST_WALK_PAUSE", "the uploader's walk waits at a view query");
     }
 
     /// Pauses the turn-statistics thread in a read of a file's content (a
@@ -187,9 +183,7 @@ mod armed {
     /// the file named by `REWINDFS_TEST_STATS_READ_PAUSE` exists (it writes
     /// `<that>.reached` when it first waits).
     pub fn view_read() {
-        if std::thread::current().name() == Some(super::TURN_STATS_THREAD) {
-            wait_while("REWINDFS_TEST_STATS_READ_PAUSE", "the turn statistics wait in a read of a content");
-        }
+        wait_in(super::TURN_STATS_THREAD, "REWINDFS_TEST_STATS_READ_PAUSE", "the turn statistics wait in a read");
     }
 
     /// Pauses the background settler before it writes a step of a file's
@@ -197,9 +191,7 @@ mod armed {
     /// `REWINDFS_TEST_SETTLE_PAUSE` exists (it writes `<that>.reached` when
     /// it first waits). Reads that settle a file are not held.
     pub fn settle_step() {
-        if std::thread::current().name() == Some(super::SETTLER_THREAD) {
-            wait_while("REWINDFS_TEST_SETTLE_PAUSE", "the settler waits before a step of a file");
-        }
+        wait_in(super::SETTLER_THREAD, "REWINDFS_TEST_SETTLE_PAUSE", "the settler waits before a step of a file");
     }
 
     /// Pauses `log` after it listed the checkpoints and before it computes
@@ -246,6 +238,13 @@ mod armed {
 
     /// Waits while the file named by `$var` exists, writing `<that>.reached`
     /// when it first waits.
+    /// As [`wait_while`], only on the thread named `thread`.
+    fn wait_in(thread: &str, var: &str, what: &str) {
+        if std::thread::current().name() == Some(thread) {
+            wait_while(var, what);
+        }
+    }
+
     fn wait_while(var: &str, what: &str) {
         let Some(pause) = std::env::var_os(var) else { return };
         let pause = std::path::PathBuf::from(pause);

@@ -107,15 +107,7 @@ fn read_file(v: &TreeView<'_>, s: &NodeState, path: &Path) -> ViewResult<Vec<u8>
 /// `buf` filled from `offset` of a file of view `v` (less at its end);
 /// an error as for [`read_file`].
 fn read_step(v: &TreeView<'_>, s: &NodeState, offset: u64, buf: &mut [u8], path: &Path) -> ViewResult<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        let n = v.read_at(s, offset + done as u64, &mut buf[done..]).map_err(|e| unreadable(v, path, e))?;
-        if n == 0 {
-            break;
-        }
-        done += n;
-    }
-    Ok(done)
+    v.read_full(s, offset, buf).map_err(|e| unreadable(v, path, e))
 }
 
 /// A read of `path` in view `v` that failed, named (a view that gave way

@@ -59,7 +59,7 @@ pub enum ViewError {
 /// held back (see [`TreeView::settled`]).
 const REREADS: usize = 4;
 
-/// How much of a file `TreeView::read_all` reads per query.
+/// How much of a file `TreeView::read_full` (and `read_all`) reads per query.
 const READ_ALL_STEP: usize = 4 << 20;
 
 fn what_object(id: &Option<ObjectId>) -> String {
@@ -676,18 +676,25 @@ impl<'a> TreeView<'a> {
     /// The whole content (for diffs; capped by the caller).
     pub fn read_all(&self, state: &NodeState) -> ViewResult<Vec<u8>> {
         let mut out = vec![0u8; state.size as usize];
+        let n = self.read_full(state, 0, &mut out)?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// `buf` filled from `offset` of the file (less at its end); returns
+    /// the bytes read. A step at a time: a reader that gives way asks
+    /// before each.
+    pub fn read_full(&self, state: &NodeState, offset: u64, buf: &mut [u8]) -> ViewResult<usize> {
         let mut done = 0;
-        while done < out.len() {
-            // A step at a time: a reader that gives way asks before each.
-            let end = out.len().min(done + READ_ALL_STEP);
-            let n = self.read_at(state, done as u64, &mut out[done..end])?;
+        while done < buf.len() {
+            let end = buf.len().min(done + READ_ALL_STEP);
+            let n = self.read_at(state, offset + done as u64, &mut buf[done..end])?;
             if n == 0 {
                 break;
             }
             done += n;
         }
-        out.truncate(done);
-        Ok(out)
+        Ok(done)
     }
 }
 

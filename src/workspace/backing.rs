@@ -757,25 +757,17 @@ impl Backing {
     ) -> Res<Option<Dirs>> {
         let mut subdirs = Vec::new();
         let Ok(dir) = self.open_handle(handle, libc::O_PATH | libc::O_DIRECTORY) else { return Ok(Some(subdirs)) };
-        let listing_fd =
-            rustix::fs::openat(&dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-        let mut listing = rustix::fs::Dir::new(listing_fd)?;
-        while let Some(entry) = listing.read() {
-            let entry = entry?;
-            let name = OsStr::from_bytes(entry.file_name().to_bytes());
-            if name == "." || name == ".." {
-                continue;
-            }
-            let Ok(st) = rustix::fs::statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, wanted | StatxFlags::TYPE) else {
+        for (name, _, _) in list_dir(dir.as_fd())? {
+            let Ok(st) = rustix::fs::statx(&dir, &name, AtFlags::SYMLINK_NOFOLLOW, wanted | StatxFlags::TYPE) else {
                 continue;
             };
-            if !visit(dir.as_fd(), path, name, &st) {
+            if !visit(dir.as_fd(), path, &name, &st) {
                 return Ok(None);
             }
             if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
-                && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), name)
+                && let Ok(sub) = sys::name_to_handle_at(dir.as_fd(), &name)
             {
-                subdirs.push((sub, path.join(name)));
+                subdirs.push((sub, path.join(&name)));
             }
         }
         Ok(Some(subdirs))

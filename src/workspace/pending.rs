@@ -348,23 +348,17 @@ fn fill(
 ) -> Result<Option<i64>, Unfilled> {
     let file = std::fs::File::from(fd);
     let mut out = GivingWay { inner: &file, give_way, stopped: false };
-    let unreadable = |stopped: bool| {
-        move |e: crate::store::StoreError| match stopped {
-            true => Unfilled::GaveWay,
-            false => Unfilled::Failed(crate::error::AsErrno::errno(&e), e.to_string()),
-        }
-    };
     if p.content.size <= VERIFY_IN_MEMORY {
         let mut bytes = GivingWay { inner: Vec::with_capacity(p.content.size as usize), give_way, stopped: false };
         let read = crate::store::read_content_to(store, &p.content, &mut bytes);
-        read.map_err(unreadable(bytes.stopped))?;
-        out.write_all(&bytes.inner).map_err(|e| out.unfilled(e))?;
+        read.map_err(|e| bytes.or_gave_way(unreadable(e)))?;
+        out.write_all(&bytes.inner).map_err(|e| out.or_gave_way(unwritable(e)))?;
     } else {
         let mut verified = GivingWay { inner: std::io::sink(), give_way, stopped: false };
         let read = crate::store::read_content_to(store, &p.content, &mut verified);
-        read.map_err(unreadable(verified.stopped))?;
+        read.map_err(|e| verified.or_gave_way(unreadable(e)))?;
         let written = crate::store::read_content_to(store, &p.content, &mut out);
-        written.map_err(unreadable(out.stopped))?;
+        written.map_err(|e| out.or_gave_way(unreadable(e)))?;
     }
     if give_way() {
         return Err(Unfilled::GaveWay);
@@ -386,13 +380,18 @@ struct GivingWay<'a, W> {
 }
 
 impl<W> GivingWay<'_, W> {
-    /// Why a write failed: given way, or the file could not be written.
-    fn unfilled(&self, e: std::io::Error) -> Unfilled {
+    /// Why a read or write through this writer failed: it gave way, or
+    /// `failed`.
+    fn or_gave_way(&self, failed: Unfilled) -> Unfilled {
         match self.stopped {
             true => Unfilled::GaveWay,
-            false => unwritable(e),
+            false => failed,
         }
     }
+}
+
+fn unreadable(e: crate::store::StoreError) -> Unfilled {
+    Unfilled::Failed(crate::error::AsErrno::errno(&e), e.to_string())
 }
 
 fn unwritable(e: std::io::Error) -> Unfilled {
