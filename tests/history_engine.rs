@@ -510,3 +510,60 @@ fn a_descriptor_across_a_rewind_after_a_restore_the_crash_let_finish_reads_its_o
         "rewind 11",
     ]);
 }
+
+/// A rewind killed between noting that a file's old inode moves into the
+/// attic and the move (it swaps a new inode in at the name): the attic
+/// table named the file as moved while it was still at its name, so the
+/// rewind completed at the next open left it there with its new bytes,
+/// and the result checkpoint (14) showed them (113 bytes, not 300). The
+/// table is brought in line with the attic's slots at every open.
+#[test]
+fn a_rewind_killed_before_the_move_into_the_attic_it_noted_still_puts_the_file_back() {
+    replay(&[
+        "turn",
+        "turn m2",
+        "turn m3",
+        "turn",
+        "rewind 3",
+        "snapshot",
+        "rewind 3",
+        "rmrf b",
+        "rewind 9",
+        "create b/a 113 50805",
+        "killrewind 11 4",
+    ]);
+}
+
+/// A rewind killed while swapping a new inode in at each of the three
+/// names of a file held open: the old inode had moved from its first name
+/// into its attic slot, the second name was swapped, the third not yet.
+/// The mount's checkpoint (23) counted the slot among the file's links
+/// (2) where its tree holds one name; the completion now counts a file's
+/// own slot among its names outside the tree, as it counted names inside
+/// directories moved aside.
+#[test]
+fn a_rewind_killed_between_the_names_of_a_file_it_swaps_leaves_a_checkpoint_with_its_links_in_the_tree() {
+    replay(&[
+        "rmrf b",
+        "link a b",
+        "turn m1",
+        "rewind 1",
+        "turn m2",
+        "turn m3",
+        "rewind 2",
+        "restore 1 a",
+        "turn m4",
+        "turn m5",
+        "mv a d",
+        "link b a",
+        "killrestore 2 a 4",
+        "turn m7",
+        "turn m8",
+        "rewind 14",
+        "turn m9",
+        "remount",
+        "turn",
+        "open b",
+        "killrewind 21 8",
+    ]);
+}

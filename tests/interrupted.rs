@@ -324,12 +324,44 @@ fn a_rewind_killed_part_way_is_completed_by_the_next_mount() {
 #[test]
 fn a_rewind_killed_while_swapping_in_a_new_inode_is_completed_by_the_next_mount() {
     let (mut c, c1, _c2) = many_changes(40);
-    for point in ["rewind-swap-named:1", "rewind-swapped:1", "rewind-swap-named:9", "rewind-swapped:7"] {
+    for point in [
+        "rewind-swap-named:1",
+        "rewind-swapped:1",
+        "rewind-swap-named:9",
+        "rewind-swapped:7",
+        "attic-noted:1",
+        "attic-noted:8",
+    ] {
         let o = interrupted_rewind(&mut c, c1, Kill::At(point));
         assert!(o.completed_at_mount, "kill at {point}: not completed at mount");
         let safety = o.safety.unwrap_or_else(|| panic!("kill at {point}: no safety checkpoint"));
         c.rewind(safety);
     }
+}
+
+/// Killed between noting that a deleted file moves into the attic and the
+/// move: the file is still at its name, and the next mount must not take
+/// it for one in the attic (the table named it so, and a rewind to the
+/// checkpoint that had "new" skipped it, leaving "newer").
+#[test]
+fn a_delete_killed_before_its_move_into_the_attic_leaves_the_file_for_the_rewind() {
+    let mut c = Case::new("echo old > a && echo keep > b");
+    c.fx.sh("echo new > a");
+    let c1 = c.turn();
+    c.fx.sh("echo newer > a");
+    let c2 = c.turn();
+    c.remount_with(&[("REWINDFS_TEST_KILL_AT", "attic-noted:1")]);
+    let pid = c.fx.status_json()["pid"].as_i64().expect("pid") as i32;
+    let rm = std::process::Command::new("rm").arg(c.fx.path().join("a")).output().expect("rm");
+    assert!(!rm.status.success(), "rm through a daemon killed before the move succeeded");
+    c.detach_dead(pid);
+    c.remount();
+    assert_eq!(std::fs::read_to_string(c.fx.path().join("a")).expect("a is still at its name"), "newer\n");
+    c.check_views("after the daemon died");
+    c.rewind(c1);
+    c.rewind(c2);
+    c.fx.sh("rm a");
+    c.rewind(c1);
 }
 
 /// Killed right after a file was created through the mount, whose birth

@@ -1138,7 +1138,8 @@ impl Journal {
 
     /// Records that object `id` is about to move into its attic slot. The
     /// record comes first, like every pre-image: after a crash the table
-    /// may name an object whose move never happened, never the reverse.
+    /// may name an object whose move never happened, which the next open
+    /// corrects ([`Journal::reconcile_attic_table`]).
     pub fn note_attic(&self, id: ObjectId) -> JournalResult<()> {
         let mut inner = self.lock();
         let turn = inner.turn;
@@ -1156,27 +1157,36 @@ impl Journal {
         Ok(self.with_objects(|m| m.attic_since(id))?.is_some())
     }
 
-    /// Fills the attic table from the slots found in the attic directory,
-    /// once (a store made before the table existed).
-    pub fn derive_attic_table(&self, slots: &[ObjectId]) -> JournalResult<()> {
-        const KEY: &str = "attic_table";
-        if self.with_meta(|m| m.get_state(KEY))?.is_some() {
-            return Ok(());
-        }
+    /// Makes the attic table say what the attic directory holds (`slots`,
+    /// the ids its slots are named by), at every open. A store older than
+    /// the table gets its rows here (without a turn). After a crash the
+    /// table can hold a row for a move into the attic that was noted and
+    /// never made (the row comes first, like every pre-image), and the
+    /// file is still at its name in the tree, where a rewind must find it;
+    /// or miss the row of a slot whose move out was noted and cut short.
+    /// Returns the rows removed and added.
+    pub fn reconcile_attic_table(&self, slots: &[ObjectId]) -> JournalResult<(usize, usize)> {
         let mut inner = self.lock();
         inner.fold()?;
-        inner.transaction(|m| {
-            for id in slots {
-                if m.attic_since(*id)?.is_none() {
-                    m.attic_put(*id, None)?;
-                }
-            }
-            m.set_state(KEY, "derived")
-        })?;
-        if !slots.is_empty() {
-            log::info!("attic table filled from the {} objects found in the attic", slots.len());
+        let rows: HashSet<ObjectId> = inner.meta.attic_objects()?.into_iter().collect();
+        let held: HashSet<ObjectId> = slots.iter().copied().collect();
+        let mut stale: Vec<ObjectId> = rows.difference(&held).copied().collect();
+        let mut missing: Vec<ObjectId> = held.difference(&rows).copied().collect();
+        if stale.is_empty() && missing.is_empty() {
+            return Ok((0, 0));
         }
-        Ok(())
+        stale.sort();
+        missing.sort();
+        inner.transaction(|m| {
+            for id in &stale {
+                m.attic_take(*id)?;
+            }
+            for id in &missing {
+                m.attic_put(*id, None)?;
+            }
+            Ok(())
+        })?;
+        Ok((stale.len(), missing.len()))
     }
 
     /// The id of a handle if it was ever recorded (no insert): the object
@@ -1801,20 +1811,25 @@ mod tests {
         Journal::open(Meta::open_in_memory().unwrap(), Arc::new(MemoryStore::new())).unwrap()
     }
 
-    /// A store from before the attic table (schema 7) gets it from the
-    /// slots in its attic directory, once; moves after that are recorded.
+    /// The attic table is brought in line with the attic's slots at every
+    /// open: a store from before the table (schema 7) gets its rows, a row
+    /// of a move noted and never made (a crash) goes, the row of a slot
+    /// whose move out was cut short comes back; moves are recorded.
     #[test]
-    fn attic_table_is_derived_once_then_kept_by_the_moves() {
+    fn attic_table_follows_the_slots_at_open_then_the_moves() {
         let j = journal();
-        j.derive_attic_table(&[ObjectId(3), ObjectId(5)]).unwrap();
+        assert_eq!(j.reconcile_attic_table(&[ObjectId(3), ObjectId(5)]).unwrap(), (0, 2));
         assert!(j.in_attic(ObjectId(3)).unwrap() && j.in_attic(ObjectId(5)).unwrap());
         assert_eq!(j.with_objects(|m| m.attic_since(ObjectId(3))).unwrap(), Some(None), "found there: no turn");
+        assert_eq!(j.reconcile_attic_table(&[ObjectId(3), ObjectId(5)]).unwrap(), (0, 0), "in line: nothing written");
         j.note_attic_out(ObjectId(3)).unwrap();
-        j.derive_attic_table(&[ObjectId(3), ObjectId(9)]).unwrap();
-        assert!(!j.in_attic(ObjectId(3)).unwrap(), "derived only once");
-        assert!(!j.in_attic(ObjectId(9)).unwrap(), "derived only once");
         j.note_attic(ObjectId(9)).unwrap();
         assert_eq!(j.with_objects(|m| m.attic_since(ObjectId(9))).unwrap(), Some(Some(0)));
+        // 3's move out was cut short (still in its slot), 9's move in never
+        // happened, 5 is where the table says.
+        assert_eq!(j.reconcile_attic_table(&[ObjectId(3), ObjectId(5)]).unwrap(), (1, 1));
+        assert!(j.in_attic(ObjectId(3)).unwrap() && j.in_attic(ObjectId(5)).unwrap());
+        assert!(!j.in_attic(ObjectId(9)).unwrap(), "a move never made");
     }
 
     /// After a crash, the scan's finds: an object no daemon knew and born

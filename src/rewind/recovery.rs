@@ -220,15 +220,18 @@ pub fn complete(
 /// A directory the interrupted attempt moved aside whole (in turn `began`
 /// or later: `began` is its safety checkpoint) may hold names of a file
 /// that is in the tree under other names (its way back, or a stray link
-/// it had not removed yet). The mount checkpoint sealed that tree with
-/// those names outside it, yet counted in the file's links; each such file
-/// is recorded now, in the turn after it, with the links it has in that
-/// tree (see `Journal::record_object_names_outside`).
+/// it had not removed yet); so may a file's own slot (a rewind swapping a
+/// new inode in at every name of a file of several names moves the old
+/// inode from its first name into its slot, then swaps the others one by
+/// one). The mount checkpoint sealed that tree with those names outside
+/// it, yet counted in the file's links; each such file is recorded now, in
+/// the turn after it, with the links it has in that tree (see
+/// `Journal::record_object_names_outside`).
 fn record_names_outside(tree: &LiveTree, journal: &Journal, began: i64) -> Result<(), RestoreError> {
     let Some(attic) = tree.attic().fd() else { return Ok(()) };
-    let dirs = crate::rewind::left_since(journal, began)?;
+    let left = crate::rewind::left_since(journal, began)?;
     let mut found: std::collections::HashMap<(u64, u64), (OwnedFd, u32)> = std::collections::HashMap::new();
-    crate::rewind::each_file_in_attic_dirs(attic, &dirs, |dir, name, st| {
+    let mut count = |dir: BorrowedFd<'_>, name: &OsStr, st: &rustix::fs::Stat| -> Result<(), RestoreError> {
         if st.st_nlink > 1 {
             match found.entry((st.st_dev, st.st_ino)) {
                 std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().1 += 1,
@@ -240,8 +243,17 @@ fn record_names_outside(tree: &LiveTree, journal: &Journal, began: i64) -> Resul
                 }
             }
         }
-        Ok(true)
-    })?;
+        Ok(())
+    };
+    for id in &left {
+        let slot = OsString::from(id.0.to_string());
+        if let Ok(st) = rustix::fs::statat(attic, &slot, AtFlags::SYMLINK_NOFOLLOW)
+            && st.st_mode & libc::S_IFMT != libc::S_IFDIR
+        {
+            count(attic, &slot, &st)?;
+        }
+    }
+    crate::rewind::each_file_in_attic_dirs(attic, &left, |dir, name, st| count(dir, name, st).map(|()| true))?;
     for (fd, outside) in found.into_values() {
         let st = rustix::fs::fstat(&fd).map_err(live("stat"))?;
         // All its names are in the attic: not in the tree at all.

@@ -58,12 +58,19 @@ impl Attic {
                 if let Some(journal) = &journal {
                     let slots = attic_slots(dir)
                         .map_err(|e| crate::Error::io(format!("cannot list attic {}", dir.display()), e))?;
-                    journal.derive_attic_table(&slots).map_err(|e| {
+                    let (removed, added) = journal.reconcile_attic_table(&slots).map_err(|e| {
                         crate::Error::io(
-                            format!("cannot fill the attic table: {e}"),
+                            format!("cannot bring the attic table in line with {}: {e}", dir.display()),
                             io::Error::from_raw_os_error(e.errno().0),
                         )
                     })?;
+                    if removed + added > 0 {
+                        log::warn!(
+                            "attic table brought in line with the attic's {} slots: {removed} rows of moves \
+                             never made removed, {added} rows of slots added",
+                            slots.len()
+                        );
+                    }
                 }
                 log::info!("removed files are moved to {} (same filesystem as the workspace)", dir.display());
                 Ok(Attic { dir: Some(fd), journal })
@@ -112,6 +119,8 @@ impl Attic {
         if let Some(j) = &self.journal {
             j.note_attic(oid).map_err(|e| e.errno())?;
         }
+        // Killed with the move noted and not made.
+        crate::faults::kill_point("attic-noted");
         let moved = match rustix::fs::renameat_with(dir, name, attic, oid.0.to_string(), RenameFlags::NOREPLACE) {
             Ok(()) => return Ok(true),
             // The slot is taken (by this object): the table's row stays right.
