@@ -567,3 +567,34 @@ fn a_rewind_killed_between_the_names_of_a_file_it_swaps_leaves_a_checkpoint_with
         "killrewind 21 8",
     ]);
 }
+
+/// The same with the swap's first name one that rewind had itself put
+/// back earlier in its turn (the file taken out of its attic slot): the
+/// name's entry record, from then, named no object, so the completion
+/// did not look at the file's slot, and the mount's checkpoint (15)
+/// counted it among the file's links (2 where its tree held `c/a/b`
+/// alone). The completion also looks at the slots moved into since.
+#[test]
+fn a_rewind_killed_swapping_a_file_it_had_put_back_leaves_a_checkpoint_with_its_links_in_the_tree() {
+    replay(&[
+        "turn m1",
+        "snapshot",
+        "turn",
+        "rewind 0",
+        "turn m2",
+        "turn m3",
+        "restore 1 a",
+        "mvx a b",
+        "mkdir c",
+        "mkdir a/d",
+        "turn m4",
+        "mkdir c/a",
+        "create a/d/b 294 36900",
+        "turn m5",
+        "link a/d/b c/a/b",
+        "restore 11 c",
+        "create a/d/b 143 32960",
+        "rm a/d/b",
+        "killrewind 12 8",
+    ]);
+}

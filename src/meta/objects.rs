@@ -40,6 +40,10 @@ pub trait Objects {
     /// Every object in its attic slot, by id.
     fn attic_objects(&self) -> MetaResult<Vec<ObjectId>>;
 
+    /// The objects that moved into their attic slot in `turn` or later, by
+    /// id (not those found there without a turn).
+    fn attic_objects_since(&self, turn: i64) -> MetaResult<Vec<ObjectId>>;
+
     /// The turn an object was created in, if recorded.
     fn born_turn(&self, id: ObjectId) -> MetaResult<Option<i64>>;
 
@@ -133,6 +137,15 @@ impl Objects for Meta {
     fn attic_objects(&self) -> MetaResult<Vec<ObjectId>> {
         let mut stmt = self.conn.prepare_cached("SELECT object FROM attic ORDER BY object").ctx("prepare")?;
         let rows = stmt.query_map([], |r| Ok(ObjectId(r.get(0)?))).ctx("read the attic table")?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read the attic table")
+    }
+
+    fn attic_objects_since(&self, turn: i64) -> MetaResult<Vec<ObjectId>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT object FROM attic WHERE since_turn >= ?1 ORDER BY object")
+            .ctx("prepare")?;
+        let rows = stmt.query_map([turn], |r| Ok(ObjectId(r.get(0)?))).ctx("read the attic table")?;
         rows.collect::<rusqlite::Result<Vec<_>>>().ctx("read the attic table")
     }
 
@@ -293,6 +306,18 @@ impl Objects for MemoryObjects {
 
     fn attic_objects(&self) -> MetaResult<Vec<ObjectId>> {
         Ok(self.model().attic.keys().copied().collect())
+    }
+
+    fn attic_objects_since(&self, turn: i64) -> MetaResult<Vec<ObjectId>> {
+        let mut ids: Vec<ObjectId> = self
+            .model()
+            .attic
+            .iter()
+            .filter(|(_, since)| since.is_some_and(|t| t >= turn))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort();
+        Ok(ids)
     }
 
     fn born_turn(&self, id: ObjectId) -> MetaResult<Option<i64>> {
@@ -460,6 +485,17 @@ pub mod kit {
         assert_eq!(sorted(a), sorted(b), "seed {seed}: objects");
         assert_eq!(a.max_object_id().expect("q"), b.max_object_id().expect("q"), "seed {seed}");
         assert_eq!(a.attic_objects().expect("q"), b.attic_objects().expect("q"), "seed {seed}");
+        for turn in 0..7 {
+            let since = a.attic_objects_since(turn).expect("q");
+            assert_eq!(since, b.attic_objects_since(turn).expect("q"), "seed {seed}: since {turn}");
+            let by_row: Vec<ObjectId> = a
+                .attic_objects()
+                .expect("q")
+                .into_iter()
+                .filter(|id| a.attic_since(*id).expect("q").flatten().is_some_and(|t| t >= turn))
+                .collect();
+            assert_eq!(since, by_row, "seed {seed}: since {turn}, row by row");
+        }
         for id in (0..10).map(ObjectId) {
             let q = |r: &dyn Objects| {
                 (

@@ -220,10 +220,10 @@ pub fn complete(
 /// A directory the interrupted attempt moved aside whole (in turn `began`
 /// or later: `began` is its safety checkpoint) may hold names of a file
 /// that is in the tree under other names (its way back, or a stray link
-/// it had not removed yet); so may a file's own slot (a rewind swapping a
-/// new inode in at every name of a file of several names moves the old
-/// inode from its first name into its slot, then swaps the others one by
-/// one). The mount checkpoint sealed that tree with those names outside
+/// it had not removed yet); so may a file's own slot, moved into since
+/// (a rewind swapping a new inode in at every name of a file of several
+/// names moves the old inode from its first name into its slot, then
+/// swaps the others one by one). The mount checkpoint sealed that tree with those names outside
 /// it, yet counted in the file's links; each such file is recorded now, in
 /// the turn after it, with the links it has in that tree (see
 /// `Journal::record_object_names_outside`).
@@ -245,7 +245,15 @@ fn record_names_outside(tree: &LiveTree, journal: &Journal, began: i64) -> Resul
         }
         Ok(())
     };
-    for id in &left {
+    // A file's own slot: the objects that left a name since, and those
+    // that moved into their slot since (a name the same rewind had put
+    // back, earlier in that turn, has its entry record from then, naming
+    // no object).
+    let mut moved = journal.with_objects(|m| m.attic_objects_since(began))?;
+    moved.extend(left.iter().copied());
+    moved.sort();
+    moved.dedup();
+    for id in &moved {
         let slot = OsString::from(id.0.to_string());
         if let Ok(st) = rustix::fs::statat(attic, &slot, AtFlags::SYMLINK_NOFOLLOW)
             && st.st_mode & libc::S_IFMT != libc::S_IFDIR
