@@ -236,8 +236,6 @@ mod armed {
         wait_while("REWINDFS_TEST_REMOTE_PUT_PAUSE", "the uploader waits before sending a chunk");
     }
 
-    /// Waits while the file named by `$var` exists, writing `<that>.reached`
-    /// when it first waits.
     /// As [`wait_while`], only on the thread named `thread`.
     fn wait_in(thread: &str, var: &str, what: &str) {
         if std::thread::current().name() == Some(thread) {
@@ -245,6 +243,8 @@ mod armed {
         }
     }
 
+    /// Waits while the file named by `$var` exists, writing `<that>.reached`
+    /// when it first waits.
     fn wait_while(var: &str, what: &str) {
         let Some(pause) = std::env::var_os(var) else { return };
         let pause = std::path::PathBuf::from(pause);

@@ -223,10 +223,10 @@ pub fn complete(
 /// it had not removed yet); so may a file's own slot, moved into since
 /// (a rewind swapping a new inode in at every name of a file of several
 /// names moves the old inode from its first name into its slot, then
-/// swaps the others one by one). The mount checkpoint sealed that tree with those names outside
-/// it, yet counted in the file's links; each such file is recorded now, in
-/// the turn after it, with the links it has in that tree (see
-/// `Journal::record_object_names_outside`).
+/// swaps the others one by one). The mount checkpoint sealed that tree
+/// with those names outside it, yet counted in the file's links; each such
+/// file is recorded now, in the turn after it, with the links it has in
+/// that tree (see `Journal::record_object_names_outside`).
 fn record_names_outside(tree: &LiveTree, journal: &Journal, began: i64) -> Result<(), RestoreError> {
     let Some(attic) = tree.attic().fd() else { return Ok(()) };
     let left = crate::rewind::left_since(journal, began)?;
