@@ -568,6 +568,30 @@ fn a_rewind_killed_between_the_names_of_a_file_it_swaps_leaves_a_checkpoint_with
     ]);
 }
 
+/// A restore killed part-way, completed at the next open, which puts
+/// away the temporary names it finds: one was the agent's, a second link
+/// to `d/b/a` under a name a restore had used before (the agent saw it
+/// while an earlier interrupted restore left it). Moved into the attic,
+/// that name stayed counted among the file's links: the result
+/// checkpoint (13) showed `d/b/a` with 2 where the tree held 1. A name
+/// of a file linked elsewhere is now removed as by an `unlink`. Found by
+/// a soak of this tier.
+#[test]
+fn a_restore_completed_at_open_leaves_a_file_linked_at_a_temporary_name_its_links_in_the_tree() {
+    replay(&[
+        "rewind 0",
+        "killrestore 2 b/a 3",
+        "turn",
+        "killrestore 6 b 4",
+        "mkdir d",
+        "mkdir d/b",
+        "turn m3",
+        "create b/.rewindfs-restore-be183eb11af39163 162 21542",
+        "link b/.rewindfs-restore-be183eb11af39163 d/b/a",
+        "killrestore 10 b 2",
+    ]);
+}
+
 /// The same with the swap's first name one that rewind had itself put
 /// back earlier in its turn (the file taken out of its attic slot): the
 /// name's entry record, from then, named no object, so the completion

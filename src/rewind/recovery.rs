@@ -282,7 +282,11 @@ fn live(what: &str) -> impl FnOnce(rustix::io::Errno) -> RestoreError + '_ {
 }
 
 /// Moves every temporary name of a rewind or restore out of the tree, into
-/// the attic, recorded. A whole walk of the tree: only after a crash.
+/// the attic, recorded. A whole walk of the tree: only after a crash. A
+/// file with other names (the agent's link to a name it saw, or a new
+/// inode a rewind had linked at a name too) only loses this one, as by
+/// an `unlink`: in the attic, the name would stay counted among the links
+/// of the file in the tree.
 fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, RestoreError> {
     let caller = Caller { uid: 0, gid: 0, pid: std::process::id() };
     let found = each_temporary(tree, |dir, name, _, st| {
@@ -297,6 +301,11 @@ fn put_away_temporaries(tree: &LiveTree, journal: &Journal) -> Result<usize, Res
                 journal.object_id(&h, kind_code(Kind::from_mode(st.st_mode)))?
             }
         };
+        if st.st_nlink > 1 {
+            log::warn!("recovery: removing the leftover temporary name {shown} (object {}, linked elsewhere)", id.0);
+            rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(live("unlink"))?;
+            return Ok(());
+        }
         log::warn!("recovery: moving the leftover temporary file {shown} (object {}) to the attic", id.0);
         if !tree.attic().move_in(dir, name, id).map_err(fail)? {
             rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(live("unlink"))?;
