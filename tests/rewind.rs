@@ -276,6 +276,62 @@ fn kill_during_settle_resumes_on_next_mount() {
     assert_eq!(left, 0, "pending files left after a clean unmount");
 }
 
+/// The settler writes a rewind's files in steps of many files, made
+/// durable together (an `fdatasync` of each once all of the step are
+/// written, then one commit of the journal's database): before, each file
+/// cost its own flush and commit (2,000 small files: 2 s). A file whose
+/// sync fails stays pending while the others of its step settle, and
+/// settles at its retry. Every file ends with its rewound bytes, settled
+/// once.
+#[test]
+fn the_settler_makes_many_rewound_files_durable_together_and_a_failed_sync_costs_one_file() {
+    const FILES: usize = 300;
+    let hold = tempfile::NamedTempFile::new().expect("pause file");
+    let hold_path = hold.path().to_str().expect("utf-8 path").to_string();
+    let mut fx = MountFixture::unmounted();
+    std::fs::create_dir(fx.ws.join("d")).expect("mkdir d");
+    for i in 0..FILES {
+        std::fs::write(fx.ws.join(format!("d/f{i}")), format!("original {i}\n")).expect("write a file");
+    }
+    let env = [
+        ("REWINDFS_TEST_SETTLER_PAUSE", hold_path.as_str()),
+        ("REWINDFS_TEST_FAIL_AT", "settle-sync:2"),
+        ("RUST_LOG", "rewindfs=debug"),
+    ];
+    fx.mount_with_env(false, &["--auto-turn", "0"], &env);
+    let c1 = fx.turn("m1");
+    fx.sh(&format!("for i in $(seq 0 {}); do echo changed >> d/f$i; done", FILES - 1));
+    fx.turn("m2");
+    rewind(&fx, c1);
+    assert_eq!(fx.status_json()["pending_files"], FILES, "every rewound file waits for the held settler");
+    drop(hold);
+    wait_for("the settler to settle every file", || fx.status_json()["pending_files"] == 0);
+
+    let log = std::fs::read_to_string(fx.store.join("daemon.log")).expect("daemon log");
+    let steps: Vec<usize> = log
+        .lines()
+        .filter_map(|l| l.split("settled ").nth(1)?.strip_suffix(" bytes)")?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(steps.iter().sum::<usize>(), FILES, "each file settled once, in steps {steps:?}");
+    assert!(steps.iter().any(|n| *n > 1), "no step made several files durable together: {steps:?}");
+    let failed: Vec<&str> =
+        log.lines().filter(|l| l.contains("cannot settle d/f") && l.contains("cannot write")).collect();
+    assert_eq!(failed.len(), 1, "one file's sync failed, and is named:\n{log}");
+    let again = log.lines().any(|l| l.contains("settled d/f") && l.contains("after all"));
+    assert!(again, "the file whose sync failed settled at its retry:\n{log}");
+    for i in 0..FILES {
+        let want = format!("original {i}\n");
+        assert_eq!(
+            std::fs::read_to_string(fx.ws.join(format!("d/f{i}"))).expect("backing file"),
+            want,
+            "d/f{i} on disk"
+        );
+        assert_eq!(std::fs::read_to_string(fx.path().join(format!("d/f{i}"))).expect("file"), want, "d/f{i}");
+    }
+    fx.unmount();
+    assert_eq!(pending_rows(&fx), 0, "pending rows left after a clean unmount");
+}
+
 /// Names that rewind and restore must replace are symlinks to a directory
 /// outside the workspace: nothing outside is touched.
 #[test]

@@ -1555,28 +1555,39 @@ impl Journal {
         Ok(n)
     }
 
-    /// The rewound file `handle` has its bytes: it is no longer pending,
-    /// and its fill is not an outside change (see OWN_CHANGE), nor one that
-    /// bypassed the mount: `ctime_ns`, its ctime once filled, is the
-    /// daemon's own (`own_ctime`, see `bypass.rs`).
-    pub fn settled(&self, handle: &FileHandle, ctime_ns: Option<i64>) -> JournalResult<()> {
-        let handle = handle.to_bytes();
+    /// The rewound files `files` (handle, ctime once filled) have their
+    /// bytes, durably: they are no longer pending, in one commit, and
+    /// their fills are not outside changes (see OWN_CHANGE), nor ones that
+    /// bypassed the mount: each ctime is the daemon's own (`own_ctime`,
+    /// see `bypass.rs`).
+    pub fn settled(&self, files: &[(FileHandle, Option<i64>)]) -> JournalResult<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
         let mut inner = self.lock();
         inner.moves.everything();
-        // After its `Pending` in the log: a log folded again (one that
-        // could not be emptied) must not make the file pending again.
-        inner.append(LogRecord::Settled { handle: handle.clone() })?;
-        let known = inner.ids.get(&handle).copied();
+        let mut done = Vec::with_capacity(files.len());
+        for (handle, ctime_ns) in files {
+            let handle = handle.to_bytes();
+            // After its `Pending` in the log: a log folded again (one that
+            // could not be emptied) must not make the file pending again.
+            inner.append(LogRecord::Settled { handle: handle.clone() })?;
+            let known = inner.ids.get(&handle).copied();
+            done.push((handle, *ctime_ns, known));
+        }
         inner.transaction(|m| {
-            m.remove_pending(&handle)?;
-            let id = match known {
-                Some(id) => Some(id),
-                None => m.object_by_handle(&handle)?,
-            };
-            if let (Some(ctime_ns), Some(id)) = (ctime_ns, id) {
-                m.set_own_ctime(id, ctime_ns)?;
+            for (handle, ctime_ns, known) in &done {
+                m.remove_pending(handle)?;
+                let id = match known {
+                    Some(id) => Some(*id),
+                    None => m.object_by_handle(handle)?,
+                };
+                if let (Some(ctime_ns), Some(id)) = (ctime_ns, id) {
+                    m.set_own_ctime(id, *ctime_ns)?;
+                }
+                m.set_state(&own_change_key(handle), "")?;
             }
-            m.set_state(&own_change_key(&handle), "")
+            Ok(())
         })?;
         Ok(())
     }
@@ -1954,7 +1965,7 @@ mod tests {
         j.note_pending(&handle(b"p"), &content, crate::meta::PendingList::Inline(&list), 5).unwrap();
         let logged = RecordLog::read(&log).unwrap();
         assert!(j.with_intents(|m| m.is_pending(&handle(b"p").to_bytes())).unwrap());
-        j.settled(&handle(b"p"), None).unwrap();
+        j.settled(&[(handle(b"p"), None)]).unwrap();
         let mut logged_again = logged.clone();
         logged_again.extend(RecordLog::read(&log).unwrap());
         assert!(logged_again.iter().any(|r| matches!(r, LogRecord::Settled { .. })), "{logged_again:?}");

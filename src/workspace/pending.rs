@@ -7,6 +7,13 @@
 //! pack) are never written: the file stays pending, is marked unsettled
 //! (reads give EIO, `status` lists it) and is retried with a growing delay,
 //! while the other pending files go on.
+//!
+//! A file stops being pending only once its bytes are durable. The
+//! settler writes files in batches and makes each batch durable together
+//! (writeback started as each file is written, then an `fdatasync` of
+//! each, of which the first commits the filesystem's journal for all of
+//! them, and one commit of the journal's database): a rewind of thousands
+//! of small files costs one flush, not one per file.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -64,6 +71,17 @@ const VERIFY_IN_MEMORY: u64 = 64 << 20;
 /// written), and after every chunk it reads.
 const GIVE_WAY_STEP: usize = 4 << 20;
 
+/// A step of the settler writes at most this many files, then makes them
+/// durable together (see the module's doc). It holds their descriptors
+/// until then.
+const BATCH_FILES: usize = 256;
+
+/// A step takes no more files once it has written this many bytes (a
+/// larger file is written alone), or once it has been writing this long:
+/// a reader that opens a pending file waits for the step under way.
+const BATCH_BYTES: u64 = 32 << 20;
+const BATCH_TIME: Duration = Duration::from_millis(50);
+
 /// What one step of the settler did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SettleStep {
@@ -82,6 +100,16 @@ pub enum SettleStep {
 enum Unfilled {
     GaveWay,
     Failed(Errno, String),
+}
+
+/// A pending file whose bytes were written, not yet durable.
+struct Written {
+    handle: FileHandle,
+    content: PendingContent,
+    /// None: the file is gone (nothing was written, nothing to sync).
+    file: Option<std::fs::File>,
+    /// Its ctime once filled: the daemon's own change.
+    ctime_ns: Option<i64>,
 }
 
 /// The pending files of a tree, by handle.
@@ -229,31 +257,118 @@ impl<'a> Settler<'a> {
         let _one = crate::poison::lock(&self.set.settle_lock, "the settler's lock");
         let Some(p) = self.pending_map().get(handle).cloned() else { return Ok(true) };
         let Some(journal) = self.journal else { return Err(Errno::EIO) };
-        let ctime_ns = match self.backing.open_handle(handle, libc::O_WRONLY) {
-            Ok(fd) => match fill(journal.store(), &p, fd, give_way.unwrap_or(&|| false)) {
-                Ok(ctime_ns) => ctime_ns,
-                Err(Unfilled::GaveWay) => {
-                    log::debug!("the settler gave way to a rewind or restore ({} bytes left pending)", p.content.size);
-                    return Ok(false);
-                }
-                Err(Unfilled::Failed(errno, reason)) => {
-                    return Err(self.cannot_settle(handle, &p, reason, errno, for_reader));
-                }
-            },
-            // Removed since: nothing to fill.
-            Err(e) if e == Errno::ENOENT => None,
-            Err(e) => return Err(self.cannot_settle(handle, &p, format!("cannot open it: {e}"), e, for_reader)),
+        let written = match self.write(handle, p, journal, give_way.unwrap_or(&|| false)) {
+            Ok(w) => w,
+            Err((_, Unfilled::GaveWay)) => return Ok(false),
+            Err((p, Unfilled::Failed(errno, reason))) => {
+                return Err(self.cannot_settle(handle, &p, reason, errno, for_reader));
+            }
         };
-        crate::faults::kill_point("settle-written");
-        journal.settled(handle, ctime_ns).map_err(eio("cannot clear pending content"))?;
-        self.pending_map().remove(handle);
-        if let Some(u) = self.unsettled_map().remove(handle) {
-            log::info!("settled {} after all", shown_path(u.path.as_deref()));
+        match self.make_durable(journal, vec![written], for_reader)? {
+            Some(errno) => Err(errno),
+            None => Ok(true),
         }
-        log::debug!("settled a rewound file ({} bytes)", p.content.size);
-        Ok(true)
     }
 
+    /// Opens the pending file `handle` and writes `p` into it, without
+    /// making it durable. The content comes back with the error.
+    fn write(
+        &self,
+        handle: &FileHandle,
+        p: PendingContent,
+        journal: &Journal,
+        give_way: &dyn Fn() -> bool,
+    ) -> Result<Written, (PendingContent, Unfilled)> {
+        match self.backing.open_handle(handle, libc::O_WRONLY) {
+            Ok(fd) => match fill(journal.store(), &p, fd, give_way) {
+                Ok((file, ctime_ns)) => Ok(Written { handle: handle.clone(), content: p, file: Some(file), ctime_ns }),
+                Err(Unfilled::GaveWay) => {
+                    log::debug!("the settler gave way to a rewind or restore ({} bytes left pending)", p.content.size);
+                    Err((p, Unfilled::GaveWay))
+                }
+                Err(failed) => Err((p, failed)),
+            },
+            // Removed since: nothing to fill.
+            Err(e) if e == Errno::ENOENT => {
+                Ok(Written { handle: handle.clone(), content: p, file: None, ctime_ns: None })
+            }
+            Err(e) => Err((p, Unfilled::Failed(e, format!("cannot open it: {e}")))),
+        }
+    }
+
+    /// Makes the `written` files durable (an `fdatasync` each: writeback
+    /// of every one of them started when it was written, so the first
+    /// commits the filesystem's journal for all), then no longer pending,
+    /// in one commit of the journal's database. A file whose sync fails
+    /// stays pending, marked unsettled; the first such failure is returned.
+    fn make_durable(&self, journal: &Journal, written: Vec<Written>, for_reader: bool) -> Res<Option<Errno>> {
+        let mut failed = None;
+        let mut durable = Vec::with_capacity(written.len());
+        for w in written {
+            let synced = match &w.file {
+                Some(_) if crate::faults::fail_point("settle-sync") => {
+                    Err(std::io::Error::from_raw_os_error(libc::EIO))
+                }
+                Some(file) => file.sync_data(),
+                None => Ok(()),
+            };
+            if let Err(e) = synced {
+                let (errno, reason) = write_failure(&e);
+                let errno = self.cannot_settle(&w.handle, &w.content, reason, errno, for_reader);
+                failed = failed.or(Some(errno));
+                continue;
+            }
+            durable.push(w);
+        }
+        crate::faults::kill_point("settle-written");
+        let done: Vec<(FileHandle, Option<i64>)> = durable.iter().map(|w| (w.handle.clone(), w.ctime_ns)).collect();
+        journal.settled(&done).map_err(eio("cannot clear pending content"))?;
+        let bytes: u64 = durable.iter().map(|w| w.content.content.size).sum();
+        let mut pending = self.pending_map();
+        let mut unsettled = self.unsettled_map();
+        for w in &durable {
+            pending.remove(&w.handle);
+            if let Some(u) = unsettled.remove(&w.handle) {
+                log::info!("settled {} after all", shown_path(u.path.as_deref()));
+            }
+        }
+        log::debug!("settled {} rewound files ({bytes} bytes)", durable.len());
+        Ok(failed)
+    }
+
+    /// One step of the settler over `handles` (those still pending): up to
+    /// [`BATCH_FILES`] of them written, then made durable together. A file
+    /// that cannot be written is marked unsettled and the others go on.
+    /// Giving way (asked after every chunk, and before the files are made
+    /// durable) leaves every file of the step pending: what was written is
+    /// written again after the rewind or restore.
+    fn settle_batch(&self, handles: &[FileHandle], give_way: &dyn Fn() -> bool) -> Res<SettleStep> {
+        let Some(journal) = self.journal else { return Err(Errno::EIO) };
+        let _one = crate::poison::lock(&self.set.settle_lock, "the settler's lock");
+        let started = Instant::now();
+        let (mut written, mut bytes) = (Vec::new(), 0u64);
+        for handle in handles.iter().take(BATCH_FILES) {
+            if bytes >= BATCH_BYTES || started.elapsed() >= BATCH_TIME {
+                break;
+            }
+            let Some(p) = self.pending_map().get(handle).cloned() else { continue };
+            match self.write(handle, p, journal, give_way) {
+                Ok(w) => {
+                    bytes += w.content.content.size;
+                    written.push(w);
+                }
+                Err((_, Unfilled::GaveWay)) => return Ok(SettleStep::GaveWay),
+                Err((p, Unfilled::Failed(errno, reason))) => {
+                    self.cannot_settle(handle, &p, reason, errno, false);
+                }
+            }
+        }
+        if give_way() {
+            return Ok(SettleStep::GaveWay);
+        }
+        self.make_durable(journal, written, false)?;
+        Ok(SettleStep::Settled)
+    }
     /// Marks a file that could not be settled: the settler skips it until
     /// its next try, and says so once per file.
     fn cannot_settle(
@@ -296,31 +411,39 @@ impl<'a> Settler<'a> {
         errno
     }
 
-    /// Settles one pending file that is not waiting for a retry, giving
-    /// way when `give_way` says so (asked after every chunk).
+    /// One step of the settler: pending files that are not waiting for a
+    /// retry written and made durable together, giving way when
+    /// `give_way` says so (asked after every chunk).
     pub fn settle_one(&self, give_way: &dyn Fn() -> bool) -> Res<SettleStep> {
         let now = Instant::now();
-        let next = {
+        let next: Vec<FileHandle> = {
             let map = self.pending_map();
             let unsettled = self.unsettled_map();
-            map.keys().find(|k| unsettled.get(*k).is_none_or(|u| u.next_try <= now)).cloned()
+            map.keys()
+                .filter(|k| unsettled.get(*k).is_none_or(|u| u.next_try <= now))
+                .take(BATCH_FILES)
+                .cloned()
+                .collect()
         };
-        let Some(handle) = next else { return Ok(SettleStep::Idle) };
-        match self.settle_file(&handle, Some(give_way)) {
-            Ok(true) => Ok(SettleStep::Settled),
-            Ok(false) => Ok(SettleStep::GaveWay),
-            // Marked and skipped until its next try: the others go on.
-            Err(_) if self.unsettled_map().contains_key(&handle) => Ok(SettleStep::Settled),
-            Err(e) => Err(e),
+        if next.is_empty() {
+            return Ok(SettleStep::Idle);
         }
+        self.settle_batch(&next, give_way)
     }
 
     /// Tries every pending file once, whatever its retry time (at
     /// unmount); returns those that could not be settled.
     pub fn settle_all_now(&self) -> Vec<Unsettled> {
-        let keys: Vec<FileHandle> = self.pending_map().keys().cloned().collect();
-        for handle in &keys {
-            let _ = self.settle_file(handle, Some(&|| false));
+        let mut keys: Vec<FileHandle> = self.pending_map().keys().cloned().collect();
+        while !keys.is_empty() {
+            // A step may stop before the end of its share (bytes, time).
+            let before = keys.len();
+            let _ = self.settle_batch(&keys, &|| false);
+            let (pending, unsettled) = (self.pending_map(), self.unsettled_map());
+            keys.retain(|k| pending.contains_key(k) && !unsettled.contains_key(k));
+            if keys.len() == before {
+                break;
+            }
         }
         let pending = self.pending_map();
         self.set.unsettled().into_iter().filter(|u| pending.contains_key(&u.handle)).collect()
@@ -335,17 +458,18 @@ pub fn shown_path(path: Option<&std::path::Path>) -> String {
     }
 }
 
-/// Writes a pending file's content into `fd`, which holds the placeholder.
+/// Writes a pending file's content into `fd`, which holds the placeholder,
+/// and starts its writeback (not waiting for it: see `make_durable`).
 /// Every chunk is read and verified before the first byte is written, so
 /// content that cannot be read back leaves the file as it was. Returns the
-/// file's ctime once filled (the daemon's own change, see
+/// file and its ctime once filled (the daemon's own change, see
 /// `Journal::settled`), if it can be read.
 fn fill(
     store: &dyn crate::store::ChunkStore,
     p: &PendingContent,
     fd: OwnedFd,
     give_way: &dyn Fn() -> bool,
-) -> Result<Option<i64>, Unfilled> {
+) -> Result<(std::fs::File, Option<i64>), Unfilled> {
     let file = std::fs::File::from(fd);
     let mut out = GivingWay { inner: &file, give_way, stopped: false };
     if p.content.size <= VERIFY_IN_MEMORY {
@@ -363,11 +487,14 @@ fn fill(
     if give_way() {
         return Err(Unfilled::GaveWay);
     }
-    file.sync_data().map_err(unwritable)?;
+    // Only a hint (the sync comes later): a filesystem without it still
+    // gets its bytes.
+    let _ = crate::sys::start_writeback(file.as_fd());
     let t =
         Timespec { tv_sec: p.mtime_ns.div_euclid(1_000_000_000), tv_nsec: p.mtime_ns.rem_euclid(1_000_000_000) as _ };
     let _ = backing::set_times(file.as_fd(), t, t);
-    Ok(rustix::fs::fstat(&file).ok().map(|st| crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64)))
+    let ctime_ns = rustix::fs::fstat(&file).ok().map(|st| crate::journal::ns(st.st_ctime, st.st_ctime_nsec as i64));
+    Ok((file, ctime_ns))
 }
 
 /// A writer that stops (fails, and says so in `stopped`) once `give_way`
@@ -395,7 +522,14 @@ fn unreadable(e: crate::store::StoreError) -> Unfilled {
 }
 
 fn unwritable(e: std::io::Error) -> Unfilled {
-    Unfilled::Failed(crate::error::AsErrno::errno(&e), format!("cannot write it: {e}"))
+    let (errno, reason) = write_failure(&e);
+    Unfilled::Failed(errno, reason)
+}
+
+/// A failed write or sync of a pending file: its errno, and the reason
+/// given for the file.
+fn write_failure(e: &std::io::Error) -> (Errno, String) {
+    (crate::error::AsErrno::errno(e), format!("cannot write it: {e}"))
 }
 
 impl<W: Write> Write for GivingWay<'_, W> {
