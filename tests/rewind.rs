@@ -277,9 +277,9 @@ fn kill_during_settle_resumes_on_next_mount() {
 }
 
 /// The settler writes a rewind's files in steps of many files, made
-/// durable together (an `fdatasync` of each once all of the step are
-/// written, then one commit of the journal's database): before, each file
-/// cost its own flush and commit (2,000 small files: 2 s). A file whose
+/// durable together (one `syncfs` once all of the step are written, then
+/// one commit of the journal's database): before, each file cost its own
+/// flush and commit (2,000 small files: 2 s). A file whose
 /// sync fails stays pending while the others of its step settle, and
 /// settles at its retry. Every file ends with its rewound bytes, settled
 /// once.

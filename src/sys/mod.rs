@@ -181,9 +181,9 @@ pub fn copy_file_range(
 }
 
 /// Starts the writeback of a file's dirty pages without waiting for it
-/// (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`): an `fdatasync` of
-/// several files written one after the other then finds their blocks
-/// allocated in one journal transaction, and commits it once.
+/// (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`): the sync of several
+/// files written one after the other then finds most of their bytes
+/// written already.
 pub fn start_writeback(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: sync_file_range reads no memory of ours; the descriptor is
     // borrowed for the call.

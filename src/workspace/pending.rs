@@ -10,10 +10,9 @@
 //!
 //! A file stops being pending only once its bytes are durable. The
 //! settler writes files in batches and makes each batch durable together
-//! (writeback started as each file is written, then an `fdatasync` of
-//! each, of which the first commits the filesystem's journal for all of
-//! them, and one commit of the journal's database): a rewind of thousands
-//! of small files costs one flush, not one per file.
+//! (writeback started as each file is written, then one `syncfs` and one
+//! commit of the journal's database): a rewind of thousands of small files
+//! costs a few flushes, not one per file.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -296,26 +295,37 @@ impl<'a> Settler<'a> {
         }
     }
 
-    /// Makes the `written` files durable (an `fdatasync` each: writeback
-    /// of every one of them started when it was written, so the first
-    /// commits the filesystem's journal for all), then no longer pending,
-    /// in one commit of the journal's database. A file whose sync fails
-    /// stays pending, marked unsettled; the first such failure is returned.
+    /// Makes the `written` files durable, then no longer pending, in one
+    /// commit of the journal's database. Several files are made durable by
+    /// one `syncfs` of the filesystem (their bytes and its journal in one
+    /// flush, where an `fdatasync` each costs a flush each); one file, or
+    /// several whose `syncfs` failed, by an `fdatasync` each, which also
+    /// says which file failed. A file whose sync fails stays pending,
+    /// marked unsettled; the first such failure is returned.
     fn make_durable(&self, journal: &Journal, written: Vec<Written>, for_reader: bool) -> Res<Option<Errno>> {
         let mut failed = None;
-        let mut durable = Vec::with_capacity(written.len());
+        let mut fail = |w: &Written, e: std::io::Error| {
+            let (errno, reason) = write_failure(&e);
+            let errno = self.cannot_settle(&w.handle, &w.content, reason, errno, for_reader);
+            failed = failed.or(Some(errno));
+        };
+        let (mut durable, mut to_sync) = (Vec::with_capacity(written.len()), Vec::new());
         for w in written {
-            let synced = match &w.file {
+            match &w.file {
+                None => durable.push(w),
                 Some(_) if crate::faults::fail_point("settle-sync") => {
-                    Err(std::io::Error::from_raw_os_error(libc::EIO))
+                    fail(&w, std::io::Error::from_raw_os_error(libc::EIO))
                 }
-                Some(file) => file.sync_data(),
-                None => Ok(()),
-            };
-            if let Err(e) = synced {
-                let (errno, reason) = write_failure(&e);
-                let errno = self.cannot_settle(&w.handle, &w.content, reason, errno, for_reader);
-                failed = failed.or(Some(errno));
+                Some(_) => to_sync.push(w),
+            }
+        }
+        let together = match to_sync.as_slice() {
+            [first, _, ..] => first.file.as_ref().is_some_and(|f| rustix::fs::syncfs(f).is_ok()),
+            _ => false,
+        };
+        for w in to_sync {
+            if !together && let Some(Err(e)) = w.file.as_ref().map(|f| f.sync_data()) {
+                fail(&w, e);
                 continue;
             }
             durable.push(w);
