@@ -45,7 +45,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-NULLFS = os.path.join(REPO, "target", "release", "examples", "nullfs")
+NULLFS = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target"), "release", "examples", "nullfs")
 
 # Workload sizes (the numbers).
 SMALL_FILES = 20_000
