@@ -461,6 +461,7 @@ impl<FS: Filesystem> Session<FS> {
                     config.max_write,
                     config.max_pages(),
                     self.config.io_uring_threads_per_queue,
+                    self.config.io_uring_sched_idle,
                 ));
             }
 

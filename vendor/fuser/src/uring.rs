@@ -77,15 +77,24 @@ pub(crate) struct RingParams {
     /// Entries per queue, each served by its own thread: one thread per
     /// queue would serialise every request of a CPU behind a slow one.
     pub(crate) threads_per_queue: usize,
+    /// REWINDFS PATCH: the ring threads run under `SCHED_IDLE`
+    /// (`Config::io_uring_sched_idle`).
+    pub(crate) sched_idle: bool,
 }
 
 impl RingParams {
     /// The kernel's `max(FUSE_MIN_READ_BUFFER, max_write, max_pages * PAGE_SIZE)`.
-    pub(crate) fn new(max_write: u32, max_pages: u16, threads_per_queue: usize) -> Self {
+    pub(crate) fn new(
+        max_write: u32,
+        max_pages: u16,
+        threads_per_queue: usize,
+        sched_idle: bool,
+    ) -> Self {
         let pages = usize::from(max_pages) * page_size::get();
         RingParams {
             payload_size: MIN_PAYLOAD.max(max_write as usize).max(pages),
             threads_per_queue: threads_per_queue.max(1),
+            sched_idle,
         }
     }
 }
@@ -441,6 +450,18 @@ impl<FS: Filesystem> RingWorker<FS> {
         {
             // An offline CPU's queue still needs its entry registered.
             debug!("cannot pin the ring thread of queue {}: {e}", self.qid);
+        }
+        if self.params.sched_idle {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: a plain system call on the calling thread (pid 0),
+            // with a pointer to a valid `sched_param` for its duration.
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+                debug!(
+                    "cannot run the ring thread of queue {} under SCHED_IDLE: {}",
+                    self.qid,
+                    io::Error::last_os_error()
+                );
+            }
         }
         // One entry per thread: a thread serves one request at a time, and
         // an entry parked in the kernel is what lets a request in.

@@ -24,6 +24,14 @@ pub struct Config {
     pub io_uring: bool,
     /// REWINDFS PATCH: threads (each with one ring entry) per CPU queue; 0 means 1.
     pub io_uring_threads_per_queue: usize,
+    /// REWINDFS PATCH: run the ring threads under `SCHED_IDLE`. A ring
+    /// thread answers on the CPU of the process that asked, and wakes that
+    /// process while it still runs there itself: a CPU running a normal
+    /// thread is busy, so the scheduler moves the woken process to an idle
+    /// CPU (an inter-processor wakeup per request, and the process's next
+    /// request goes to that CPU's ring). A CPU running only `SCHED_IDLE`
+    /// threads counts as idle: the process is woken where it was.
+    pub io_uring_sched_idle: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
