@@ -243,6 +243,9 @@ fn main() -> std::io::Result<()> {
     // (the kernel's fuse.enable_uring must be on).
     config.io_uring = args.iter().any(|a| a == "--uring");
     config.io_uring_threads_per_queue = 2;
+    // The ring threads under SCHED_IDLE, as rewindfs runs them
+    // (`fs::mount_config`): the woken process stays on its CPU.
+    config.io_uring_sched_idle = true;
     let fs = NullFs { tree: Mutex::new(Tree { next_ino: 1, ..Tree::default() }), started: SystemTime::now() };
     fuser::Session::new(fs, std::path::Path::new(mountpoint), &config)?.run()
 }
