@@ -239,33 +239,17 @@ impl<'a> Settler<'a> {
         Ok(())
     }
 
-    /// Writes a pending file's bytes now (no-op when it is not pending).
+    /// Writes a pending file's bytes now, for a reader's open (no-op when
+    /// it is not pending): a step of one file that never gives way.
     /// Content that cannot be read back leaves the file untouched and
     /// pending, and answers EIO (logged with the path and the chunk).
     pub fn settle(&self, handle: &FileHandle) -> Res<()> {
-        self.settle_file(handle, None).map(|_| ())
-    }
-
-    /// Writes the file's bytes for a reader (`give_way` None: it never
-    /// gives way) or for the settler; `Ok(false)`: it gave way.
-    fn settle_file(&self, handle: &FileHandle, give_way: Option<&dyn Fn() -> bool>) -> Res<bool> {
         if self.pending_map().is_empty() {
-            return Ok(true);
+            return Ok(());
         }
-        let for_reader = give_way.is_none();
-        let _one = crate::poison::lock(&self.set.settle_lock, "the settler's lock");
-        let Some(p) = self.pending_map().get(handle).cloned() else { return Ok(true) };
-        let Some(journal) = self.journal else { return Err(Errno::EIO) };
-        let written = match self.write(handle, p, journal, give_way.unwrap_or(&|| false)) {
-            Ok(w) => w,
-            Err((_, Unfilled::GaveWay)) => return Ok(false),
-            Err((p, Unfilled::Failed(errno, reason))) => {
-                return Err(self.cannot_settle(handle, &p, reason, errno, for_reader));
-            }
-        };
-        match self.make_durable(journal, vec![written], for_reader)? {
-            Some(errno) => Err(errno),
-            None => Ok(true),
+        match self.settle_batch(std::slice::from_ref(handle), &|| false, true)? {
+            (_, Some(errno)) => Err(errno),
+            (_, None) => Ok(()),
         }
     }
 
@@ -346,39 +330,52 @@ impl<'a> Settler<'a> {
         Ok(failed)
     }
 
-    /// One step of the settler over `handles` (those still pending): up to
+    /// One step over `handles` (those still pending): up to
     /// [`BATCH_FILES`] of them written, then made durable together. A file
-    /// that cannot be written is marked unsettled and the others go on.
-    /// Giving way (asked after every chunk, and before the files are made
-    /// durable) leaves every file of the step pending: what was written is
-    /// written again after the rewind or restore.
-    fn settle_batch(&self, handles: &[FileHandle], give_way: &dyn Fn() -> bool) -> Res<SettleStep> {
-        let Some(journal) = self.journal else { return Err(Errno::EIO) };
+    /// that cannot be written is marked unsettled and the others go on;
+    /// the first such failure comes back with the step. Giving way (asked
+    /// after every chunk, and before the files are made durable) leaves
+    /// every file of the step pending: what was written is written again
+    /// after the rewind or restore. `for_reader`: the step is a reader's
+    /// open of its one file (said as a read error, retried at the next
+    /// open rather than after a delay).
+    fn settle_batch(
+        &self,
+        handles: &[FileHandle],
+        give_way: &dyn Fn() -> bool,
+        for_reader: bool,
+    ) -> Res<(SettleStep, Option<Errno>)> {
         let _one = crate::poison::lock(&self.set.settle_lock, "the settler's lock");
         let started = Instant::now();
-        let (mut written, mut bytes) = (Vec::new(), 0u64);
+        let (mut written, mut bytes, mut failed) = (Vec::new(), 0u64, None);
         for handle in handles.iter().take(BATCH_FILES) {
             if bytes >= BATCH_BYTES || started.elapsed() >= BATCH_TIME {
                 break;
             }
             let Some(p) = self.pending_map().get(handle).cloned() else { continue };
+            let Some(journal) = self.journal else { return Err(Errno::EIO) };
             match self.write(handle, p, journal, give_way) {
                 Ok(w) => {
                     bytes += w.content.content.size;
                     written.push(w);
                 }
-                Err((_, Unfilled::GaveWay)) => return Ok(SettleStep::GaveWay),
+                Err((_, Unfilled::GaveWay)) => return Ok((SettleStep::GaveWay, failed)),
                 Err((p, Unfilled::Failed(errno, reason))) => {
-                    self.cannot_settle(handle, &p, reason, errno, false);
+                    failed = failed.or(Some(self.cannot_settle(handle, &p, reason, errno, for_reader)));
                 }
             }
         }
+        // Nothing written: nothing to make durable (and nothing to commit).
+        let Some(journal) = self.journal.filter(|_| !written.is_empty()) else {
+            return Ok((SettleStep::Settled, failed));
+        };
         if give_way() {
-            return Ok(SettleStep::GaveWay);
+            return Ok((SettleStep::GaveWay, failed));
         }
-        self.make_durable(journal, written, false)?;
-        Ok(SettleStep::Settled)
+        let failed_sync = self.make_durable(journal, written, for_reader)?;
+        Ok((SettleStep::Settled, failed.or(failed_sync)))
     }
+
     /// Marks a file that could not be settled: the settler skips it until
     /// its next try, and says so once per file.
     fn cannot_settle(
@@ -438,7 +435,7 @@ impl<'a> Settler<'a> {
         if next.is_empty() {
             return Ok(SettleStep::Idle);
         }
-        self.settle_batch(&next, give_way)
+        self.settle_batch(&next, give_way, false).map(|(step, _)| step)
     }
 
     /// Tries every pending file once, whatever its retry time (at
@@ -448,7 +445,7 @@ impl<'a> Settler<'a> {
         while !keys.is_empty() {
             // A step may stop before the end of its share (bytes, time).
             let before = keys.len();
-            let _ = self.settle_batch(&keys, &|| false);
+            let _ = self.settle_batch(&keys, &|| false, false);
             let (pending, unsettled) = (self.pending_map(), self.unsettled_map());
             keys.retain(|k| pending.contains_key(k) && !unsettled.contains_key(k));
             if keys.len() == before {
