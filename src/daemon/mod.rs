@@ -521,6 +521,7 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
         .and_then(|turn| journal.with_checkpoints(|m| m.checkpoint(turn)).ok())
         .flatten()
         .and_then(|c| c.message_id);
+    let settled = tree.pending().settled_counts();
     protocol::StatusReply {
         failure,
         mount: info.clone(),
@@ -531,6 +532,8 @@ fn status(ctx: &Ctx) -> protocol::StatusReply {
         turn_changes: changes,
         idle_secs: idle,
         pending_files: tree.pending().count() as u64,
+        settled_files: settled.files,
+        largest_settle_step: settled.largest_step,
         unsettled: tree
             .pending()
             .unsettled()

@@ -249,6 +249,13 @@ pub struct StatusReply {
     pub idle_secs: Option<f64>,
     /// Rewound files whose bytes the settler has not written yet.
     pub pending_files: u64,
+    /// Rewound files settled since the daemon started (written and made
+    /// durable), and the most that one step of the settler made durable
+    /// together.
+    #[serde(default)]
+    pub settled_files: u64,
+    #[serde(default)]
+    pub largest_settle_step: u64,
     /// Pending files the settler cannot fill (their bytes cannot be read
     /// back from the store): reads give EIO, `unmount` puts them back.
     #[serde(default)]

@@ -119,6 +119,20 @@ pub struct PendingSet {
     settle_lock: std::sync::Mutex<()>,
     /// Pending files that could not be settled, by handle.
     unsettled: std::sync::Mutex<HashMap<FileHandle, Unsettled>>,
+    /// Since the daemon started: files settled, and the most made durable
+    /// by one step.
+    settled: std::sync::atomic::AtomicU64,
+    largest_step: std::sync::atomic::AtomicU64,
+}
+
+/// What the settler has done since the daemon started (`status --json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SettledCounts {
+    /// Rewound files whose bytes were written and made durable (or found
+    /// removed since), by the settler or by a reader's open.
+    pub files: u64,
+    /// The most files one step made durable together.
+    pub largest_step: u64,
 }
 
 /// Writes pending files' bytes into the tree: the pending set, with the
@@ -157,6 +171,12 @@ impl PendingSet {
     /// bytes into the workspace (0: the workspace on disk is up to date).
     pub fn count(&self) -> usize {
         self.pending_map().len()
+    }
+
+    /// What was settled since the daemon started.
+    pub fn settled_counts(&self) -> SettledCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        SettledCounts { files: self.settled.load(Relaxed), largest_step: self.largest_step.load(Relaxed) }
     }
 
     /// The content a pending file will receive, if it is pending.
@@ -326,7 +346,10 @@ impl<'a> Settler<'a> {
                 log::info!("settled {} after all", shown_path(u.path.as_deref()));
             }
         }
-        log::debug!("settled {} rewound files ({bytes} bytes)", durable.len());
+        let n = durable.len() as u64;
+        self.set.settled.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.set.largest_step.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+        log::debug!("settled {n} rewound files ({bytes} bytes)");
         Ok(failed)
     }
 
