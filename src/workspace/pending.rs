@@ -264,7 +264,11 @@ impl<'a> Settler<'a> {
     /// Content that cannot be read back leaves the file untouched and
     /// pending, and answers EIO (logged with the path and the chunk).
     pub fn settle(&self, handle: &FileHandle) -> Res<()> {
-        if self.pending_map().is_empty() {
+        // Every open asks: one not pending must not wait for the settler's
+        // step (up to 256 files and a sync) under its lock. A file becomes
+        // pending only in a rewind or restore, with the tree frozen (no open
+        // beside it), or when the mount starts.
+        if !self.pending_map().contains_key(handle) {
             return Ok(());
         }
         match self.settle_batch(std::slice::from_ref(handle), &|| false, true)? {
@@ -389,9 +393,10 @@ impl<'a> Settler<'a> {
             }
         }
         // Nothing written: nothing to make durable (and nothing to commit).
-        let Some(journal) = self.journal.filter(|_| !written.is_empty()) else {
+        if written.is_empty() {
             return Ok((SettleStep::Settled, failed));
-        };
+        }
+        let Some(journal) = self.journal else { return Err(Errno::EIO) };
         if give_way() {
             return Ok((SettleStep::GaveWay, failed));
         }
